@@ -1,0 +1,311 @@
+"""The vocabulary of the policy layer: inputs, configuration, outputs and the one error.
+
+Problem: the proxy stores every event of a branch and must decide, per call, what is actually
+sent upstream. Policies make that decision as pure functions over these values; the proxy turns
+its rows into `Item`s and its route settings into a `PolicyConfig` once, at the edge.
+
+Invariant: every value here is immutable (frozen dataclasses, tuples) and validated on
+construction, so a policy can never observe a half-valid config or mutate what it was given.
+
+Example::
+
+    budget = Budget(context_window=16_000, max_output_tokens=2_000, fixed_tokens=300)
+    budget.input_budget                  # 14_000: what messages + tools + framing may use
+    PolicyConfig(trigger=0.8, target=0.5)  # compact above 11_200 tokens, aim for ~7_000
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = Mapping[str, Any]
+"""An OpenAI chat-completions message dict (role system/developer/user/assistant/tool)."""
+
+STEP_NAMES: tuple[str, ...] = ("trim_tool_results", "summary_tail", "prune_groups")
+"""Pipeline steps `PolicyConfig.order` may name; `prune_groups` must come last (it is the one
+step that guarantees the budget)."""
+
+KNOWN_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def _as_tuple(obj: object, name: str) -> None:
+    """Accept lists from config loaders but store tuples, so configs stay hashable and frozen."""
+    value = getattr(obj, name)
+    if isinstance(value, list):
+        object.__setattr__(obj, name, tuple(value))
+    elif not isinstance(value, tuple):
+        raise ValueError(f"{name} must be a tuple of strings, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One stored event of the current branch. `seq` is 1-based, ascending and unique;
+    `tokens` is what `message` costs, precomputed (and cached) by the caller."""
+
+    seq: int
+    message: Message
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The active summary of a branch: it stands for every item with seq <= covered_through_seq."""
+
+    generation: int
+    covered_through_seq: int
+    summary: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Token limits of one upstream call. `fixed_tokens` = tool definitions + request framing
+    (reply priming etc.); messages are counted separately."""
+
+    context_window: int
+    max_output_tokens: int
+    fixed_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.context_window <= 0:
+            raise ValueError(f"context_window must be > 0, got {self.context_window}")
+        if not 0 <= self.max_output_tokens < self.context_window:
+            raise ValueError(
+                f"max_output_tokens must be >= 0 and below context_window "
+                f"({self.context_window}), got {self.max_output_tokens}"
+            )
+        if self.fixed_tokens < 0:
+            raise ValueError(f"fixed_tokens must be >= 0, got {self.fixed_tokens}")
+
+    @property
+    def input_budget(self) -> int:
+        """Tokens the request may use: the window minus the output reserved for the reply."""
+        return self.context_window - self.max_output_tokens
+
+
+@dataclass(frozen=True)
+class ToolResultsConfig:
+    """Settings of `trim_tool_results` (see that module for the batching rule)."""
+
+    keep_recent_groups: int = 4
+    recent_max_chars: int = 8000
+    old_max_chars: int = 400
+    head_ratio: float = 0.5
+    exclude_tools: tuple[str, ...] = ()
+    clear_at_least: int = 4
+
+    def __post_init__(self) -> None:
+        _as_tuple(self, "exclude_tools")
+        if self.keep_recent_groups < 0:
+            raise ValueError(f"keep_recent_groups must be >= 0, got {self.keep_recent_groups}")
+        if self.old_max_chars < 0:
+            raise ValueError(f"old_max_chars must be >= 0, got {self.old_max_chars}")
+        if self.recent_max_chars < self.old_max_chars:
+            raise ValueError(
+                f"recent_max_chars ({self.recent_max_chars}) must be >= old_max_chars "
+                f"({self.old_max_chars}): recent results are capped higher than old ones"
+            )
+        if not 0.0 <= self.head_ratio <= 1.0:
+            raise ValueError(f"head_ratio must be within [0, 1], got {self.head_ratio}")
+        if self.clear_at_least < 1:
+            raise ValueError(f"clear_at_least must be >= 1, got {self.clear_at_least}")
+
+
+@dataclass(frozen=True)
+class PinsConfig:
+    """Which messages are kept verbatim forever. `roles` pins every message of a role;
+    `patterns` are regexes searched in the text of user/system/developer messages only
+    (tool output must not be able to pin itself)."""
+
+    first_user: bool = True
+    roles: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _as_tuple(self, "roles")
+        _as_tuple(self, "patterns")
+        for role in self.roles:
+            if role not in KNOWN_ROLES:
+                raise ValueError(f"pins.roles: unknown role {role!r}; expected one of {KNOWN_ROLES}")
+        for pattern in self.patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pins.patterns: invalid regex {pattern!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Per-route policy settings. `trigger` and `target` are fractions of `Budget.input_budget`."""
+
+    trigger: float = 0.8
+    target: float = 0.5
+    keep_recent_tokens: int = 20000
+    tool_results: ToolResultsConfig = field(default_factory=ToolResultsConfig)
+    pins: PinsConfig = field(default_factory=PinsConfig)
+    summary_chunk_tokens: int = 24000
+    order: tuple[str, ...] = STEP_NAMES
+
+    def __post_init__(self) -> None:
+        _as_tuple(self, "order")
+        if not 0.0 < self.trigger <= 1.0:
+            raise ValueError(f"trigger must be within (0, 1], got {self.trigger}")
+        if not 0.0 < self.target < self.trigger:
+            raise ValueError(
+                f"target must be > 0 and below trigger ({self.trigger}), got {self.target}: "
+                "compaction must land well below the point that triggers it"
+            )
+        if self.keep_recent_tokens < 0:
+            raise ValueError(f"keep_recent_tokens must be >= 0, got {self.keep_recent_tokens}")
+        if self.summary_chunk_tokens < 256:
+            raise ValueError(f"summary_chunk_tokens must be >= 256, got {self.summary_chunk_tokens}")
+        unknown = [name for name in self.order if name not in STEP_NAMES]
+        if unknown:
+            raise ValueError(f"order: unknown steps {unknown}; known steps are {STEP_NAMES}")
+        if len(set(self.order)) != len(self.order):
+            raise ValueError(f"order: steps must not repeat, got {self.order}")
+        if not self.order or self.order[-1] != "prune_groups":
+            raise ValueError(
+                f"order must end with 'prune_groups' (the step that enforces the budget), got {self.order}"
+            )
+
+
+@dataclass(frozen=True)
+class TrimEntry:
+    """One tool result shortened in the projection (the raw event is untouched)."""
+
+    seq: int
+    tool_call_id: str
+    original_chars: int
+    kept_chars: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "tool_call_id": self.tool_call_id,
+            "original_chars": self.original_chars,
+            "kept_chars": self.kept_chars,
+        }
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """Summarize items from_seq..through_seq, chunk by chunk (rolling), then commit a checkpoint
+    with covered_through_seq = through_seq. Chunks hold whole groups; an item whose text had to be
+    cut so the summarizer request fits is a new `Item` with the same seq and the cut message."""
+
+    from_seq: int
+    through_seq: int
+    chunks: tuple[tuple[Item, ...], ...]
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "from_seq": self.from_seq,
+            "through_seq": self.through_seq,
+            "chunks": [
+                {
+                    "first_seq": chunk[0].seq,
+                    "last_seq": chunk[-1].seq,
+                    "items": len(chunk),
+                    "tokens": sum(item.tokens for item in chunk),
+                }
+                for chunk in self.chunks
+                if chunk
+            ],
+            "reason": self.reason,
+        }
+
+
+def _ranges(seqs: tuple[int, ...]) -> list[list[int]]:
+    """[1, 2, 3, 7] -> [[1, 3], [7, 7]]: compact JSON for long histories."""
+    out: list[list[int]] = []
+    for seq in sorted(seqs):
+        if out and out[-1][1] == seq - 1:
+            out[-1][1] = seq
+        else:
+            out.append([seq, seq])
+    return out
+
+
+@dataclass(frozen=True)
+class ProjectionRecord:
+    """What the projection did, for the call record and "print what is actually sent".
+
+    `client_tokens` is what the client's full history would cost, `sent_tokens` what is sent
+    (both include `Budget.fixed_tokens`). `covered_through_seq` is the effective boundary (0 if
+    no checkpoint applies). Every item seq is accounted for exactly once: covered, in `sent_seqs`,
+    in `pruned_seqs` or in `orphan_seqs` — except `pinned_seqs`, which may be covered and sent.
+    """
+
+    client_tokens: int
+    sent_tokens: int
+    checkpoint_generation: int | None
+    covered_through_seq: int
+    trimmed: tuple[TrimEntry, ...]
+    pruned_seqs: tuple[int, ...]
+    over_trigger: bool
+    compaction: CompactionPlan | None
+    sent_seqs: tuple[int, ...] = ()
+    pinned_seqs: tuple[int, ...] = ()
+    orphan_seqs: tuple[int, ...] = ()
+    repaired: tuple[tuple[int, str], ...] = ()
+    input_budget: int = 0
+    trigger_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "client_tokens": self.client_tokens,
+            "sent_tokens": self.sent_tokens,
+            "input_budget": self.input_budget,
+            "trigger_tokens": self.trigger_tokens,
+            "checkpoint_generation": self.checkpoint_generation,
+            "covered_through_seq": self.covered_through_seq,
+            "trimmed": [entry.to_dict() for entry in self.trimmed],
+            "pruned_seqs": list(self.pruned_seqs),
+            "over_trigger": self.over_trigger,
+            "compaction": self.compaction.to_dict() if self.compaction else None,
+            "sent_seqs": _ranges(self.sent_seqs),
+            "pinned_seqs": list(self.pinned_seqs),
+            "orphan_seqs": list(self.orphan_seqs),
+            "repaired": [{"seq": seq, "tool_call_id": tid} for seq, tid in self.repaired],
+        }
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The messages to send (fresh dicts, safe to mutate) and the record of how they were made."""
+
+    messages: list[dict[str, Any]]
+    record: ProjectionRecord
+
+
+class ContextOverflow(Exception):
+    """Even the irreducible request (prefix, pins, summary, latest turn) exceeds the input budget.
+    The proxy maps this to a 400 `context_length_exceeded` in the client API's error shape."""
+
+    def __init__(
+        self,
+        needed_tokens: int,
+        input_budget: int,
+        context_window: int,
+        max_output_tokens: int,
+        detail: str = "",
+    ) -> None:
+        self.needed_tokens = needed_tokens
+        self.input_budget = input_budget
+        self.context_window = context_window
+        self.max_output_tokens = max_output_tokens
+        self.detail = detail
+        message = (
+            f"context length exceeded: even after dropping all unpinned history the request needs "
+            f"{needed_tokens:,} tokens; the model allows {input_budget:,} input tokens "
+            f"(window {context_window:,} − max output {max_output_tokens:,}). "
+            "Shorten the latest message or tool result, lower max_tokens, or start a new conversation."
+        )
+        if detail:
+            message += f" ({detail})"
+        super().__init__(message)

@@ -1,0 +1,99 @@
+"""Small, pure helpers over message dicts: text extraction, tool-call ids, head + tail cuts.
+
+Problem: content comes as a string, `None`, or a list of parts (`{"type": "text", ...}`,
+`{"type": "image_url", ...}`); every policy needs the same reading of it.
+
+Invariant: nothing here mutates a message; `with_content` returns a shallow copy.
+
+Example::
+
+    cut_text("abcdefghij", 4, 0.5)   # ("ab", "ij")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from policies.base import Message
+
+
+def content_text(content: Any) -> str:
+    """The text of a content value: strings as is, text parts joined by newlines, else ''."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            part["text"]
+            for part in content
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        ]
+        return "\n".join(texts)
+    return ""
+
+
+def non_text_parts(content: Any) -> int:
+    """How many parts of a list content are not text (images, audio, files)."""
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for part in content if not (isinstance(part, Mapping) and "text" in part))
+
+
+def message_text(message: Message) -> str:
+    """Content text of a message (refusals included)."""
+    text = content_text(message.get("content"))
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        text = f"{text}\n{refusal}" if text else refusal
+    return text
+
+
+def tool_calls(message: Message) -> list[Mapping[str, Any]]:
+    """The assistant's tool calls (empty list for none, `None` or malformed values)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    return [call for call in calls if isinstance(call, Mapping)]
+
+
+def tool_call_ids(message: Message) -> list[str]:
+    """Ids of the assistant's tool calls, in call order."""
+    return [str(call.get("id", "")) for call in tool_calls(message)]
+
+
+def call_name(call: Mapping[str, Any]) -> str:
+    function = call.get("function")
+    if isinstance(function, Mapping):
+        return str(function.get("name") or "unknown")
+    return "unknown"
+
+
+def call_arguments(call: Mapping[str, Any]) -> str:
+    function = call.get("function")
+    if isinstance(function, Mapping):
+        arguments = function.get("arguments")
+        return arguments if isinstance(arguments, str) else ""
+    return ""
+
+
+def cut_text(text: str, max_chars: int, head_ratio: float) -> tuple[str, str]:
+    """Split the kept part of `text` into head and tail, `max_chars` in total."""
+    head = int(max_chars * head_ratio)
+    tail = max_chars - head
+    return text[:head], (text[len(text) - tail :] if tail else "")
+
+
+def with_content(message: Message, content: Any) -> dict[str, Any]:
+    """A shallow copy of `message` with `content` replaced (key order preserved)."""
+    copy = dict(message)
+    copy["content"] = content
+    return copy
+
+
+def clone(value: Any) -> Any:
+    """A structural copy of JSON-like data (dicts and lists copied, scalars shared)."""
+    if isinstance(value, Mapping):
+        return {key: clone(val) for key, val in value.items()}
+    if isinstance(value, list | tuple):
+        return [clone(val) for val in value]
+    return value

@@ -1,0 +1,215 @@
+"""Token counting with tiktoken, offline, cached per event.
+
+Problem: budgets are in tokens of the rendered request, and a 2,000-event history must not be
+re-encoded on every call. tiktoken also downloads its BPE files on first use, which fails in
+sandboxes without network.
+
+Invariants:
+- Works offline: litellm ships the o200k/cl100k/p50k files under
+  `litellm/litellm_core_utils/tokenizers`, named by tiktoken's cache key. If
+  `TIKTOKEN_CACHE_DIR` is unset we point it there (found with `importlib.util.find_spec`, without
+  importing litellm, which costs seconds). This is done lazily, never at import time. This is the
+  only module of `policies/` that touches the environment or tiktoken.
+- Counts follow OpenAI's chat framing: 3 tokens per message, plus role, content (text parts),
+  `name` (+1), tool calls (name + arguments + 3) and `tool_call_id`; an image part is a fixed
+  estimate (`IMAGE_TOKENS`). The request's reply priming (3) belongs in `Budget.fixed_tokens`.
+- `TokenCounter` caches counts in a bounded LRU keyed by a caller-supplied key (the proxy passes
+  the event hash), so a request costs encoding work proportional to what is new.
+
+Example::
+
+    counter = TokenCounter(encoding_for_model("gpt-4o"))
+    counter.count({"role": "user", "content": "hi"}, key="sha256:...")   # 5, then cached
+    counter({"role": "tool", "tool_call_id": "c1", "content": "..."})     # keyed by its JSON
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tiktoken
+
+from policies.base import Message
+from policies.text import call_arguments, call_name, tool_calls
+
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+TOKENS_PER_TOOL_CALL = 3
+IMAGE_TOKENS = 765  # a 1024x1024 image at high detail; low detail is 85
+TOOLS_FRAMING = 12
+TOKENS_PER_TOOL = 8
+
+_O200K_PREFIXES = ("gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss", "o1", "o3", "o4")
+_CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")
+
+
+def encoding_name_for_model(model: str) -> str:
+    """o200k_base for the gpt-4o/4.1/5 and o-series families, cl100k_base for gpt-4/3.5 and
+    the older OpenAI models, o200k_base for anything unknown (closest modern default)."""
+    name = model.rsplit("/", 1)[-1].lower()
+    if name.startswith(_O200K_PREFIXES):
+        return "o200k_base"
+    if name.startswith(_CL100K_PREFIXES):
+        return "cl100k_base"
+    return "o200k_base"
+
+
+def _litellm_tokenizers_dir() -> str | None:
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or spec.origin is None:
+        return None
+    path = os.path.join(os.path.dirname(spec.origin), "litellm_core_utils", "tokenizers")
+    return path if os.path.isdir(path) else None
+
+
+def ensure_offline_cache() -> None:
+    """Point tiktoken at litellm's bundled BPE files unless the operator chose a cache dir."""
+    if os.environ.get("TIKTOKEN_CACHE_DIR"):
+        return
+    path = _litellm_tokenizers_dir()
+    if path is not None:
+        os.environ["TIKTOKEN_CACHE_DIR"] = path
+
+
+def encoding_for_model(model: str) -> tiktoken.Encoding:
+    """The tiktoken encoding for `model`, loaded without network access."""
+    ensure_offline_cache()
+    return tiktoken.get_encoding(encoding_name_for_model(model))
+
+
+def _encode_len(enc: tiktoken.Encoding, text: str) -> int:
+    # encode_ordinary: special-token text inside user data ("<|endoftext|>") is plain text here.
+    return len(enc.encode_ordinary(text)) if text else 0
+
+
+def _content_tokens(content: Any, enc: tiktoken.Encoding) -> int:
+    if isinstance(content, str):
+        return _encode_len(enc, content)
+    if not isinstance(content, list):
+        return 0
+    total = 0
+    for part in content:
+        if not isinstance(part, Mapping):
+            continue
+        if isinstance(part.get("text"), str):
+            total += _encode_len(enc, part["text"])
+        elif part.get("type") in ("image_url", "image", "input_image"):
+            total += IMAGE_TOKENS
+        else:
+            total += _encode_len(enc, json.dumps(part, sort_keys=True, ensure_ascii=False))
+    return total
+
+
+def count_message(message: Message, enc: tiktoken.Encoding) -> int:
+    """Tokens `message` adds to a chat request, with OpenAI's per-message framing."""
+    total = TOKENS_PER_MESSAGE + _encode_len(enc, str(message.get("role", "")))
+    total += _content_tokens(message.get("content"), enc)
+    refusal = message.get("refusal")
+    if isinstance(refusal, str):
+        total += _encode_len(enc, refusal)
+    name = message.get("name")
+    if isinstance(name, str) and name:
+        total += _encode_len(enc, name) + TOKENS_PER_NAME
+    for call in tool_calls(message):
+        total += TOKENS_PER_TOOL_CALL
+        total += _encode_len(enc, call_name(call)) + _encode_len(enc, call_arguments(call))
+    tool_call_id = message.get("tool_call_id")
+    if isinstance(tool_call_id, str):
+        total += _encode_len(enc, tool_call_id)
+    return total
+
+
+def count_tools(tools: Sequence[Mapping[str, Any]] | None, enc: tiktoken.Encoding) -> int:
+    """Estimate of what tool definitions add (OpenAI renders them as a TypeScript namespace;
+    name + description + JSON parameters + a small framing is within a few percent)."""
+    if not tools:
+        return 0
+    total = TOOLS_FRAMING
+    for tool in tools:
+        function = tool.get("function", tool)
+        if not isinstance(function, Mapping):
+            continue
+        total += TOKENS_PER_TOOL
+        total += _encode_len(enc, str(function.get("name", "")))
+        total += _encode_len(enc, str(function.get("description", "") or ""))
+        parameters = function.get("parameters")
+        if parameters is not None:
+            total += _encode_len(enc, json.dumps(parameters, sort_keys=True, ensure_ascii=False))
+    return total
+
+
+def message_key(message: Message) -> str:
+    """A content key for messages that have no stored hash (e.g. rewritten by a policy)."""
+    data = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+class TokenCounter:
+    """Counts messages with one encoding and remembers the last `max_entries` counts.
+
+    `count(message, key)` uses the caller's key (an event hash); calling the counter itself
+    (`counter(message)`, the `count` callable `project()` expects) keys by the message's JSON.
+    Thread-safe; the cache never grows past `max_entries`.
+    """
+
+    def __init__(self, encoding: tiktoken.Encoding, max_entries: int = 50_000) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.encoding = encoding
+        self.max_entries = max_entries
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @classmethod
+    def for_model(cls, model: str, max_entries: int = 50_000) -> TokenCounter:
+        return cls(encoding_for_model(model), max_entries)
+
+    def count(self, message: Message, key: str | None = None) -> int:
+        cache_key = key if key is not None else message_key(message)
+        with self._lock:
+            cached = self._cache.get(cache_key)
+            if cached is not None:
+                self._cache.move_to_end(cache_key)
+                self.hits += 1
+                return cached
+        tokens = count_message(message, self.encoding)
+        with self._lock:
+            self.misses += 1
+            self._cache[cache_key] = tokens
+            self._cache.move_to_end(cache_key)
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
+        return tokens
+
+    def __call__(self, message: Message) -> int:
+        return self.count(message)
+
+    def count_text(self, text: str) -> int:
+        return _encode_len(self.encoding, text)
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+        return count_tools(tools, self.encoding)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+
+__all__ = [
+    "IMAGE_TOKENS",
+    "TokenCounter",
+    "count_message",
+    "count_tools",
+    "encoding_for_model",
+    "encoding_name_for_model",
+    "ensure_offline_cache",
+    "message_key",
+]

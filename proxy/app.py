@@ -1,0 +1,119 @@
+"""create_app(config): the ASGI application and its lifespan (store, upstream session)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.routing import Route
+
+from . import admin
+from .chat import chat_completions, client_api_key
+from .config import Config
+from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, openai_error_bytes
+from .responses import RawResponse, json_response
+from .state import AppState, resolve_secrets
+from .store import StoreError, make_store
+from .upstream import UpstreamClient, upstream_request_headers
+
+log = logging.getLogger("ctxproxy")
+
+
+def _error_response(exc: ProxyError) -> RawResponse:
+    return RawResponse(openai_error_bytes(exc), exc.status, [("content-type", "application/json")])
+
+
+async def _proxy_error(request: Request, exc: Exception) -> RawResponse:
+    assert isinstance(exc, ProxyError)
+    return _error_response(exc)
+
+
+async def _store_error(request: Request, exc: Exception) -> RawResponse:
+    log.error("store failure on %s: %s", request.url.path, exc)
+    return _error_response(StoreUnavailable("The proxy's store is unavailable; retry shortly."))
+
+
+async def _http_error(request: Request, exc: Exception) -> RawResponse:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return _error_response(NotFound(f"Unknown path {request.url.path}."))
+    if exc.status_code == 405:
+        error = BadRequest(f"Method {request.method} is not allowed on {request.url.path}.")
+        error.status = 405
+        return _error_response(error)
+    error = ProxyError(str(exc.detail))
+    error.status = exc.status_code
+    return _error_response(error)
+
+
+async def _unexpected(request: Request, exc: Exception) -> RawResponse:
+    log.exception("unexpected error on %s", request.url.path)
+    return _error_response(ProxyError("The proxy failed unexpectedly; the error was logged. Retry the request."))
+
+
+async def healthz(request: Request) -> RawResponse:
+    state: AppState = request.app.state.ctx
+    try:
+        await state.store.ping()
+    except Exception:
+        return json_response({"status": "store unavailable"}, 503)
+    return json_response({"status": "ok"})
+
+
+async def list_models(request: Request) -> RawResponse:
+    """The models of the first route's upstream, as the client would list them directly."""
+    state: AppState = request.app.state.ctx
+    route = state.config.routes[0]
+    headers = upstream_request_headers(request.headers, state.upstream_key(route), frozenset())
+    if state.upstream_key(route) is None and client_api_key(request.headers) is None:
+        headers.pop("Authorization", None)
+    upstream = await state.upstream.send(route, "GET", "/models", None, headers)
+    try:
+        data = await upstream.read()
+    finally:
+        upstream.close()
+    return RawResponse(data, upstream.status, upstream.headers)
+
+
+def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
+    env = dict(os.environ) if env is None else env
+    upstream_keys = resolve_secrets(config, env)
+    admin_token = env.get(config.admin_token_env) if config.admin_token_env else None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        store = make_store(config.store)
+        await store.open()
+        upstream = UpstreamClient()
+        await upstream.start()
+        state = AppState(config, store, upstream, upstream_keys, admin_token or None)
+        state.salt = await store.tenant_salt()
+        app.state.ctx = state
+        try:
+            yield
+        finally:
+            await upstream.close()
+            await store.close()
+
+    routes = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        *admin.routes,
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            ProxyError: _proxy_error,
+            StoreError: _store_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+    )

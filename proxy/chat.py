@@ -1,0 +1,208 @@
+"""POST /v1/chat/completions: the orchestrator. Reads as DESIGN's steps, one call per step:
+route, identify + ingest, project, forward, relay, record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from typing import Any
+
+from starlette.requests import Request
+
+from . import identify
+from .errors import NotFound, ProxyError
+from .ingest import Ingested, append_response, ingest
+from .limits import read_body
+from .protocols import openai_chat
+from .relay import StreamOutcome, StreamRelay
+from .responses import RawResponse
+from .state import AppState
+from .store.base import CallRecord, StoreError
+from .upstream import UpstreamResponse, upstream_request_headers
+from .usage import from_openai_chat
+
+log = logging.getLogger("ctxproxy")
+
+PATH = "/v1/chat/completions"
+
+
+def client_api_key(headers: Any) -> str | None:
+    auth = headers.get("authorization")
+    if auth and auth.lower().startswith("bearer "):
+        return str(auth[7:].strip()) or None
+    return headers.get("x-api-key") or headers.get("api-key") or None
+
+
+async def chat_completions(request: Request) -> Any:
+    state: AppState = request.app.state.ctx
+    config = state.config
+    t0 = time.monotonic()
+    started = time.time()
+
+    raw = await read_body(request, config.limits)
+    body = openai_chat.parse_body(raw)
+    model, messages, stream = openai_chat.validate_request(body)
+
+    route = config.route_for(PATH, model)
+    if route is None:
+        raise NotFound(
+            f"No route serves model {model!r} on {PATH}. Configured routes: "
+            + ", ".join(f"{r.name} (model {r.match.model})" for r in config.routes)
+            + ".",
+            param="model",
+            code="model_not_found",
+        )
+
+    tenant = identify.tenant_of(client_api_key(request.headers), state.salt)
+    header = config.conversation_header
+    ingested = await ingest(state.store, tenant, messages, request.headers.get(header))
+    identity = ingested.identity
+    call = CallRecord(
+        id="call_" + secrets.token_hex(10),
+        tenant=tenant,
+        route=route.name,
+        model=model,
+        purpose="main",
+        stream=stream,
+        started_at=started,
+        conversation_id=identity.conversation_id,
+        branch_id=identity.branch_id,
+        system_hash=ingested.system_hash,
+        tools_hash=await _store_blob(state, body.get("tools")),
+    )
+    await _store_blob(state, ingested.prefix, ingested.system_hash)
+
+    outgoing = openai_chat.with_usage_requested(body) if stream else body
+    payload = raw if outgoing is body else json.dumps(outgoing, ensure_ascii=False).encode()
+    headers = upstream_request_headers(request.headers, state.upstream_key(route), frozenset({header.lower()}))
+    echo = [(header, identity.external_id or identity.conversation_id)]
+
+    try:
+        upstream = await state.upstream.send(route, "POST", "/chat/completions", payload, headers)
+    except ProxyError as exc:
+        call.error = exc.message
+        call.latency_ms = _ms(time.monotonic() - t0)
+        await _record(state, call)
+        raise
+
+    if stream and upstream.status == 200 and "text/event-stream" in upstream.content_type:
+        observer = openai_chat.StreamFilter(openai_chat.client_wants_usage(body))
+
+        async def finish(outcome: StreamOutcome) -> None:
+            await _finish_stream(state, call, ingested, upstream, observer, outcome, t0)
+
+        return StreamRelay(upstream, observer, finish, echo)
+    return await _relay_whole(state, call, ingested, upstream, t0, echo)
+
+
+async def _relay_whole(
+    state: AppState,
+    call: CallRecord,
+    ingested: Ingested,
+    upstream: UpstreamResponse,
+    t0: float,
+    echo: list[tuple[str, str]],
+) -> RawResponse:
+    call.upstream_status = upstream.status
+    call.request_id = upstream.request_id
+    call.ttfb_ms = _ms(time.monotonic() - t0)
+    try:
+        data = await upstream.read()
+    except ProxyError as exc:
+        call.error = exc.message
+        call.latency_ms = _ms(time.monotonic() - t0)
+        await _record(state, call)
+        raise
+    finally:
+        upstream.close()
+    call.latency_ms = _ms(time.monotonic() - t0)
+    parsed = _json_object(data)
+    if upstream.status == 200 and parsed is not None:
+        message, call.finish_reason = openai_chat.response_message(parsed)
+        call.response = message
+        call.usage_raw = parsed.get("usage")
+        call.usage = from_openai_chat(call.usage_raw).to_dict()
+        call.status = "complete"
+        if message is not None:
+            await _append_response(state, ingested, message, call.id)
+    else:
+        call.status = "error"
+        call.error = data[:4000].decode("utf-8", errors="replace")
+        call.usage = from_openai_chat(None).to_dict()
+    await _record(state, call)
+    return RawResponse(data, upstream.status, [*upstream.headers, *echo])
+
+
+async def _finish_stream(
+    state: AppState,
+    call: CallRecord,
+    ingested: Ingested,
+    upstream: UpstreamResponse,
+    observer: openai_chat.StreamFilter,
+    outcome: StreamOutcome,
+    t0: float,
+) -> None:
+    acc = observer.accumulator
+    call.upstream_status = upstream.status
+    call.request_id = upstream.request_id
+    call.ttfb_ms = _ms(outcome.first_byte_at - t0) if outcome.first_byte_at else None
+    call.latency_ms = _ms((outcome.ended_at or time.monotonic()) - t0)
+    call.response = acc.message(0)
+    call.finish_reason = acc.finish_reason(0)
+    call.usage_raw = acc.usage
+    call.usage = from_openai_chat(acc.usage).to_dict()
+    if observer.done and outcome.error is None:
+        # [DONE] reached the client; a disconnect after it is the client hanging up, not a loss.
+        call.status = "complete"
+    elif outcome.client_disconnected:
+        call.status, call.error = "partial", f"client disconnected after {acc.chunks} chunks"
+    elif outcome.error is not None:
+        call.status, call.error = ("partial" if acc.chunks else "error"), outcome.error.message
+    else:
+        call.status = "partial"
+        call.error = f"upstream closed the stream after {acc.chunks} chunks without [DONE]"
+    await _record(state, call)
+    if call.status == "complete" and call.response is not None:
+        await _append_response(state, ingested, call.response, call.id)
+
+
+async def _append_response(state: AppState, ingested: Ingested, message: dict[str, Any], call_id: str) -> None:
+    try:
+        await append_response(state.store, ingested, message, call_id)
+    except StoreError as exc:
+        # The conversation was deleted while the call ran, or the store failed after the answer
+        # was already relayed: the client has its answer, the call record says what happened.
+        log.warning("response of call %s not stored: %s", call_id, exc)
+
+
+async def _record(state: AppState, call: CallRecord) -> None:
+    try:
+        await state.store.record_call(call)
+    except StoreError as exc:
+        log.error("call record %s not stored: %s", call.id, exc)
+
+
+async def _store_blob(state: AppState, value: Any, digest: str | None = None) -> str | None:
+    """System prefixes and tool definitions are stored once by content, referenced by calls."""
+    if not value:
+        return None
+    data = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    digest = digest or identify.blob_hash(data)
+    if state.known_blobs.add(digest):
+        await state.store.put_blob(digest, data)
+    return digest
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)

@@ -1,0 +1,94 @@
+"""`ctxproxy serve` and `ctxproxy check-config`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .config import Config, ConfigError, load_config
+from .state import resolve_secrets
+
+
+def _describe(config: Config) -> list[str]:
+    admin = f"on when ${config.admin_token_env} is set" if config.admin_token_env else "off"
+    lines = [f"store: {config.store}", f"admin API: {admin}"]
+    for route in config.routes:
+        match = f"model {route.match.model}" + (f", path {route.match.path}" if route.match.path else "")
+        key = f"key from ${route.upstream.api_key_env}" if route.upstream.api_key_env else "client's own key"
+        policy = config.policies[route.policy]
+        window = policy.context_window or "model default"
+        lines.append(
+            f"route {route.name}: {match} -> {route.upstream.base_url} ({key}); policy {route.policy} "
+            f"(window {window}, trigger {policy.trigger:g}, keep_recent_tokens {policy.keep_recent_tokens})"
+        )
+    return lines
+
+
+def _load(path: str) -> Config:
+    config = load_config(path)
+    try:
+        resolve_secrets(config)
+    except ConfigError as exc:
+        raise ConfigError([f"{path}: {p}" for p in exc.problems]) from None
+    return config
+
+
+def check_config(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args.config)
+    except ConfigError as exc:
+        for line in exc.problems:
+            print(line, file=sys.stderr)
+        return 1
+    print("\n".join(_describe(config)))
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    try:
+        config = _load(args.config)
+    except ConfigError as exc:
+        for line in exc.problems:
+            print(line, file=sys.stderr)
+        return 1
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host = args.host or config.server.host
+    port = args.port if args.port is not None else config.server.port
+    app = create_app(config)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        timeout_graceful_shutdown=30,
+        h11_max_incomplete_event_size=64 * 1024,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ctxproxy", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_serve = sub.add_parser("serve", help="run the proxy")
+    p_serve.add_argument("--config", required=True)
+    p_serve.add_argument("--host")
+    p_serve.add_argument("--port", type=int)
+    p_serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p_serve.add_argument("--access-log", action="store_true")
+    p_serve.set_defaults(func=serve)
+    p_check = sub.add_parser("check-config", help="validate a config file and print the resolved routes")
+    p_check.add_argument("config")
+    p_check.set_defaults(func=check_config)
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Configuration: one YAML file, validated once at start-up into frozen models.
+
+Secrets never live in the file itself. A route names the environment variable that holds its
+upstream key (`api_key_env`); `${NAME}` anywhere in a string value is replaced from the
+environment when the file is loaded, so the resolved config can be printed without leaking keys
+only if keys stay behind `*_env` names (which `check-config` relies on).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(Exception):
+    """The config cannot be used; `problems` holds one line per problem (file, field, what)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Timeouts(_Frozen):
+    """Upstream deadlines in seconds. `first_byte` bounds the wait for response headers,
+    `idle` the gap between two streamed chunks, `total` the whole exchange."""
+
+    connect: float = Field(10.0, gt=0)
+    first_byte: float = Field(300.0, gt=0)
+    idle: float = Field(300.0, gt=0)
+    total: float = Field(900.0, gt=0)
+
+
+class Upstream(_Frozen):
+    base_url: str
+    api_key_env: str | None = None
+    timeouts: Timeouts = Timeouts()
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"must be an http(s) URL such as https://api.openai.com/v1, got {value!r}")
+        return value.rstrip("/")
+
+
+class Match(_Frozen):
+    model: str = "*"
+    path: str | None = None
+
+    def matches(self, path: str, model: str) -> bool:
+        if self.path is not None and self.path != path:
+            return False
+        return fnmatch.fnmatchcase(model, self.model)
+
+
+class Route(_Frozen):
+    name: str
+    match: Match = Match()
+    upstream: Upstream
+    policy: str = "default"
+
+
+class ToolResults(_Frozen):
+    keep_recent_groups: int = Field(4, ge=0)
+    recent_max_chars: int = Field(8000, ge=100)
+    old_max_chars: int = Field(400, ge=100)
+    exclude_tools: tuple[str, ...] = ()
+    clear_at_least: int = Field(4, ge=1)
+
+
+class Pins(_Frozen):
+    first_user: bool = True
+    roles: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+
+    @field_validator("patterns")
+    @classmethod
+    def _regexes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
+        return value
+
+
+class Summarizer(_Frozen):
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout: float = Field(120.0, gt=0)
+    max_attempts: int = Field(2, ge=1, le=5)
+
+
+class Policy(_Frozen):
+    """How a route's requests are rewritten. Windows default to litellm's model info."""
+
+    context_window: int | None = Field(None, gt=0)
+    max_output_tokens: int | None = Field(None, gt=0)
+    trigger: float = Field(0.8, gt=0, le=1)
+    target: float = Field(0.5, gt=0, le=1)
+    keep_recent_tokens: int = Field(20000, ge=0)
+    summary_chunk_tokens: int = Field(24000, ge=1000)
+    on_overflow: Literal["wait", "prune"] = "wait"
+    overflow_wait: float = Field(30.0, ge=0)
+    rewrite: bool = True
+    tool_results: ToolResults = ToolResults()
+    pins: Pins = Pins()
+    summarizer: Summarizer = Summarizer()
+
+    @model_validator(mode="after")
+    def _target_below_trigger(self) -> Policy:
+        if self.target >= self.trigger:
+            raise ValueError(f"target ({self.target}) must be below trigger ({self.trigger})")
+        if self.context_window and self.max_output_tokens and self.max_output_tokens >= self.context_window:
+            raise ValueError("max_output_tokens must be smaller than context_window")
+        return self
+
+
+class Limits(_Frozen):
+    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    receive_timeout: float = Field(60.0, gt=0)
+
+
+class Server(_Frozen):
+    host: str = "127.0.0.1"
+    port: int = Field(8787, ge=0, le=65535)
+
+
+class Config(_Frozen):
+    store: str = "sqlite:///./ctxproxy.db"
+    admin_token_env: str | None = None
+    conversation_header: str = "X-Conversation-Id"
+    server: Server = Server()
+    limits: Limits = Limits()
+    routes: tuple[Route, ...] = Field(min_length=1)
+    policies: dict[str, Policy] = Field(default_factory=lambda: {"default": Policy()})
+
+    @field_validator("store")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        if not (value.startswith("sqlite:///") or value.startswith(("redis://", "rediss://"))):
+            raise ValueError("must be sqlite:///PATH or redis://HOST:PORT/DB")
+        return value
+
+    @model_validator(mode="after")
+    def _routes_resolve(self) -> Config:
+        names: set[str] = set()
+        for index, route in enumerate(self.routes):
+            if route.name in names:
+                raise ValueError(f"routes.{index}.name: duplicate route name {route.name!r}")
+            names.add(route.name)
+            if route.policy not in self.policies:
+                known = ", ".join(sorted(self.policies)) or "none"
+                raise ValueError(f"routes.{index}.policy: unknown policy {route.policy!r} (defined: {known})")
+        return self
+
+    def route_for(self, path: str, model: str) -> Route | None:
+        for route in self.routes:
+            if route.match.matches(path, model):
+                return route
+        return None
+
+    def policy_for(self, route: Route) -> Policy:
+        return self.policies[route.policy]
+
+
+def _interpolate(value: Any, env: dict[str, str], where: str, problems: list[str]) -> Any:
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in env:
+                problems.append(f"{where}: environment variable {name} is not set")
+                return ""
+            return env[name]
+
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _interpolate(v, env, f"{where}.{k}" if where else str(k), problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, env, f"{where}.{i}", problems) for i, v in enumerate(value)]
+    return value
+
+
+def parse_config(data: Any, source: str = "<config>", env: dict[str, str] | None = None) -> Config:
+    """Validate a parsed YAML document; raise ConfigError with one line per problem."""
+    if not isinstance(data, dict):
+        raise ConfigError([f"{source}: the top level must be a mapping"])
+    problems: list[str] = []
+    data = _interpolate(data, dict(os.environ) if env is None else env, "", problems)
+    if problems:
+        raise ConfigError([f"{source}: {p}" for p in problems])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(part) for part in err["loc"]) or "(top level)"
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{source}: {loc}: {msg}")
+        raise ConfigError(lines) from None
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: invalid YAML: {exc}"]) from None
+    return parse_config(data, str(path))

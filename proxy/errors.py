@@ -1,0 +1,95 @@
+"""One exception tree, rendered in the client API's own error shape at one boundary.
+
+    ProxyError                      status, type, code
+    ├── BadRequest                  400 invalid_request_error
+    │   └── ContextLengthExceeded   400 invalid_request_error / context_length_exceeded
+    ├── Unauthorized                401 authentication_error
+    ├── NotFound                    404 not_found_error
+    ├── PayloadTooLarge             413 invalid_request_error / request_too_large
+    ├── RequestTimeout              408 invalid_request_error / request_timeout
+    ├── UpstreamError               502 upstream_error (refused, reset, malformed answer)
+    ├── UpstreamTimeout             504 upstream_error / upstream_timeout
+    └── StoreUnavailable            503 service_unavailable
+
+Messages say what happened, what was expected and what to do; they never carry secrets.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class ProxyError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def openai_body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class BadRequest(ProxyError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class ContextLengthExceeded(BadRequest):
+    code = "context_length_exceeded"
+
+
+class Unauthorized(ProxyError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class NotFound(ProxyError):
+    status = 404
+    type = "not_found_error"
+    code = "not_found"
+
+
+class PayloadTooLarge(ProxyError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class RequestTimeout(ProxyError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
+class UpstreamError(ProxyError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class StoreUnavailable(ProxyError):
+    status = 503
+    type = "service_unavailable"
+    code = "store_unavailable"
+
+
+def openai_error_bytes(exc: ProxyError) -> bytes:
+    return json.dumps(exc.openai_body()).encode()
+
+
+def sse_error_event(exc: ProxyError) -> bytes:
+    """The error event sent once a stream has started and a status code can no longer change."""
+    return b"data: " + openai_error_bytes(exc) + b"\n\n"

@@ -1,0 +1,124 @@
+"""Conversation identity: which stored conversation and branch an incoming request continues.
+
+Chat-completions clients are stateless: every request re-sends the whole history. We find the
+conversation by a hash chain over canonicalized messages (as simonw/llm does): message i's hash
+covers its canonical form and the hash of message i-1, so the longest incoming prefix whose last
+hash is stored is exactly the stored history this request continues. The chain's root covers the
+tenant, so identical histories of two tenants never meet.
+
+The leading system/developer messages are *not* in the chain: agents rewrite them every turn
+(Claude Code puts the date and git status there) and a chain over them would start a new
+conversation on every request. They are stored with each call instead.
+
+Canonicalization exists because clients re-serialize the assistant messages we returned. An
+assistant message is hashed the same whether the client sends it back with `content: null`,
+`content: ""` or no `content` key; with `refusal: null`, `annotations: []`, `audio: null`,
+`function_call: null`, `tool_calls: []` or without them; with `tool_calls[].index` or not; with keys
+in any order; and with text content as `"hi"` or `[{"type": "text", "text": "hi"}]`. A key whose
+value is null, "" or an empty list is treated as absent. `annotations` are always ignored (citation
+metadata some clients drop). Anything else that differs -- other text, another tool id or argument
+string, an extra non-empty field -- is a different message, and the history forks there.
+
+Example: [sys, u1, a1, u2] after a stored [u1, a1] matches 2 messages (sys is not chained); u2 is
+appended. If the client then sends [sys, u1, a1', u3] with an edited a1', the match stops at u1 and
+the store forks a branch after u1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .types import Message
+
+PREFIX_ROLES = frozenset({"system", "developer"})
+_IGNORED_KEYS = frozenset({"annotations"})
+_EMPTY: tuple[Any, ...] = (None, "", [], {})
+
+
+def split_prefix(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
+    """Leading system/developer messages (the pinned prefix) and the chained history after them."""
+    cut = 0
+    while cut < len(messages) and messages[cut].get("role") in PREFIX_ROLES:
+        cut += 1
+    return list(messages[:cut]), list(messages[cut:])
+
+
+def _canonical_content(content: Any) -> Any:
+    if isinstance(content, list):
+        parts = [_strip(p) if isinstance(p, dict) else p for p in content]
+        if len(parts) == 1 and isinstance(parts[0], dict) and parts[0].get("type") == "text":
+            return parts[0].get("text", "")
+        return parts
+    return content
+
+
+def _canonical_tool_call(call: Any) -> Any:
+    if not isinstance(call, dict):
+        return call
+    function = call.get("function") or {}
+    out: dict[str, Any] = {"id": call.get("id"), "type": call.get("type") or "function"}
+    if isinstance(function, dict):
+        out["function"] = {"name": function.get("name"), "arguments": function.get("arguments") or ""}
+    else:
+        out["function"] = function
+    return out
+
+
+def _strip(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if v not in _EMPTY and k not in _IGNORED_KEYS}
+
+
+def canonical(message: Message) -> dict[str, Any]:
+    """The form that is hashed; see the module docstring for what is treated as equal."""
+    out = _strip(message)
+    if "content" in out:
+        content = _canonical_content(out["content"])
+        if content in _EMPTY:
+            del out["content"]
+        else:
+            out["content"] = content
+    if "tool_calls" in out and isinstance(out["tool_calls"], list):
+        out["tool_calls"] = [_canonical_tool_call(c) for c in out["tool_calls"]]
+    return out
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def root_hash(tenant: str) -> str:
+    return _digest(b"ctxproxy/chain/v1\x00" + tenant.encode())
+
+
+def message_hash(parent: str, message: Message) -> str:
+    body = json.dumps(canonical(message), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _digest(parent.encode() + b"\x00" + body.encode())
+
+
+def chain(tenant: str, history: Sequence[Message]) -> list[str]:
+    """hashes[i] identifies history[: i + 1] for this tenant."""
+    parent = root_hash(tenant)
+    out: list[str] = []
+    for message in history:
+        parent = message_hash(parent, message)
+        out.append(parent)
+    return out
+
+
+def prefix_hash(prefix: Sequence[Message]) -> str:
+    body = json.dumps([canonical(m) for m in prefix], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _digest(b"ctxproxy/prefix/v1\x00" + body.encode())
+
+
+def blob_hash(data: str) -> str:
+    return _digest(b"ctxproxy/blob/v1\x00" + data.encode())
+
+
+def tenant_of(api_key: str | None, salt: bytes) -> str:
+    """A salted fingerprint of the client's key: the tenant. The key itself is never stored."""
+    if not api_key:
+        return "anonymous"
+    return "t_" + hashlib.blake2b(api_key.encode(), key=salt[:64], digest_size=12).hexdigest()

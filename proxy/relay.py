@@ -1,0 +1,102 @@
+"""Relay an upstream SSE stream to the client as it arrives, and always learn how it ended.
+
+A plain ASGI response rather than starlette's StreamingResponse, because the proxy must record
+every call, and a generator's `finally` is not a reliable place for that: under ASGI 2.4 a
+disconnect surfaces only at the next write, and a cancelled generator cannot await its cleanup.
+Here a watcher task turns `http.disconnect` into cancellation of the copy loop, and the outcome
+is handed to `finish` inside a shielded scope, whatever happened: complete, upstream error or
+time-out mid-stream (the client gets one error event, the record says `partial`), or the client
+going away.
+
+Each complete SSE event is forwarded as soon as it is complete; `transform` may rewrite or drop it
+(the usage chunk a client did not ask for).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+from .errors import ProxyError, sse_error_event
+from .sse import SseEvent, SseSplitter
+from .upstream import UpstreamResponse
+
+
+@dataclass
+class StreamOutcome:
+    first_byte_at: float | None = None
+    ended_at: float | None = None
+    upstream_finished: bool = False
+    """The upstream closed the stream normally."""
+    client_disconnected: bool = False
+    error: ProxyError | None = None
+    truncated: bytes = b""
+    """An unterminated final event the upstream left behind."""
+
+
+class StreamRelay:
+    def __init__(
+        self,
+        upstream: UpstreamResponse,
+        transform: Callable[[SseEvent], bytes | None],
+        finish: Callable[[StreamOutcome], Awaitable[None]],
+        extra_headers: list[tuple[str, str]],
+    ) -> None:
+        self.upstream = upstream
+        self.transform = transform
+        self.finish = finish
+        self.headers = [*upstream.headers, *extra_headers]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        outcome = StreamOutcome()
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def watch_disconnect() -> None:
+                    while True:
+                        message = await receive()
+                        if message["type"] == "http.disconnect":
+                            outcome.client_disconnected = True
+                            group.cancel_scope.cancel()
+                            return
+
+                group.start_soon(watch_disconnect)
+                try:
+                    await self._copy(send, outcome)
+                except OSError:
+                    outcome.client_disconnected = True
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            outcome.ended_at = time.monotonic()
+            self.upstream.close()
+            with anyio.CancelScope(shield=True):
+                await self.finish(outcome)
+
+    async def _copy(self, send: Send, outcome: StreamOutcome) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": self.upstream.status,
+                "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers],
+            }
+        )
+        splitter = SseSplitter()
+        try:
+            async for piece in self.upstream.pieces():
+                if outcome.first_byte_at is None:
+                    outcome.first_byte_at = time.monotonic()
+                for event in splitter.feed(piece):
+                    out = self.transform(event)
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+            outcome.upstream_finished = True
+            outcome.truncated = splitter.rest()
+        except ProxyError as exc:
+            outcome.error = exc
+            await send({"type": "http.response.body", "body": sse_error_event(exc), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,57 @@
+"""Incremental Server-Sent Events framing, pure.
+
+Upstream bytes arrive in arbitrary pieces; the relay must forward each complete event as soon as
+it is complete (never wait for more), and look inside it on the side. `SseSplitter.feed` returns
+the complete events in a piece, each as its original bytes (terminator included) so relaying them
+is byte-faithful, and keeps the incomplete rest for the next piece.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    raw: bytes
+    event: str | None
+    data: str | None
+    """The joined `data:` lines, or None for a comment-only or empty event."""
+
+
+def parse_event(raw: bytes) -> SseEvent:
+    event: str | None = None
+    data: list[str] = []
+    for line in raw.decode("utf-8", errors="replace").splitlines():
+        if not line or line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    return SseEvent(raw, event, "\n".join(data) if data else None)
+
+
+class SseSplitter:
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, piece: bytes) -> list[SseEvent]:
+        self._buffer += piece
+        events: list[SseEvent] = []
+        start = 0
+        for m in _BOUNDARY.finditer(self._buffer):
+            events.append(parse_event(self._buffer[start : m.end()]))
+            start = m.end()
+        self._buffer = self._buffer[start:]
+        return events
+
+    def rest(self) -> bytes:
+        """Bytes of an unterminated final event (an upstream that closed mid-event)."""
+        return self._buffer

@@ -1,0 +1,195 @@
+"""The `Store` protocol: everything the proxy persists, behind one async interface.
+
+Conversations own branches; a branch owns the events appended to it after its fork point and
+inherits its parent's events up to that point (`fork_seq`). Events are append-only. Every backend
+passes the same contract suite (tests/store/).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..types import Message
+
+
+class StoreError(Exception):
+    """The backend failed; the request is answered 503 and nothing is half-written."""
+
+
+class ConversationGone(StoreError):
+    """The conversation was deleted; late writes (a finishing stream, a compaction) are refused."""
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    role: str
+    message: Message
+    chain_hash: str
+    source: str  # "request" | "response"
+    tokens: int | None = None
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Position:
+    """The last event of a lineage: `seq` on `branch_id` (seq 0 = before the first event)."""
+
+    conversation_id: str
+    branch_id: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class HashMatch:
+    position: Position
+    count: int
+    """How many leading hashes of the queried chain are stored (the chain index + 1)."""
+    system_hash: str | None
+    """The system prefix the branch was last called with (for the one-message retry rule)."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    tenant: str
+    external_id: str | None
+    created_at: float
+    updated_at: float
+    main_branch_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tenant": self.tenant,
+            "external_id": self.external_id,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True)
+class Branch:
+    id: str
+    conversation_id: str
+    parent_id: str | None
+    fork_seq: int
+    head_seq: int
+    created_at: float
+    updated_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "parent_id": self.parent_id,
+            "fork_seq": self.fork_seq,
+            "head_seq": self.head_seq,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    branch_id: str
+    seq: int
+    role: str
+    message: Message
+    chain_hash: str
+    source: str
+    tokens: int | None
+    created_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "branch_id": self.branch_id,
+            "role": self.role,
+            "message": self.message,
+            "source": self.source,
+            "tokens": self.tokens,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass
+class CallRecord:
+    """One upstream call, written once when it ends (complete, partial or error)."""
+
+    id: str
+    tenant: str
+    route: str
+    model: str | None
+    purpose: str
+    stream: bool
+    started_at: float
+    conversation_id: str | None = None
+    branch_id: str | None = None
+    status: str = "error"
+    upstream_status: int | None = None
+    error: str | None = None
+    latency_ms: float | None = None
+    ttfb_ms: float | None = None
+    response: Message | None = None
+    finish_reason: str | None = None
+    usage_raw: Any = None
+    usage: dict[str, int | None] = field(default_factory=dict)
+    request_id: str | None = None
+    system_hash: str | None = None
+    tools_hash: str | None = None
+    projection: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "conversation_id": self.conversation_id,
+            "branch_id": self.branch_id,
+            "route": self.route,
+            "model": self.model,
+            "purpose": self.purpose,
+            "stream": self.stream,
+            "status": self.status,
+            "upstream_status": self.upstream_status,
+            "error": self.error,
+            "started_at": self.started_at,
+            "latency_ms": self.latency_ms,
+            "ttfb_ms": self.ttfb_ms,
+            "response": self.response,
+            "finish_reason": self.finish_reason,
+            "usage_raw": self.usage_raw,
+            "usage": self.usage,
+            "request_id": self.request_id,
+            "projection": self.projection,
+        }
+
+
+class Store(Protocol):
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def ping(self) -> bool: ...
+    async def tenant_salt(self) -> bytes: ...
+
+    async def find_longest(self, hashes: list[str], tenant: str, conversation_id: str | None) -> HashMatch | None:
+        """The stored event with the largest index in `hashes` (most recently active conversation
+        first on ties), restricted to one conversation when `conversation_id` is given."""
+
+    async def find_conversation(self, tenant: str, ref: str) -> Conversation | None:
+        """By internal id or by the client's external id, within one tenant."""
+
+    async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation: ...
+
+    async def append(self, start: Position, events: list[NewEvent], system_hash: str | None) -> Position:
+        """Append after `start`: events whose chain hash is already stored just move the position;
+        a new event after a non-head position forks a child branch there. Idempotent."""
+
+    async def put_blob(self, digest: str, data: str) -> None:
+        """Content-addressed storage for system prefixes and tool definitions."""
+
+    async def record_call(self, call: CallRecord) -> None: ...
+
+    async def list_conversations(self, limit: int, before: float | None) -> list[Conversation]: ...
+    async def get_conversation(self, conversation_id: str) -> Conversation | None: ...
+    async def list_branches(self, conversation_id: str) -> list[Branch]: ...
+    async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]: ...
+    async def list_calls(self, conversation_id: str, limit: int, offset: int) -> list[CallRecord]: ...
+    async def delete_conversation(self, conversation_id: str) -> bool: ...

@@ -1,0 +1,471 @@
+"""SQLite backend: the embedded default, one file, WAL.
+
+Calls are synchronous on the event loop on purpose: each is a handful of indexed statements
+(tens to hundreds of microseconds), cheaper than a hop to a worker thread. Every write is one
+`BEGIN IMMEDIATE` transaction, so concurrent requests on one conversation serialize and a crash
+leaves either all or none of an append.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .base import (
+    Branch,
+    CallRecord,
+    Conversation,
+    ConversationGone,
+    HashMatch,
+    NewEvent,
+    Position,
+    StoredEvent,
+    StoreError,
+)
+
+
+_M001_INITIAL = """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            external_id TEXT,
+            main_branch_id TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE UNIQUE INDEX conversations_external ON conversations (tenant, external_id)
+            WHERE external_id IS NOT NULL;
+        CREATE INDEX conversations_updated ON conversations (updated_at);
+        CREATE TABLE branches (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            parent_id TEXT,
+            fork_seq INTEGER NOT NULL,
+            head_seq INTEGER NOT NULL,
+            system_hash TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE INDEX branches_conversation ON branches (conversation_id);
+        CREATE TABLE events (
+            branch_id TEXT NOT NULL REFERENCES branches (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            conversation_id TEXT NOT NULL,
+            role TEXT NOT NULL,
+            message TEXT NOT NULL,
+            chain_hash TEXT NOT NULL,
+            source TEXT NOT NULL,
+            tokens INTEGER,
+            call_id TEXT,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (branch_id, seq)
+        ) WITHOUT ROWID;
+        CREATE INDEX events_hash ON events (chain_hash);
+        CREATE TABLE blobs (digest TEXT PRIMARY KEY, data TEXT NOT NULL) WITHOUT ROWID;
+        CREATE TABLE calls (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT,
+            branch_id TEXT,
+            tenant TEXT NOT NULL,
+            route TEXT NOT NULL,
+            model TEXT,
+            purpose TEXT NOT NULL,
+            stream INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            upstream_status INTEGER,
+            error TEXT,
+            started_at REAL NOT NULL,
+            latency_ms REAL,
+            ttfb_ms REAL,
+            response TEXT,
+            finish_reason TEXT,
+            usage_raw TEXT,
+            input_total INTEGER,
+            input_uncached INTEGER,
+            cache_read INTEGER,
+            cache_write INTEGER,
+            output INTEGER,
+            reasoning INTEGER,
+            request_id TEXT,
+            system_hash TEXT,
+            tools_hash TEXT,
+            projection TEXT
+        );
+        CREATE INDEX calls_conversation ON calls (conversation_id, started_at);
+        CREATE TABLE tombstones (conversation_id TEXT PRIMARY KEY, deleted_at REAL NOT NULL);
+"""
+
+# Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
+MIGRATIONS: list[tuple[str, str]] = [
+    ("001_initial", _M001_INITIAL),
+]
+
+_USAGE_COLUMNS = ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+class SqliteStore:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> SqliteStore:
+        return cls(url.removeprefix("sqlite:///") or "ctxproxy.db")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA foreign_keys=ON")
+        db.execute("PRAGMA secure_delete=ON")
+        db.execute("PRAGMA busy_timeout=5000")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        for number, (_name, sql) in enumerate(MIGRATIONS, start=1):
+            if number > version:
+                db.executescript(f"BEGIN IMMEDIATE;\n{sql}\nPRAGMA user_version={number};\nCOMMIT;")
+        self._db = db
+
+    async def close(self) -> None:
+        if self._db is not None:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.close()
+            self._db = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError("the store is not open")
+        return self._db
+
+    async def ping(self) -> bool:
+        self.db.execute("SELECT 1").fetchone()
+        return True
+
+    def _write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        db = self.db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite write failed: {exc}") from exc
+
+    async def tenant_salt(self) -> bytes:
+        def get_or_create(db: sqlite3.Connection) -> str:
+            row = db.execute("SELECT value FROM meta WHERE key = 'tenant_salt'").fetchone()
+            if row:
+                return str(row[0])
+            salt = secrets.token_hex(32)
+            db.execute("INSERT INTO meta (key, value) VALUES ('tenant_salt', ?)", (salt,))
+            return salt
+
+        return bytes.fromhex(self._write(get_or_create))
+
+    # -- identity ----------------------------------------------------------------------------
+    async def find_longest(self, hashes: list[str], tenant: str, conversation_id: str | None) -> HashMatch | None:
+        if not hashes:
+            return None
+        # Most requests continue the stored history by one or two messages: try the tail first.
+        tail = hashes[-4:]
+        match = self._find(tail, len(hashes) - len(tail), tenant, conversation_id)
+        if match is None and len(hashes) > len(tail):
+            match = self._find(hashes[: -len(tail)], 0, tenant, conversation_id)
+        return match
+
+    def _find(self, hashes: list[str], offset: int, tenant: str, conversation_id: str | None) -> HashMatch | None:
+        index = {h: i for i, h in enumerate(hashes)}
+        best: tuple[int, float, Any] | None = None
+        for start in range(0, len(hashes), 900):
+            batch = hashes[start : start + 900]
+            marks = ",".join("?" * len(batch))
+            sql = (
+                "SELECT e.chain_hash, e.conversation_id, e.branch_id, e.seq, c.updated_at, b.system_hash "
+                "FROM events e JOIN conversations c ON c.id = e.conversation_id "
+                "JOIN branches b ON b.id = e.branch_id "
+                f"WHERE e.chain_hash IN ({marks}) AND c.tenant = ?"
+            )
+            params: list[Any] = [*batch, tenant]
+            if conversation_id is not None:
+                sql += " AND e.conversation_id = ?"
+                params.append(conversation_id)
+            for row in self.db.execute(sql, params):
+                key = (index[row[0]], row[4], row)
+                if best is None or key[:2] > best[:2]:
+                    best = key
+        if best is None:
+            return None
+        row = best[2]
+        return HashMatch(Position(row[1], row[2], row[3]), offset + best[0] + 1, row[5])
+
+    async def find_conversation(self, tenant: str, ref: str) -> Conversation | None:
+        row = self.db.execute(
+            f"SELECT {_CONV_COLS} FROM conversations WHERE tenant = ? AND (id = ? OR external_id = ?) "
+            "ORDER BY id = ? DESC LIMIT 1",
+            (tenant, ref, ref, ref),
+        ).fetchone()
+        return _conversation(row) if row else None
+
+    async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation:
+        now = time.time()
+        conv_id, branch_id = _new_id("c"), _new_id("b")
+
+        def create(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO conversations (id, tenant, external_id, main_branch_id, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (conv_id, tenant, external_id, branch_id, now, now),
+            )
+            db.execute(
+                "INSERT INTO branches (id, conversation_id, parent_id, fork_seq, head_seq, created_at, updated_at) "
+                "VALUES (?, ?, NULL, 0, 0, ?, ?)",
+                (branch_id, conv_id, now, now),
+            )
+
+        try:
+            self._write(create)
+        except StoreError:
+            # Two requests raced to create the same external id: the other one won, use it.
+            if external_id is not None:
+                existing = await self.find_conversation(tenant, external_id)
+                if existing is not None:
+                    return existing
+            raise
+        return Conversation(conv_id, tenant, external_id, now, now, branch_id)
+
+    async def append(self, start: Position, events: list[NewEvent], system_hash: str | None) -> Position:
+        now = time.time()
+
+        def append(db: sqlite3.Connection) -> Position:
+            if db.execute("SELECT 1 FROM conversations WHERE id = ?", (start.conversation_id,)).fetchone() is None:
+                raise ConversationGone(f"conversation {start.conversation_id} no longer exists")
+            branch, seq = start.branch_id, start.seq
+            for event in events:
+                row = db.execute(
+                    "SELECT branch_id, seq FROM events WHERE chain_hash = ? AND conversation_id = ?",
+                    (event.chain_hash, start.conversation_id),
+                ).fetchone()
+                if row is not None:
+                    branch, seq = row[0], row[1]
+                    continue
+                head = db.execute("SELECT head_seq FROM branches WHERE id = ?", (branch,)).fetchone()[0]
+                if seq != head:
+                    child = _new_id("b")
+                    db.execute(
+                        "INSERT INTO branches (id, conversation_id, parent_id, fork_seq, head_seq, "
+                        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (child, start.conversation_id, branch, seq, seq, now, now),
+                    )
+                    branch = child
+                seq += 1
+                db.execute(
+                    "INSERT INTO events (branch_id, seq, conversation_id, role, message, chain_hash, source, "
+                    "tokens, call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        branch,
+                        seq,
+                        start.conversation_id,
+                        event.role,
+                        json.dumps(event.message, ensure_ascii=False),
+                        event.chain_hash,
+                        event.source,
+                        event.tokens,
+                        event.call_id,
+                        now,
+                    ),
+                )
+                db.execute("UPDATE branches SET head_seq = ?, updated_at = ? WHERE id = ?", (seq, now, branch))
+            if system_hash is not None:
+                db.execute(
+                    "UPDATE branches SET system_hash = ?, updated_at = ? WHERE id = ?", (system_hash, now, branch)
+                )
+            else:
+                db.execute("UPDATE branches SET updated_at = ? WHERE id = ?", (now, branch))
+            db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, start.conversation_id))
+            return Position(start.conversation_id, branch, seq)
+
+        result: Position = self._write(append)
+        return result
+
+    async def put_blob(self, digest: str, data: str) -> None:
+        self._write(lambda db: db.execute("INSERT OR IGNORE INTO blobs (digest, data) VALUES (?, ?)", (digest, data)))
+
+    # -- calls -------------------------------------------------------------------------------
+    async def record_call(self, call: CallRecord) -> None:
+        usage = [call.usage.get(k) for k in _USAGE_COLUMNS]
+
+        def insert(db: sqlite3.Connection) -> None:
+            if call.conversation_id is not None and db.execute(
+                "SELECT 1 FROM tombstones WHERE conversation_id = ?", (call.conversation_id,)
+            ).fetchone():
+                raise ConversationGone(f"conversation {call.conversation_id} was deleted")
+            db.execute(
+                "INSERT OR REPLACE INTO calls (id, conversation_id, branch_id, tenant, route, model, purpose, stream, "
+                "status, upstream_status, error, started_at, latency_ms, ttfb_ms, response, finish_reason, "
+                "usage_raw, input_total, input_uncached, cache_read, cache_write, output, reasoning, request_id, "
+                "system_hash, tools_hash, projection) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    call.id,
+                    call.conversation_id,
+                    call.branch_id,
+                    call.tenant,
+                    call.route,
+                    call.model,
+                    call.purpose,
+                    int(call.stream),
+                    call.status,
+                    call.upstream_status,
+                    call.error,
+                    call.started_at,
+                    call.latency_ms,
+                    call.ttfb_ms,
+                    _dumps(call.response),
+                    call.finish_reason,
+                    _dumps(call.usage_raw),
+                    *usage,
+                    call.request_id,
+                    call.system_hash,
+                    call.tools_hash,
+                    _dumps(call.projection),
+                ),
+            )
+
+        self._write(insert)
+
+    # -- admin -------------------------------------------------------------------------------
+    async def list_conversations(self, limit: int, before: float | None) -> list[Conversation]:
+        sql = f"SELECT {_CONV_COLS} FROM conversations"
+        params: list[Any] = []
+        if before is not None:
+            sql += " WHERE updated_at < ?"
+            params.append(before)
+        sql += " ORDER BY updated_at DESC LIMIT ?"
+        params.append(limit)
+        return [_conversation(r) for r in self.db.execute(sql, params)]
+
+    async def get_conversation(self, conversation_id: str) -> Conversation | None:
+        row = self.db.execute(f"SELECT {_CONV_COLS} FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return _conversation(row) if row else None
+
+    async def list_branches(self, conversation_id: str) -> list[Branch]:
+        rows = self.db.execute(
+            "SELECT id, conversation_id, parent_id, fork_seq, head_seq, created_at, updated_at FROM branches "
+            "WHERE conversation_id = ? ORDER BY created_at, rowid",
+            (conversation_id,),
+        )
+        return [Branch(*r) for r in rows]
+
+    async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
+        # Walk up to the root: each ancestor contributes its events up to the child's fork point.
+        segments: list[tuple[str, int]] = []
+        current: str | None = branch_id
+        upto = 1 << 62
+        while current is not None:
+            row = self.db.execute("SELECT parent_id, fork_seq FROM branches WHERE id = ?", (current,)).fetchone()
+            if row is None:
+                break
+            segments.append((current, upto))
+            upto = row[1]
+            current = row[0]
+        out: list[StoredEvent] = []
+        for seg_branch, seg_upto in reversed(segments):
+            rows = self.db.execute(
+                "SELECT branch_id, seq, role, message, chain_hash, source, tokens, created_at FROM events "
+                "WHERE branch_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+                (seg_branch, after_seq, seg_upto, limit - len(out)),
+            )
+            out.extend(StoredEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], r[7]) for r in rows)
+            if len(out) >= limit:
+                break
+        return out
+
+    async def list_calls(self, conversation_id: str, limit: int, offset: int) -> list[CallRecord]:
+        rows = self.db.execute(
+            "SELECT id, tenant, route, model, purpose, stream, started_at, conversation_id, branch_id, status, "
+            "upstream_status, error, latency_ms, ttfb_ms, response, finish_reason, usage_raw, "
+            f"{', '.join(_USAGE_COLUMNS)}, request_id, system_hash, tools_hash, projection FROM calls "
+            "WHERE conversation_id = ? ORDER BY started_at, rowid LIMIT ? OFFSET ?",
+            (conversation_id, limit, offset),
+        )
+        out = []
+        for r in rows:
+            out.append(
+                CallRecord(
+                    id=r[0],
+                    tenant=r[1],
+                    route=r[2],
+                    model=r[3],
+                    purpose=r[4],
+                    stream=bool(r[5]),
+                    started_at=r[6],
+                    conversation_id=r[7],
+                    branch_id=r[8],
+                    status=r[9],
+                    upstream_status=r[10],
+                    error=r[11],
+                    latency_ms=r[12],
+                    ttfb_ms=r[13],
+                    response=_loads(r[14]),
+                    finish_reason=r[15],
+                    usage_raw=_loads(r[16]),
+                    usage=dict(zip(_USAGE_COLUMNS, r[17:23], strict=True)),
+                    request_id=r[23],
+                    system_hash=r[24],
+                    tools_hash=r[25],
+                    projection=_loads(r[26]),
+                )
+            )
+        return out
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        def delete(db: sqlite3.Connection) -> bool:
+            found = db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
+            # Branches and events cascade; calls and tombstone are explicit.
+            db.execute("DELETE FROM events WHERE conversation_id = ?", (conversation_id,))
+            db.execute("DELETE FROM branches WHERE conversation_id = ?", (conversation_id,))
+            db.execute("DELETE FROM calls WHERE conversation_id = ?", (conversation_id,))
+            if found:
+                db.execute(
+                    "INSERT OR REPLACE INTO tombstones (conversation_id, deleted_at) VALUES (?, ?)",
+                    (conversation_id, time.time()),
+                )
+            return found
+
+        found: bool = self._write(delete)
+        if found:
+            # secure_delete zeroes freed pages; the checkpoint moves them out of the WAL too.
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return found
+
+
+_CONV_COLS = "id, tenant, external_id, created_at, updated_at, main_branch_id"
+
+
+def _conversation(row: Any) -> Conversation:
+    return Conversation(row[0], row[1], row[2], row[3], row[4], row[5])
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _loads(value: str | None) -> Any:
+    return None if value is None else json.loads(value)

@@ -1,0 +1,28 @@
+"""The small vocabulary shared by the proxy's modules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Message = dict[str, Any]
+"""An OpenAI chat-completions message as the client sent it (role, content, tool_calls, ...)."""
+
+Json = dict[str, Any]
+
+CallStatus = Literal["complete", "partial", "error"]
+Purpose = Literal["main", "summary"]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Where a request belongs: its conversation, branch, and how much of it was already stored."""
+
+    tenant: str
+    conversation_id: str
+    branch_id: str
+    matched: int
+    """How many of the request's history messages were already stored on this branch's lineage."""
+    external_id: str | None = None
+    created: bool = False
+    forked: bool = False

@@ -1,0 +1,76 @@
+"""Small helpers shared by the end-to-end tests (no fixtures here; see tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+def sse_payloads(lines: list[str]) -> list[str]:
+    """The ``data:`` payloads of an SSE stream, in order (``[DONE]`` included)."""
+    return [line[5:].strip() for line in lines if line.startswith("data:")]
+
+
+def json_chunks(payloads: list[str]) -> list[dict[str, Any]]:
+    return [json.loads(p) for p in payloads if p != "[DONE]"]
+
+
+def without_usage(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the real API sends when the client did not ask for usage: no usage chunk, no key."""
+    out = []
+    for c in chunks:
+        if c.get("choices") == [] and "usage" in c:
+            continue
+        c = dict(c)
+        c.pop("usage", None)
+        out.append(c)
+    return out
+
+
+def stream_raw(url: str, api_key: str, body: dict[str, Any],
+               headers: dict[str, str] | None = None,
+               timeout: float = 30) -> tuple[httpx.Response, list[str]]:
+    """POST a streaming request with plain httpx; returns the response and its raw lines."""
+    h = {"Authorization": f"Bearer {api_key}"}
+    h.update(headers or {})
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, headers=h,
+                      timeout=timeout) as r:
+        lines = list(r.iter_lines())
+    return r, lines
+
+
+def assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, f"expected {status}, got {response.status_code}: " \
+                                           f"{response.text[:500]}"
+    try:
+        body = response.json()
+    except ValueError:
+        raise AssertionError(f"error body is not JSON: {response.text[:500]!r}") from None
+    assert isinstance(body, dict) and isinstance(body.get("error"), dict), body
+    assert ERROR_KEYS <= set(body["error"]), f"error object lacks keys: {body}"
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"], body
+    return body["error"]
+
+
+def view(message: dict[str, Any]) -> tuple[Any, ...]:
+    """The parts of a message that must survive storage: role, text, tool ids/calls."""
+    calls = tuple(
+        (c["id"], c["function"]["name"], c["function"]["arguments"])
+        for c in (message.get("tool_calls") or [])
+    )
+    content = message.get("content")
+    if content == "" and calls:
+        content = None  # "" and null are the same thing next to tool calls
+    return (message.get("role"), content, calls, message.get("tool_call_id"))
+
+
+def event_views(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [view(e["message"]) for e in events]
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
