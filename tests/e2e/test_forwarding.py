@@ -144,7 +144,7 @@ def test_parallel_tool_calls_streamed_round_trip(proxy, upstream, api_key):
                                             tools=[WEATHER_TOOL], stream=True)
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == "Three cities done."
-    assert upstream.last_chat.body["parallel_tool_calls"] is True
+    assert upstream.chat_requests[-2].body["parallel_tool_calls"] is True
     calls_rec = p.wait_calls(conv, 2)
     first = calls_rec[0]["response"]
     assert [tc["id"] for tc in first["tool_calls"]] == [c["id"] for c in calls]

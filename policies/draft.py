@@ -1,0 +1,113 @@
+"""The working state of one projection, passed from pipeline step to pipeline step.
+
+Problem: each step (trim, plan compaction, prune) needs the same picture — which group is where,
+what each message costs now, what was already done — and must hand a new picture on.
+
+Invariant: a `Draft` is immutable; a step returns a new one (`dataclasses.replace`). Token
+totals are kept per message, so a step that rewrites one message re-counts only that one.
+
+Layout of the messages a draft renders::
+
+    prefix (system/developer, unchanged)
+    head   (groups covered by the checkpoint but kept: pinned or newest user message)
+    summary block (when a checkpoint covers at least one group)
+    tail   (uncovered groups, oldest first; the last one is the latest turn)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig, TrimEntry
+from policies.groups import Group
+from policies.text import clone
+
+CountFn = Callable[[Message], int]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One group as it will be sent. `keep`: never dropped (pinned, newest user, last group).
+    `protected`: never rewritten (the newest user message's group and the in-flight last group)."""
+
+    index: int
+    group: Group
+    seqs: tuple[int | None, ...]
+    messages: tuple[Message, ...]
+    tokens: tuple[int, ...]
+    keep: bool
+    protected: bool
+
+    @property
+    def total(self) -> int:
+        return sum(self.tokens)
+
+    def with_message(self, position: int, message: Message, tokens: int) -> Slot:
+        messages = list(self.messages)
+        counts = list(self.tokens)
+        messages[position] = message
+        counts[position] = tokens
+        return replace(self, messages=tuple(messages), tokens=tuple(counts))
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Everything a step may read besides the draft; built once per projection."""
+
+    items: Sequence[Item]
+    groups: Sequence[Group]
+    checkpoint: Checkpoint | None
+    budget: Budget
+    config: PolicyConfig
+    count: CountFn
+    pinned: frozenset[int]
+    latest_user: int | None
+    covered_through: int
+
+    @property
+    def trigger_tokens(self) -> int:
+        return int(self.config.trigger * self.budget.input_budget)
+
+
+@dataclass(frozen=True)
+class Draft:
+    prefix: tuple[Message, ...]
+    prefix_tokens: int
+    fixed_tokens: int
+    head: tuple[Slot, ...]
+    summary: tuple[Message, ...]
+    summary_tokens: int
+    tail: tuple[Slot, ...]
+    trimmed: tuple[TrimEntry, ...] = ()
+    pruned_seqs: tuple[int, ...] = ()
+    over_trigger: bool = False
+    plan: CompactionPlan | None = None
+
+    @property
+    def slots(self) -> tuple[Slot, ...]:
+        return self.head + self.tail
+
+    @property
+    def total(self) -> int:
+        """Projected input tokens: fixed + prefix + every message sent."""
+        return (
+            self.fixed_tokens
+            + self.prefix_tokens
+            + self.summary_tokens
+            + sum(slot.total for slot in self.slots)
+        )
+
+    def messages(self) -> list[dict[str, Any]]:
+        """Fresh dicts (structural copies), safe for the caller to mutate."""
+        out: list[dict[str, Any]] = [clone(message) for message in self.prefix]
+        for slot in self.head:
+            out.extend(clone(message) for message in slot.messages)
+        out.extend(clone(message) for message in self.summary)
+        for slot in self.tail:
+            out.extend(clone(message) for message in slot.messages)
+        return out
+
+    def sent_seqs(self) -> tuple[int, ...]:
+        return tuple(seq for slot in self.slots for seq in slot.seqs if seq is not None)

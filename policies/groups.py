@@ -1,0 +1,157 @@
+"""Split a history into the pinned prefix and protocol groups; every policy works on whole groups.
+
+Problem: dropping or summarizing single messages breaks the tool protocol (an assistant
+`tool_calls` message must be followed by exactly its results). So history is cut into groups:
+
+- `user`: one user message;
+- `assistant`: one assistant message without tool calls;
+- `tool_call`: an assistant message with `tool_calls` plus the results that follow it
+  (parallel calls stay together);
+- `orphan`: a tool result with no matching call before it — its own group;
+- `other`: anything else (a mid-conversation system message, legacy `function` role).
+
+Invariants:
+- Pairing is positional: a result belongs to the nearest preceding `tool_calls` message of the
+  same run of tool messages, and each call id is consumed once. Real transcripts reuse ids
+  (`call_0` in turn 3 and again in turn 9), so a global id map would pair wrongly.
+- Orphans are never sent as role `tool` (upstreams reject them). The projection DROPS them and
+  lists their seqs in `ProjectionRecord.orphan_seqs`; the summarizer still sees them as data.
+- A `tool_call` group with missing results is sent whole as is when it is the last group (in
+  flight: the client sent the call without results yet). Anywhere else each missing id gets a
+  synthetic result `{"role": "tool", "tool_call_id": id, "content": "[no result recorded]"}`,
+  deterministic, after the recorded ones, in call order.
+
+Example: seqs 1 user, 2 assistant(tool_calls a, b), 3 tool(a), 4 tool(x), 5 user ->
+groups [user(1)], [tool_call(2, 3) missing b], [orphan(4)], [user(5)]; rendered:
+user, assistant, tool(a), tool(b: "[no result recorded]"), user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from policies.base import Checkpoint, Item, Message
+from policies.text import call_name, tool_call_ids, tool_calls
+
+GroupKind = Literal["user", "assistant", "tool_call", "orphan", "other"]
+NO_RESULT = "[no result recorded]"
+PREFIX_ROLES = ("system", "developer")
+
+
+@dataclass(frozen=True)
+class Group:
+    kind: GroupKind
+    items: tuple[Item, ...]
+    missing_ids: tuple[str, ...] = ()
+
+    @property
+    def first_seq(self) -> int:
+        return self.items[0].seq
+
+    @property
+    def last_seq(self) -> int:
+        return max(item.seq for item in self.items)
+
+    @property
+    def seqs(self) -> tuple[int, ...]:
+        return tuple(item.seq for item in self.items)
+
+    @property
+    def tokens(self) -> int:
+        return sum(item.tokens for item in self.items)
+
+    def tool_name(self, tool_call_id: str) -> str:
+        """Name of the function whose call produced `tool_call_id` in this group."""
+        if self.kind != "tool_call":
+            return "unknown"
+        for call in tool_calls(self.items[0].message):
+            if call.get("id") == tool_call_id:
+                return call_name(call)
+        return "unknown"
+
+
+def split_prefix(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
+    """Leading system/developer messages, then the rest."""
+    index = 0
+    while index < len(messages) and messages[index].get("role") in PREFIX_ROLES:
+        index += 1
+    return list(messages[:index]), list(messages[index:])
+
+
+def group_items(items: Sequence[Item]) -> list[Group]:
+    """Protocol groups of `items`, oldest first (an orphan follows the group it interrupted)."""
+    groups: list[Group] = []
+    index = 0
+    while index < len(items):
+        item = items[index]
+        role = item.message.get("role")
+        index += 1
+        if role == "assistant" and tool_calls(item.message):
+            pending = tool_call_ids(item.message)
+            members = [item]
+            orphans: list[Group] = []
+            while index < len(items) and items[index].message.get("role") == "tool":
+                result = items[index]
+                result_id = result.message.get("tool_call_id")
+                if isinstance(result_id, str) and result_id in pending:
+                    pending.remove(result_id)
+                    members.append(result)
+                else:
+                    orphans.append(Group("orphan", (result,)))
+                index += 1
+            groups.append(Group("tool_call", tuple(members), tuple(pending)))
+            groups.extend(orphans)
+        elif role == "tool":
+            groups.append(Group("orphan", (item,)))
+        elif role == "user":
+            groups.append(Group("user", (item,)))
+        elif role == "assistant":
+            groups.append(Group("assistant", (item,)))
+        else:
+            groups.append(Group("other", (item,)))
+    return groups
+
+
+def synthetic_result(tool_call_id: str) -> dict[str, Any]:
+    """The repair for a call whose result was never recorded."""
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": NO_RESULT}
+
+
+def render_group(group: Group, *, is_last: bool) -> list[tuple[int | None, Message]]:
+    """(seq, message) pairs to send for `group`; seq None marks a synthetic repair."""
+    if group.kind == "orphan":
+        return []
+    rendered: list[tuple[int | None, Message]] = [(item.seq, item.message) for item in group.items]
+    if group.missing_ids and not is_last:
+        rendered.extend((None, synthetic_result(tid)) for tid in group.missing_ids)
+    return rendered
+
+
+def normalize_boundary(groups: Sequence[Group], seq: int) -> int:
+    """Lower `seq` until no group straddles it, so coverage never splits a group.
+
+    A boundary inside a group (first_seq <= seq < last_seq) is treated as covering through the
+    group's start: the whole group stays raw (the summary may repeat a little of it; never the
+    reverse, where part of a group would be neither summarized nor sent)."""
+    boundary = seq
+    changed = True
+    while changed:
+        changed = False
+        for group in groups:
+            if group.first_seq <= boundary < group.last_seq:
+                boundary = group.first_seq - 1
+                changed = True
+    return max(boundary, 0)
+
+
+def effective_boundary(groups: Sequence[Group], checkpoint: Checkpoint | None) -> int:
+    """The seq through which `checkpoint` replaces raw history in this projection.
+
+    Never splits a group, and never covers the last group (the latest turn is always sent raw):
+    a checkpoint reaching into it is lowered to just before it."""
+    if checkpoint is None or not groups:
+        return 0
+    boundary = min(checkpoint.covered_through_seq, groups[-1].first_seq - 1)
+    return normalize_boundary(groups, boundary)

@@ -1,0 +1,70 @@
+"""Which messages are pinned: kept verbatim in every projection, never only in a summary.
+
+Problem: summaries are lossy; the objective and the user's constraints must not be (seed 004:
+lossy compression touches process, never constraints).
+
+Rules (PinsConfig):
+- `first_user` (default on): the first user message of the branch — usually the objective;
+- `roles`: every message of these roles (an operator decision, so any role is allowed);
+- `patterns`: regexes searched in the text of user/system/developer messages only, so tool
+  output cannot pin itself into every future request.
+
+Invariant: pinning is per message, keeping is per group — the projection keeps the whole group
+of a pinned message (a pinned tool result without its call would break the protocol), but only
+the pinned message itself is guaranteed verbatim. Separately, the projection always keeps the
+newest user message (`latest_user_seq`) even when a checkpoint covers it.
+
+Example: PinsConfig(patterns=(r"(?i)\\bmust not\\b",)) pins "You must not touch prod" wherever
+the user said it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from policies.base import Item, PinsConfig
+from policies.text import message_text
+
+PATTERN_ROLES = ("user", "system", "developer")
+
+
+def pinned_seqs(items: Sequence[Item], config: PinsConfig) -> frozenset[int]:
+    """Seqs of the pinned items."""
+    pinned: set[int] = set()
+    if config.first_user:
+        first = next((item.seq for item in items if item.message.get("role") == "user"), None)
+        if first is not None:
+            pinned.add(first)
+    roles = set(config.roles)
+    compiled = [re.compile(pattern) for pattern in config.patterns]
+    if not roles and not compiled:
+        return frozenset(pinned)
+    for item in items:
+        role = item.message.get("role")
+        if role in roles:
+            pinned.add(item.seq)
+        elif compiled and role in PATTERN_ROLES:
+            text = message_text(item.message)
+            if any(pattern.search(text) for pattern in compiled):
+                pinned.add(item.seq)
+    return frozenset(pinned)
+
+
+def latest_user_seq(items: Sequence[Item]) -> int | None:
+    """Seq of the newest user message (invariant 3 keeps it verbatim in every projection)."""
+    for item in reversed(items):
+        if item.message.get("role") == "user":
+            return item.seq
+    return None
+
+
+def pinned_texts(items: Sequence[Item], config: PinsConfig) -> list[str]:
+    """Texts of the pinned user/system/developer items, oldest first: what the summarizer may
+    quote as constraints (constraints come only from user and system text)."""
+    seqs = pinned_seqs(items, config)
+    return [
+        message_text(item.message)
+        for item in items
+        if item.seq in seqs and item.message.get("role") in PATTERN_ROLES
+    ]

@@ -1,0 +1,223 @@
+"""Summary + raw tail: decide when to compact and what to summarize, in bounded chunks.
+
+Problem: trimming alone cannot keep a long agent run inside the window. Once the projection
+crosses `trigger` x input budget, the oldest uncovered groups are summarized (rolling: previous
+summary + next chunk) and a new checkpoint replaces them; a raw tail of recent groups stays.
+
+Rules:
+- trigger: projected tokens > `trigger` x input_budget (default 80%). Below it the old checkpoint
+  stays (compaction is batched, not per turn).
+- target: after compaction the projection should be about `target` x input_budget (default 50%,
+  well below the trigger). The raw tail kept is `keep_recent_tokens` (pi: 20,000), shrunk to
+  `target x input_budget - overhead` when that is smaller (so a 16k-window model does not try to
+  keep a 20k tail), where overhead = fixed + prefix + pinned + current summary (the new summary
+  is assumed about as large as the old one). The tail is the shortest run of newest groups
+  holding at least that many tokens (as currently sent, i.e. after trimming), cut at a group
+  boundary; the last group is always in it, so the latest turn is never summarized.
+- Nothing to summarize (everything uncovered is tail) -> no plan. This is what stops a single
+  huge tool result from looping compaction: the plan is None and `prune_groups` or
+  `ContextOverflow` takes over.
+- chunks: whole groups, each <= the chunk limit = min(`summary_chunk_tokens`, what fits in the
+  summarizer's own input budget next to its prompt, the previous summary and the pinned texts).
+  A group larger than the limit gets a chunk of its own with its texts cut head + tail (binary
+  search on a per-message char cap) — the summarizer request itself must never overflow.
+
+Example: input budget 14,000, trigger 0.8 -> compact above 11,200; target 0.5 -> 7,000; with
+2,500 tokens of overhead the tail keeps min(20,000, 4,500) = 4,500 tokens of newest groups and
+everything uncovered before them goes into chunks.
+
+The summarizer prompt, the summary block and the summary checks live in `summary_prompt` and
+are re-exported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig
+from policies.draft import CountFn
+from policies.groups import Group, effective_boundary, group_items, normalize_boundary
+from policies.pins import pinned_seqs
+from policies.summary_prompt import (
+    EVENT_OVERHEAD_TOKENS,
+    PINNED_MAX_CHARS,
+    SUMMARY_PROMPT_TOKENS,
+    build_summary_messages,
+    check_summary,
+    summary_block,
+)
+from policies.text import content_text, cut_text, tool_calls, with_content
+
+MIN_CHUNK_TOKENS = 512
+_CUT_HEAD_RATIO = 0.5
+
+__all__ = [
+    "build_summary_messages",
+    "check_summary",
+    "chunk_limit",
+    "plan_compaction",
+    "summary_block",
+]
+
+
+def chunk_limit(
+    budget: Budget, config: PolicyConfig, *, previous_summary_tokens: int, pinned_tokens: int
+) -> int:
+    """Max history tokens per summarizer call, so that prompt + previous summary + pinned texts
+    + chunk fit the summarizer's input budget (the reply has max_output_tokens reserved)."""
+    pinned = min(pinned_tokens, PINNED_MAX_CHARS // 3)
+    room = budget.input_budget - budget.fixed_tokens - SUMMARY_PROMPT_TOKENS
+    room -= previous_summary_tokens + pinned
+    return max(MIN_CHUNK_TOKENS, min(config.summary_chunk_tokens, room))
+
+
+def _cut_marker(original: int, head: int, tail: int) -> str:
+    return f"[cut for summarization: {original:,} chars; first {head:,} and last {tail:,} kept]"
+
+
+def cut_message(message: Message, max_chars: int) -> Message:
+    """A copy of `message` whose content text and tool-call arguments keep at most `max_chars`
+    each (head + tail); returns `message` itself when nothing is longer."""
+    out: Message = message
+    text = content_text(message.get("content"))
+    if len(text) > max_chars:
+        head, tail = cut_text(text, max_chars, _CUT_HEAD_RATIO)
+        out = with_content(out, "\n".join([head, _cut_marker(len(text), len(head), len(tail)), tail]))
+    calls = tool_calls(message)
+    if any(len(str(call.get("function", {}).get("arguments", ""))) > max_chars for call in calls):
+        new_calls = []
+        for call in calls:
+            function = dict(call.get("function") or {})
+            arguments = str(function.get("arguments", ""))
+            if len(arguments) > max_chars:
+                head, tail = cut_text(arguments, max_chars, _CUT_HEAD_RATIO)
+                marker = _cut_marker(len(arguments), len(head), len(tail))
+                function["arguments"] = "\n".join([head, marker, tail])
+            new_calls.append({**call, "function": function})
+        out = {**out, "tool_calls": new_calls}
+    return out
+
+
+def _chunk_cost(items: Sequence[Item]) -> int:
+    return sum(item.tokens + EVENT_OVERHEAD_TOKENS for item in items)
+
+
+def fit_group(group: Group, limit: int, count: CountFn) -> tuple[Item, ...]:
+    """The group's items, texts cut so the chunk costs <= `limit` (as far as cutting can go)."""
+    if _chunk_cost(group.items) <= limit:
+        return group.items
+
+    def cut_items(max_chars: int) -> tuple[Item, ...]:
+        out = []
+        for item in group.items:
+            message = cut_message(item.message, max_chars)
+            tokens = item.tokens if message is item.message else count(message)
+            out.append(Item(item.seq, message, tokens))
+        return tuple(out)
+
+    low, high = 0, max(
+        max(len(content_text(item.message.get("content"))) for item in group.items),
+        max((len(str(c.get("function", {}).get("arguments", ""))) for item in group.items
+             for c in tool_calls(item.message)), default=0),
+    )
+    best = cut_items(0)
+    while low <= high:  # largest cap that fits
+        middle = (low + high) // 2
+        candidate = cut_items(middle)
+        if _chunk_cost(candidate) <= limit:
+            best, low = candidate, middle + 1
+        else:
+            high = middle - 1
+    return best
+
+
+def make_chunks(groups: Sequence[Group], limit: int, count: CountFn) -> tuple[tuple[Item, ...], ...]:
+    """Pack whole groups, oldest first, into chunks of at most `limit` tokens."""
+    chunks: list[tuple[Item, ...]] = []
+    current: list[Item] = []
+    current_cost = 0
+    for group in groups:
+        cost = _chunk_cost(group.items)
+        if cost > limit:
+            if current:
+                chunks.append(tuple(current))
+                current, current_cost = [], 0
+            chunks.append(fit_group(group, limit, count))
+            continue
+        if current and current_cost + cost > limit:
+            chunks.append(tuple(current))
+            current, current_cost = [], 0
+        current.extend(group.items)
+        current_cost += cost
+    if current:
+        chunks.append(tuple(current))
+    return tuple(chunks)
+
+
+def plan_compaction(
+    items: Sequence[Item],
+    checkpoint: Checkpoint | None,
+    budget: Budget,
+    config: PolicyConfig,
+    *,
+    projected_tokens: int,
+    overhead_tokens: int,
+    count: CountFn,
+    sent_tokens: Mapping[int, int] | None = None,
+    groups: Sequence[Group] | None = None,
+    pinned: frozenset[int] | None = None,
+    summary_budget: Budget | None = None,
+) -> CompactionPlan | None:
+    """The next compaction to run, or None (under the trigger, or nothing left to summarize).
+
+    `projected_tokens`: the current projection's total; `overhead_tokens`: the part of it that is
+    not raw tail (fixed + prefix + pinned head + current summary); `sent_tokens`: what each seq
+    costs as currently sent (defaults to `item.tokens`); `summary_budget`: the summarizer model's
+    budget when it differs from the main model's."""
+    trigger_tokens = int(config.trigger * budget.input_budget)
+    if projected_tokens <= trigger_tokens:
+        return None
+    groups = list(groups) if groups is not None else group_items(items)
+    covered = effective_boundary(groups, checkpoint)
+    uncovered = [group for group in groups if group.first_seq > covered]
+    if len(uncovered) < 2:
+        return None
+
+    def cost(group: Group) -> int:
+        if sent_tokens is None:
+            return group.tokens
+        return sum(sent_tokens.get(item.seq, 0) for item in group.items)
+
+    target_tokens = int(config.target * budget.input_budget)
+    keep = max(0, min(config.keep_recent_tokens, target_tokens - overhead_tokens))
+    tail_start = len(uncovered) - 1
+    kept = cost(uncovered[tail_start])
+    while tail_start > 0 and kept < keep:
+        tail_start -= 1
+        kept += cost(uncovered[tail_start])
+    if tail_start == 0:
+        return None
+    through = normalize_boundary(groups, min(g.first_seq for g in uncovered[tail_start:]) - 1)
+    summarize = [group for group in uncovered if group.last_seq <= through]
+    if not summarize:
+        return None
+
+    pinned = pinned if pinned is not None else pinned_seqs(items, config.pins)
+    pinned_tokens = sum(item.tokens for item in items if item.seq in pinned)
+    limit = chunk_limit(
+        summary_budget or budget,
+        config,
+        previous_summary_tokens=checkpoint.tokens if checkpoint else 0,
+        pinned_tokens=pinned_tokens,
+    )
+    reason = (
+        f"projected {projected_tokens:,} tokens > trigger {trigger_tokens:,} "
+        f"({config.trigger:.0%} of input budget {budget.input_budget:,}); "
+        f"keeping a raw tail of {kept:,} tokens (>= {keep:,}) after e{through}"
+    )
+    return CompactionPlan(
+        from_seq=min(group.first_seq for group in summarize),
+        through_seq=through,
+        chunks=make_chunks(summarize, limit, count),
+        reason=reason,
+    )

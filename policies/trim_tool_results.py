@@ -1,0 +1,126 @@
+"""Shrink tool results the model has already acted on; keep the recent ones nearly whole.
+
+Problem: tool output (file dumps, logs, test runs) is most of an agent's context and mostly stale
+a few turns later. Seed 002 keeps 8,000 chars for the last turns and 400 for older ones.
+
+Rules (ToolResultsConfig):
+- groups older than the most recent `keep_recent_groups` are "old": each tool result longer than
+  `old_max_chars` becomes head + marker + tail, `old_max_chars` kept in total;
+- the rest are "recent": capped the same way at `recent_max_chars`;
+- results of `exclude_tools`, pinned messages, the newest user turn and the in-flight last
+  group are never touched;
+- the marker says what happened and where to get the rest:
+  `[trimmed: tool result of bash, 48,210 chars; first 200 and last 200 kept; event 57]`.
+
+Invariant (cache-friendly prefix, DESIGN 11): the old/recent boundary is counted in groups over
+the WHOLE branch history (covered groups included), then rounded down to a multiple of
+`clear_at_least`. Appending a group moves it only every `clear_at_least` groups, so consecutive
+turns produce byte-identical prefixes in between and upstream prompt caches keep hitting.
+
+Example: keep_recent_groups=4, clear_at_least=4: with 10 groups the raw boundary is 6, trimmed
+boundary 4 (groups 0-3 old); with 11 groups still 4; with 12 groups 8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from policies.base import Message, ToolResultsConfig, TrimEntry
+from policies.draft import CountFn, Draft, Slot, StepContext
+from policies.text import content_text, cut_text, non_text_parts, with_content
+
+
+def trim_boundary(n_groups: int, config: ToolResultsConfig) -> int:
+    """How many of the oldest groups count as old, quantized to `clear_at_least`."""
+    raw = max(0, n_groups - config.keep_recent_groups)
+    return (raw // config.clear_at_least) * config.clear_at_least
+
+
+def trim_marker(tool_name: str, original_chars: int, head: int, tail: int, seq: int, dropped: int) -> str:
+    extra = f"; {dropped} non-text part(s) dropped" if dropped else ""
+    return (
+        f"[trimmed: tool result of {tool_name}, {original_chars:,} chars; "
+        f"first {head:,} and last {tail:,} kept; event {seq}{extra}]"
+    )
+
+
+def trim_message(
+    message: Message, *, max_chars: int, head_ratio: float, tool_name: str, seq: int
+) -> tuple[dict[str, object], TrimEntry] | None:
+    """The trimmed copy of a tool result and its record, or None when it already fits."""
+    content = message.get("content")
+    text = content_text(content)
+    if len(text) <= max_chars:
+        return None
+    head, tail = cut_text(text, max_chars, head_ratio)
+    marker = trim_marker(tool_name, len(text), len(head), len(tail), seq, non_text_parts(content))
+    parts = [part for part in (head, marker, tail) if part]
+    trimmed = with_content(message, "\n".join(parts))
+    tool_call_id = str(message.get("tool_call_id", ""))
+    return trimmed, TrimEntry(seq, tool_call_id, len(text), len(head) + len(tail))
+
+
+def cap_slot(
+    slot: Slot,
+    *,
+    max_chars: int,
+    head_ratio: float,
+    exclude: tuple[str, ...],
+    pinned: frozenset[int],
+    count: CountFn,
+) -> tuple[Slot, list[TrimEntry]]:
+    """Cap every eligible tool result of `slot` at `max_chars` (pinned / excluded untouched)."""
+    entries: list[TrimEntry] = []
+    for position, (seq, message) in enumerate(zip(slot.seqs, slot.messages, strict=True)):
+        if seq is None or seq in pinned or message.get("role") != "tool":
+            continue
+        tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
+        if tool_name in exclude:
+            continue
+        result = trim_message(
+            message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq
+        )
+        if result is None:
+            continue
+        trimmed, entry = result
+        slot = slot.with_message(position, trimmed, count(trimmed))
+        entries.append(entry)
+    return slot, entries
+
+
+def _trim_slots(
+    slots: tuple[Slot, ...], boundary: int, ctx: StepContext
+) -> tuple[tuple[Slot, ...], list[TrimEntry]]:
+    config = ctx.config.tool_results
+    out: list[Slot] = []
+    entries: list[TrimEntry] = []
+    for slot in slots:
+        if slot.protected:
+            out.append(slot)
+            continue
+        max_chars = config.old_max_chars if slot.index < boundary else config.recent_max_chars
+        new_slot, new_entries = cap_slot(
+            slot,
+            max_chars=max_chars,
+            head_ratio=config.head_ratio,
+            exclude=config.exclude_tools,
+            pinned=ctx.pinned,
+            count=ctx.count,
+        )
+        out.append(new_slot)
+        entries.extend(new_entries)
+    return tuple(out), entries
+
+
+def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
+    """Pipeline step: trim old results to `old_max_chars`, cap recent ones at `recent_max_chars`."""
+    boundary = trim_boundary(len(ctx.groups), ctx.config.tool_results)
+    head, head_entries = _trim_slots(draft.head, boundary, ctx)
+    tail, tail_entries = _trim_slots(draft.tail, boundary, ctx)
+    trimmed = draft.trimmed + tuple(head_entries) + tuple(tail_entries)
+    return replace(draft, head=head, tail=tail, trimmed=trimmed)
+
+
+def trimmed_by_seq(entries: tuple[TrimEntry, ...]) -> Mapping[int, TrimEntry]:
+    return {entry.seq: entry for entry in entries}
