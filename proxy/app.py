@@ -14,11 +14,15 @@ from starlette.routing import Route
 
 from . import admin
 from .chat import chat_completions, client_api_key
+from .compaction import Compactor
 from .config import Config
 from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, openai_error_bytes
+from .models import ModelCatalog
+from .projection import Projector
 from .responses import RawResponse, json_response
 from .state import AppState, resolve_secrets
 from .store import StoreError, make_store
+from .summarizer import Summarizer
 from .upstream import UpstreamClient, upstream_request_headers
 
 log = logging.getLogger("ctxproxy")
@@ -91,12 +95,15 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         await store.open()
         upstream = UpstreamClient()
         await upstream.start()
-        state = AppState(config, store, upstream, upstream_keys, admin_token or None)
+        projector = Projector(ModelCatalog())
+        compactor = Compactor(store, Summarizer(upstream, env), projector)
+        state = AppState(config, store, upstream, upstream_keys, admin_token or None, projector, compactor)
         state.salt = await store.tenant_salt()
         app.state.ctx = state
         try:
             yield
         finally:
+            await compactor.drain(timeout=10.0)
             await upstream.close()
             await store.close()
 

@@ -4,6 +4,7 @@ route, identify + ingest, project, forward, relay, record.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
@@ -12,7 +13,11 @@ from typing import Any
 
 from starlette.requests import Request
 
+from policies.base import Projection
+
 from . import identify
+from .compaction import CompactionJob
+from .config import Policy, Route
 from .errors import NotFound, ProxyError
 from .ingest import Ingested, append_response, ingest
 from .limits import read_body
@@ -75,7 +80,15 @@ async def chat_completions(request: Request) -> Any:
     )
     await _store_blob(state, ingested.prefix, ingested.system_hash)
 
-    outgoing = openai_chat.with_usage_requested(body) if stream else body
+    policy = config.policy_for(route)
+    outgoing = body
+    if policy.rewrite:
+        projection = await _project(state, route, policy, model, body, ingested, _summary_auth(state, route, request))
+        call.projection = projection.record.to_dict()
+        if _rewritten(projection):
+            outgoing = {**body, "messages": projection.messages}
+    if stream:
+        outgoing = openai_chat.with_usage_requested(outgoing)
     payload = raw if outgoing is body else json.dumps(outgoing, ensure_ascii=False).encode()
     headers = upstream_request_headers(request.headers, state.upstream_key(route), frozenset({header.lower()}))
     echo = [(header, identity.external_id or identity.conversation_id)]
@@ -96,6 +109,84 @@ async def chat_completions(request: Request) -> Any:
 
         return StreamRelay(upstream, observer, finish, echo)
     return await _relay_whole(state, call, ingested, upstream, t0, echo)
+
+
+def _summary_auth(state: AppState, route: Route, request: Request) -> dict[str, str]:
+    """Credentials for a summarizer call on the route's upstream: the route's key, else the
+    client's own (held in memory for the job only, never stored)."""
+    key = state.upstream_key(route)
+    if key is not None:
+        return {"Authorization": f"Bearer {key}"}
+    auth = request.headers.get("authorization")
+    return {"Authorization": auth} if auth else {}
+
+
+def _rewritten(projection: Projection) -> bool:
+    record = projection.record
+    return bool(
+        record.covered_through_seq
+        or record.trimmed
+        or record.pruned_seqs
+        or record.orphan_seqs
+        or record.repaired
+    )
+
+
+async def _project(
+    state: AppState,
+    route: Route,
+    policy: Policy,
+    model: str,
+    body: dict[str, Any],
+    ingested: Ingested,
+    auth: dict[str, str],
+) -> Projection:
+    """Project with the active checkpoint; start a compaction when the plan asks for one, and
+    wait for it (bounded) only when the request could not be served without dropping history."""
+    identity = ingested.identity
+    checkpoint = await state.store.active_checkpoint(identity.branch_id)
+    args = (policy, model, body, ingested.prefix, ingested.history, ingested.hashes)
+    projection = state.projector.project(*args, checkpoint, identity.branch_id)
+    plan = projection.record.compaction
+    if plan is None:
+        return projection
+    counter = state.projector.counter(model)
+    job = CompactionJob(
+        tenant=identity.tenant,
+        conversation_id=identity.conversation_id,
+        branch_id=identity.branch_id,
+        route=route,
+        policy=policy,
+        model=model,
+        prefix=ingested.prefix,
+        items=state.projector.items(ingested.history, ingested.hashes, counter),
+        hashes=ingested.hashes,
+        plan=plan,
+        previous=checkpoint,
+        client_auth=auth,
+    )
+    task = state.compactor.request(job)
+    if task is None or not projection.record.pruned_seqs or policy.on_overflow != "wait":
+        return projection
+    try:
+        committed = await asyncio.wait_for(asyncio.shield(task), policy.overflow_wait)
+    except TimeoutError:
+        committed = None
+    if committed is None:
+        return projection
+    return state.projector.project(*args, committed, identity.branch_id)
+
+
+def _calibrate(state: AppState, call: CallRecord) -> None:
+    """Feed what the upstream billed back into the estimate for the next call on this branch."""
+    if call.projection is None or call.branch_id is None:
+        return
+    state.projector.calibrate(
+        call.branch_id,
+        call.projection.get("checkpoint_generation") or 0,
+        call.projection.get("sent_tokens") or 0,
+        call.usage.get("input_total"),
+    )
 
 
 async def _relay_whole(
@@ -126,6 +217,7 @@ async def _relay_whole(
         call.usage_raw = parsed.get("usage")
         call.usage = from_openai_chat(call.usage_raw).to_dict()
         call.status = "complete"
+        _calibrate(state, call)
         if message is not None:
             await _append_response(state, ingested, message, call.id)
     else:
@@ -165,8 +257,10 @@ async def _finish_stream(
         call.status = "partial"
         call.error = f"upstream closed the stream after {acc.chunks} chunks without [DONE]"
     await _record(state, call)
-    if call.status == "complete" and call.response is not None:
-        await _append_response(state, ingested, call.response, call.id)
+    if call.status == "complete":
+        _calibrate(state, call)
+        if call.response is not None:
+            await _append_response(state, ingested, call.response, call.id)
 
 
 async def _append_response(state: AppState, ingested: Ingested, message: dict[str, Any], call_id: str) -> None:

@@ -102,6 +102,7 @@ class Summarizer(_Frozen):
     api_key_env: str | None = None
     timeout: float = Field(120.0, gt=0)
     max_attempts: int = Field(2, ge=1, le=5)
+    max_tokens: int = Field(2048, ge=256)
 
 
 class Policy(_Frozen):

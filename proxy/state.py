@@ -6,7 +6,9 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from .compaction import Compactor
 from .config import Config, ConfigError, Route
+from .projection import Projector
 from .store.base import Store
 from .upstream import UpstreamClient
 
@@ -55,6 +57,8 @@ class AppState:
     upstream: UpstreamClient
     upstream_keys: dict[str, str]
     admin_token: str | None
+    projector: Projector
+    compactor: Compactor
     salt: bytes = b""
     known_blobs: BoundedSet = field(default_factory=BoundedSet)
 

@@ -163,6 +163,56 @@ class CallRecord:
         }
 
 
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    id: str
+    conversation_id: str
+    branch_id: str
+    generation: int
+    from_seq: int
+    covered_through_seq: int
+    source_hash: str
+    """The chain hash of the last covered event: it pins the whole covered range."""
+    summary: str
+    tokens: int
+    model: str | None
+    format_version: int
+    status: str  # active | superseded | failed
+    created_at: float
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "branch_id": self.branch_id,
+            "generation": self.generation,
+            "from_seq": self.from_seq,
+            "covered_through_seq": self.covered_through_seq,
+            "summary": self.summary,
+            "tokens": self.tokens,
+            "model": self.model,
+            "format_version": self.format_version,
+            "status": self.status,
+            "created_at": self.created_at,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class CheckpointCandidate:
+    conversation_id: str
+    branch_id: str
+    parent_generation: int
+    """The generation active on the branch when the job started (0: none)."""
+    from_seq: int
+    covered_through_seq: int
+    source_hash: str
+    summary: str
+    tokens: int
+    model: str | None
+    format_version: int
+
+
 class Store(Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -186,6 +236,18 @@ class Store(Protocol):
         """Content-addressed storage for system prefixes and tool definitions."""
 
     async def record_call(self, call: CallRecord) -> None: ...
+
+    async def active_checkpoint(self, branch_id: str) -> StoredCheckpoint | None:
+        """The branch's active checkpoint, or, for a branch that has none of its own, the newest
+        ancestor checkpoint that covers nothing past the fork point."""
+
+    async def commit_checkpoint(self, candidate: CheckpointCandidate) -> StoredCheckpoint | None:
+        """Compare-and-set: commits only if `parent_generation` is still the branch's active
+        generation and the event at `covered_through_seq` still has `source_hash`. None when the
+        candidate is stale (it is discarded) -- or raises ConversationGone."""
+
+    async def record_failed_checkpoint(self, candidate: CheckpointCandidate, error: str) -> None: ...
+    async def list_checkpoints(self, conversation_id: str) -> list[StoredCheckpoint]: ...
 
     async def list_conversations(self, limit: int, before: float | None) -> list[Conversation]: ...
     async def get_conversation(self, conversation_id: str) -> Conversation | None: ...

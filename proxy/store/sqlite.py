@@ -19,15 +19,16 @@ from typing import Any
 from .base import (
     Branch,
     CallRecord,
+    CheckpointCandidate,
     Conversation,
     ConversationGone,
     HashMatch,
     NewEvent,
     Position,
+    StoredCheckpoint,
     StoredEvent,
     StoreError,
 )
-
 
 _M001_INITIAL = """
         CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -101,9 +102,32 @@ _M001_INITIAL = """
         CREATE TABLE tombstones (conversation_id TEXT PRIMARY KEY, deleted_at REAL NOT NULL);
 """
 
+_M002_CHECKPOINTS = """
+        CREATE TABLE checkpoints (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL,
+            branch_id TEXT NOT NULL,
+            generation INTEGER,
+            from_seq INTEGER NOT NULL,
+            covered_through_seq INTEGER NOT NULL,
+            source_hash TEXT NOT NULL,
+            summary TEXT NOT NULL,
+            tokens INTEGER NOT NULL,
+            model TEXT,
+            format_version INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            error TEXT,
+            created_at REAL NOT NULL
+        );
+        CREATE UNIQUE INDEX checkpoints_generation ON checkpoints (branch_id, generation)
+            WHERE generation IS NOT NULL;
+        CREATE INDEX checkpoints_conversation ON checkpoints (conversation_id);
+"""
+
 # Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
+    ("002_checkpoints", _M002_CHECKPOINTS),
 ]
 
 _USAGE_COLUMNS = ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")
@@ -350,6 +374,134 @@ class SqliteStore:
 
         self._write(insert)
 
+    # -- checkpoints -------------------------------------------------------------------------
+    def _active(self, db: sqlite3.Connection, branch_id: str) -> StoredCheckpoint | None:
+        row = db.execute(
+            f"SELECT {_CP_COLS} FROM checkpoints WHERE branch_id = ? AND status = 'active'", (branch_id,)
+        ).fetchone()
+        if row is not None:
+            return _checkpoint(row)
+        # A branch without its own summary inherits the newest ancestor summary that stops at or
+        # before the fork point: a summary of events the branch does not share would be wrong.
+        current = db.execute("SELECT parent_id, fork_seq FROM branches WHERE id = ?", (branch_id,)).fetchone()
+        limit = None
+        while current is not None and current[0] is not None:
+            parent, fork_seq = current
+            limit = fork_seq if limit is None else min(limit, fork_seq)
+            row = db.execute(
+                f"SELECT {_CP_COLS} FROM checkpoints WHERE branch_id = ? AND status IN ('active', 'superseded') "
+                "AND covered_through_seq <= ? ORDER BY generation DESC LIMIT 1",
+                (parent, limit),
+            ).fetchone()
+            if row is not None:
+                return _checkpoint(row)
+            current = db.execute("SELECT parent_id, fork_seq FROM branches WHERE id = ?", (parent,)).fetchone()
+        return None
+
+    async def active_checkpoint(self, branch_id: str) -> StoredCheckpoint | None:
+        return self._active(self.db, branch_id)
+
+    def _lineage_hash(self, db: sqlite3.Connection, branch_id: str, seq: int) -> str | None:
+        current: str | None = branch_id
+        while current is not None:
+            row = db.execute("SELECT chain_hash FROM events WHERE branch_id = ? AND seq = ?", (current, seq)).fetchone()
+            if row is not None:
+                return str(row[0])
+            parent = db.execute("SELECT parent_id, fork_seq FROM branches WHERE id = ?", (current,)).fetchone()
+            if parent is None or parent[1] < seq:
+                return None
+            current = parent[0]
+        return None
+
+    async def commit_checkpoint(self, candidate: CheckpointCandidate) -> StoredCheckpoint | None:
+        now = time.time()
+
+        def commit(db: sqlite3.Connection) -> StoredCheckpoint | None:
+            if db.execute("SELECT 1 FROM conversations WHERE id = ?", (candidate.conversation_id,)).fetchone() is None:
+                raise ConversationGone(f"conversation {candidate.conversation_id} no longer exists")
+            active = self._active(db, candidate.branch_id)
+            if (active.generation if active else 0) != candidate.parent_generation:
+                return None
+            if self._lineage_hash(db, candidate.branch_id, candidate.covered_through_seq) != candidate.source_hash:
+                return None
+            db.execute(
+                "UPDATE checkpoints SET status = 'superseded' WHERE branch_id = ? AND status = 'active'",
+                (candidate.branch_id,),
+            )
+            checkpoint = StoredCheckpoint(
+                id=_new_id("ck"),
+                conversation_id=candidate.conversation_id,
+                branch_id=candidate.branch_id,
+                generation=candidate.parent_generation + 1,
+                from_seq=candidate.from_seq,
+                covered_through_seq=candidate.covered_through_seq,
+                source_hash=candidate.source_hash,
+                summary=candidate.summary,
+                tokens=candidate.tokens,
+                model=candidate.model,
+                format_version=candidate.format_version,
+                status="active",
+                created_at=now,
+            )
+            self._insert_checkpoint(db, checkpoint)
+            return checkpoint
+
+        result: StoredCheckpoint | None = self._write(commit)
+        return result
+
+    def _insert_checkpoint(self, db: sqlite3.Connection, cp: StoredCheckpoint) -> None:
+        db.execute(
+            f"INSERT INTO checkpoints ({_CP_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                cp.id,
+                cp.conversation_id,
+                cp.branch_id,
+                cp.generation if cp.status != "failed" else None,
+                cp.from_seq,
+                cp.covered_through_seq,
+                cp.source_hash,
+                cp.summary,
+                cp.tokens,
+                cp.model,
+                cp.format_version,
+                cp.status,
+                cp.created_at,
+                cp.error,
+            ),
+        )
+
+    async def record_failed_checkpoint(self, candidate: CheckpointCandidate, error: str) -> None:
+        failed = StoredCheckpoint(
+            id=_new_id("ck"),
+            conversation_id=candidate.conversation_id,
+            branch_id=candidate.branch_id,
+            generation=candidate.parent_generation + 1,
+            from_seq=candidate.from_seq,
+            covered_through_seq=candidate.covered_through_seq,
+            source_hash=candidate.source_hash,
+            summary=candidate.summary,
+            tokens=candidate.tokens,
+            model=candidate.model,
+            format_version=candidate.format_version,
+            status="failed",
+            created_at=time.time(),
+            error=error,
+        )
+
+        def insert(db: sqlite3.Connection) -> None:
+            if db.execute("SELECT 1 FROM conversations WHERE id = ?", (candidate.conversation_id,)).fetchone() is None:
+                raise ConversationGone(f"conversation {candidate.conversation_id} no longer exists")
+            self._insert_checkpoint(db, failed)
+
+        self._write(insert)
+
+    async def list_checkpoints(self, conversation_id: str) -> list[StoredCheckpoint]:
+        rows = self.db.execute(
+            f"SELECT {_CP_COLS} FROM checkpoints WHERE conversation_id = ? ORDER BY created_at, rowid",
+            (conversation_id,),
+        )
+        return [_checkpoint(r) for r in rows]
+
     # -- admin -------------------------------------------------------------------------------
     async def list_conversations(self, limit: int, before: float | None) -> list[Conversation]:
         sql = f"SELECT {_CONV_COLS} FROM conversations"
@@ -442,6 +594,7 @@ class SqliteStore:
             db.execute("DELETE FROM events WHERE conversation_id = ?", (conversation_id,))
             db.execute("DELETE FROM branches WHERE conversation_id = ?", (conversation_id,))
             db.execute("DELETE FROM calls WHERE conversation_id = ?", (conversation_id,))
+            db.execute("DELETE FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
             if found:
                 db.execute(
                     "INSERT OR REPLACE INTO tombstones (conversation_id, deleted_at) VALUES (?, ?)",
@@ -457,6 +610,16 @@ class SqliteStore:
 
 
 _CONV_COLS = "id, tenant, external_id, created_at, updated_at, main_branch_id"
+
+
+_CP_COLS = (
+    "id, conversation_id, branch_id, generation, from_seq, covered_through_seq, source_hash, summary, tokens, "
+    "model, format_version, status, created_at, error"
+)
+
+
+def _checkpoint(row: Any) -> StoredCheckpoint:
+    return StoredCheckpoint(*row)
 
 
 def _conversation(row: Any) -> Conversation:

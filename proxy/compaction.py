@@ -1,0 +1,200 @@
+"""Compaction (DESIGN step 8): plan (pure, in policies), one LLM call per chunk, one fenced commit.
+
+When a projection crosses the trigger, `policies` returns a `CompactionPlan`: the oldest uncovered
+groups, in chunks small enough that each summarizer request fits. The job summarizes them rolling
+(previous summary + next chunk), checks every summary (`check_summary`: no new URLs or images, no
+invented constraint quotes, not empty, not larger than its source) and commits a checkpoint with
+compare-and-set on (parent generation, chain hash of the last covered event). Anything else --
+a failed or rejected summary, a time-out, a concurrent commit, a deleted conversation -- leaves
+the previous checkpoint active; the request is served by pruning meanwhile.
+
+At most one job per branch runs in this process (single-flight); a branch whose job failed waits
+(exponential back-off, 30 s to 10 min) before the next attempt, so a history that cannot be
+summarized (one giant tool result) never loops compaction on every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+
+from policies.base import CompactionPlan, Item
+from policies.pins import pinned_texts
+from policies.summary_prompt import build_summary_messages, check_summary, summary_block
+from policies.text import message_text
+
+from .config import Policy, Route
+from .projection import Projector
+from .store.base import CallRecord, CheckpointCandidate, ConversationGone, Store, StoredCheckpoint, StoreError
+from .summarizer import Summarizer, SummaryResult
+from .types import Message
+
+log = logging.getLogger("ctxproxy.compaction")
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CompactionJob:
+    tenant: str
+    conversation_id: str
+    branch_id: str
+    route: Route
+    policy: Policy
+    model: str
+    prefix: list[Message]
+    items: list[Item]
+    hashes: list[str]
+    plan: CompactionPlan
+    previous: StoredCheckpoint | None
+    client_auth: dict[str, str]
+
+
+class Compactor:
+    def __init__(self, store: Store, summarizer: Summarizer, projector: Projector) -> None:
+        self.store = store
+        self.summarizer = summarizer
+        self.projector = projector
+        self._jobs: dict[str, asyncio.Task[StoredCheckpoint | None]] = {}
+        self._backoff: dict[str, tuple[float, int]] = {}
+        self.completed = 0
+        self.failed = 0
+
+    def running(self, branch_id: str) -> asyncio.Task[StoredCheckpoint | None] | None:
+        task = self._jobs.get(branch_id)
+        return task if task is not None and not task.done() else None
+
+    def request(self, job: CompactionJob) -> asyncio.Task[StoredCheckpoint | None] | None:
+        """Start (or join) the branch's compaction; None while the branch is backing off."""
+        existing = self.running(job.branch_id)
+        if existing is not None:
+            return existing
+        until, _ = self._backoff.get(job.branch_id, (0.0, 0))
+        if time.monotonic() < until:
+            return None
+        task = asyncio.create_task(self._run(job), name=f"compact:{job.branch_id}")
+        self._jobs[job.branch_id] = task
+        task.add_done_callback(lambda t, b=job.branch_id: self._done(b, t))
+        return task
+
+    def _done(self, branch_id: str, task: asyncio.Task[StoredCheckpoint | None]) -> None:
+        if self._jobs.get(branch_id) is task:
+            del self._jobs[branch_id]
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            log.error("compaction of branch %s crashed: %r", branch_id, task.exception())
+
+    async def drain(self, timeout: float) -> None:
+        """On shutdown: let running jobs finish (their commits are fenced), then cancel the rest."""
+        tasks = [t for t in self._jobs.values() if not t.done()]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+
+    def _fail(self, branch_id: str) -> None:
+        _, failures = self._backoff.get(branch_id, (0.0, 0))
+        failures += 1
+        self._backoff[branch_id] = (time.monotonic() + min(600.0, 30.0 * 2 ** (failures - 1)), failures)
+        if len(self._backoff) > 100_000:
+            self._backoff.pop(next(iter(self._backoff)))
+        self.failed += 1
+
+    async def _run(self, job: CompactionJob) -> StoredCheckpoint | None:
+        plan = job.plan
+        config = self.projector.config(job.policy)
+        pinned = pinned_texts(job.items, config.pins)
+        allowed = pinned + [message_text(m) for m in job.prefix]
+        summary = job.previous.summary if job.previous else None
+        candidate = self._candidate(job, summary or "", 0)
+        try:
+            for chunk in plan.chunks:
+                text, error = await self._summarize_chunk(job, summary, chunk, pinned, allowed)
+                if text is None:
+                    await self.store.record_failed_checkpoint(candidate, error or "summary failed")
+                    log.warning("compaction of branch %s failed: %s", job.branch_id, error)
+                    self._fail(job.branch_id)
+                    return None
+                summary = text
+            assert summary is not None
+            tokens = self.projector.counter(job.model).count(summary_block(summary, plan.through_seq))
+            committed = await self.store.commit_checkpoint(self._candidate(job, summary, tokens))
+        except ConversationGone:
+            return None  # deleted while we worked: nothing may be written back
+        except StoreError as exc:
+            log.error("compaction of branch %s could not be stored: %s", job.branch_id, exc)
+            self._fail(job.branch_id)
+            return None
+        if committed is None:
+            log.info("compaction of branch %s discarded: the branch moved on", job.branch_id)
+            return None
+        self._backoff.pop(job.branch_id, None)
+        self.completed += 1
+        return committed
+
+    def _candidate(self, job: CompactionJob, summary: str, tokens: int) -> CheckpointCandidate:
+        plan = job.plan
+        return CheckpointCandidate(
+            conversation_id=job.conversation_id,
+            branch_id=job.branch_id,
+            parent_generation=job.previous.generation if job.previous else 0,
+            from_seq=plan.from_seq,
+            covered_through_seq=plan.through_seq,
+            source_hash=job.hashes[plan.through_seq - 1],
+            summary=summary,
+            tokens=tokens,
+            model=job.policy.summarizer.model or job.model,
+            format_version=FORMAT_VERSION,
+        )
+
+    async def _summarize_chunk(
+        self,
+        job: CompactionJob,
+        previous: str | None,
+        chunk: tuple[Item, ...],
+        pinned: list[str],
+        allowed: list[str],
+    ) -> tuple[str | None, str | None]:
+        messages = build_summary_messages(previous, chunk, pinned)
+        error: str | None = None
+        for _attempt in range(job.policy.summarizer.max_attempts):
+            result = await self.summarizer.summarize(job.route, job.policy, job.model, messages, job.client_auth)
+            await self._record(job, result.model, result, chunk)
+            if result.text is None:
+                error = result.error
+                continue
+            problems = check_summary(result.text, chunk, previous_summary=previous, allowed_texts=allowed)
+            if not problems:
+                return result.text, None
+            error = "summary rejected: " + "; ".join(problems)
+        return None, error
+
+    async def _record(self, job: CompactionJob, model: str, result: SummaryResult, chunk: tuple[Item, ...]) -> None:
+        call = CallRecord(
+            id="call_" + secrets.token_hex(10),
+            tenant=job.tenant,
+            route=job.route.name,
+            model=model,
+            purpose="summary",
+            stream=False,
+            started_at=time.time() - result.latency_ms / 1000,
+            conversation_id=job.conversation_id,
+            branch_id=job.branch_id,
+            status="complete" if result.text is not None else "error",
+            upstream_status=result.upstream_status,
+            error=result.error,
+            latency_ms=result.latency_ms,
+            response={"role": "assistant", "content": result.text} if result.text is not None else None,
+            usage_raw=result.usage_raw,
+            usage=result.usage.to_dict(),
+            projection={"summarized_seqs": [chunk[0].seq, chunk[-1].seq] if chunk else []},
+        )
+        try:
+            await self.store.record_call(call)
+        except StoreError as exc:
+            log.warning("summary call record not stored: %s", exc)

@@ -1,0 +1,164 @@
+"""Project a request (DESIGN step 4): the edge between stored rows and the pure policies.
+
+Turns the request's history into `Item`s (seq = position on the branch lineage, tokens from a
+per-event cache keyed by chain hash, so a request costs counting work only for what is new),
+resolves the budget, and calls `policies.projection.project`.
+
+Budget: the window is the policy's `context_window`, else litellm's model map, and the output
+reserve is the request's `max_completion_tokens`/`max_tokens`, else the policy's
+`max_output_tokens`, else the model's max output capped at a quarter of the window. The estimate
+is calibrated with the last real usage on the branch: if the upstream billed 8% more input than
+we counted for the previous call, the input budget shrinks by 8% (clamped), and the factor is
+dropped when a new checkpoint changes what is sent (seed 000).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from policies.base import Budget, Checkpoint, ContextOverflow, Item, PinsConfig, PolicyConfig, Projection
+from policies.base import ToolResultsConfig as PolicyToolResults
+from policies.projection import project
+from policies.tokens import TokenCounter, encoding_name_for_model
+
+from .config import Policy
+from .errors import ContextLengthExceeded
+from .models import ModelCatalog
+from .store.base import StoredCheckpoint
+from .types import Json, Message
+
+REPLY_PRIMING_TOKENS = 3
+DEFAULT_WINDOW = 128_000
+
+
+def policy_config(policy: Policy) -> PolicyConfig:
+    tr = policy.tool_results
+    return PolicyConfig(
+        trigger=policy.trigger,
+        target=policy.target,
+        keep_recent_tokens=policy.keep_recent_tokens,
+        summary_chunk_tokens=policy.summary_chunk_tokens,
+        tool_results=PolicyToolResults(
+            keep_recent_groups=tr.keep_recent_groups,
+            recent_max_chars=tr.recent_max_chars,
+            old_max_chars=tr.old_max_chars,
+            exclude_tools=tr.exclude_tools,
+            clear_at_least=tr.clear_at_least,
+        ),
+        pins=PinsConfig(first_user=policy.pins.first_user, roles=policy.pins.roles, patterns=policy.pins.patterns),
+    )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    generation: int
+    factor: float
+
+
+class Projector:
+    """Per-process token caches, model metadata and usage calibration; no I/O."""
+
+    def __init__(self, catalog: ModelCatalog, cache_entries: int = 200_000) -> None:
+        self.catalog = catalog
+        self._counters: dict[str, TokenCounter] = {}
+        self._cache_entries = cache_entries
+        self._configs: dict[int, PolicyConfig] = {}
+        self._calibration: OrderedDict[str, Calibration] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def counter(self, model: str) -> TokenCounter:
+        name = encoding_name_for_model(model)
+        counter = self._counters.get(name)
+        if counter is None:
+            counter = self._counters[name] = TokenCounter.for_model(model, self._cache_entries)
+        return counter
+
+    def config(self, policy: Policy) -> PolicyConfig:
+        key = id(policy)
+        cached = self._configs.get(key)
+        if cached is None:
+            cached = self._configs[key] = policy_config(policy)
+        return cached
+
+    def budget(self, policy: Policy, model: str, body: Json, counter: TokenCounter, branch_id: str | None,
+               generation: int) -> Budget:
+        info = self.catalog.info(model)
+        window = policy.context_window or (info.context_window if info else None) or DEFAULT_WINDOW
+        requested = body.get("max_completion_tokens") or body.get("max_tokens")
+        if isinstance(requested, int) and not isinstance(requested, bool) and requested > 0:
+            output = requested
+        elif policy.max_output_tokens:
+            output = policy.max_output_tokens
+        else:
+            model_max = info.max_output_tokens if info and info.max_output_tokens else window // 4
+            output = min(model_max, window // 4)
+        if output >= window:
+            raise ContextLengthExceeded(
+                f"max_tokens ({output:,}) leaves no room for input in this model's {window:,}-token window.",
+                param="max_tokens",
+            )
+        tools = body.get("tools")
+        fixed = REPLY_PRIMING_TOKENS + (counter.count_tools(tools) if isinstance(tools, list) else 0)
+        factor = self.calibration(branch_id, generation)
+        if factor > 1.0:
+            input_budget = int((window - output) / factor)
+            window = output + input_budget
+        return Budget(context_window=window, max_output_tokens=output, fixed_tokens=fixed)
+
+    def calibration(self, branch_id: str | None, generation: int) -> float:
+        if branch_id is None:
+            return 1.0
+        with self._lock:
+            entry = self._calibration.get(branch_id)
+        if entry is None or entry.generation != generation:
+            return 1.0
+        return entry.factor
+
+    def calibrate(self, branch_id: str, generation: int, estimated: int, billed: int | None) -> None:
+        """Remember how far the estimate was from what the upstream billed for this branch."""
+        if billed is None or estimated <= 0:
+            return
+        factor = min(1.5, max(1.0, billed / estimated))
+        with self._lock:
+            self._calibration[branch_id] = Calibration(generation, factor)
+            self._calibration.move_to_end(branch_id)
+            while len(self._calibration) > 100_000:
+                self._calibration.popitem(last=False)
+
+    def items(self, history: list[Message], hashes: list[str], counter: TokenCounter) -> list[Item]:
+        return [
+            Item(seq=i + 1, message=m, tokens=counter.count(m, h))
+            for i, (m, h) in enumerate(zip(history, hashes, strict=True))
+        ]
+
+    def project(
+        self,
+        policy: Policy,
+        model: str,
+        body: Json,
+        prefix: list[Message],
+        history: list[Message],
+        hashes: list[str],
+        checkpoint: StoredCheckpoint | None,
+        branch_id: str | None,
+    ) -> Projection:
+        counter = self.counter(model)
+        generation = checkpoint.generation if checkpoint else 0
+        budget = self.budget(policy, model, body, counter, branch_id, generation)
+        items = self.items(history, hashes, counter)
+        active = (
+            Checkpoint(checkpoint.generation, checkpoint.covered_through_seq, checkpoint.summary, checkpoint.tokens)
+            if checkpoint is not None and checkpoint.covered_through_seq <= len(items)
+            else None
+        )
+        try:
+            return project(prefix, items, active, budget, self.config(policy), counter)
+        except ContextOverflow as exc:
+            raise ContextLengthExceeded(str(exc), param="messages") from None
+
+
+def projection_summary(projection: Projection) -> dict[str, Any]:
+    return projection.record.to_dict()
