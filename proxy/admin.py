@@ -7,6 +7,7 @@ Without a configured token every /admin path answers 404, as if it did not exist
 from __future__ import annotations
 
 import hmac
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -71,12 +72,7 @@ async def get_conversation(request: Request) -> RawResponse:
 async def list_events(request: Request) -> RawResponse:
     state = _state(request)
     conversation = await _conversation_or_404(state, request.path_params["id"])
-    branches = await state.store.list_branches(conversation.id)
-    branch_id = request.query_params.get("branch")
-    if branch_id is None:
-        branch_id = max(branches, key=lambda b: (b.updated_at, b.created_at)).id
-    elif branch_id not in {b.id for b in branches}:
-        raise NotFound(f"Conversation {conversation.id!r} has no branch {branch_id!r}.", param="branch")
+    branch_id = await _branch_or_default(state, request, conversation.id)
     after = _int_param(request, "after", 0, 0, 1 << 62)
     limit = _int_param(request, "limit", 100, 1, 1000)
     events = await state.store.lineage_events(branch_id, after, limit)
@@ -95,6 +91,67 @@ async def list_calls(request: Request) -> RawResponse:
     return json_response({"data": [c.to_dict() for c in calls]})
 
 
+async def _branch_or_default(state: AppState, request: Request, conversation_id: str) -> str:
+    branches = await state.store.list_branches(conversation_id)
+    branch_id = request.query_params.get("branch")
+    if branch_id is None:
+        return max(branches, key=lambda b: (b.updated_at, b.created_at)).id
+    if branch_id not in {b.id for b in branches}:
+        raise NotFound(f"Conversation {conversation_id!r} has no branch {branch_id!r}.", param="branch")
+    return branch_id
+
+
+async def get_projection(request: Request) -> RawResponse:
+    """Exactly what the next call on this branch would send for the stored history, and why:
+    the first thing to look at when an agent seems to have forgotten something."""
+    state = _state(request)
+    conversation = await _conversation_or_404(state, request.path_params["id"])
+    branch_id = await _branch_or_default(state, request, conversation.id)
+    last = await state.store.last_call(branch_id, "main")
+    if last is None or last.model is None:
+        raise NotFound(f"Branch {branch_id!r} has no calls yet, so there is no model or route to project for.")
+    route = next((r for r in state.config.routes if r.name == last.route), None)
+    route = route or state.config.route_for("/v1/chat/completions", last.model)
+    if route is None:
+        raise NotFound(f"No configured route serves model {last.model!r} any more.")
+    events = await state.store.lineage_events(branch_id, 0, 1 << 30)
+    prefix_blob = await state.store.get_blob(last.system_hash) if last.system_hash else None
+    tools_blob = await state.store.get_blob(last.tools_hash) if last.tools_hash else None
+    body: dict[str, Any] = {"model": last.model}
+    if tools_blob:
+        body["tools"] = json.loads(tools_blob)
+    checkpoint = await state.store.active_checkpoint(branch_id)
+    policy = state.config.policy_for(route)
+    projection = state.projector.project(
+        policy,
+        last.model,
+        body,
+        json.loads(prefix_blob) if prefix_blob else [],
+        [e.message for e in events],
+        [e.chain_hash for e in events],
+        checkpoint,
+        branch_id,
+    )
+    return json_response(
+        {
+            "conversation_id": conversation.id,
+            "branch_id": branch_id,
+            "route": route.name,
+            "model": last.model,
+            "checkpoint": checkpoint.to_dict() if checkpoint else None,
+            "messages": projection.messages,
+            "record": projection.record.to_dict(),
+        }
+    )
+
+
+async def list_checkpoints(request: Request) -> RawResponse:
+    state = _state(request)
+    conversation = await _conversation_or_404(state, request.path_params["id"])
+    checkpoints = await state.store.list_checkpoints(conversation.id)
+    return json_response({"data": [c.to_dict() for c in checkpoints]})
+
+
 async def delete_conversation(request: Request) -> RawResponse:
     state = _state(request)
     conversation_id = request.path_params["id"]
@@ -109,4 +166,6 @@ routes = [
     Route("/admin/conversations/{id}", delete_conversation, methods=["DELETE"]),
     Route("/admin/conversations/{id}/events", list_events, methods=["GET"]),
     Route("/admin/conversations/{id}/calls", list_calls, methods=["GET"]),
+    Route("/admin/conversations/{id}/projection", get_projection, methods=["GET"]),
+    Route("/admin/conversations/{id}/checkpoints", list_checkpoints, methods=["GET"]),
 ]

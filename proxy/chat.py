@@ -89,7 +89,7 @@ async def chat_completions(request: Request) -> Any:
             outgoing = {**body, "messages": projection.messages}
     if stream:
         outgoing = openai_chat.with_usage_requested(outgoing)
-    payload = raw if outgoing is body else json.dumps(outgoing, ensure_ascii=False).encode()
+    payload = raw if outgoing is body else json.dumps(outgoing).encode()
     headers = upstream_request_headers(request.headers, state.upstream_key(route), frozenset({header.lower()}))
     echo = [(header, identity.external_id or identity.conversation_id)]
 
@@ -283,7 +283,7 @@ async def _store_blob(state: AppState, value: Any, digest: str | None = None) ->
     """System prefixes and tool definitions are stored once by content, referenced by calls."""
     if not value:
         return None
-    data = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    data = json.dumps(value, sort_keys=True)
     digest = digest or identify.blob_hash(data)
     if state.known_blobs.add(digest):
         await state.store.put_blob(digest, data)

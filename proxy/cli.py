@@ -72,6 +72,48 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def replay_command(args: argparse.Namespace) -> int:
+    import json
+
+    from .models import ModelCatalog
+    from .projection import Projector
+    from .replay import load_transcript, render_report, replay
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        for line in exc.problems:
+            print(line, file=sys.stderr)
+        return 1
+    name = args.policy or config.routes[0].policy
+    if name not in config.policies:
+        print(f"{args.config}: no policy named {name!r} (defined: {', '.join(sorted(config.policies))})", file=sys.stderr)
+        return 1
+    policy = config.policies[name]
+    if args.window:
+        policy = policy.model_copy(update={"context_window": args.window})
+    projector = Projector(ModelCatalog())
+    reports = []
+    for path in args.files:
+        try:
+            messages, tools, title = load_transcript(path)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"{path}: cannot read a transcript: {exc}", file=sys.stderr)
+            return 1
+        report = replay(messages, tools, policy, args.model, projector, name=title)
+        reports.append(report)
+        if not args.json:
+            print(render_report(report, args.per_turn))
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=2))
+    elif len(reports) > 1:
+        client = sum(r.client_total for r in reports)
+        sent = sum(r.sent_total for r in reports)
+        print(f"total: {len(reports)} transcripts, client {client:,} tokens -> sent {sent:,} "
+              f"({1 - sent / client if client else 0:.1%} saved)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctxproxy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -85,6 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     p_check = sub.add_parser("check-config", help="validate a config file and print the resolved routes")
     p_check.add_argument("config")
     p_check.set_defaults(func=check_config)
+    p_replay = sub.add_parser("replay", help="run saved conversations through a policy offline and report tokens")
+    p_replay.add_argument("files", nargs="+", help="JSON: a list of OpenAI messages, or {messages, tools}")
+    p_replay.add_argument("--config", required=True)
+    p_replay.add_argument("--policy", help="policy name (default: the first route's)")
+    p_replay.add_argument("--model", default="gpt-4o", help="model whose tokenizer and window to use")
+    p_replay.add_argument("--window", type=int, help="override the policy's context_window")
+    p_replay.add_argument("--per-turn", action="store_true")
+    p_replay.add_argument("--json", action="store_true")
+    p_replay.set_defaults(func=replay_command)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

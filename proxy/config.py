@@ -146,7 +146,7 @@ class Config(_Frozen):
     conversation_header: str = "X-Conversation-Id"
     server: Server = Server()
     limits: Limits = Limits()
-    routes: tuple[Route, ...] = Field(min_length=1)
+    routes: list[Route] = Field(min_length=1)
     policies: dict[str, Policy] = Field(default_factory=lambda: {"default": Policy()})
 
     @field_validator("store")

@@ -95,7 +95,7 @@ def root_hash(tenant: str) -> str:
 
 def message_hash(parent: str, message: Message) -> str:
     body = json.dumps(canonical(message), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return _digest(parent.encode() + b"\x00" + body.encode())
+    return _digest(parent.encode() + b"\x00" + body.encode("utf-8", "surrogatepass"))
 
 
 def chain(tenant: str, history: Sequence[Message]) -> list[str]:
@@ -110,11 +110,11 @@ def chain(tenant: str, history: Sequence[Message]) -> list[str]:
 
 def prefix_hash(prefix: Sequence[Message]) -> str:
     body = json.dumps([canonical(m) for m in prefix], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return _digest(b"ctxproxy/prefix/v1\x00" + body.encode())
+    return _digest(b"ctxproxy/prefix/v1\x00" + body.encode("utf-8", "surrogatepass"))
 
 
 def blob_hash(data: str) -> str:
-    return _digest(b"ctxproxy/blob/v1\x00" + data.encode())
+    return _digest(b"ctxproxy/blob/v1\x00" + data.encode("utf-8", "surrogatepass"))
 
 
 def tenant_of(api_key: str | None, salt: bytes) -> str:

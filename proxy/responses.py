@@ -22,5 +22,5 @@ class RawResponse:
 
 
 def json_response(data: Any, status: int = 200, headers: list[tuple[str, str]] | None = None) -> RawResponse:
-    body = json.dumps(data, ensure_ascii=False).encode()
+    body = json.dumps(data).encode()
     return RawResponse(body, status, [("content-type", "application/json"), *(headers or [])])

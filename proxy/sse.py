@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_LINE = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,9 @@ class SseEvent:
 def parse_event(raw: bytes) -> SseEvent:
     event: str | None = None
     data: list[str] = []
-    for line in raw.decode("utf-8", errors="replace").splitlines():
+    # Only CR, LF and CRLF end SSE lines; str.splitlines() would also split at U+2028 and
+    # friends, which JSON may carry unescaped.
+    for line in _LINE.split(raw.decode("utf-8", errors="replace")):
         if not line or line.startswith(":"):
             continue
         name, _, value = line.partition(":")

@@ -47,9 +47,11 @@ def upstream_request_headers(
     client_headers: Mapping[str, str], api_key: str | None, drop: frozenset[str]
 ) -> dict[str, str]:
     out: dict[str, str] = {}
+    # Fields named in Connection are hop-by-hop too (RFC 9110 7.6.1).
+    named = {t.strip().lower() for k, v in client_headers.items() if k.lower() == "connection" for t in v.split(",")}
     for name, value in client_headers.items():
         lower = name.lower()
-        if lower in _REQUEST_DROP or lower in drop:
+        if lower in _REQUEST_DROP or lower in drop or lower in named:
             continue
         if api_key is not None and lower in ("authorization", "x-api-key", "api-key"):
             continue

@@ -112,7 +112,8 @@ def with_usage_requested(body: Json) -> Json:
 
 
 def is_usage_only(chunk: Json) -> bool:
-    return chunk.get("choices") == [] and "usage" in chunk
+    # Azure opens streams with a choices-less chunk of prompt_filter_results: not ours to hide.
+    return chunk.get("choices") == [] and isinstance(chunk.get("usage"), dict)
 
 
 def strip_null_usage(raw: bytes, chunk: Json) -> bytes:

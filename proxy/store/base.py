@@ -235,7 +235,10 @@ class Store(Protocol):
     async def put_blob(self, digest: str, data: str) -> None:
         """Content-addressed storage for system prefixes and tool definitions."""
 
+    async def get_blob(self, digest: str) -> str | None: ...
+
     async def record_call(self, call: CallRecord) -> None: ...
+    async def last_call(self, branch_id: str, purpose: str) -> CallRecord | None: ...
 
     async def active_checkpoint(self, branch_id: str) -> StoredCheckpoint | None:
         """The branch's active checkpoint, or, for a branch that has none of its own, the newest

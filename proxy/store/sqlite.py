@@ -122,6 +122,7 @@ _M002_CHECKPOINTS = """
         CREATE UNIQUE INDEX checkpoints_generation ON checkpoints (branch_id, generation)
             WHERE generation IS NOT NULL;
         CREATE INDEX checkpoints_conversation ON checkpoints (conversation_id);
+        CREATE INDEX calls_branch ON calls (branch_id, purpose, started_at);
 """
 
 # Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
@@ -307,7 +308,7 @@ class SqliteStore:
                         seq,
                         start.conversation_id,
                         event.role,
-                        json.dumps(event.message, ensure_ascii=False),
+                        json.dumps(event.message),
                         event.chain_hash,
                         event.source,
                         event.tokens,
@@ -330,6 +331,10 @@ class SqliteStore:
 
     async def put_blob(self, digest: str, data: str) -> None:
         self._write(lambda db: db.execute("INSERT OR IGNORE INTO blobs (digest, data) VALUES (?, ?)", (digest, data)))
+
+    async def get_blob(self, digest: str) -> str | None:
+        row = self.db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone()
+        return str(row[0]) if row else None
 
     # -- calls -------------------------------------------------------------------------------
     async def record_call(self, call: CallRecord) -> None:
@@ -551,41 +556,18 @@ class SqliteStore:
 
     async def list_calls(self, conversation_id: str, limit: int, offset: int) -> list[CallRecord]:
         rows = self.db.execute(
-            "SELECT id, tenant, route, model, purpose, stream, started_at, conversation_id, branch_id, status, "
-            "upstream_status, error, latency_ms, ttfb_ms, response, finish_reason, usage_raw, "
-            f"{', '.join(_USAGE_COLUMNS)}, request_id, system_hash, tools_hash, projection FROM calls "
-            "WHERE conversation_id = ? ORDER BY started_at, rowid LIMIT ? OFFSET ?",
+            f"SELECT {_CALL_COLS} FROM calls WHERE conversation_id = ? ORDER BY started_at, rowid LIMIT ? OFFSET ?",
             (conversation_id, limit, offset),
         )
-        out = []
-        for r in rows:
-            out.append(
-                CallRecord(
-                    id=r[0],
-                    tenant=r[1],
-                    route=r[2],
-                    model=r[3],
-                    purpose=r[4],
-                    stream=bool(r[5]),
-                    started_at=r[6],
-                    conversation_id=r[7],
-                    branch_id=r[8],
-                    status=r[9],
-                    upstream_status=r[10],
-                    error=r[11],
-                    latency_ms=r[12],
-                    ttfb_ms=r[13],
-                    response=_loads(r[14]),
-                    finish_reason=r[15],
-                    usage_raw=_loads(r[16]),
-                    usage=dict(zip(_USAGE_COLUMNS, r[17:23], strict=True)),
-                    request_id=r[23],
-                    system_hash=r[24],
-                    tools_hash=r[25],
-                    projection=_loads(r[26]),
-                )
-            )
-        return out
+        return [_call(r) for r in rows]
+
+    async def last_call(self, branch_id: str, purpose: str) -> CallRecord | None:
+        row = self.db.execute(
+            f"SELECT {_CALL_COLS} FROM calls WHERE branch_id = ? AND purpose = ? ORDER BY started_at DESC, rowid DESC "
+            "LIMIT 1",
+            (branch_id, purpose),
+        ).fetchone()
+        return _call(row) if row else None
 
     async def delete_conversation(self, conversation_id: str) -> bool:
         def delete(db: sqlite3.Connection) -> bool:
@@ -622,12 +604,47 @@ def _checkpoint(row: Any) -> StoredCheckpoint:
     return StoredCheckpoint(*row)
 
 
+_CALL_COLS = (
+    "id, tenant, route, model, purpose, stream, started_at, conversation_id, branch_id, status, upstream_status, "
+    "error, latency_ms, ttfb_ms, response, finish_reason, usage_raw, "
+    + ", ".join(_USAGE_COLUMNS)
+    + ", request_id, system_hash, tools_hash, projection"
+)
+
+
+def _call(r: Any) -> CallRecord:
+    return CallRecord(
+        id=r[0],
+        tenant=r[1],
+        route=r[2],
+        model=r[3],
+        purpose=r[4],
+        stream=bool(r[5]),
+        started_at=r[6],
+        conversation_id=r[7],
+        branch_id=r[8],
+        status=r[9],
+        upstream_status=r[10],
+        error=r[11],
+        latency_ms=r[12],
+        ttfb_ms=r[13],
+        response=_loads(r[14]),
+        finish_reason=r[15],
+        usage_raw=_loads(r[16]),
+        usage=dict(zip(_USAGE_COLUMNS, r[17:23], strict=True)),
+        request_id=r[23],
+        system_hash=r[24],
+        tools_hash=r[25],
+        projection=_loads(r[26]),
+    )
+
+
 def _conversation(row: Any) -> Conversation:
     return Conversation(row[0], row[1], row[2], row[3], row[4], row[5])
 
 
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False)
+    return None if value is None else json.dumps(value)
 
 
 def _loads(value: str | None) -> Any:

@@ -1,0 +1,217 @@
+"""Offline replay: run a saved conversation through a policy turn by turn, no server, no upstream.
+
+How a user decides whether to adopt ctxproxy before deploying it: every point where the client
+called the model (each assistant message of the transcript) becomes one request; the policy
+projects it exactly as the proxy would, a compaction plan is applied before the next request (as
+the proxy's background job would), or at once when the request could only be served by pruning
+(`on_overflow: wait`). The report compares what the client sent with what ctxproxy would send.
+
+The summarizer is a deterministic stand-in by default (`extractive_summary`: the first line of
+each event with its event id, bounded), so the numbers are reproducible; pass another
+`summarize` callable to measure a real model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.base import Checkpoint, ContextOverflow, Item
+from policies.projection import project
+from policies.summary_prompt import summary_block
+from policies.text import message_text
+
+from . import identify
+from .config import Policy
+from .projection import Projector
+from .types import Message
+
+Summarize = Callable[[str | None, Sequence[Item]], str]
+
+
+def extractive_summary(previous: str | None, chunk: Sequence[Item], max_chars: int = 4000) -> str:
+    """A reproducible stand-in for a summarizer: previous summary + first line of each event."""
+    lines = [previous.strip()] if previous else ["## Progress"]
+    for item in chunk:
+        first = message_text(item.message).strip().splitlines()[:1]
+        text = first[0][:120] if first else ""
+        lines.append(f"- [e{item.seq}] {item.message.get('role')}: {text}")
+    summary = "\n".join(lines)
+    if len(summary) > max_chars:  # keep the head (goal) and the newest lines
+        summary = summary[: max_chars // 4] + "\n...\n" + summary[-(max_chars * 3 // 4) :]
+    return summary
+
+
+@dataclass
+class TurnStat:
+    turn: int
+    events: int
+    client_tokens: int
+    sent_tokens: int
+    compacted: bool
+    trimmed: int
+    pruned: int
+    reuse_tokens: int
+    baseline_reuse_tokens: int
+    error: str | None = None
+
+
+@dataclass
+class ReplayReport:
+    name: str
+    window: int
+    max_output: int
+    turns: list[TurnStat] = field(default_factory=list)
+    compactions: int = 0
+
+    @property
+    def client_total(self) -> int:
+        return sum(t.client_tokens for t in self.turns)
+
+    @property
+    def sent_total(self) -> int:
+        return sum(t.sent_tokens for t in self.turns)
+
+    @property
+    def savings(self) -> float:
+        return 1 - self.sent_total / self.client_total if self.client_total else 0.0
+
+    @property
+    def max_sent(self) -> int:
+        return max((t.sent_tokens for t in self.turns), default=0)
+
+    @property
+    def over_window(self) -> int:
+        return sum(1 for t in self.turns if t.sent_tokens + self.max_output > self.window or t.error)
+
+    @property
+    def reuse_share(self) -> float:
+        """Share of sent tokens that repeat the previous request's prefix (prompt-cache hits)."""
+        sent = sum(t.sent_tokens for t in self.turns[1:])
+        return sum(t.reuse_tokens for t in self.turns[1:]) / sent if sent else 0.0
+
+    @property
+    def baseline_reuse_share(self) -> float:
+        client = sum(t.client_tokens for t in self.turns[1:])
+        return sum(t.baseline_reuse_tokens for t in self.turns[1:]) / client if client else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "window": self.window,
+            "turns": len(self.turns),
+            "client_tokens": self.client_total,
+            "sent_tokens": self.sent_total,
+            "savings": round(self.savings, 4),
+            "max_request": self.max_sent,
+            "requests_over_window": self.over_window,
+            "compactions": self.compactions,
+            "prefix_reuse": round(self.reuse_share, 4),
+            "baseline_prefix_reuse": round(self.baseline_reuse_share, 4),
+        }
+
+
+def _shared_prefix_tokens(previous: list[Message], current: list[Message], count: Callable[[Message], int]) -> int:
+    total = 0
+    for old, new in zip(previous, current, strict=False):
+        if old != new:
+            break
+        total += count(new)
+    return total
+
+
+def replay(
+    messages: list[Message],
+    tools: list[Any] | None,
+    policy: Policy,
+    model: str,
+    projector: Projector,
+    summarize: Summarize = extractive_summary,
+    name: str = "",
+) -> ReplayReport:
+    prefix, history = identify.split_prefix(messages)
+    counter = projector.counter(model)
+    body: dict[str, Any] = {"model": model}
+    if tools:
+        body["tools"] = tools
+    config = projector.config(policy)
+    budget = projector.budget(policy, model, body, counter, None, 0)
+    report = ReplayReport(name, budget.context_window, budget.max_output_tokens)
+    hashes = identify.chain("replay", history)
+    items = projector.items(history, hashes, counter)
+    checkpoint: Checkpoint | None = None
+    previous_sent: list[Message] = []
+    previous_client: list[Message] = []
+
+    def compact(plan: Any) -> Checkpoint:
+        summary = checkpoint.summary if checkpoint else None
+        for chunk in plan.chunks:
+            summary = summarize(summary, chunk)
+        assert summary is not None
+        tokens = counter.count(summary_block(summary, plan.through_seq))
+        report.compactions += 1
+        return Checkpoint((checkpoint.generation if checkpoint else 0) + 1, plan.through_seq, summary, tokens)
+
+    for index, message in enumerate(history):
+        if message.get("role") != "assistant" or index == 0:
+            continue
+        request_items = items[:index]
+        client = [*prefix, *history[:index]]
+        client_tokens = budget.fixed_tokens + sum(counter.count(m) for m in prefix) + sum(
+            i.tokens for i in request_items
+        )
+        stat = TurnStat(len(report.turns) + 1, index, client_tokens, 0, False, 0, 0, 0, 0)
+        try:
+            projection = project(prefix, request_items, checkpoint, budget, config, counter)
+            plan = projection.record.compaction
+            if plan is not None and projection.record.pruned_seqs and policy.on_overflow == "wait":
+                checkpoint = compact(plan)
+                stat.compacted = True
+                projection = project(prefix, request_items, checkpoint, budget, config, counter)
+                plan = projection.record.compaction
+        except ContextOverflow as exc:
+            stat.error = str(exc)
+            report.turns.append(stat)
+            continue
+        sent = projection.messages
+        stat.sent_tokens = projection.record.sent_tokens
+        stat.trimmed = len(projection.record.trimmed)
+        stat.pruned = len(projection.record.pruned_seqs)
+        stat.reuse_tokens = _shared_prefix_tokens(previous_sent, sent, counter)
+        stat.baseline_reuse_tokens = _shared_prefix_tokens(previous_client, client, counter)
+        report.turns.append(stat)
+        previous_sent, previous_client = sent, client
+        if plan is not None:  # the background job lands before the next request
+            checkpoint = compact(plan)
+            stat.compacted = True
+    return report
+
+
+def load_transcript(path: str) -> tuple[list[Message], list[Any] | None, str]:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if isinstance(data, list):
+        return data, None, path
+    return data["messages"], data.get("tools"), str(data.get("name") or path)
+
+
+def render_report(report: ReplayReport, per_turn: bool) -> str:
+    lines = []
+    if per_turn:
+        lines.append("turn  events  client_tokens  sent_tokens  trimmed  pruned  compacted")
+        for t in report.turns:
+            lines.append(
+                f"{t.turn:>4}  {t.events:>6}  {t.client_tokens:>13,}  {t.sent_tokens:>11,}  {t.trimmed:>7}  "
+                f"{t.pruned:>6}  {'yes' if t.compacted else ''}{'  ERROR ' + t.error if t.error else ''}"
+            )
+    d = report.to_dict()
+    lines.append(
+        f"{report.name}: {d['turns']} requests, client {d['client_tokens']:,} tokens -> sent {d['sent_tokens']:,} "
+        f"({d['savings']:.1%} saved); max request {d['max_request']:,} of window {report.window:,} "
+        f"(output reserve {report.max_output:,}); {d['requests_over_window']} over window; "
+        f"{d['compactions']} compactions; prefix reuse {d['prefix_reuse']:.1%} "
+        f"(without ctxproxy {d['baseline_prefix_reuse']:.1%})"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,747 @@
+"""The Store contract: every backend must pass this one suite.
+
+Add a backend by adding an entry to BACKENDS: a function that, given the test's tmp_path and a
+location name, returns an unopened store. The same name must reach the same data (so close+reopen
+can be tested); a different name must be an independent, empty store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy import identify
+from proxy.store.base import (
+    Branch,
+    CallRecord,
+    CheckpointCandidate,
+    ConversationGone,
+    HashMatch,
+    NewEvent,
+    Position,
+    Store,
+    StoreError,
+)
+from proxy.store.sqlite import SqliteStore
+from proxy.types import Message
+
+
+def _sqlite(tmp_path: Path, name: str) -> Store:
+    return SqliteStore(str(tmp_path / f"{name}.db"))
+
+
+BACKENDS: dict[str, Callable[[Path, str], Store]] = {
+    "sqlite": _sqlite,
+    # "redis": _redis,  (one line, once the backend exists)
+}
+
+
+class Stores:
+    """Opens stores of one backend; everything opened is closed when the test ends."""
+
+    def __init__(self, make: Callable[[Path, str], Store], tmp_path: Path) -> None:
+        self._make = make
+        self._tmp_path = tmp_path
+        self.opened: list[Store] = []
+
+    async def open(self, name: str = "main") -> Store:
+        store = self._make(self._tmp_path, name)
+        await store.open()
+        self.opened.append(store)
+        return store
+
+    async def reopen(self, store: Store, name: str = "main") -> Store:
+        await store.close()
+        return await self.open(name)
+
+
+@pytest.fixture(params=list(BACKENDS))
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
+    factory = Stores(BACKENDS[request.param], tmp_path)
+    yield factory
+    for store in factory.opened:
+        await store.close()
+
+
+@pytest.fixture
+async def store(stores: Stores) -> Store:
+    return await stores.open()
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+T1, T2 = "t_tenant_one", "t_tenant_two"
+
+
+def user(text: str) -> Message:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> Message:
+    return {"role": "assistant", "content": text}
+
+
+def new_events(tenant: str, history: list[Message], start: int = 0, tokens: int | None = None) -> list[NewEvent]:
+    hashes = identify.chain(tenant, history)
+    return [
+        NewEvent(role=m["role"], message=m, chain_hash=h, source="request", tokens=tokens)
+        for m, h in list(zip(history, hashes, strict=True))[start:]
+    ]
+
+
+def origin(conversation: Any) -> Position:
+    return Position(conversation.id, conversation.main_branch_id, 0)
+
+
+async def lineage(store: Store, branch_id: str, after: int = 0, limit: int = 10_000) -> list[tuple[str, int, str]]:
+    return [(e.branch_id, e.seq, e.message["content"]) for e in await store.lineage_events(branch_id, after, limit)]
+
+
+async def tick() -> None:
+    # Orders updated_at stamps on coarse clocks; microseconds are enough on Linux.
+    await asyncio.sleep(0.002)
+
+
+U1, A1, U2, A2, U3, A3, U4, U5 = (user("u1"), assistant("a1"), user("u2"), assistant("a2"), user("u3"),
+                                  assistant("a3"), user("u4"), user("u5"))
+
+
+# -- lifecycle ------------------------------------------------------------------------------------
+
+
+async def test_ping(store: Store) -> None:
+    assert await store.ping() is True
+
+
+async def test_conversation_gone_is_a_store_error() -> None:
+    assert issubclass(ConversationGone, StoreError)
+
+
+async def test_tenant_salt_stable_across_reopen(stores: Stores, store: Store) -> None:
+    salt = await store.tenant_salt()
+    assert isinstance(salt, bytes)
+    assert len(salt) >= 16
+    assert await store.tenant_salt() == salt
+    reopened = await stores.reopen(store)
+    assert await reopened.tenant_salt() == salt
+    other = await stores.open("other")
+    assert await other.tenant_salt() != salt
+
+
+# -- conversations --------------------------------------------------------------------------------
+
+
+async def test_create_and_find_by_id(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    assert conv.tenant == T1
+    assert conv.external_id is None
+    assert conv.id != conv.main_branch_id
+    assert conv.created_at == conv.updated_at
+    assert await store.find_conversation(T1, conv.id) == conv
+    assert await store.get_conversation(conv.id) == conv
+    assert await store.find_conversation(T2, conv.id) is None
+    assert await store.find_conversation(T1, "c_does_not_exist") is None
+    (main,) = await store.list_branches(conv.id)
+    assert (main.id, main.conversation_id, main.parent_id, main.fork_seq, main.head_seq) == (
+        conv.main_branch_id, conv.id, None, 0, 0,
+    )
+
+
+async def test_find_by_external_id_scoped_per_tenant(store: Store) -> None:
+    one = await store.create_conversation(T1, "session-42")
+    two = await store.create_conversation(T2, "session-42")
+    assert one.id != two.id
+    assert (await store.find_conversation(T1, "session-42")) == one
+    assert (await store.find_conversation(T2, "session-42")) == two
+    assert await store.find_conversation(T2, one.id) is None
+    assert await store.find_conversation(T1, two.id) is None
+    assert await store.find_conversation("t_other", "session-42") is None
+
+
+async def test_create_same_external_id_twice_returns_the_first(store: Store) -> None:
+    first = await store.create_conversation(T1, "dup")
+    second = await store.create_conversation(T1, "dup")
+    assert second.id == first.id
+    assert second.main_branch_id == first.main_branch_id
+
+
+async def test_conversation_ids_are_unique(store: Store) -> None:
+    convs = [await store.create_conversation(T1, None) for _ in range(20)]
+    assert len({c.id for c in convs}) == 20
+    assert len({c.main_branch_id for c in convs}) == 20
+
+
+# -- append ---------------------------------------------------------------------------------------
+
+
+async def test_append_assigns_seq_one_to_n(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    history = [U1, A1, U2]
+    pos = await store.append(origin(conv), new_events(T1, history, tokens=7), "sys-1")
+    assert pos == Position(conv.id, conv.main_branch_id, 3)
+    events = await store.lineage_events(conv.main_branch_id, 0, 100)
+    assert [(e.branch_id, e.seq, e.role, e.message, e.source, e.tokens) for e in events] == [
+        (conv.main_branch_id, 1, "user", U1, "request", 7),
+        (conv.main_branch_id, 2, "assistant", A1, "request", 7),
+        (conv.main_branch_id, 3, "user", U2, "request", 7),
+    ]
+    assert [e.chain_hash for e in events] == identify.chain(T1, history)
+    (main,) = await store.list_branches(conv.id)
+    assert main.head_seq == 3
+
+
+async def test_append_continues_from_head(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    pos = await store.append(origin(conv), new_events(T1, [U1]), None)
+    pos = await store.append(pos, new_events(T1, [U1, A1], start=1), None)
+    pos = await store.append(pos, new_events(T1, [U1, A1, U2], start=2), None)
+    assert pos == Position(conv.id, conv.main_branch_id, 3)
+    assert await lineage(store, conv.main_branch_id) == [
+        (conv.main_branch_id, 1, "u1"), (conv.main_branch_id, 2, "a1"), (conv.main_branch_id, 3, "u2"),
+    ]
+    assert len(await store.list_branches(conv.id)) == 1
+
+
+async def test_append_is_idempotent(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    events = new_events(T1, [U1, A1, U2])
+    first = await store.append(origin(conv), events, "sys")
+    again = await store.append(origin(conv), events, "sys")
+    assert again == first
+    assert (await store.append(first, [], "sys")) == first
+    partial = await store.append(origin(conv), events[:2], "sys")
+    assert partial == Position(conv.id, conv.main_branch_id, 2)
+    assert len(await store.lineage_events(conv.main_branch_id, 0, 100)) == 3
+    assert len(await store.list_branches(conv.id)) == 1
+    # Replaying the whole history plus one new message appends only that message, at the head.
+    more = await store.append(origin(conv), new_events(T1, [U1, A1, U2, A2]), "sys")
+    assert more == Position(conv.id, conv.main_branch_id, 4)
+    assert len(await store.lineage_events(conv.main_branch_id, 0, 100)) == 4
+    assert len(await store.list_branches(conv.id)) == 1
+
+
+async def test_append_after_non_head_forks_a_child_branch(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2]), None)
+    # The client rewound to a1 and asked something else.
+    pos = await store.append(origin(conv), new_events(T1, [U1, A1, U3]), None)
+    assert pos.conversation_id == conv.id
+    assert pos.branch_id != main
+    assert pos.seq == 3
+    branches = {b.id: b for b in await store.list_branches(conv.id)}
+    assert set(branches) == {main, pos.branch_id}
+    child = branches[pos.branch_id]
+    assert (child.conversation_id, child.parent_id, child.fork_seq, child.head_seq) == (conv.id, main, 2, 3)
+    assert branches[main].head_seq == 3
+    assert await lineage(store, pos.branch_id) == [(main, 1, "u1"), (main, 2, "a1"), (pos.branch_id, 3, "u3")]
+    assert await lineage(store, main) == [(main, 1, "u1"), (main, 2, "a1"), (main, 3, "u2")]
+    # Idempotent on the child as well.
+    assert await store.append(origin(conv), new_events(T1, [U1, A1, U3]), None) == pos
+    assert len(await store.list_branches(conv.id)) == 2
+
+
+async def test_child_grows_without_forking_again(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2]), None)
+    child = await store.append(origin(conv), new_events(T1, [U1, A1, U3]), None)
+    grown = await store.append(child, new_events(T1, [U1, A1, U3, A3], start=3), None)
+    assert grown == Position(conv.id, child.branch_id, 4)
+    assert len(await store.list_branches(conv.id)) == 2
+
+
+async def test_fork_at_the_root(store: Store) -> None:
+    conv = await store.create_conversation(T1, "explicit")
+    main = conv.main_branch_id
+    await store.append(origin(conv), new_events(T1, [U1, A1]), None)
+    pos = await store.append(origin(conv), new_events(T1, [U4]), None)
+    assert pos.branch_id != main
+    assert pos.seq == 1
+    child = next(b for b in await store.list_branches(conv.id) if b.id == pos.branch_id)
+    assert (child.parent_id, child.fork_seq) == (main, 0)
+    assert await lineage(store, pos.branch_id) == [(pos.branch_id, 1, "u4")]
+
+
+async def test_lineage_of_a_grandchild(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2]), None)
+    child = await store.append(origin(conv), new_events(T1, [U1, A1, U3, A3, U4]), None)
+    grand = await store.append(origin(conv), new_events(T1, [U1, A1, U3, A3, U5]), None)
+    assert len({main, child.branch_id, grand.branch_id}) == 3
+    branches = {b.id: b for b in await store.list_branches(conv.id)}
+    assert (branches[grand.branch_id].parent_id, branches[grand.branch_id].fork_seq) == (child.branch_id, 4)
+    c, g = child.branch_id, grand.branch_id
+    assert await lineage(store, g) == [(main, 1, "u1"), (main, 2, "a1"), (c, 3, "u3"), (c, 4, "a3"), (g, 5, "u5")]
+    assert await lineage(store, c) == [(main, 1, "u1"), (main, 2, "a1"), (c, 3, "u3"), (c, 4, "a3"), (c, 5, "u4")]
+    # after_seq and limit page through the whole lineage.
+    assert await lineage(store, g, after=2) == [(c, 3, "u3"), (c, 4, "a3"), (g, 5, "u5")]
+    assert await lineage(store, g, after=1, limit=2) == [(main, 2, "a1"), (c, 3, "u3")]
+    assert await lineage(store, g, after=5) == []
+    assert await lineage(store, "b_unknown") == []
+
+
+async def test_append_stores_message_and_metadata_verbatim(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    message = {"role": "assistant", "content": None, "refusal": None,
+               "tool_calls": [{"id": "call_1", "type": "function",
+                               "function": {"name": "ls", "arguments": '{"path": "./ü"}'}}]}
+    event = NewEvent(role="assistant", message=message, chain_hash=identify.chain(T1, [message])[0],
+                     source="response", tokens=None, call_id="call-record-1")
+    await store.append(origin(conv), [event], None)
+    (stored,) = await store.lineage_events(conv.main_branch_id, 0, 10)
+    assert stored.message == message
+    assert (stored.role, stored.source, stored.tokens, stored.chain_hash) == (
+        "assistant", "response", None, event.chain_hash,
+    )
+    assert stored.created_at >= conv.created_at
+
+
+async def test_append_stores_any_message_json_accepted(store: Store) -> None:
+    # json.loads accepts lone surrogates ("\ud83d", sent by JS agents that cut a string mid-emoji); the
+    # store must keep such a message like any other, not fail the request.
+    import json
+
+    message = json.loads('{"role": "tool", "tool_call_id": "c", "content": "cut here \\ud83d"}')
+    conv = await store.create_conversation(T1, None)
+    event = NewEvent(role="tool", message=message, chain_hash="h-surrogate", source="request")
+    assert await store.append(origin(conv), [event], None) == Position(conv.id, conv.main_branch_id, 1)
+    (stored,) = await store.lineage_events(conv.main_branch_id, 0, 10)
+    assert stored.message == message
+
+
+# -- find_longest ---------------------------------------------------------------------------------
+
+
+async def test_find_longest_prefix(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2]), "sys-1")
+    longer = identify.chain(T1, [U1, A1, U2, A2, U3])
+    assert await store.find_longest(longer, T1, None) == HashMatch(Position(conv.id, conv.main_branch_id, 3), 3,
+                                                                   "sys-1")
+    diverged = identify.chain(T1, [U1, A1, U4])
+    match = await store.find_longest(diverged, T1, None)
+    assert match is not None
+    assert (match.position, match.count) == (Position(conv.id, conv.main_branch_id, 2), 2)
+    assert await store.find_longest(identify.chain(T1, [U4]), T1, None) is None
+    assert await store.find_longest([], T1, None) is None
+
+
+async def test_find_longest_respects_tenant(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    hashes = identify.chain(T1, [U1, A1])
+    await store.append(origin(conv), new_events(T1, [U1, A1]), None)
+    assert await store.find_longest(hashes, T2, None) is None
+    assert await store.find_longest(hashes, T2, conv.id) is None
+    assert (await store.find_longest(hashes, T1, None)) is not None
+
+
+async def test_find_longest_conversation_filter(store: Store) -> None:
+    a = await store.create_conversation(T1, "a")
+    b = await store.create_conversation(T1, "b")
+    empty = await store.create_conversation(T1, "empty")
+    await store.append(origin(a), new_events(T1, [U1, A1, U2]), None)
+    await tick()
+    await store.append(origin(b), new_events(T1, [U1]), None)
+    query = identify.chain(T1, [U1, A1, U2])
+    match_a = await store.find_longest(query, T1, a.id)
+    match_b = await store.find_longest(query, T1, b.id)
+    assert match_a is not None and match_b is not None
+    assert (match_a.position, match_a.count) == (Position(a.id, a.main_branch_id, 3), 3)
+    assert (match_b.position, match_b.count) == (Position(b.id, b.main_branch_id, 1), 1)
+    assert await store.find_longest(query, T1, empty.id) is None
+    # Without a filter, the longest wins even though b is more recent.
+    unfiltered = await store.find_longest(query, T1, None)
+    assert unfiltered is not None and unfiltered.position.conversation_id == a.id
+
+
+async def test_find_longest_tie_goes_to_most_recently_updated(store: Store) -> None:
+    older = await store.create_conversation(T1, None)
+    newer = await store.create_conversation(T1, None)
+    query = identify.chain(T1, [U1, A1, U2])
+    await store.append(origin(older), new_events(T1, [U1, A1]), "sys-old")
+    await tick()
+    await store.append(origin(newer), new_events(T1, [U1, A1]), "sys-new")
+    match = await store.find_longest(query, T1, None)
+    assert match == HashMatch(Position(newer.id, newer.main_branch_id, 2), 2, "sys-new")
+    await tick()
+    await store.append(Position(older.id, older.main_branch_id, 2), [], "sys-old-2")  # touches `older`
+    match = await store.find_longest(query, T1, None)
+    assert match == HashMatch(Position(older.id, older.main_branch_id, 2), 2, "sys-old-2")
+
+
+async def test_find_longest_on_a_fork(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2]), "s")
+    child = await store.append(origin(conv), new_events(T1, [U1, A1, U3]), "s")
+    match = await store.find_longest(identify.chain(T1, [U1, A1, U3, A3]), T1, None)
+    assert match is not None and (match.position, match.count) == (child, 3)
+
+
+async def test_find_longest_system_hash_tracks_last_call(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    pos = await store.append(origin(conv), new_events(T1, [U1]), "sys-1")
+    query = identify.chain(T1, [U1, A1])
+    assert (await store.find_longest(query, T1, None)).system_hash == "sys-1"  # type: ignore[union-attr]
+    await store.append(pos, [], "sys-2")
+    assert (await store.find_longest(query, T1, None)).system_hash == "sys-2"  # type: ignore[union-attr]
+    await store.append(pos, [], None)  # None leaves it alone
+    assert (await store.find_longest(query, T1, None)).system_hash == "sys-2"  # type: ignore[union-attr]
+
+
+def _long_history(n: int, tag: str = "") -> list[Message]:
+    return [user(f"{tag}m{i}") if i % 2 == 0 else assistant(f"{tag}m{i}") for i in range(n)]
+
+
+async def test_find_longest_with_more_than_1000_hashes(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    history = _long_history(1200)
+    await store.append(origin(conv), new_events(T1, history), None)
+    main = conv.main_branch_id
+    # Continues the stored history: the match is in the tail.
+    query = identify.chain(T1, history + [user("next"), assistant("x"), user("y")])
+    match = await store.find_longest(query, T1, None)
+    assert match is not None and (match.position, match.count) == (Position(conv.id, main, 1200), 1200)
+    # Diverges at 1100: the match is deep in the head, past the first batch of 900.
+    edited = history[:1100] + _long_history(300, tag="edited-")
+    match = await store.find_longest(identify.chain(T1, edited), T1, None)
+    assert match is not None and (match.position, match.count) == (Position(conv.id, main, 1100), 1100)
+    # Diverges early: the match is in the first batch.
+    edited = history[:5] + _long_history(1500, tag="other-")
+    match = await store.find_longest(identify.chain(T1, edited), T1, conv.id)
+    assert match is not None and (match.position, match.count) == (Position(conv.id, main, 5), 5)
+
+
+async def test_find_longest_many_hashes_only_first_stored(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    history = _long_history(2500)
+    await store.append(origin(conv), new_events(T1, history[:1]), None)
+    match = await store.find_longest(identify.chain(T1, history), T1, None)
+    assert match is not None and (match.position, match.count) == (Position(conv.id, conv.main_branch_id, 1), 1)
+
+
+# -- calls ----------------------------------------------------------------------------------------
+
+
+def call_record(conv_id: str | None, branch_id: str | None, call_id: str, started_at: float, **kw: Any) -> CallRecord:
+    fields: dict[str, Any] = dict(
+        id=call_id,
+        tenant=T1,
+        route="main",
+        model="gpt-4o-mini",
+        purpose="main",
+        stream=True,
+        started_at=started_at,
+        conversation_id=conv_id,
+        branch_id=branch_id,
+        status="complete",
+        upstream_status=200,
+        error=None,
+        latency_ms=812.5,
+        ttfb_ms=95.25,
+        response={"role": "assistant", "content": "héllo", "tool_calls": [{"id": "c1", "type": "function",
+                                                                          "function": {"name": "f",
+                                                                                       "arguments": "{}"}}]},
+        finish_reason="tool_calls",
+        usage_raw={"prompt_tokens": 120, "completion_tokens": 30, "prompt_tokens_details": {"cached_tokens": 100}},
+        usage={"input_total": 120, "input_uncached": 20, "cache_read": 100, "cache_write": None, "output": 30,
+               "reasoning": None},
+        request_id="req_abc",
+        system_hash="sys-hash",
+        tools_hash="tools-hash",
+        projection={"kept": [1, 2], "summary": None, "tokens": 1234},
+    )
+    fields.update(kw)
+    return CallRecord(**fields)
+
+
+async def test_record_and_list_calls_round_trip(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    first = call_record(conv.id, conv.main_branch_id, "call-1", 1000.5)
+    second = call_record(
+        conv.id, conv.main_branch_id, "call-2", 1001.0, stream=False, status="error", upstream_status=None,
+        error="upstream timed out", latency_ms=None, ttfb_ms=None, response=None, finish_reason=None, usage_raw=None,
+        usage={"input_total": None, "input_uncached": None, "cache_read": None, "cache_write": None, "output": None,
+               "reasoning": None},
+        request_id=None, system_hash=None, tools_hash=None, projection=None, purpose="summary", model=None,
+    )
+    await store.record_call(second)
+    await store.record_call(first)
+    assert await store.list_calls(conv.id, 10, 0) == [first, second]
+    assert await store.list_calls(conv.id, 1, 0) == [first]
+    assert await store.list_calls(conv.id, 10, 1) == [second]
+    assert await store.list_calls("c_unknown", 10, 0) == []
+
+
+async def test_record_call_usage_zero_is_not_none(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    usage = {"input_total": 0, "input_uncached": 0, "cache_read": 0, "cache_write": None, "output": 0,
+             "reasoning": 0}
+    await store.record_call(call_record(conv.id, conv.main_branch_id, "z", 1.0, usage=usage))
+    (got,) = await store.list_calls(conv.id, 10, 0)
+    assert got.usage == usage
+
+
+async def test_record_call_same_id_replaces(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    await store.record_call(call_record(conv.id, conv.main_branch_id, "call-1", 5.0, status="partial"))
+    final = call_record(conv.id, conv.main_branch_id, "call-1", 5.0, status="complete")
+    await store.record_call(final)
+    assert await store.list_calls(conv.id, 10, 0) == [final]
+
+
+async def test_record_call_without_conversation(store: Store) -> None:
+    await store.record_call(call_record(None, None, "orphan", 1.0, status="error"))
+
+
+async def test_blobs_round_trip(store: Store) -> None:
+    digest = identify.blob_hash("system text ü")
+    assert await store.get_blob(digest) is None
+    await store.put_blob(digest, "system text ü")
+    await store.put_blob(digest, "system text ü")
+    assert await store.get_blob(digest) == "system text ü"
+
+
+async def test_last_call_by_branch_and_purpose(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    assert await store.last_call(main, "main") is None
+    early = call_record(conv.id, main, "m1", 10.0)
+    late = call_record(conv.id, main, "m2", 20.0)
+    summary = call_record(conv.id, main, "s1", 30.0, purpose="summary")
+    other = call_record(conv.id, "b_other", "o1", 40.0)
+    for call in (late, early, summary, other):
+        await store.record_call(call)
+    assert await store.last_call(main, "main") == late
+    assert await store.last_call(main, "summary") == summary
+    assert await store.last_call("b_other", "main") == other
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+
+
+def candidate(conv: Any, branch_id: str, parent: int, through: int, source_hash: str, summary: str = "s",
+              from_seq: int = 1) -> CheckpointCandidate:
+    return CheckpointCandidate(conversation_id=conv.id, branch_id=branch_id, parent_generation=parent,
+                               from_seq=from_seq, covered_through_seq=through, source_hash=source_hash,
+                               summary=summary, tokens=42, model="summarizer-x", format_version=1)
+
+
+HISTORY = [U1, A1, U2, A2, U3]
+
+
+async def test_checkpoint_commit_and_supersede(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    hashes = identify.chain(T1, HISTORY)
+    await store.append(origin(conv), new_events(T1, HISTORY), None)
+    assert await store.active_checkpoint(main) is None
+    first = await store.commit_checkpoint(candidate(conv, main, 0, 2, hashes[1], "first"))
+    assert first is not None
+    assert (first.generation, first.status, first.covered_through_seq, first.source_hash, first.summary) == (
+        1, "active", 2, hashes[1], "first",
+    )
+    assert (first.conversation_id, first.branch_id, first.from_seq, first.tokens, first.model,
+            first.format_version) == (conv.id, main, 1, 42, "summarizer-x", 1)
+    assert await store.active_checkpoint(main) == first
+    second = await store.commit_checkpoint(candidate(conv, main, 1, 4, hashes[3], "second"))
+    assert second is not None and second.generation == 2
+    assert await store.active_checkpoint(main) == second
+    assert [(c.generation, c.status) for c in await store.list_checkpoints(conv.id)] == [
+        (1, "superseded"), (2, "active"),
+    ]
+
+
+async def test_stale_checkpoint_candidates_are_discarded(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    hashes = identify.chain(T1, HISTORY)
+    await store.append(origin(conv), new_events(T1, HISTORY), None)
+    winner = await store.commit_checkpoint(candidate(conv, main, 0, 2, hashes[1], "winner"))
+    assert winner is not None
+    # A second job that started from generation 0 lost the race.
+    assert await store.commit_checkpoint(candidate(conv, main, 0, 4, hashes[3], "late")) is None
+    # A parent generation from the future is just as wrong.
+    assert await store.commit_checkpoint(candidate(conv, main, 5, 4, hashes[3], "future")) is None
+    # The covered range changed under it (the source hash does not match the event at that seq).
+    assert await store.commit_checkpoint(candidate(conv, main, 1, 4, hashes[2], "moved")) is None
+    assert await store.commit_checkpoint(candidate(conv, main, 1, 9, hashes[3], "past-head")) is None
+    assert await store.active_checkpoint(main) == winner
+    assert [c.summary for c in await store.list_checkpoints(conv.id)] == ["winner"]
+
+
+async def test_failed_checkpoint_is_recorded_and_changes_nothing(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    hashes = identify.chain(T1, HISTORY)
+    await store.append(origin(conv), new_events(T1, HISTORY), None)
+    active = await store.commit_checkpoint(candidate(conv, main, 0, 2, hashes[1]))
+    await store.record_failed_checkpoint(candidate(conv, main, 1, 4, hashes[3], "bad"), "summary had no goal")
+    assert await store.active_checkpoint(main) == active
+    statuses = [(c.status, c.error) for c in await store.list_checkpoints(conv.id)]
+    assert statuses == [("active", None), ("failed", "summary had no goal")]
+    # A failure does not consume the generation.
+    nxt = await store.commit_checkpoint(candidate(conv, main, 1, 4, hashes[3]))
+    assert nxt is not None and nxt.generation == 2
+
+
+async def test_child_branch_inherits_only_checkpoints_before_its_fork(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    hashes = identify.chain(T1, HISTORY)
+    await store.append(origin(conv), new_events(T1, HISTORY), None)
+    early = await store.commit_checkpoint(candidate(conv, main, 0, 2, hashes[1], "early"))
+    late = await store.commit_checkpoint(candidate(conv, main, 1, 4, hashes[3], "late"))
+    assert early is not None and late is not None
+    # Fork after seq 3 (u1 a1 u2 | a2'): `late` covers seq 4, which the child does not share.
+    child = await store.append(origin(conv), new_events(T1, [U1, A1, U2, assistant("a2-edited")]), None)
+    assert child.branch_id != main
+    inherited = await store.active_checkpoint(child.branch_id)
+    assert inherited is not None and inherited.id == early.id
+    assert await store.active_checkpoint(main) == late
+    # The child commits on top of what it inherited, covering an event of its parent's segment.
+    own = await store.commit_checkpoint(candidate(conv, child.branch_id, early.generation, 3, hashes[2], "child"))
+    assert own is not None and own.branch_id == child.branch_id
+    assert await store.active_checkpoint(child.branch_id) == own
+    assert await store.active_checkpoint(main) == late
+
+
+async def test_checkpoint_writes_to_a_deleted_conversation_are_refused(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    hashes = identify.chain(T1, HISTORY)
+    await store.append(origin(conv), new_events(T1, HISTORY), None)
+    await store.commit_checkpoint(candidate(conv, main, 0, 2, hashes[1]))
+    assert await store.delete_conversation(conv.id) is True
+    assert await store.list_checkpoints(conv.id) == []
+    assert await store.active_checkpoint(main) is None
+    with pytest.raises(ConversationGone):
+        await store.commit_checkpoint(candidate(conv, main, 1, 4, hashes[3]))
+    with pytest.raises(ConversationGone):
+        await store.record_failed_checkpoint(candidate(conv, main, 1, 4, hashes[3]), "late")
+    assert await store.list_checkpoints(conv.id) == []
+
+
+# -- delete ---------------------------------------------------------------------------------------
+
+
+async def test_delete_conversation_removes_everything(store: Store) -> None:
+    conv = await store.create_conversation(T1, "to-delete")
+    keep = await store.create_conversation(T1, "to-keep")
+    main = conv.main_branch_id
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2]), "s")
+    child = await store.append(origin(conv), new_events(T1, [U1, A1, U3]), "s")
+    await store.record_call(call_record(conv.id, main, "call-del", 1.0))
+    await store.append(origin(keep), new_events(T1, [U1, A1]), "s")
+    await store.record_call(call_record(keep.id, keep.main_branch_id, "call-keep", 2.0))
+
+    assert await store.delete_conversation(conv.id) is True
+
+    assert await store.get_conversation(conv.id) is None
+    assert await store.find_conversation(T1, conv.id) is None
+    assert await store.find_conversation(T1, "to-delete") is None
+    assert await store.list_branches(conv.id) == []
+    assert await store.lineage_events(main, 0, 100) == []
+    assert await store.lineage_events(child.branch_id, 0, 100) == []
+    assert await store.list_calls(conv.id, 10, 0) == []
+    assert await store.find_longest(identify.chain(T1, [U1, A1, U2]), T1, conv.id) is None
+    assert [c.id for c in await store.list_conversations(100, None)] == [keep.id]
+    # The other conversation is untouched, and now answers the shared prefix.
+    match = await store.find_longest(identify.chain(T1, [U1, A1, U2]), T1, None)
+    assert match is not None and (match.position, match.count) == (Position(keep.id, keep.main_branch_id, 2), 2)
+    assert len(await store.list_calls(keep.id, 10, 0)) == 1
+    # Deleting again, or something unknown, finds nothing.
+    assert await store.delete_conversation(conv.id) is False
+    assert await store.delete_conversation("c_never_existed") is False
+
+
+async def test_late_writes_to_a_deleted_conversation_are_refused(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    pos = await store.append(origin(conv), new_events(T1, [U1, A1]), None)
+    assert await store.delete_conversation(conv.id) is True
+    with pytest.raises(ConversationGone):
+        await store.append(pos, new_events(T1, [U1, A1, U2], start=2), None)
+    with pytest.raises(ConversationGone):
+        await store.append(origin(conv), new_events(T1, [U1]), None)
+    with pytest.raises(ConversationGone):
+        await store.append(pos, [], "sys")
+    with pytest.raises(ConversationGone):
+        await store.record_call(call_record(conv.id, conv.main_branch_id, "late", 3.0))
+    # Nothing came back.
+    assert await store.get_conversation(conv.id) is None
+    assert await store.list_calls(conv.id, 10, 0) == []
+    assert await store.lineage_events(conv.main_branch_id, 0, 10) == []
+
+
+async def test_external_id_reusable_after_delete(store: Store) -> None:
+    old = await store.create_conversation(T1, "reuse")
+    await store.delete_conversation(old.id)
+    new = await store.create_conversation(T1, "reuse")
+    assert new.id != old.id
+    assert await store.find_conversation(T1, "reuse") == new
+
+
+# -- listing --------------------------------------------------------------------------------------
+
+
+async def test_list_conversations_ordering_and_limit(store: Store) -> None:
+    c1 = await store.create_conversation(T1, None)
+    await tick()
+    c2 = await store.create_conversation(T2, None)
+    await tick()
+    c3 = await store.create_conversation(T1, "x")
+    await tick()
+    await store.append(origin(c1), new_events(T1, [U1]), None)
+    listed = await store.list_conversations(10, None)
+    assert [c.id for c in listed] == [c1.id, c3.id, c2.id]
+    assert listed[0].updated_at > c1.created_at
+    assert [c.id for c in await store.list_conversations(2, None)] == [c1.id, c3.id]
+    assert [c.id for c in await store.list_conversations(10, listed[1].updated_at)] == [c2.id]
+    assert await store.list_conversations(10, c2.updated_at) == []
+
+
+async def test_list_branches_in_creation_order(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2]), None)
+    await tick()
+    b1 = await store.append(origin(conv), new_events(T1, [U1, A1, U3]), None)
+    await tick()
+    b2 = await store.append(origin(conv), new_events(T1, [U4]), None)
+    branches = await store.list_branches(conv.id)
+    assert [b.id for b in branches] == [conv.main_branch_id, b1.branch_id, b2.branch_id]
+    assert all(isinstance(b, Branch) for b in branches)
+    assert [b.to_dict()["parent_id"] for b in branches] == [None, conv.main_branch_id, conv.main_branch_id]
+
+
+# -- durability -----------------------------------------------------------------------------------
+
+
+async def test_data_survives_close_and_reopen(stores: Stores, store: Store) -> None:
+    salt = await store.tenant_salt()
+    conv = await store.create_conversation(T1, "durable")
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2]), "sys")
+    child = await store.append(origin(conv), new_events(T1, [U1, A1, U3]), "sys")
+    call = call_record(conv.id, child.branch_id, "call-d", 7.0)
+    await store.record_call(call)
+    conv_after = await store.get_conversation(conv.id)
+    branches = await store.list_branches(conv.id)
+    events = await store.lineage_events(child.branch_id, 0, 100)
+
+    reopened = await stores.reopen(store)
+
+    assert await reopened.tenant_salt() == salt
+    assert await reopened.get_conversation(conv.id) == conv_after
+    assert await reopened.find_conversation(T1, "durable") == conv_after
+    assert await reopened.list_branches(conv.id) == branches
+    assert await reopened.lineage_events(child.branch_id, 0, 100) == events
+    assert await reopened.list_calls(conv.id, 10, 0) == [call]
+    match = await reopened.find_longest(identify.chain(T1, [U1, A1, U3, A3]), T1, None)
+    assert match == HashMatch(child, 3, "sys")
+    # And it still appends where it left off.
+    assert await reopened.append(child, new_events(T1, [U1, A1, U3, A3], start=3), None) == Position(
+        conv.id, child.branch_id, 4
+    )
