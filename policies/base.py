@@ -237,8 +237,11 @@ class ProjectionRecord:
 
     `client_tokens` is what the client's full history would cost, `sent_tokens` what is sent
     (both include `Budget.fixed_tokens`). `covered_through_seq` is the effective boundary (0 if
-    no checkpoint applies). Every item seq is accounted for exactly once: covered, in `sent_seqs`,
-    in `pruned_seqs` or in `orphan_seqs` — except `pinned_seqs`, which may be covered and sent.
+    no checkpoint applies; then `checkpoint_generation` is None too). Every item seq is accounted
+    for exactly once: covered, in `sent_seqs`, in `pruned_seqs` (dropped by `prune_groups`) or in
+    `orphan_seqs` (tool results without a call, never sent) — except `pinned_seqs`: items covered
+    by the checkpoint yet still sent verbatim (pinned messages, the newest user message, and the
+    rest of their groups). `repaired` lists (assistant seq, tool_call_id) given a synthetic result.
     """
 
     client_tokens: int

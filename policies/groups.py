@@ -146,12 +146,22 @@ def normalize_boundary(groups: Sequence[Group], seq: int) -> int:
     return max(boundary, 0)
 
 
+def last_index(groups: Sequence[Group]) -> int:
+    """Index of the latest turn: the last group that is not an orphan (-1 if none). Trailing
+    orphans are dropped, so this group ends the projection."""
+    for index in range(len(groups) - 1, -1, -1):
+        if groups[index].kind != "orphan":
+            return index
+    return -1
+
+
 def effective_boundary(groups: Sequence[Group], checkpoint: Checkpoint | None) -> int:
     """The seq through which `checkpoint` replaces raw history in this projection.
 
     Never splits a group, and never covers the last group (the latest turn is always sent raw):
     a checkpoint reaching into it is lowered to just before it."""
-    if checkpoint is None or not groups:
+    last = last_index(groups)
+    if checkpoint is None or last < 0:
         return 0
-    boundary = min(checkpoint.covered_through_seq, groups[-1].first_seq - 1)
+    boundary = min(checkpoint.covered_through_seq, groups[last].first_seq - 1)
     return normalize_boundary(groups, boundary)

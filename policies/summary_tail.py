@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 
 from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig
 from policies.draft import CountFn
-from policies.groups import Group, effective_boundary, group_items, normalize_boundary
+from policies.groups import Group, effective_boundary, group_items, last_index, normalize_boundary
 from policies.pins import pinned_seqs
 from policies.summary_prompt import (
     EVENT_OVERHEAD_TOKENS,
@@ -46,7 +46,7 @@ from policies.summary_prompt import (
     check_summary,
     summary_block,
 )
-from policies.text import content_text, cut_text, tool_calls, with_content
+from policies.text import call_arguments, content_text, cut_text, tool_calls, with_content
 
 MIN_CHUNK_TOKENS = 512
 _CUT_HEAD_RATIO = 0.5
@@ -75,27 +75,35 @@ def _cut_marker(original: int, head: int, tail: int) -> str:
     return f"[cut for summarization: {original:,} chars; first {head:,} and last {tail:,} kept]"
 
 
+def _cut(text: str, max_chars: int) -> str:
+    head, tail = cut_text(text, max_chars, _CUT_HEAD_RATIO)
+    return "\n".join([head, _cut_marker(len(text), len(head), len(tail)), tail])
+
+
 def cut_message(message: Message, max_chars: int) -> Message:
     """A copy of `message` whose content text and tool-call arguments keep at most `max_chars`
     each (head + tail); returns `message` itself when nothing is longer."""
     out: Message = message
     text = content_text(message.get("content"))
     if len(text) > max_chars:
-        head, tail = cut_text(text, max_chars, _CUT_HEAD_RATIO)
-        out = with_content(out, "\n".join([head, _cut_marker(len(text), len(head), len(tail)), tail]))
+        out = with_content(out, _cut(text, max_chars))
     calls = tool_calls(message)
-    if any(len(str(call.get("function", {}).get("arguments", ""))) > max_chars for call in calls):
+    if any(len(call_arguments(call)) > max_chars for call in calls):
         new_calls = []
         for call in calls:
-            function = dict(call.get("function") or {})
-            arguments = str(function.get("arguments", ""))
+            arguments = call_arguments(call)
             if len(arguments) > max_chars:
-                head, tail = cut_text(arguments, max_chars, _CUT_HEAD_RATIO)
-                marker = _cut_marker(len(arguments), len(head), len(tail))
-                function["arguments"] = "\n".join([head, marker, tail])
-            new_calls.append({**call, "function": function})
+                function = {**call.get("function", {}), "arguments": _cut(arguments, max_chars)}
+                call = {**call, "function": function}
+            new_calls.append(call)
         out = {**out, "tool_calls": new_calls}
     return out
+
+
+def _longest_text(items: Sequence[Item]) -> int:
+    lengths = [len(content_text(item.message.get("content"))) for item in items]
+    lengths += [len(call_arguments(call)) for item in items for call in tool_calls(item.message)]
+    return max(lengths, default=0)
 
 
 def _chunk_cost(items: Sequence[Item]) -> int:
@@ -103,7 +111,8 @@ def _chunk_cost(items: Sequence[Item]) -> int:
 
 
 def fit_group(group: Group, limit: int, count: CountFn) -> tuple[Item, ...]:
-    """The group's items, texts cut so the chunk costs <= `limit` (as far as cutting can go)."""
+    """The group's items, texts cut so the chunk costs <= `limit` (as far as cutting can go:
+    a group of hundreds of calls may stay above it even with every text cut to its marker)."""
     if _chunk_cost(group.items) <= limit:
         return group.items
 
@@ -115,13 +124,9 @@ def fit_group(group: Group, limit: int, count: CountFn) -> tuple[Item, ...]:
             out.append(Item(item.seq, message, tokens))
         return tuple(out)
 
-    low, high = 0, max(
-        max(len(content_text(item.message.get("content"))) for item in group.items),
-        max((len(str(c.get("function", {}).get("arguments", ""))) for item in group.items
-             for c in tool_calls(item.message)), default=0),
-    )
+    low, high = 0, _longest_text(group.items)
     best = cut_items(0)
-    while low <= high:  # largest cap that fits
+    while low <= high:  # binary search for the largest per-text cap that fits
         middle = (low + high) // 2
         candidate = cut_items(middle)
         if _chunk_cost(candidate) <= limit:
@@ -190,8 +195,10 @@ def plan_compaction(
 
     target_tokens = int(config.target * budget.input_budget)
     keep = max(0, min(config.keep_recent_tokens, target_tokens - overhead_tokens))
-    tail_start = len(uncovered) - 1
-    kept = cost(uncovered[tail_start])
+    tail_start = last_index(uncovered)  # the latest turn is never summarized
+    if tail_start <= 0:
+        return None
+    kept = sum(cost(group) for group in uncovered[tail_start:])
     while tail_start > 0 and kept < keep:
         tail_start -= 1
         kept += cost(uncovered[tail_start])

@@ -23,7 +23,6 @@ boundary 4 (groups 0-3 old); with 11 groups still 4; with 12 groups 8.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 
 from policies.base import Message, ToolResultsConfig, TrimEntry
@@ -56,6 +55,8 @@ def trim_message(
     head, tail = cut_text(text, max_chars, head_ratio)
     marker = trim_marker(tool_name, len(text), len(head), len(tail), seq, non_text_parts(content))
     parts = [part for part in (head, marker, tail) if part]
+    if sum(len(part) + 1 for part in parts) >= len(text):
+        return None  # the marker would cost more than the cut saves
     trimmed = with_content(message, "\n".join(parts))
     tool_call_id = str(message.get("tool_call_id", ""))
     return trimmed, TrimEntry(seq, tool_call_id, len(text), len(head) + len(tail))
@@ -75,6 +76,8 @@ def cap_slot(
     for position, (seq, message) in enumerate(zip(slot.seqs, slot.messages, strict=True)):
         if seq is None or seq in pinned or message.get("role") != "tool":
             continue
+        if len(content_text(message.get("content"))) <= max_chars:
+            continue  # fits: skip the name lookup (hot path on long histories)
         tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
         if tool_name in exclude:
             continue
@@ -121,6 +124,3 @@ def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
     trimmed = draft.trimmed + tuple(head_entries) + tuple(tail_entries)
     return replace(draft, head=head, tail=tail, trimmed=trimmed)
 
-
-def trimmed_by_seq(entries: tuple[TrimEntry, ...]) -> Mapping[int, TrimEntry]:
-    return {entry.seq: entry for entry in entries}

@@ -195,6 +195,29 @@ def _interpolate(value: Any, env: dict[str, str], where: str, problems: list[str
     return value
 
 
+def _cross_references(data: dict[str, Any]) -> list[str]:
+    """Route names and policy references, checked on the raw document so that they are reported
+    even when field errors stop pydantic before its model validators run."""
+    problems: list[str] = []
+    policies = data.get("policies")
+    known = set(policies) if isinstance(policies, dict) else {"default"}
+    names: set[str] = set()
+    routes = data.get("routes")
+    for index, route in enumerate(routes if isinstance(routes, list) else []):
+        if not isinstance(route, dict):
+            continue
+        name = route.get("name")
+        if isinstance(name, str):
+            if name in names:
+                problems.append(f"routes.{index}.name: duplicate route name {name!r}")
+            names.add(name)
+        policy = route.get("policy", "default")
+        if isinstance(policy, str) and policy not in known:
+            defined = ", ".join(sorted(known)) or "none"
+            problems.append(f"routes.{index}.policy: unknown policy {policy!r} (defined: {defined})")
+    return problems
+
+
 def parse_config(data: Any, source: str = "<config>", env: dict[str, str] | None = None) -> Config:
     """Validate a parsed YAML document; raise ConfigError with one line per problem."""
     if not isinstance(data, dict):
@@ -203,15 +226,21 @@ def parse_config(data: Any, source: str = "<config>", env: dict[str, str] | None
     data = _interpolate(data, dict(os.environ) if env is None else env, "", problems)
     if problems:
         raise ConfigError([f"{source}: {p}" for p in problems])
+    references = _cross_references(data)
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
             loc = ".".join(str(part) for part in err["loc"]) or "(top level)"
             msg = err["msg"].removeprefix("Value error, ")
+            if msg.startswith(("routes.", "duplicate")) and any(msg in r for r in references):
+                continue  # the same cross-reference problem, reported once below
             lines.append(f"{source}: {loc}: {msg}")
-        raise ConfigError(lines) from None
+        raise ConfigError(lines + [f"{source}: {r}" for r in references]) from None
+    if references:
+        raise ConfigError([f"{source}: {r}" for r in references])
+    return config
 
 
 def load_config(path: str | Path) -> Config:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, PinsConfig, PolicyConfig, Projection
 from policies.base import ToolResultsConfig as PolicyToolResults
@@ -157,8 +156,16 @@ class Projector:
         try:
             return project(prefix, items, active, budget, self.config(policy), counter)
         except ContextOverflow as exc:
-            raise ContextLengthExceeded(str(exc), param="messages") from None
+            raise ContextLengthExceeded(overflow_message(exc), param="messages") from None
 
 
-def projection_summary(projection: Projection) -> dict[str, Any]:
-    return projection.record.to_dict()
+def overflow_message(exc: ContextOverflow) -> str:
+    """OpenAI's wording first (clients match on it), then what the proxy tried."""
+    requested = exc.needed_tokens + exc.max_output_tokens
+    return (
+        f"This model's maximum context length is {exc.context_window} tokens. However, you requested "
+        f"{requested} tokens ({exc.needed_tokens} in the messages, {exc.max_output_tokens} in the completion). "
+        "ctxproxy could not make it fit even after summarizing and dropping all unpinned history: the system "
+        "prompt, pinned messages and the latest turn alone are too large. Shorten the latest message or tool "
+        f"result, lower max_tokens, or start a new conversation. ({exc.detail or 'no further detail'})"
+    )

@@ -31,8 +31,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -117,6 +118,17 @@ class ProxyProcess:
             return self.stderr_path.read_text(errors="replace")
         except OSError:
             return ""
+
+    def log_mark(self) -> tuple[int, int]:
+        try:
+            return self.starts, self.stderr_path.stat().st_size
+        except OSError:
+            return self.starts, 0
+
+    def stderr_since(self, mark: tuple[int, int]) -> str:
+        starts, offset = mark
+        text = self.stderr()
+        return text[offset:] if starts == self.starts else text
 
     def start(self) -> ProxyProcess:
         self.starts += 1
@@ -274,10 +286,25 @@ def _proxy_pool(upstream_server: UpstreamServer, closed_port: int,
         p.stop()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On failure, attach what each proxy used by the test wrote to stderr meanwhile."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        for p, mark in getattr(item, "_ctxproxy_used", []):
+            text = p.stderr_since(mark)
+            if text.strip():
+                report.sections.append((f"proxy stderr {p.url}", text[-6000:]))
+
+
 @pytest.fixture
-def proxy(upstream_server: UpstreamServer, closed_port: int, _proxy_pool: dict[str, ProxyProcess],
+def proxy(request: pytest.FixtureRequest, upstream_server: UpstreamServer, closed_port: int,
+          _proxy_pool: dict[str, ProxyProcess],
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ProxyProcess]]:
     private: list[ProxyProcess] = []
+    used: list[tuple[ProxyProcess, tuple[int, int]]] = []
+    request.node._ctxproxy_used = used
     env = _subprocess_env()
 
     def factory(fresh: bool = False, **overrides: Any) -> ProxyProcess:
@@ -287,9 +314,11 @@ def proxy(upstream_server: UpstreamServer, closed_port: int, _proxy_pool: dict[s
             p = _proxy_pool[key]
             if p.proc is None or p.proc.poll() is not None:
                 raise RuntimeError(f"pooled proxy died; stderr:\n{p.stderr()[-6000:]}")
+            used.append((p, p.log_mark()))
             return p
         workdir = Path(tempfile.mkdtemp(prefix="proxy-", dir=tmp_path_factory.getbasetemp()))
         p = ProxyProcess(config, workdir, env).start()
+        used.append((p, (p.starts, 0)))
         if fresh:
             private.append(p)
         else:

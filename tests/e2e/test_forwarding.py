@@ -50,17 +50,17 @@ def test_stream_sync_chunks_equal_upstream(proxy, upstream, api_key):
 
 async def test_async_nonstream_and_stream(proxy, upstream, api_key):
     p = proxy()
-    client = p.async_client(api_key)
-    upstream.push(Reply(content="async answer"))
-    res = await client.chat.completions.create(model="gpt-4o", messages=[user("hi async")])
-    assert res.to_dict() == upstream.last_reply.sent_json()
+    async with p.async_client(api_key) as client:
+        upstream.push(Reply(content="async answer"))
+        res = await client.chat.completions.create(model="gpt-4o", messages=[user("hi async")])
+        assert res.to_dict() == upstream.last_reply.sent_json()
 
-    upstream.push(Reply(content="async streamed answer", chunks=4))
-    stream = await client.chat.completions.create(
-        model="gpt-4o", stream=True, stream_options={"include_usage": True},
-        messages=[user("hi async"), res.choices[0].message.model_dump(exclude_none=True),
-                  user("again")])
-    got = [c.to_dict() async for c in stream]
+        upstream.push(Reply(content="async streamed answer", chunks=4))
+        stream = await client.chat.completions.create(
+            model="gpt-4o", stream=True, stream_options={"include_usage": True},
+            messages=[user("hi async"), res.choices[0].message.model_dump(exclude_none=True),
+                      user("again")])
+        got = [c.to_dict() async for c in stream]
     assert got == upstream.last_reply.sent_chunks()
     assert got[-1]["choices"] == [] and got[-1]["usage"]["prompt_tokens"] > 0
 
@@ -68,14 +68,14 @@ async def test_async_nonstream_and_stream(proxy, upstream, api_key):
 async def test_async_concurrent_conversations_stay_apart(proxy, upstream, api_key):
     p = proxy()
     # default replies echo the last user message, so the order upstream sees does not matter
-    clients = [p.async_client(api_key) for _ in range(4)]  # one tenant, four conversations
+    async with p.async_client(api_key) as client:  # one tenant, four conversations
 
-    async def one(i: int) -> tuple[str, str]:
-        raw = await clients[i].chat.completions.with_raw_response.create(
-            model="gpt-4o", messages=[user(f"concurrent question {i}")])
-        return raw.headers["x-conversation-id"], raw.parse().choices[0].message.content
+        async def one(i: int) -> tuple[str, str]:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="gpt-4o", messages=[user(f"concurrent question {i}")])
+            return raw.headers["x-conversation-id"], raw.parse().choices[0].message.content
 
-    results = await asyncio.gather(*(one(i) for i in range(4)))
+        results = await asyncio.gather(*(one(i) for i in range(4)))
     assert [r[1] for r in results] == [f"ok: concurrent question {i}" for i in range(4)]
     assert len({r[0] for r in results}) == 4
 

@@ -118,12 +118,16 @@ def test_edited_history_forks_a_branch(proxy, upstream, api_key):
     child = [b for b in detail["branches"] if b["parent_id"] is not None]
     assert len(root) == 1 and len(child) == 1, detail
     assert child[0]["parent_id"] == root[0]["id"]
-    assert child[0]["fork_seq"] == original[2]["seq"], (detail, original)
+    # the child inherits the parent's events up to fork_seq (store contract, proxy/store/base.py):
+    # the last shared message; the edited message is the child's first own event, right after it
+    assert child[0]["fork_seq"] == original[1]["seq"], (detail, original)
     # without ?branch the most recently active branch is shown, with its inherited prefix
     events = p.events(conv)
     assert event_views(events) == [view(m) for m in edited] + [
         view({"role": "assistant", "content": "ok: step 1, but different"})]
     assert [e["seq"] for e in events[:2]] == [e["seq"] for e in original[:2]]
+    assert events[2]["branch_id"] == child[0]["id"] and events[2]["seq"] == original[2]["seq"]
+    assert all(e["branch_id"] == root[0]["id"] for e in events[:2])
     # the original branch is intact
     assert p.events(conv, branch=root[0]["id"]) == original
     assert event_views(p.events(conv, branch=child[0]["id"])) == event_views(events)
@@ -177,3 +181,14 @@ def test_explicit_conversation_header_wins_and_is_echoed(proxy, upstream, api_ke
     again = [c for c in p.admin_json("conversations")["data"]
              if c["external_id"] == explicit or c["id"] == explicit]
     assert [c["id"] for c in again] == [mine[0]["id"]]
+
+
+def test_leading_system_and_developer_messages_are_not_events(proxy, upstream, api_key):
+    p = proxy()
+    prefix = [{"role": "system", "content": "sys"}, {"role": "developer", "content": "dev"}]
+    raw = p.client(api_key).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[*prefix, user("only me")])
+    conv = raw.headers["x-conversation-id"]
+    assert upstream.last_chat.body["messages"][:2] == prefix
+    assert event_views(p.events(conv)) == [
+        view(user("only me")), view({"role": "assistant", "content": "ok: only me"})]

@@ -119,13 +119,13 @@ def test_every_missing_env_var_is_reported() -> None:
 
 def test_unknown_policy() -> None:
     assert problems({"routes": [{**route("r"), "policy": "fast"}], "policies": {"default": {}, "slow": {}}}) == [
-        "cfg.yaml: (top level): routes.0.policy: unknown policy 'fast' (defined: default, slow)"
+        "cfg.yaml: routes.0.policy: unknown policy 'fast' (defined: default, slow)"
     ]
 
 
 def test_duplicate_route_names() -> None:
     assert problems({"routes": [route("a"), route("b"), route("a")]}) == [
-        "cfg.yaml: (top level): routes.2.name: duplicate route name 'a'"
+        "cfg.yaml: routes.2.name: duplicate route name 'a'"
     ]
 
 
@@ -298,7 +298,7 @@ def test_check_config_problems(tmp_path: Path) -> None:
     result = check_config(path, {})
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"{path}: (top level): routes.0.policy: unknown policy 'nope' (defined: default)"
+        f"{path}: routes.0.policy: unknown policy 'nope' (defined: default)"
     ]
 
 

@@ -1,0 +1,38 @@
+"""Pure context policies: what each upstream call sees, computed from the stored branch.
+
+No I/O, no clock, no randomness; `tokens` is the only module that touches tiktoken and the
+environment. Entry point: `policies.projection.project`.
+"""
+
+from __future__ import annotations
+
+from policies.base import (
+    Budget,
+    Checkpoint,
+    CompactionPlan,
+    ContextOverflow,
+    Item,
+    PinsConfig,
+    PolicyConfig,
+    Projection,
+    ProjectionRecord,
+    ToolResultsConfig,
+    TrimEntry,
+)
+from policies.projection import STEPS, project
+
+__all__ = [
+    "STEPS",
+    "Budget",
+    "Checkpoint",
+    "CompactionPlan",
+    "ContextOverflow",
+    "Item",
+    "PinsConfig",
+    "PolicyConfig",
+    "Projection",
+    "ProjectionRecord",
+    "ToolResultsConfig",
+    "TrimEntry",
+    "project",
+]

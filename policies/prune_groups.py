@@ -1,0 +1,100 @@
+"""Last resort: drop the oldest unpinned groups whole, then cut, then fail clearly.
+
+Problem: a projection can still exceed the input budget (no checkpoint yet, compaction failed or
+is running in the background, a burst of huge results). The request must fit — or be refused
+with the numbers, never silently truncated.
+
+Rules, applied only while the projection is over `Budget.input_budget`:
+1. drop tail groups whole, oldest first, skipping kept groups (pinned, newest user message, the
+   last group); their seqs go to `pruned_seqs`;
+2. still over: cut the tool results of the remaining non-protected groups (pinned messages
+   excepted, `exclude_tools` included — it is the last resort) to `old_max_chars`, head + tail,
+   oldest first;
+3. still over: raise `ContextOverflow` with the irreducible size.
+
+Invariant: groups are dropped whole, so tool pairing survives; the newest user message and the
+in-flight group are never cut (DESIGN 3) — if they alone do not fit, that is the overflow.
+
+Example: input budget 8,000; prefix 500, pinned task 300, summary 700, ten groups of 900 and the
+latest turn 1,200 -> drop the six oldest groups (pruned_seqs lists their events) -> 6,300 sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from policies.base import ContextOverflow, TrimEntry
+from policies.draft import Draft, Slot, StepContext
+from policies.trim_tool_results import cap_slot
+
+
+def _restore_originals(slot: Slot) -> Slot:
+    """The slot with raw item messages, so a cut starts from the original text (one record)."""
+    originals = {item.seq: item for item in slot.group.items}
+    for position, seq in enumerate(slot.seqs):
+        if seq is not None and slot.messages[position] is not originals[seq].message:
+            slot = slot.with_message(position, originals[seq].message, originals[seq].tokens)
+    return slot
+
+
+def _cut(slot: Slot, ctx: StepContext) -> tuple[Slot, list[TrimEntry]]:
+    config = ctx.config.tool_results
+    return cap_slot(
+        _restore_originals(slot),
+        max_chars=config.old_max_chars,
+        head_ratio=config.head_ratio,
+        exclude=(),
+        pinned=ctx.pinned,
+        count=ctx.count,
+    )
+
+
+def prune_groups(draft: Draft, ctx: StepContext) -> Draft:
+    """Pipeline step: make the draft fit the input budget or raise `ContextOverflow`."""
+    budget = ctx.budget
+    limit = budget.input_budget
+    total = draft.total
+    if total <= limit:
+        return draft
+
+    tail: list[Slot] = []
+    pruned = list(draft.pruned_seqs)
+    for slot in draft.tail:
+        if total > limit and not slot.keep:
+            total -= slot.total
+            pruned.extend(item.seq for item in slot.group.items)
+        else:
+            tail.append(slot)
+    draft = replace(draft, tail=tuple(tail), pruned_seqs=tuple(sorted(pruned)))
+
+    if total > limit:
+        entries = list(draft.trimmed)
+        head = list(draft.head)
+        tail = list(draft.tail)
+        for slots in (head, tail):
+            for position, slot in enumerate(slots):
+                if total <= limit:
+                    break
+                if slot.protected:
+                    continue
+                cut, new_entries = _cut(slot, ctx)
+                if cut.total < slot.total:
+                    total += cut.total - slot.total
+                    slots[position] = cut
+                    cut_seqs = {entry.seq for entry in new_entries}
+                    entries = [e for e in entries if e.seq not in cut_seqs] + new_entries
+        draft = replace(draft, head=tuple(head), tail=tuple(tail), trimmed=tuple(entries))
+
+    if draft.total > limit:
+        raise ContextOverflow(
+            needed_tokens=draft.total,
+            input_budget=limit,
+            context_window=budget.context_window,
+            max_output_tokens=budget.max_output_tokens,
+            detail=(
+                f"fixed {draft.fixed_tokens:,} + system/developer {draft.prefix_tokens:,} + "
+                f"summary {draft.summary_tokens:,} + pinned and latest turn "
+                f"{sum(slot.total for slot in draft.slots):,}"
+            ),
+        )
+    return draft

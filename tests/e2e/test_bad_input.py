@@ -1,0 +1,105 @@
+"""Malformed requests are refused in the OpenAI error shape and change no stored history."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+import pytest
+
+from tests.e2e.helpers import assert_openai_error, user
+
+BAD_BODIES = {
+    "malformed_json": (b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}', 400),
+    "not_an_object": (b'["model", "gpt-4o"]', 400),
+    "missing_messages": ({"model": "gpt-4o"}, 400),
+    "messages_not_list": ({"model": "gpt-4o", "messages": "hello"}, 400),
+    "messages_object": ({"model": "gpt-4o", "messages": {"role": "user", "content": "x"}}, 400),
+    "message_not_object": ({"model": "gpt-4o", "messages": ["hello"]}, 400),
+    "message_without_role": ({"model": "gpt-4o", "messages": [{"content": "x"}]}, 400),
+    "role_not_string": ({"model": "gpt-4o", "messages": [{"role": 5, "content": "x"}]}, 400),
+    "model_not_string": ({"model": 42, "messages": [{"role": "user", "content": "x"}]}, 400),
+    "missing_model": ({"messages": [{"role": "user", "content": "x"}]}, 400),
+    "unmatched_model": ({"model": "claude-3-opus", "messages": [user("x")]}, 404),
+}
+
+
+@pytest.fixture
+def conversation(proxy, upstream, api_key):
+    """An existing two-turn conversation of this tenant, plus its events."""
+    p = proxy()
+    client = p.client(api_key)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[user("keep me intact")])
+    conv = raw.headers["x-conversation-id"]
+    a = raw.parse().choices[0].message.model_dump(exclude_none=True)
+    history = [user("keep me intact"), a, user("second turn")]
+    client.chat.completions.create(model="gpt-4o", messages=history)
+    events = p.events(conv)
+    assert len(events) == 4
+    return p, conv, events
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BODIES))
+def test_bad_body_rejected_history_unchanged(conversation, upstream, api_key, case):
+    p, conv, before = conversation
+    body, status = BAD_BODIES[case]
+    n = len(upstream.requests)
+    r = p.post_chat(api_key, body)
+    assert_openai_error(r, status)
+    assert len(upstream.requests) == n, "a rejected request reached upstream"
+    assert p.events(conv) == before
+    assert len(p.calls(conv)) == 2
+
+
+def test_bad_message_after_valid_history_changes_nothing(conversation, upstream, api_key):
+    """A body whose prefix matches stored history but whose last message is invalid."""
+    p, conv, before = conversation
+    history = [e["message"] for e in before]
+    n = len(upstream.requests)
+    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [*history, {"content": "no role"}]})
+    assert_openai_error(r, 400)
+    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [*history, {"role": "user",
+                                                                          "content": 17}]})
+    assert_openai_error(r, 400)
+    assert len(upstream.requests) == n
+    assert p.events(conv) == before
+
+
+def test_unknown_path_is_404(proxy, api_key):
+    p = proxy()
+    r = httpx.post(f"{p.base_url}/completions_typo", json={"model": "gpt-4o"},
+                   headers={"Authorization": f"Bearer {api_key}"}, timeout=10)
+    assert_openai_error(r, 404)
+    r = httpx.get(f"{p.url}/nothing/here", timeout=10)
+    assert_openai_error(r, 404)
+
+
+def test_oversized_body_is_413(proxy, upstream, api_key):
+    p = proxy(limits={"max_body_bytes": 4096})
+    client = p.client(api_key)
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[user("small enough")])
+    conv = raw.headers["x-conversation-id"]
+    before = p.events(conv)
+    a = raw.parse().choices[0].message.model_dump(exclude_none=True)
+    big = {"model": "gpt-4o", "messages": [user("small enough"), a, user("x" * 20000)]}
+    n = len(upstream.requests)
+    r = p.post_chat(api_key, big)  # with Content-Length
+    assert_openai_error(r, 413)
+
+    def chunks():
+        data = json.dumps(big).encode()
+        for i in range(0, len(data), 1024):
+            yield data[i:i + 1024]
+
+    r = httpx.post(f"{p.base_url}/chat/completions", content=chunks(), timeout=10,
+                   headers={"Authorization": f"Bearer {api_key}",
+                            "Content-Type": "application/json"})  # chunked, no length
+    assert_openai_error(r, 413)
+    assert len(upstream.requests) == n
+    assert p.events(conv) == before
+    # the limit is not a general failure: a small request still works
+    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user(f"tiny {uuid.uuid4()}")]})
+    assert r.status_code == 200

@@ -1,0 +1,244 @@
+"""Hypothesis strategies and test doubles for the policy tests.
+
+`histories()` draws valid-looking agent histories with the awkward parts real transcripts have:
+parallel tool calls, reused tool_call ids across turns, `content: None`, empty and 30k+ char
+results, list content with images, missing results, orphan results. `fake_count` is a cheap
+deterministic token counter (tiktoken is exercised in the transcript and token tests).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+from policies.base import Budget, Checkpoint, Item, Message, PinsConfig, PolicyConfig, ToolResultsConfig
+from policies.groups import effective_boundary, group_items, last_index, render_group
+from policies.pins import latest_user_seq, pinned_seqs
+from policies.summary_prompt import summary_block
+
+TOOL_NAMES = ("bash", "read_file", "search", "edit")
+SIZES = (0, 12, 200, 900, 3000, 9000, 32000)
+
+
+def fake_count(message: Message) -> int:
+    return 4 + len(json.dumps(message, sort_keys=True)) // 4
+
+
+def make_text(tag: str, size: int) -> str:
+    if size == 0:
+        return ""
+    line = f"{tag}: the quick brown fox jumps over the lazy dog 0123456789\n"
+    return (line * (size // len(line) + 1))[:size]
+
+
+def to_items(messages: Sequence[Message], count: Any = fake_count) -> list[Item]:
+    return [Item(index + 1, message, count(message)) for index, message in enumerate(messages)]
+
+
+@st.composite
+def user_message(draw: st.DrawFn, turn: int) -> dict[str, Any]:
+    size = draw(st.sampled_from((5, 40, 300, 2000)))
+    text = f"request {turn}: " + make_text(f"user{turn}", size)
+    if draw(st.integers(0, 9)) == 0:
+        text += " You MUST keep the public API stable."
+    if draw(st.integers(0, 7)) == 0:
+        return {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": "https://example.com/screen.png"}},
+            ],
+        }
+    return {"role": "user", "content": text}
+
+
+@st.composite
+def tool_group(draw: st.DrawFn, turn: int) -> list[dict[str, Any]]:
+    ids = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4, unique=True))
+    calls = [
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {
+                "name": draw(st.sampled_from(TOOL_NAMES)),
+                "arguments": json.dumps({"command": f"step {turn} call {i}"}),
+            },
+        }
+        for i in ids
+    ]
+    content = draw(st.sampled_from((None, "", f"calling tools for turn {turn}")))
+    messages: list[dict[str, Any]] = [{"role": "assistant", "content": content, "tool_calls": calls}]
+    results = [
+        {
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "content": make_text(f"out{turn}.{call['id']}", draw(st.sampled_from(SIZES))),
+        }
+        for call in calls
+    ]
+    if draw(st.booleans()):
+        results.reverse()
+    if len(results) > 0 and draw(st.integers(0, 11)) == 0:
+        results.pop(draw(st.integers(0, len(results) - 1)))  # a result never recorded
+    if draw(st.integers(0, 14)) == 0:
+        results.append({"role": "tool", "tool_call_id": f"ghost_{turn}", "content": "stray output"})
+    return messages + results
+
+
+@st.composite
+def histories(draw: st.DrawFn, min_groups: int = 1, max_groups: int = 24) -> list[dict[str, Any]]:
+    """Messages after the prefix; always starts with a user message."""
+    n = draw(st.integers(min_groups, max_groups))
+    messages: list[dict[str, Any]] = [draw(user_message(0))]
+    for turn in range(1, n):
+        kind = draw(st.sampled_from(("user", "assistant", "tools", "tools", "tools", "orphan")))
+        messages.extend(draw(group_of(kind, turn)))
+    return messages
+
+
+@st.composite
+def group_of(draw: st.DrawFn, kind: str, turn: int) -> list[dict[str, Any]]:
+    if kind == "user":
+        return [draw(user_message(turn))]
+    if kind == "assistant":
+        return [{"role": "assistant", "content": make_text(f"answer{turn}", draw(st.sampled_from((3, 400))))}]
+    if kind == "orphan" and draw(st.integers(0, 3)) == 0:
+        return [{"role": "tool", "tool_call_id": "call_1", "content": "orphan output"}]
+    return list(draw(tool_group(turn)))
+
+
+prefixes = st.sampled_from(
+    (
+        [],
+        [{"role": "system", "content": "You are a careful coding agent."}],
+        [
+            {"role": "system", "content": "You are a careful coding agent. " + make_text("sys", 1200)},
+            {"role": "developer", "content": "Prefer small diffs."},
+        ],
+    )
+)
+
+
+@st.composite
+def budgets(draw: st.DrawFn) -> Budget:
+    window = draw(st.sampled_from((1500, 4000, 16000, 64000, 200000)))
+    output = draw(st.sampled_from((100, 1000)))
+    return Budget(window, min(output, window // 2), draw(st.sampled_from((0, 300))))
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> PolicyConfig:
+    old = draw(st.sampled_from((0, 100, 400)))
+    trigger, target = draw(st.sampled_from(((0.8, 0.5), (0.6, 0.3), (1.0, 0.7))))
+    return PolicyConfig(
+        trigger=trigger,
+        target=target,
+        keep_recent_tokens=draw(st.sampled_from((0, 500, 20000))),
+        tool_results=ToolResultsConfig(
+            keep_recent_groups=draw(st.integers(0, 5)),
+            recent_max_chars=draw(st.sampled_from((max(old, 1000), 8000))),
+            old_max_chars=old,
+            head_ratio=draw(st.sampled_from((0.5, 0.7, 1.0))),
+            exclude_tools=draw(st.sampled_from(((), ("search",)))),
+            clear_at_least=draw(st.integers(1, 5)),
+        ),
+        pins=PinsConfig(
+            first_user=draw(st.booleans()),
+            roles=draw(st.sampled_from(((), ("user",)))),
+            patterns=draw(st.sampled_from(((), (r"\bMUST\b",)))),
+        ),
+        summary_chunk_tokens=draw(st.sampled_from((300, 24000))),
+        order=draw(
+            st.sampled_from(
+                (
+                    ("trim_tool_results", "summary_tail", "prune_groups"),
+                    ("summary_tail", "trim_tool_results", "prune_groups"),
+                    ("prune_groups",),
+                )
+            )
+        ),
+    )
+
+
+@st.composite
+def checkpoints(draw: st.DrawFn, n_items: int) -> Checkpoint | None:
+    if n_items == 0 or draw(st.booleans()):
+        return None
+    summary = "## Goal\nkeep going\n" + make_text("summary", draw(st.sampled_from((10, 500, 3000))))
+    covered = draw(st.integers(0, n_items))
+    return Checkpoint(draw(st.integers(1, 9)), covered, summary, fake_count(summary_block(summary, covered)))
+
+
+@dataclass
+class Case:
+    prefix: list[Any]
+    messages: list[dict[str, Any]]
+    items: list[Item]
+    checkpoint: Checkpoint | None
+    budget: Budget
+    config: PolicyConfig
+
+
+@st.composite
+def cases(draw: st.DrawFn, max_groups: int = 24) -> Case:
+    prefix = draw(prefixes)
+    messages = draw(histories(max_groups=max_groups))
+    items = to_items(messages)
+    return Case(prefix, messages, items, draw(checkpoints(len(items))), draw(budgets()), draw(configs()))
+
+
+def mandatory_tokens(case: Case, count: Any = fake_count) -> int:
+    """What the request costs after every droppable group is gone (the strategies only pin user
+    messages, which are single-message groups, so nothing kept can be cut)."""
+    groups = group_items(case.items)
+    covered = effective_boundary(groups, case.checkpoint)
+    keep = set(pinned_seqs(case.items, case.config.pins))
+    latest = latest_user_seq(case.items)
+    if latest is not None:
+        keep.add(latest)
+    total = case.budget.fixed_tokens + sum(count(m) for m in case.prefix)
+    if case.checkpoint is not None and covered > 0:
+        total += count(summary_block(case.checkpoint.summary, covered))
+    last = last_index(groups)
+    for index, group in enumerate(groups):
+        is_last = index == last
+        if group.kind == "orphan" or not (is_last or keep & set(group.seqs)):
+            continue
+        total += sum(count(m) for _, m in render_group(group, is_last=is_last))
+    return total
+
+
+def expected_head(case: Case) -> tuple[int, ...]:
+    """Seqs of covered groups the projection must keep (pinned or newest user message)."""
+    groups = group_items(case.items)
+    covered = effective_boundary(groups, case.checkpoint)
+    keep = set(pinned_seqs(case.items, case.config.pins))
+    latest = latest_user_seq(case.items)
+    if latest is not None:
+        keep.add(latest)
+    return tuple(
+        sorted(
+            seq
+            for group in groups
+            if group.kind != "orphan" and group.last_seq <= covered and keep & set(group.seqs)
+            for seq in group.seqs
+        )
+    )
+
+
+def fake_summarize(previous: str | None, chunk: Sequence[Item], max_chars: int = 1200) -> str:
+    """Deterministic stand-in for the summarizer: the first line of each event, bounded."""
+    lines = [previous.strip()] if previous else ["## Goal", "continue the task", "## Key facts"]
+    for item in chunk:
+        content = item.message.get("content")
+        text = content if isinstance(content, str) else ""
+        first = text.strip().splitlines()[0][:80] if text.strip() else str(item.message.get("role"))
+        lines.append(f"- [e{item.seq}] {first}")
+    summary = "\n".join(lines)
+    if len(summary) > max_chars:
+        summary = summary[:200] + "\n...\n" + summary[-(max_chars - 205) :]
+    return summary

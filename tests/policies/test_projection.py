@@ -1,0 +1,82 @@
+"""The orchestrator: layout with a checkpoint, boundaries, records, determinism."""
+
+from __future__ import annotations
+
+import json
+
+from policies.base import Budget, Checkpoint, PinsConfig, PolicyConfig
+from policies.invariants import check_all
+from policies.projection import project
+from policies.summary_prompt import summary_block
+from policies.tokens import TokenCounter
+from tests.policies.helpers import assistant, calls, items, result, user
+from tests.policies.strategies import fake_count
+
+SYSTEM = [{"role": "system", "content": "You are an agent."}]
+BIG = Budget(200_000, 4_000, 100)
+
+
+def test_layout_prefix_pins_summary_tail() -> None:
+    history = items(
+        user("objective: fix it"),          # 1 pinned (first user)
+        assistant("looking"),               # 2
+        calls("a"), result("a", "out"),     # 3, 4
+        user("MUST keep API"),              # 5 pinned by pattern
+        assistant("ok"),                    # 6
+        calls("b"), result("b", "out2"),    # 7, 8
+        user("latest"),                     # 9
+    )
+    checkpoint = Checkpoint(3, 6, "## Goal\nfix it", 20)
+    config = PolicyConfig(pins=PinsConfig(patterns=(r"MUST",)))
+    projection = project(SYSTEM, history, checkpoint, BIG, config, fake_count)
+    assert projection.messages == [
+        SYSTEM[0],
+        user("objective: fix it"),
+        user("MUST keep API"),
+        summary_block("## Goal\nfix it", 6),
+        history[6].message,
+        history[7].message,
+        user("latest"),
+    ]
+    record = projection.record
+    assert record.covered_through_seq == 6 and record.checkpoint_generation == 3
+    assert record.sent_seqs == (1, 5, 7, 8, 9) and record.pinned_seqs == (1, 5)
+    assert record.client_tokens == 100 + fake_count(SYSTEM[0]) + sum(i.tokens for i in history)
+    assert check_all(SYSTEM, history, checkpoint, BIG, projection) == []
+
+
+def test_checkpoint_inside_a_group_keeps_the_group_whole() -> None:
+    history = items(user("go"), assistant("x"), calls("a", "b"), result("a"), result("b"), user("next"))
+    projection = project([], history, Checkpoint(1, 4, "s", 5), BIG, PolicyConfig(), fake_count)
+    assert projection.record.covered_through_seq == 2
+    assert projection.messages[2:5] == [history[2].message, history[3].message, history[4].message]
+
+
+def test_latest_user_message_is_kept_even_when_covered() -> None:
+    history = items(user("first"), user("latest"), calls("a"), result("a"), calls("b"), result("b"))
+    projection = project([], history, Checkpoint(1, 4, "s", 5), BIG, PolicyConfig(), fake_count)
+    assert projection.messages[:3] == [user("first"), user("latest"), summary_block("s", 4)]
+
+
+def test_orphans_are_dropped_and_missing_results_repaired_with_records() -> None:
+    history = items(user("go"), result("ghost"), calls("a", "b"), result("a"), user("next"))
+    projection = project([], history, None, BIG, PolicyConfig(), fake_count)
+    assert projection.record.orphan_seqs == (2,)
+    assert projection.record.repaired == ((3, "b"),)
+    assert {"role": "tool", "tool_call_id": "b", "content": "[no result recorded]"} in projection.messages
+    assert all(m.get("tool_call_id") != "ghost" for m in projection.messages)
+
+
+def test_deterministic_with_a_real_counter_and_output_is_fresh() -> None:
+    counter = TokenCounter.for_model("gpt-4o")
+    history = [
+        *items(user("go"), *[m for i in range(30) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
+    ]
+    config = PolicyConfig(keep_recent_tokens=1000)
+    budget = Budget(16_000, 2_000, 50)
+    first = project(SYSTEM, history, None, budget, config, counter)
+    second = project(SYSTEM, history, None, budget, config, counter)
+    assert json.dumps(first.messages) == json.dumps(second.messages)
+    assert first.record.compaction is not None and first.record.over_trigger
+    first.messages[0]["content"] = "changed"
+    assert SYSTEM[0]["content"] == "You are an agent."

@@ -1,0 +1,94 @@
+"""Compaction planning: trigger, tail size, target, group boundaries, bounded chunks."""
+
+from __future__ import annotations
+
+from policies.base import Budget, Checkpoint, Item, PolicyConfig
+from policies.groups import group_items
+from policies.summary_tail import chunk_limit, cut_message, make_chunks, plan_compaction
+from tests.policies.helpers import calls, items, result, user
+from tests.policies.strategies import fake_count
+
+BUDGET = Budget(16_000, 2_000, 0)  # input budget 14,000; trigger 11,200; target 7,000
+
+
+def history(turns: int, size: int = 4000) -> list[Item]:
+    messages: list[dict[str, object]] = [user("the task")]
+    for turn in range(turns):
+        messages += [calls(f"c{turn}"), result(f"c{turn}", f"{turn}:" + "r" * size)]
+    return items(*messages)
+
+
+def plan(history_: list[Item], config: PolicyConfig, checkpoint: Checkpoint | None = None, **kw: int):  # type: ignore[no-untyped-def]
+    total = sum(i.tokens for i in history_)
+    return plan_compaction(
+        history_, checkpoint, BUDGET, config,
+        projected_tokens=kw.get("projected", total), overhead_tokens=kw.get("overhead", 0), count=fake_count,
+    )
+
+
+def test_no_plan_below_the_trigger() -> None:
+    assert plan(history(3), PolicyConfig(), projected=11_200) is None
+
+
+def test_plan_keeps_a_tail_of_at_least_keep_recent_tokens_at_a_group_boundary() -> None:
+    h = history(20)  # ~1,000 tokens per group
+    p = plan(h, PolicyConfig(keep_recent_tokens=3_000))
+    assert p is not None
+    tail = [i for i in h if i.seq > p.through_seq]
+    assert sum(i.tokens for i in tail) >= 3_000
+    assert p.through_seq % 2 == 1  # groups are (user), (call, result) pairs: ends after a result
+    assert p.from_seq == 1
+    assert [i.seq for chunk in p.chunks for i in chunk] == list(range(1, p.through_seq + 1))
+    assert "trigger 11,200" in p.reason
+
+
+def test_keep_recent_shrinks_to_the_target() -> None:
+    h = history(20)
+    p = plan(h, PolicyConfig(keep_recent_tokens=20_000), overhead=5_000)  # target 7,000 - 5,000
+    assert p is not None
+    tail_tokens = sum(i.tokens for i in h if i.seq > p.through_seq)
+    assert 2_000 <= tail_tokens < 2_000 + 1_100
+
+
+def test_plan_starts_after_the_checkpoint_and_never_takes_the_last_group() -> None:
+    h = history(20)
+    p = plan(h, PolicyConfig(keep_recent_tokens=0), Checkpoint(1, 11, "s", 10))
+    assert p is not None and p.from_seq == 12
+    inside = plan(h, PolicyConfig(keep_recent_tokens=0), Checkpoint(1, 10, "s", 10))
+    assert inside is not None and inside.from_seq == 10  # boundary inside group (10, 11) -> its start
+    assert p.through_seq == h[-3].seq  # all but the last group
+    assert plan(history(0), PolicyConfig(keep_recent_tokens=0), projected=99_999) is None
+
+
+def test_a_single_huge_group_yields_no_plan_instead_of_looping() -> None:
+    h = items(user("task"), calls("a"), result("a", "x" * 200_000))
+    p = plan(h, PolicyConfig(keep_recent_tokens=0), Checkpoint(1, 1, "s", 10))
+    assert p is None
+
+
+def test_chunks_respect_the_limit_and_cut_oversized_groups() -> None:
+    h = items(user("task"), calls("a"), result("a", "x" * 100_000), calls("b"), result("b", "small"), user("u"))
+    groups = group_items(h)
+    chunks = make_chunks(groups[:3], 2_000, fake_count)
+    assert [[i.seq for i in chunk] for chunk in chunks] == [[1], [2, 3], [4, 5]]
+    big = chunks[1]
+    assert sum(i.tokens + 16 for i in big) <= 2_000
+    assert "[cut for summarization: 100,000 chars" in big[1].message["content"]
+    assert big[1].tokens == fake_count(big[1].message)
+    assert h[2].message["content"] == "x" * 100_000  # input untouched
+
+
+def test_chunk_limit_fits_the_summarizer_window() -> None:
+    config = PolicyConfig()
+    assert chunk_limit(Budget(200_000, 4_000), config, previous_summary_tokens=0, pinned_tokens=0) == 24_000
+    small = chunk_limit(BUDGET, config, previous_summary_tokens=2_000, pinned_tokens=1_000)
+    assert small == 14_000 - 900 - 2_000 - 1_000
+
+
+def test_cut_message_cuts_arguments_too() -> None:
+    message = calls("a")
+    message["tool_calls"][0]["function"]["arguments"] = "A" * 10_000
+    cut = cut_message(message, 100)
+    assert len(cut["tool_calls"][0]["function"]["arguments"]) < 200
+    assert message["tool_calls"][0]["function"]["arguments"] == "A" * 10_000
+    assert cut_message(user("short"), 100) == user("short")

@@ -1,0 +1,122 @@
+"""Replay real agent transcripts turn by turn through a small (16k) window.
+
+Each assistant message of a transcript marks one request: everything before it. Every request
+is projected; when a compaction is planned it is applied inline with a deterministic stand-in
+summarizer (first lines of each event) and the request is projected again. Invariants must hold
+every turn, every request must fit the window, and every summarizer request too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policies.base import Budget, Checkpoint, ContextOverflow, Item, PolicyConfig, Projection
+from policies.groups import split_prefix
+from policies.invariants import check_all
+from policies.pins import pinned_texts
+from policies.projection import project
+from policies.summary_tail import build_summary_messages, summary_block
+from policies.tokens import TokenCounter
+from tests.policies.strategies import Case, fake_summarize, mandatory_tokens
+
+TRANSCRIPTS = Path("/work/shared/transcripts/openai")
+CHOSEN = (
+    "mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json",
+    "mini-swe-agent__deepseek_reasoner_dev__sqlfluff__sqlfluff-1763.json",
+    "swe-agent__pydicom__pydicom-1458.json",
+    "swe-agent__ctf__web__i_got_id_demo.json",
+    "tau-bench__gpt-4o-airline__task02__trial1.json",
+)
+WINDOW, MAX_OUTPUT = 16_000, 2_000
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter.for_model("gpt-4o")
+
+
+def _replay(path: Path, counter: TokenCounter, window: int = 16_000) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    prefix, history = split_prefix(data["messages"])
+    items = [Item(i + 1, m, counter.count(m, key=f"{path.name}:{i}")) for i, m in enumerate(history)]
+    budget = Budget(window, MAX_OUTPUT, counter.count_tools(data.get("tools")) + 3)
+    config = PolicyConfig()
+    checkpoint: Checkpoint | None = None
+    stats = {"turns": 0, "compactions": 0, "overflows": 0, "pruned_turns": 0, "max_sent": 0}
+    for end, message in enumerate(history):
+        if message.get("role") != "assistant":
+            continue
+        turn = items[:end]
+        result = _project(prefix, turn, checkpoint, budget, config, counter)
+        if isinstance(result, Projection) and result.record.compaction is not None:
+            checkpoint = _compact(result, prefix, turn, checkpoint, budget, config, counter)
+            stats["compactions"] += 1
+            result = _project(prefix, turn, checkpoint, budget, config, counter)
+        stats["turns"] += 1
+        if isinstance(result, ContextOverflow):
+            case = Case(prefix, [], turn, checkpoint, budget, config)
+            assert mandatory_tokens(case, counter) > budget.input_budget, str(result)
+            stats["overflows"] += 1
+            continue
+        violations = check_all(prefix, turn, checkpoint, budget, result)
+        assert violations == [], f"{path.name} turn ending at e{end}: {violations}"
+        assert result.record.sent_tokens + MAX_OUTPUT <= window
+        stats["pruned_turns"] += bool(result.record.pruned_seqs)
+        stats["max_sent"] = max(stats["max_sent"], result.record.sent_tokens)
+    return stats
+
+
+def _project(
+    prefix: list[Any], items: list[Item], checkpoint: Checkpoint | None, budget: Budget,
+    config: PolicyConfig, counter: TokenCounter,
+) -> Projection | ContextOverflow:
+    try:
+        return project(prefix, items, checkpoint, budget, config, counter)
+    except ContextOverflow as exc:
+        return exc
+
+
+def _compact(
+    result: Projection, prefix: list[Any], items: list[Item], checkpoint: Checkpoint | None,
+    budget: Budget, config: PolicyConfig, counter: TokenCounter,
+) -> Checkpoint:
+    plan = result.record.compaction
+    assert plan is not None
+    pins = pinned_texts(items, config.pins)
+    summary = checkpoint.summary if checkpoint else None
+    for chunk in plan.chunks:
+        request = build_summary_messages(summary, chunk, pins)
+        request_tokens = sum(counter(m) for m in request) + 3
+        assert request_tokens <= budget.input_budget, f"summarizer request of {request_tokens} tokens"
+        summary = fake_summarize(summary, chunk)
+    assert summary is not None
+    generation = checkpoint.generation + 1 if checkpoint else 1
+    block = summary_block(summary, plan.through_seq)
+    return Checkpoint(generation, plan.through_seq, summary, counter(block))
+
+
+@pytest.mark.parametrize("name", CHOSEN)
+def test_replay_transcript_in_a_small_window(name: str, counter: TokenCounter) -> None:
+    path = TRANSCRIPTS / name
+    if not path.exists():
+        pytest.skip(f"transcript {name} not available")
+    stats = _replay(path, counter)
+    assert stats["turns"] > 0
+    assert stats["max_sent"] + MAX_OUTPUT <= WINDOW
+    print(name, stats)
+
+
+@pytest.mark.parametrize("name", CHOSEN)
+def test_replay_transcript_in_a_tiny_window(name: str, counter: TokenCounter) -> None:
+    """8k: the pinned task plus the system prompt nearly fill it; pruning and (truly impossible)
+    overflows happen, and still every request that is sent is valid and fits."""
+    path = TRANSCRIPTS / name
+    if not path.exists():
+        pytest.skip(f"transcript {name} not available")
+    stats = _replay(path, counter, window=8_000)
+    assert stats["turns"] > 0
+    print(name, stats)
