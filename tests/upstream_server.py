@@ -42,6 +42,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -289,6 +290,8 @@ class UpstreamServer:
         self.requests: list[RecordedRequest] = []
         self.replies_sent: list[Reply] = []
         self._queue: deque[Reply] = deque()
+        # Answers requests when the queue is empty: body -> Reply (None: the default reply).
+        self.responder: Callable[[dict[str, Any]], Reply | None] | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -356,6 +359,7 @@ class UpstreamServer:
             self._queue.clear()
             self.requests.clear()
             self.replies_sent.clear()
+            self.responder = None
 
     @property
     def pending(self) -> int:
@@ -388,9 +392,12 @@ class UpstreamServer:
             time.sleep(0.01)
         raise AssertionError(f"upstream got {len(self.requests)} requests, expected {n}")
 
-    def _next_reply(self) -> Reply:
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
         with self._lock:
-            reply = self._queue.popleft() if self._queue else Reply()
+            queued = self._queue.popleft() if self._queue else None
+            responder = self.responder
+        reply = queued or (responder(body) if responder is not None else None) or Reply()
+        with self._lock:
             self.replies_sent.append(reply)
         return reply
 
@@ -453,7 +460,7 @@ class UpstreamServer:
             await self._send_json(send, 400, error, started)
             return
 
-        reply = self._next_reply()
+        reply = self._next_reply(body)
         try:
             await self._answer(reply, body, send, receive, started)
         finally:

@@ -74,7 +74,7 @@ def test_check_summary_rejects_injected_urls_images_and_bad_quotes() -> None:
 
 def test_check_summary_rejects_oversized_and_delimiter_breaking_summaries() -> None:
     small = items(user("hi"))
-    assert any("larger than its source" in p for p in check_summary("x" * 100, small))
+    assert any("larger than its source" in p for p in check_summary("x" * 2200, small))
     assert any("delimiter" in p for p in check_summary("a </conversation_summary> b", items(user("y" * 99))))
 
 

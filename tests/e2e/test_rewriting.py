@@ -1,0 +1,281 @@
+"""Context rewriting end to end: long agent sessions through the real proxy to an upstream that,
+like the real API, rejects any request over its window or with a broken tool pairing.
+
+The scripted upstream answers summarizer requests (recognised by the summarizer's instructions)
+with a short structured summary, and agent requests from a script or a real transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.upstream_server import Reply, UpstreamServer, tool_call
+
+TRANSCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "transcripts" / "openai"
+WINDOW = 6000
+SMALL_POLICY = {
+    "context_window": WINDOW,
+    "max_output_tokens": 500,
+    "keep_recent_tokens": 1500,
+    "summary_chunk_tokens": 2000,
+    "overflow_wait": 20,
+    "summarizer": {"timeout": 5, "max_attempts": 2},
+}
+SYSTEM = {"role": "system", "content": "You are a careful coding agent. Do not overwrite prod config."}
+OBJECTIVE = {"role": "user", "content": "Objective: migrate the billing service to the new queue. "
+                                        "Constraint: never touch config/prod.yaml."}
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    return bool(messages) and str(messages[0].get("content", "")).startswith("You compress the history")
+
+
+SUMMARY = ("## Goal\nMigrate the billing service to the new queue.\n## Constraints\nnone\n## Decisions\n"
+           "none\n## Key facts\nnone\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\n"
+           "Continue the migration.")
+
+
+def wait_checkpoints(p: Any, conv: str, timeout: float = 10) -> list[dict[str, Any]]:
+    """Compaction runs in the background: poll until its outcome is stored."""
+    deadline = time.monotonic() + timeout
+    while True:
+        checkpoints: list[dict[str, Any]] = p.admin_json(f"conversations/{conv}/checkpoints")["data"]
+        if checkpoints or time.monotonic() > deadline:
+            return checkpoints
+        time.sleep(0.1)
+
+
+def agent_requests(upstream: UpstreamServer, model: str) -> list[dict[str, Any]]:
+    return [r.body for r in upstream.chat_requests
+            if r.body.get("model") == model and not is_summary_request(r.body)]
+
+
+def summary_requests(upstream: UpstreamServer) -> list[dict[str, Any]]:
+    return [r.body for r in upstream.chat_requests if is_summary_request(r.body)]
+
+
+def assert_protocol_and_pins(sent: dict[str, Any], client_messages: list[dict[str, Any]]) -> None:
+    messages = sent["messages"]
+    assert messages[0] == client_messages[0], "system prompt not first or not verbatim"
+    last_user = next(m for m in reversed(client_messages) if m["role"] == "user")
+    assert last_user in messages, "latest user message not sent verbatim"
+    assert client_messages[1] in messages, "the objective (first user message) was not kept verbatim"
+    # no orphan tool messages (the upstream would have refused, but say it plainly)
+    open_ids: set[str] = set()
+    for m in messages:
+        if m["role"] == "assistant":
+            open_ids = {c["id"] for c in m.get("tool_calls") or []}
+        elif m["role"] == "tool":
+            assert m["tool_call_id"] in open_ids, f"orphan tool result {m['tool_call_id']}"
+
+
+def test_generated_300_turn_session_never_overflows(proxy, upstream, api_key, monkeypatch):
+    """300+ turns with parallel tool calls and huge results at a 6k window: zero rejections."""
+    model = "gpt-rewrite-generated"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    p = proxy(policies={"default": SMALL_POLICY})
+    turn = {"n": 0}
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=SUMMARY)
+        turn["n"] += 1
+        n = turn["n"]
+        if n % 3 == 1:  # parallel tool calls
+            return Reply(content=None, tool_calls=[
+                tool_call("bash", {"command": f"cat file_{n}_{k}.py"}, id=f"call_{n}_{k}") for k in range(1 + n % 4)])
+        return Reply(content=f"step {n} done")
+
+    upstream.responder = respond
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    for i in range(320):
+        request_messages = list(messages)
+        response = client.chat.completions.create(model=model, messages=request_messages)
+        assert_protocol_and_pins(agent_requests(upstream, model)[-1], request_messages)
+        message = response.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if message.tool_calls:
+            for k, call in enumerate(message.tool_calls):
+                size = 30_000 if (i + k) % 11 == 0 else 600
+                messages.append({"role": "tool", "tool_call_id": call.id,
+                                 "content": f"output of {call.function.arguments}\n" + "x" * size})
+        else:
+            messages.append({"role": "user", "content": f"turn {i}: continue with the next part"})
+
+    sent = agent_requests(upstream, model)
+    assert len(sent) == 320
+    conv = client.chat.completions.with_raw_response.create(model=model, messages=messages).headers[
+        "x-conversation-id"]
+    checkpoints = p.admin_json(f"conversations/{conv}/checkpoints")["data"]
+    active = [c for c in checkpoints if c["status"] == "active"]
+    assert len(active) == 1 and active[0]["generation"] >= 2, checkpoints
+    assert len(summary_requests(upstream)) >= 2
+    # the summary is injected as quoted user-role data, never as system text
+    last = agent_requests(upstream, model)[-1]["messages"]
+    blocks = [m for m in last if "<conversation_summary" in str(m.get("content"))]
+    assert len(blocks) == 1 and blocks[0]["role"] == "user"
+    assert all("<conversation_summary" not in str(m.get("content")) for m in last if m["role"] == "system")
+    # what was sent is a fraction of what the client sent
+    calls = p.admin_json(f"conversations/{conv}/calls", params={"limit": 1000})["data"]
+    main = [c for c in calls if c["purpose"] == "main" and c["projection"]]
+    assert main and max(c["projection"]["sent_tokens"] for c in main) <= WINDOW - 500
+    summaries = [c for c in calls if c["purpose"] == "summary"]
+    assert summaries and all(c["usage"]["input_total"] for c in summaries)
+
+
+def _transcript(name: str) -> dict[str, Any]:
+    return json.loads((TRANSCRIPTS / name).read_text())
+
+
+@pytest.mark.parametrize("name,window", [
+    ("mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json", 16000),
+    ("tau-bench__gpt-4o-airline__task33__trial0.json", 7000),
+])
+def test_real_transcript_through_the_proxy(proxy, upstream, api_key, monkeypatch, name, window):
+    """A real agent transcript replayed through the proxy: the upstream answers with the
+    transcript's own assistant turns and rejects anything over its window or mis-paired."""
+    path = TRANSCRIPTS / name
+    if not path.exists():  # the manifest names every transcript; a missing one is a setup error
+        raise AssertionError(f"transcript {path} is missing")
+    data = _transcript(name)
+    model = f"gpt-rewrite-{window}"
+    monkeypatch.setitem(upstream.context_windows, model, window)
+    policy = {"context_window": window, "max_output_tokens": 1000, "keep_recent_tokens": window // 4,
+              "summary_chunk_tokens": max(2000, window // 2), "overflow_wait": 20}
+    p = proxy(policies={"default": policy})
+    script = [m for m in data["messages"] if m["role"] == "assistant"]
+    position = {"i": 0}
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=SUMMARY)
+        message = script[position["i"]]
+        position["i"] += 1
+        return Reply(content=message.get("content") or None, tool_calls=message.get("tool_calls"),
+                     completion_tokens=5)
+
+    upstream.responder = respond
+    client = p.client(api_key)
+    history = data["messages"]
+    requests = 0
+    for index, message in enumerate(history):
+        if message["role"] != "assistant" or index == 0:
+            continue
+        client_messages = history[:index]
+        kwargs = {"tools": data["tools"]} if data.get("tools") else {}
+        response = client.chat.completions.create(model=model, messages=client_messages, **kwargs)
+        requests += 1
+        got = response.choices[0].message
+        assert (got.content or None) == (message.get("content") or None)
+        sent = agent_requests(upstream, model)[-1]
+        assert sent["messages"][0] == history[0]
+        assert history[index - 1] in sent["messages"] or history[index - 1]["role"] == "tool"
+    assert requests == len(script) - (1 if history[0]["role"] == "assistant" else 0)
+    sizes = [r.get("messages") for r in agent_requests(upstream, model)]
+    assert len(sizes) == requests
+
+
+def test_summary_failure_keeps_serving_and_does_not_loop(proxy, upstream, api_key, monkeypatch):
+    model = "gpt-rewrite-failing"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    p = proxy(policies={"default": {**SMALL_POLICY, "overflow_wait": 5}})
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(status=500)
+        return Reply(content="fine")
+
+    upstream.responder = respond
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conv = None
+    for i in range(40):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 150})
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        assert_protocol_and_pins(agent_requests(upstream, model)[-1], messages[:-1])
+    # bounded: one failed job (max_attempts=2), then back-off; never one per request
+    assert 1 <= len(summary_requests(upstream)) <= 2
+    checkpoints = wait_checkpoints(p, conv)
+    assert [c["status"] for c in checkpoints] == ["failed"]
+    assert "500" in checkpoints[0]["error"]
+    calls = p.calls(conv)
+    errors = [c for c in calls if c["purpose"] == "summary"]
+    assert errors and all(c["status"] == "error" for c in errors)
+    # history is complete: every client message is stored
+    assert len(p.events(conv)) == len(messages) - 1
+
+
+def test_summarizer_timeout_leaves_previous_state(proxy, upstream, api_key, monkeypatch):
+    model = "gpt-rewrite-timeout"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    p = proxy(policies={"default": {**SMALL_POLICY, "overflow_wait": 3,
+                                    "summarizer": {"timeout": 1, "max_attempts": 1}}})
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=SUMMARY, delay_before_headers=3)
+        return Reply(content="fine")
+
+    upstream.responder = respond
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conv = None
+    for i in range(30):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 150})
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+    checkpoints = wait_checkpoints(p, conv)
+    assert checkpoints and all(c["status"] == "failed" for c in checkpoints)
+    assert "timed out" in checkpoints[0]["error"]
+    summary_calls = [c for c in p.calls(conv) if c["purpose"] == "summary"]
+    assert summary_calls and all(c["status"] == "error" for c in summary_calls)
+
+
+def test_delete_during_compaction_stays_deleted(proxy, upstream, api_key, monkeypatch):
+    model = "gpt-rewrite-delete"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    # on_overflow prune: requests never wait for the (held) summary
+    p = proxy(fresh=True, policies={"default": {**SMALL_POLICY, "on_overflow": "prune"}})
+    held: list[Reply] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            reply = Reply(content=SUMMARY, delay_before_headers=2)
+            held.append(reply)
+            return reply
+        return Reply(content="fine")
+
+    upstream.responder = respond
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conv = None
+    for i in range(40):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 150})
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        if held:
+            break
+    assert held, "no compaction started"
+    assert p.admin(f"conversations/{conv}", method="DELETE").status_code == 200
+    assert held[0].done.wait(10), "the summary request never finished"
+    time.sleep(1.0)  # the job's late commit and call record would land now
+    assert p.admin(f"conversations/{conv}").status_code == 404
+    p.stop()
+    db = sqlite3.connect(p.db_path)
+    for table in ("events", "branches", "calls", "checkpoints"):
+        (count,) = db.execute(f"SELECT COUNT(*) FROM {table} WHERE conversation_id = ?", (conv,)).fetchone()
+        assert count == 0, f"{table} has rows of the deleted conversation"
+    db.close()
+    p.start()

@@ -1,0 +1,55 @@
+"""The benchmark runs end to end in its quick configuration and writes a report of the right shape.
+
+No timing is asserted: numbers depend on the machine. `python -m bench` (full) is in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(not (ROOT / "bench" / "run.py").exists(), reason="bench/ not present")
+def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--no-litellm", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert (out / "report.md").read_text().startswith("# ctxproxy benchmarks")
+    assert report["meta"]["mode"] == "quick"
+
+    rows = report["overhead"]["rows"]
+    targets = {r["target"] for r in rows}
+    assert {"direct", "passthrough", "ctxproxy"} <= targets
+    cells = {r["cell"] for r in rows}
+    assert {"non-stream c=1", "stream c=1", "non-stream c=16", "stream c=16"} <= cells
+    for row in rows:
+        assert row["requests"] > 0 and row["errors"] == 0, row
+        for key in ("p50_ms", "p99_ms", "added_p50_ms", "throughput_rps"):
+            assert isinstance(row[key], (int, float)), (key, row)
+        if row["target"] != "direct":
+            assert isinstance(row["cpu_ms_per_request"], (int, float)) and isinstance(row["rss_mb"], float), row
+        if row["stream"]:
+            assert isinstance(row["ttft_p50_ms"], (int, float)), row
+
+    scaling = report["scaling"]["rows"]
+    assert {r["stored_events"] for r in scaling if r["target"] == "ctxproxy"} == {50, 500, 2000}
+    assert all(r["errors"] == 0 for r in scaling), scaling
+
+    compaction = report["compaction"]
+    assert "error" not in compaction, compaction
+    assert compaction["rows"] and compaction["rows"][0]["compactions"] > 0
+
+    summary = report["savings"]["summary"]
+    assert summary and {"client_tokens", "sent_tokens", "savings", "requests_over_window",
+                        "prefix_reuse", "baseline_prefix_reuse"} <= set(summary[0])
+    assert all(t["met"] in (True, False, None) for t in report["targets"])
