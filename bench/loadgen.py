@@ -36,6 +36,8 @@ def build_bodies(spec: dict[str, Any]) -> list[bytes]:
     base["model"] = spec.get("model", base.get("model", "gpt-4o"))
     if spec.get("stream"):
         base["stream"] = True
+        if spec.get("include_usage"):
+            base["stream_options"] = {"include_usage": True}
     else:
         base.pop("stream", None)
     messages = list(base["messages"])

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ class Cell:
     concurrency: int
     requests_per_worker: int
     model: str = "gpt-4o"
+    include_usage: bool = False
 
 
 @dataclass
@@ -45,7 +45,8 @@ class Acc:
     rounds_rps: list[float] = field(default_factory=list)
 
 
-def run_loadgen(spec: dict[str, Any], spec_path: Path, pid: int | None, timeout: float) -> tuple[dict[str, Any], float | None]:
+def run_loadgen(spec: dict[str, Any], spec_path: Path, pid: int | None, timeout: float,
+                on_ready: Any = None) -> tuple[dict[str, Any], float | None]:
     """Start the load generator, wait for READY (bodies built, warm-up done), read the target's CPU,
     say GO, read the result, read CPU again. Bounded by `timeout`; the generator is stopped by PID."""
     spec_path.write_text(json.dumps(spec))
@@ -59,6 +60,8 @@ def run_loadgen(spec: dict[str, Any], spec_path: Path, pid: int | None, timeout:
         if line.strip() != "READY":
             err = proc.stderr.read() if proc.stderr else ""
             raise RuntimeError(f"load generator failed before READY: {line!r} {err[-2000:]}")
+        if on_ready is not None:
+            on_ready()
         cpu0 = cpu_seconds(pid) if pid else None
         proc.stdin.write("GO\n")
         proc.stdin.flush()
@@ -90,6 +93,7 @@ def run_overhead(targets: list[Target], cells: list[Cell], rounds: int, run_dir:
                 spec = {
                     "host": "127.0.0.1", "port": t.port, "path": "/v1/chat/completions",
                     "base_body": str(base_body), "stream": cell.stream, "model": cell.model,
+                    "include_usage": cell.include_usage,
                     "concurrency": cell.concurrency, "requests_per_worker": cell.requests_per_worker,
                     "max_seconds": max_seconds, "key_prefix": f"sk-bench-{run_dir.name}-{seq}",
                     "auth_key": t.auth_key, "timeout": 60,
@@ -108,8 +112,9 @@ def run_overhead(targets: list[Target], cells: list[Cell], rounds: int, run_dir:
                     a.cpu += cpu
                 if t.proc:
                     rss[t.name] = max(rss.get(t.name, 0.0), rss_mb(t.proc.pid))
+                p50 = pct([s["latency_ms"] for s in result["samples"]], 50) or 0
                 log(f"  round {rnd + 1}/{rounds} {cell.name:<22} {t.name:<12} {len(result['samples']):>4} ok "
-                    f"{result['error_count']} err  p50 {pct([s['latency_ms'] for s in result['samples']], 50) or 0:.2f} ms")
+                    f"{result['error_count']} err  p50 {p50:.2f} ms")
     return summarize(acc, rss, targets, cells)
 
 
@@ -145,7 +150,7 @@ def summarize(acc: dict[tuple[str, str], Acc], rss: dict[str, float], targets: l
                 row["max_gap_ms_p99"] = r(pct([s["max_gap_ms"] for s in a.samples], 99))
                 sm = mean([s["stream_ms"] for s in a.samples])
                 ev = mean([s["events"] for s in a.samples]) or 0
-                if sm is not None and d_stream is not None and ev > 1:
+                if sm is not None and d_stream is not None and ev > 1 and "paced" in cell.name:
                     row["added_ms_per_chunk"] = r((sm - d_stream) / (ev - 1), 3)
             rows.append(row)
     return {"rows": rows}

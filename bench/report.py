@@ -94,7 +94,13 @@ def render(report: dict[str, Any]) -> str:
     meta = report["meta"]
     lines = [f"# ctxproxy benchmarks ({meta['mode']})", "",
              f"Produced by `{meta['command']}` on {meta['date']} ({meta['machine']}); "
-             f"{meta['duration_s']:.0f} s. Raw numbers: `bench/results/{meta['run']}/report.json`.", ""]
+             f"{meta['duration_s']:.0f} s. Raw numbers: `bench/results/{meta['run']}/report.json`.", "",
+             "How to run: `python -m bench` (full, several minutes; installs the LiteLLM proxy into "
+             "`bench/.venv-litellm` on first use; `--profile` adds py-spy profiles of ctxproxy), "
+             "`python -m bench --quick` (seconds; skips LiteLLM unless already installed), "
+             "`--no-litellm`, `--only overhead,scaling,compaction,savings`, `--rounds N`. "
+             "Results go to `bench/results/<stamp>/report.{md,json}`; a full run rewrites this file. "
+             "`python -m bench --render bench/results/<stamp>/report.json` re-renders it.", ""]
     lines += ["## Targets", ""]
     tg = report.get("targets", [])
     lines += _table([{**t, "met": {True: "met", False: "**missed**", None: "n/a"}[t["met"]]} for t in tg],
@@ -116,7 +122,8 @@ def render(report: dict[str, Any]) -> str:
                                      ("p50_ms", "p50 ms"), ("cpu_ms_per_request", "CPU ms/req")])
     cp = report.get("compaction", {})
     if cp.get("rows") or cp.get("error"):
-        lines += ["", "## Compaction time", "", cp.get("note", "") + (f" ERROR: {cp['error']}" if cp.get("error") else ""), ""]
+        error = f" ERROR: {cp['error']}" if cp.get("error") else ""
+        lines += ["", "## Compaction time", "", cp.get("note", "") + error, ""]
         lines += _table(cp.get("rows", []), [
             ("window", "window"), ("session_turns", "session turns"), ("compactions", "compactions"),
             ("failed", "failed"), ("summarizer_calls_per_compaction", "summarizer calls/compaction"),
@@ -142,12 +149,12 @@ def render(report: dict[str, Any]) -> str:
                 ("savings", "saved"), ("max_request", "max request"), ("requests_over_window", "over window"),
                 ("compactions", "compactions"), ("prefix_reuse", "prefix reuse"),
                 ("baseline_prefix_reuse", "reuse w/o proxy")])
-    prof = report.get("profile")
-    if prof:
-        lines += ["", "## Profile (ctxproxy under load, py-spy)", "", prof.get("note", ""), ""]
-        lines += _table(prof.get("top_self", []), [("function", "function (self time)"), ("pct", "% samples")])
+    for prof in report.get("profile") or []:
+        lines += ["", f"## Profile: ctxproxy, {prof.get('label', '')} (py-spy)", "", prof.get("note", ""), ""]
+        lines += _table(prof.get("top_self", [])[:15], [("function", "function (self time)"), ("pct", "% samples")])
         lines += [""]
-        lines += _table(prof.get("top_total", []), [("function", "function (inclusive)"), ("pct", "% samples")])
+        lines += _table(prof.get("top_total", [])[:25],
+                        [("function", "proxy/policies function (inclusive)"), ("pct", "% samples")])
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"

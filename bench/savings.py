@@ -9,7 +9,8 @@ from bench.bodies import generated_session, transcript_files
 from bench.stats import r
 
 
-def run_savings(windows: list[int], files_limit: int | None, sessions: list[tuple[int, int]], log: Any) -> dict[str, Any]:
+def run_savings(windows: list[int], files_limit: int | None, sessions: list[tuple[int, int]],
+                log: Any) -> dict[str, Any]:
     from proxy.config import Policy
     from proxy.models import ModelCatalog
     from proxy.projection import Projector

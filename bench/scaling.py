@@ -49,7 +49,7 @@ def run_scaling(targets: list[Target], sizes: list[int], requests: int, rounds: 
 
 
 async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, log: Any) -> dict[str, Any]:
-    from proxy import identify
+    from bench.mock_upstream import SUMMARY_TEXT, USAGE
     from proxy.compaction import CompactionJob, Compactor
     from proxy.config import Policy, Route, Upstream
     from proxy.ingest import ingest
@@ -58,8 +58,6 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     from proxy.store import make_store
     from proxy.summarizer import SummaryResult
     from proxy.usage import from_openai_chat
-
-    from bench.mock_upstream import SUMMARY_TEXT, USAGE
 
     class StubSummarizer:
         calls = 0

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from proxy.identify import canonical
 from tests.upstream_server import Reply, UpstreamServer, tool_call
 
 TRANSCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "transcripts" / "openai"
@@ -279,3 +280,68 @@ def test_delete_during_compaction_stays_deleted(proxy, upstream, api_key, monkey
         assert count == 0, f"{table} has rows of the deleted conversation"
     db.close()
     p.start()
+
+
+def test_projection_endpoint_shows_exactly_what_is_sent(proxy, upstream, api_key, monkeypatch):
+    """"Print what is actually sent each turn": the admin projection equals the next request's
+    messages for the stored history, and every call record carries its projection record."""
+    model = "gpt-rewrite-inspect"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    p = proxy(policies={"default": SMALL_POLICY})
+    upstream.responder = lambda body: Reply(content=SUMMARY) if is_summary_request(body) else None
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conv = None
+    for i in range(25):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 120})
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+    wait_checkpoints(p, conv)
+    view = p.admin_json(f"conversations/{conv}/projection")
+    assert view["model"] == model and view["route"] == "main"
+    assert view["messages"][0] == SYSTEM
+    record = view["record"]
+    assert record["client_tokens"] > record["sent_tokens"] > 0
+    assert record["covered_through_seq"] == view["checkpoint"]["covered_through_seq"] > 0
+    # the next real request sends the same messages plus the new turn
+    messages.append({"role": "user", "content": "one more"})
+    client.chat.completions.create(model=model, messages=messages)
+    sent = agent_requests(upstream, model)[-1]["messages"]
+    # stored responses are shown as the upstream sent them; the client re-sends them with its own
+    # null/absent conventions: equal up to the documented canonicalization
+    assert [canonical(m) for m in sent[: len(view["messages"])]] == [canonical(m) for m in view["messages"]]
+    assert sent[len(view["messages"]):] == [messages[-1]]
+    calls = p.admin_json(f"conversations/{conv}/calls", params={"limit": 1000})["data"]
+    last_main = [c for c in calls if c["purpose"] == "main"][-1]
+    assert last_main["projection"]["sent_tokens"] == last_main["usage"]["input_total"]
+    assert p.admin(f"conversations/{conv}/projection", token="wrong").status_code == 401
+    assert p.admin("conversations/c_missing/projection").status_code == 404
+
+
+def test_summarizer_through_litellm(proxy, upstream, api_key, monkeypatch):
+    """`summarizer.model` routes the summary call through litellm (here an OpenAI-compatible
+    server by `openai/NAME` + `base_url`); it is recorded with that model and purpose summary."""
+    model = "gpt-rewrite-litellm"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    summarizer = {"model": "openai/gpt-summarizer", "base_url": upstream.base_url, "api_key_env": "UPSTREAM_KEY",
+                  "timeout": 30}
+    p = proxy(policies={"default": {**SMALL_POLICY, "summarizer": summarizer}})
+    upstream.responder = lambda body: Reply(content=SUMMARY) if is_summary_request(body) else None
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conv = None
+    for i in range(25):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 120})
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+    checkpoints = wait_checkpoints(p, conv, timeout=30)
+    assert checkpoints and checkpoints[0]["status"] in ("active", "superseded"), checkpoints
+    assert checkpoints[0]["model"] == "openai/gpt-summarizer"
+    summaries = summary_requests(upstream)
+    assert summaries and all(body["model"] == "gpt-summarizer" for body in summaries)
+    assert all(r.headers.get("authorization") == "Bearer sk-upstream-secret-0123456789"
+               for r in upstream.chat_requests if is_summary_request(r.body))
+    calls = [c for c in p.calls(conv) if c["purpose"] == "summary"]
+    assert calls and calls[0]["model"] == "openai/gpt-summarizer" and calls[0]["usage"]["input_total"]
