@@ -9,8 +9,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.transcripts import TRANSCRIPTS
+
 REPO = Path(__file__).resolve().parent.parent
-TRANSCRIPTS = REPO.parent / "shared" / "transcripts" / "openai"
 LONG = TRANSCRIPTS / "mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json"
 
 

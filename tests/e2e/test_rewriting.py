@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy.identify import canonical
+from tests.transcripts import TRANSCRIPTS
 from tests.upstream_server import Reply, UpstreamServer, tool_call
 
-TRANSCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "transcripts" / "openai"
 WINDOW = 6000
 SMALL_POLICY = {
     "context_window": WINDOW,

@@ -22,8 +22,8 @@ from policies.projection import project
 from policies.summary_tail import build_summary_messages, summary_block
 from policies.tokens import TokenCounter
 from tests.policies.strategies import Case, fake_summarize, mandatory_tokens
+from tests.transcripts import TRANSCRIPTS
 
-TRANSCRIPTS = Path("/work/shared/transcripts/openai")
 CHOSEN = (
     "mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json",
     "mini-swe-agent__deepseek_reasoner_dev__sqlfluff__sqlfluff-1763.json",
@@ -102,8 +102,7 @@ def _compact(
 @pytest.mark.parametrize("name", CHOSEN)
 def test_replay_transcript_in_a_small_window(name: str, counter: TokenCounter) -> None:
     path = TRANSCRIPTS / name
-    if not path.exists():
-        pytest.skip(f"transcript {name} not available")
+    assert path.exists(), f"transcript {path} is missing (set CTXPROXY_TRANSCRIPTS)"
     stats = _replay(path, counter)
     assert stats["turns"] > 0
     assert stats["max_sent"] + MAX_OUTPUT <= WINDOW
@@ -115,8 +114,7 @@ def test_replay_transcript_in_a_tiny_window(name: str, counter: TokenCounter) ->
     """8k: the pinned task plus the system prompt nearly fill it; pruning and (truly impossible)
     overflows happen, and still every request that is sent is valid and fits."""
     path = TRANSCRIPTS / name
-    if not path.exists():
-        pytest.skip(f"transcript {name} not available")
+    assert path.exists(), f"transcript {path} is missing (set CTXPROXY_TRANSCRIPTS)"
     stats = _replay(path, counter, window=8_000)
     assert stats["turns"] > 0
     print(name, stats)
