@@ -52,6 +52,7 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     from bench.mock_upstream import SUMMARY_TEXT, USAGE
     from proxy.compaction import CompactionJob, Compactor
     from proxy.config import Policy, Route, Upstream
+    from proxy.identify import chain, split_prefix
     from proxy.ingest import ingest
     from proxy.models import ModelCatalog
     from proxy.projection import Projector
@@ -79,8 +80,10 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
             policy = Policy(context_window=window)
             session = generated_session(turns)
             messages = session["messages"][:-1]
-            ingested = await ingest(store, f"t_compaction_{window}", messages, None)
-            prefix, history, hashes = ingested.prefix, ingested.history, ingested.hashes
+            tenant = f"t_compaction_{window}"
+            prefix, history = split_prefix(messages)
+            ingested = await ingest(store, tenant, prefix, history, chain(tenant, history), None)
+            hashes = ingested.hashes
             branch = ingested.identity.branch_id
             counter = projector.counter(model)
             body = {"model": model, "tools": session["tools"]}
@@ -89,14 +92,14 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
                 if message.get("role") != "assistant" or index == 0:
                     continue
                 checkpoint = await store.active_checkpoint(branch)
-                projection = projector.project(policy, model, body, prefix, history[:index], hashes[:index],
-                                               checkpoint, branch)
+                items = projector.items(history[:index], hashes[:index], counter)
+                projection = projector.project(policy, model, body, prefix, items, checkpoint, branch)
                 plan = projection.record.compaction
                 if plan is None:
                     continue
                 job = CompactionJob(tenant=ingested.identity.tenant, conversation_id=ingested.identity.conversation_id,
                                     branch_id=branch, route=route, policy=policy, model=model, prefix=prefix,
-                                    items=projector.items(history[:index], hashes[:index], counter),
+                                    items=items,
                                     hashes=hashes[:index], plan=plan, previous=checkpoint, client_auth={})
                 w0, c0 = time.perf_counter(), time.process_time()
                 task = compactor.request(job)

@@ -19,6 +19,7 @@ from policies.base import (
     ToolResultsConfig,
     TrimEntry,
 )
+from policies.index import ProjectionCache
 from policies.projection import STEPS, project
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "PinsConfig",
     "PolicyConfig",
     "Projection",
+    "ProjectionCache",
     "ProjectionRecord",
     "ToolResultsConfig",
     "TrimEntry",

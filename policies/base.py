@@ -280,7 +280,10 @@ class ProjectionRecord:
 
 @dataclass(frozen=True)
 class Projection:
-    """The messages to send (fresh dicts, safe to mutate) and the record of how they were made."""
+    """The messages to send and the record of how they were made. `messages` is a fresh list of
+    read-only dicts: untouched messages are the caller's own objects, rewritten ones (trimmed,
+    repaired, the summary block) may be shared with other projections through a
+    `ProjectionCache`. Serialize them; never mutate them."""
 
     messages: list[dict[str, Any]]
     record: ProjectionRecord

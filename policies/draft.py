@@ -18,11 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig, TrimEntry
 from policies.groups import Group
 from policies.text import clone
+
+if TYPE_CHECKING:
+    from policies.index import HistoryIndex, ProjectionCache
 
 CountFn = Callable[[Message], int]
 
@@ -40,7 +44,7 @@ class Slot:
     keep: bool
     protected: bool
 
-    @property
+    @cached_property
     def total(self) -> int:
         return sum(self.tokens)
 
@@ -65,6 +69,10 @@ class StepContext:
     pinned: frozenset[int]
     latest_user: int | None
     covered_through: int
+    index: HistoryIndex | None = None
+    """the items' `HistoryIndex` (groups are `index.groups`); None only for hand-built contexts"""
+    cache: ProjectionCache | None = None
+    """the caller's memo, if any (trimmed results are remembered there)"""
 
     @property
     def trigger_tokens(self) -> int:
@@ -85,11 +93,11 @@ class Draft:
     over_trigger: bool = False
     plan: CompactionPlan | None = None
 
-    @property
+    @cached_property
     def slots(self) -> tuple[Slot, ...]:
         return self.head + self.tail
 
-    @property
+    @cached_property
     def total(self) -> int:
         """Projected input tokens: fixed + prefix + every message sent."""
         return (
@@ -100,14 +108,21 @@ class Draft:
         )
 
     def messages(self) -> list[dict[str, Any]]:
-        """Fresh dicts (structural copies), safe for the caller to mutate."""
-        out: list[dict[str, Any]] = [clone(message) for message in self.prefix]
+        """The messages to send, in order. Read-only: untouched messages are the caller's own
+        objects (prefix and item messages), rewritten ones may be shared with later projections
+        through a `ProjectionCache`; serialize them, never mutate them. A message that is a
+        Mapping but not a dict is copied into a dict."""
+        out: list[Any] = list(self.prefix)
         for slot in self.head:
-            out.extend(clone(message) for message in slot.messages)
-        out.extend(clone(message) for message in self.summary)
+            out.extend(slot.messages)
+        out.extend(self.summary)
         for slot in self.tail:
-            out.extend(clone(message) for message in slot.messages)
+            out.extend(slot.messages)
+        if set(map(type, out)) - {dict}:
+            out = [message if type(message) is dict else clone(message) for message in out]
         return out
 
     def sent_seqs(self) -> tuple[int, ...]:
+        """Seqs of the items sent, ascending (head groups precede the summary, tail groups follow,
+        all in history order)."""
         return tuple(seq for slot in self.slots for seq in slot.seqs if seq is not None)

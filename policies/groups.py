@@ -28,12 +28,15 @@ user, assistant, tool(a), tool(b: "[no result recorded]"), user.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from operator import attrgetter
 from typing import Any, Literal
 
 from policies.base import Checkpoint, Item, Message
-from policies.text import call_name, tool_call_ids, tool_calls
+from policies.text import call_name, tool_calls
 
 GroupKind = Literal["user", "assistant", "tool_call", "orphan", "other"]
 NO_RESULT = "[no result recorded]"
@@ -42,6 +45,9 @@ PREFIX_ROLES = ("system", "developer")
 
 @dataclass(frozen=True)
 class Group:
+    """Derived values (`seqs`, `last_seq`, `tokens`, `messages`, `item_tokens`) are computed once
+    per group and cached on the instance (a group is immutable, so they cannot go stale)."""
+
     kind: GroupKind
     items: tuple[Item, ...]
     missing_ids: tuple[str, ...] = ()
@@ -50,17 +56,26 @@ class Group:
     def first_seq(self) -> int:
         return self.items[0].seq
 
-    @property
+    @cached_property
     def last_seq(self) -> int:
         return max(item.seq for item in self.items)
 
-    @property
+    @cached_property
     def seqs(self) -> tuple[int, ...]:
         return tuple(item.seq for item in self.items)
 
-    @property
+    @cached_property
     def tokens(self) -> int:
         return sum(item.tokens for item in self.items)
+
+    @cached_property
+    def messages(self) -> tuple[Message, ...]:
+        """The items' messages, in order (what `render_group` sends when nothing is repaired)."""
+        return tuple(item.message for item in self.items)
+
+    @cached_property
+    def item_tokens(self) -> tuple[int, ...]:
+        return tuple(item.tokens for item in self.items)
 
     def tool_name(self, tool_call_id: str) -> str:
         """Name of the function whose call produced `tool_call_id` in this group."""
@@ -83,35 +98,63 @@ def split_prefix(messages: Sequence[Message]) -> tuple[list[Message], list[Messa
 def group_items(items: Sequence[Item]) -> list[Group]:
     """Protocol groups of `items`, oldest first (an orphan follows the group it interrupted)."""
     groups: list[Group] = []
-    index = 0
-    while index < len(items):
+    extend_groups(groups, items, 0)
+    return groups
+
+
+_SINGLE_KINDS: dict[str, GroupKind] = {"user": "user", "assistant": "assistant", "tool": "orphan"}
+_new = object.__new__
+
+
+def _group(kind: GroupKind, items: tuple[Item, ...], missing_ids: tuple[str, ...] = ()) -> Group:
+    """`Group(kind, items, missing_ids)` without the frozen dataclass `__init__` (half the cost
+    on the hot path; the result is an ordinary, equal `Group`)."""
+    group: Group = _new(Group)
+    fields = group.__dict__
+    fields["kind"] = kind
+    fields["items"] = items
+    fields["missing_ids"] = missing_ids
+    return group
+
+
+def extend_groups(groups: list[Group], items: Sequence[Item], start: int) -> None:
+    """Append to `groups` the protocol groups of `items[start:]`; `start` must be 0 or the
+    position of a non-tool item (the start of a run), so no earlier group is still open."""
+    index = start
+    n = len(items)
+    append = groups.append
+    single = _SINGLE_KINDS.get
+    while index < n:
         item = items[index]
-        role = item.message.get("role")
+        message = item.message
+        role = message.get("role")
         index += 1
-        if role == "assistant" and tool_calls(item.message):
-            pending = tool_call_ids(item.message)
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            if calls and isinstance(calls, list):
+                calls = [call for call in calls if type(call) is dict or isinstance(call, Mapping)]
+            if not calls or not isinstance(calls, list):
+                append(_group("assistant", (item,)))
+                continue
+            pending = [str(call.get("id", "")) for call in calls]  # = tool_call_ids(message)
             members = [item]
             orphans: list[Group] = []
-            while index < len(items) and items[index].message.get("role") == "tool":
+            while index < n:
                 result = items[index]
-                result_id = result.message.get("tool_call_id")
+                result_message = result.message
+                if result_message.get("role") != "tool":
+                    break
+                result_id = result_message.get("tool_call_id")
                 if isinstance(result_id, str) and result_id in pending:
                     pending.remove(result_id)
                     members.append(result)
                 else:
-                    orphans.append(Group("orphan", (result,)))
+                    orphans.append(_group("orphan", (result,)))
                 index += 1
-            groups.append(Group("tool_call", tuple(members), tuple(pending)))
+            append(_group("tool_call", tuple(members), tuple(pending)))
             groups.extend(orphans)
-        elif role == "tool":
-            groups.append(Group("orphan", (item,)))
-        elif role == "user":
-            groups.append(Group("user", (item,)))
-        elif role == "assistant":
-            groups.append(Group("assistant", (item,)))
         else:
-            groups.append(Group("other", (item,)))
-    return groups
+            append(_group(single(role, "other") if isinstance(role, str) else "other", (item,)))
 
 
 def synthetic_result(tool_call_id: str) -> dict[str, Any]:
@@ -136,14 +179,39 @@ def normalize_boundary(groups: Sequence[Group], seq: int) -> int:
     group's start: the whole group stays raw (the summary may repeat a little of it; never the
     reverse, where part of a group would be neither summarized nor sent)."""
     boundary = seq
-    changed = True
-    while changed:
-        changed = False
-        for group in groups:
-            if group.first_seq <= boundary < group.last_seq:
-                boundary = group.first_seq - 1
-                changed = True
+    while True:
+        index = bisect_right(groups, boundary, key=_FIRST_SEQ) - 1
+        # Only a multi-item (tool_call) group can straddle; between it and `index` there are
+        # only the orphans of its own run (groups are ordered by first seq, runs are disjoint).
+        while index >= 0 and groups[index].kind == "orphan":
+            index -= 1
+        if index < 0:
+            break
+        group = groups[index]
+        if not group.first_seq <= boundary < group.last_seq:
+            break
+        boundary = group.first_seq - 1
     return max(boundary, 0)
+
+
+_FIRST_SEQ = attrgetter("first_seq")
+
+
+def group_index_of(groups: Sequence[Group], seq: int, firsts: Sequence[int] | None = None) -> int:
+    """Index of the group holding item `seq` (-1 if none). `firsts`: the groups' first seqs, when
+    the caller has them (they are strictly increasing, so this is a bisection)."""
+    if firsts is not None:
+        index = bisect_right(firsts, seq) - 1
+    else:
+        index = bisect_right(groups, seq, key=_FIRST_SEQ) - 1
+    while index >= 0:
+        group = groups[index]
+        if group.first_seq == seq or (len(group.items) > 1 and seq in group.seqs):
+            return index
+        if group.kind != "orphan":  # only its own run's orphans sit between a group and seq
+            return -1
+        index -= 1
+    return -1
 
 
 def last_index(groups: Sequence[Group]) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from policies.base import Item, PinsConfig
+from policies.base import Item, Message, PinsConfig
 from policies.text import message_text
 
 PATTERN_ROLES = ("user", "system", "developer")
@@ -41,14 +41,20 @@ def pinned_seqs(items: Sequence[Item], config: PinsConfig) -> frozenset[int]:
     if not roles and not compiled:
         return frozenset(pinned)
     for item in items:
-        role = item.message.get("role")
-        if role in roles:
+        if matches_rules(item.message, roles, compiled):
             pinned.add(item.seq)
-        elif compiled and role in PATTERN_ROLES:
-            text = message_text(item.message)
-            if any(pattern.search(text) for pattern in compiled):
-                pinned.add(item.seq)
     return frozenset(pinned)
+
+
+def matches_rules(message: Message, roles: set[str], compiled: Sequence[re.Pattern[str]]) -> bool:
+    """Whether `message` is pinned by a role or pattern rule (`first_user` aside)."""
+    role = message.get("role")
+    if role in roles:
+        return True
+    if compiled and role in PATTERN_ROLES:
+        text = message_text(message)
+        return any(pattern.search(text) for pattern in compiled)
+    return False
 
 
 def latest_user_seq(items: Sequence[Item]) -> int | None:

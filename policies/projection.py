@@ -18,9 +18,17 @@ as `Item.tokens`; it is called only for messages a policy produced (trimmed resu
 results, the summary block, the prefix), untouched items use `item.tokens`. Pass a
 `tokens.TokenCounter` so those counts are cached across turns.
 
+Cost: proportional to what is sent, plus one pass over the items (grouping, tokens, users).
+Covered groups are skipped by bisection, not visited. With `cache=ProjectionCache()` (one per
+branch, kept by the caller) the pass only reads what follows the previous call's stable point,
+and slots, trimmed results and the summary block of unchanged inputs are reused — provided the
+caller passes the same `Item` objects again (checked by identity, never by equality).
+
 Invariants: the prefix is first and unchanged; the newest user message and the in-flight group
-are verbatim; the result is deterministic (same inputs -> byte-identical `json.dumps`), the
-input is never mutated, and `messages` are fresh dicts.
+are verbatim; the result is deterministic (same inputs -> byte-identical `json.dumps`, with or
+without a cache), the input is never mutated. `messages` are read-only: untouched messages are
+the caller's own objects and rewritten ones may be shared between projections; serialize them,
+do not mutate them.
 
 Example: prefix [system], items 1..40, checkpoint covering through 30, pins = first user (1):
 -> [system, user(1), summary(e30), groups 31..40 with old tool results trimmed].
@@ -28,6 +36,7 @@ Example: prefix [system], items 1..40, checkpoint covering through 30, pins = fi
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
@@ -43,8 +52,8 @@ from policies.base import (
     TrimEntry,
 )
 from policies.draft import CountFn, Draft, Slot, StepContext
-from policies.groups import effective_boundary, group_items, last_index, render_group
-from policies.pins import latest_user_seq, pinned_seqs
+from policies.groups import Group, effective_boundary, last_index, synthetic_result
+from policies.index import ProjectionCache, index_items
 from policies.prune_groups import prune_groups
 from policies.summary_prompt import summary_block
 from policies.summary_tail import plan_compaction
@@ -75,6 +84,7 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
         sent_tokens=sent,
         groups=ctx.groups,
         pinned=ctx.pinned,
+        pinned_tokens=ctx.index.tokens_of(ctx.pinned) if ctx.index is not None else None,
     )
     return replace(draft, over_trigger=True, plan=plan)
 
@@ -94,12 +104,17 @@ def build_draft(
     budget: Budget,
     config: PolicyConfig,
     count: CountFn,
+    cache: ProjectionCache | None = None,
 ) -> tuple[Draft, StepContext]:
-    """Groups, pins and the checkpoint applied; no step run yet."""
-    groups = group_items(items)
-    pinned = pinned_seqs(items, config.pins)
-    latest_user = latest_user_seq(items)
-    keep_seqs = pinned | ({latest_user} if latest_user is not None else set())
+    """Groups, pins and the checkpoint applied; no step run yet.
+
+    Work is proportional to what is sent (plus one index pass over what `cache` has not seen):
+    covered groups are skipped by bisection, only the kept ones (pinned, newest user message)
+    are looked up."""
+    index = cache.index(items) if cache is not None else index_items(items)
+    groups = index.groups
+    pinned = index.pinned(config.pins)
+    latest_user = index.last_user
     covered = effective_boundary(groups, checkpoint)
     ctx = StepContext(
         items=items,
@@ -111,72 +126,130 @@ def build_draft(
         pinned=pinned,
         latest_user=latest_user,
         covered_through=covered,
+        index=index,
+        cache=cache,
     )
-    head: list[Slot] = []
-    tail: list[Slot] = []
     last = last_index(groups)
-    for index, group in enumerate(groups):
-        is_last = index == last
-        keep = is_last or any(seq in keep_seqs for seq in group.seqs)
-        is_covered = group.last_seq <= covered
-        if group.kind == "orphan" or (is_covered and not keep):
-            continue
-        rendered = render_group(group, is_last=is_last)
-        tokens = {item.seq: item.tokens for item in group.items}
-        slot = Slot(
-            index=index,
-            group=group,
-            seqs=tuple(seq for seq, _ in rendered),
-            messages=tuple(message for _, message in rendered),
-            tokens=tuple(count(m) if seq is None else tokens[seq] for seq, m in rendered),
-            keep=keep,
-            protected=is_last or (latest_user is not None and latest_user in group.seqs),
-        )
-        (head if is_covered else tail).append(slot)
+    latest_group = index.group_of(latest_user) if latest_user is not None else -1
+    keep_groups = {index.group_of(seq) for seq in pinned}
+    keep_groups.add(latest_group)
+    keep_groups.add(last)
+    first_uncovered = index.first_uncovered(covered)  # groups before it are covered
+    head = [
+        _slot(i, groups[i], i == last, True, i == last or i == latest_group, count)
+        for i in sorted(keep_groups)
+        if 0 <= i < first_uncovered and groups[i].kind != "orphan"
+    ]
+    if cache is None:
+        tail = [
+            _slot(i, group, i == last, i in keep_groups, i == last or i == latest_group, count)
+            for i, group in enumerate(groups[first_uncovered:], first_uncovered)
+            if group.kind != "orphan"
+        ]
+    else:
+        tail = [
+            _cached_slot(cache, i, group, i == last, i in keep_groups, i == last or i == latest_group, count)
+            for i, group in enumerate(groups[first_uncovered:], first_uncovered)
+            if group.kind != "orphan"
+        ]
     summary: tuple[Message, ...] = ()
+    summary_tokens = 0
     if checkpoint is not None and covered > 0:
-        summary = (summary_block(checkpoint.summary, covered),)
+        summary, summary_tokens = _summary(checkpoint.summary, covered, count, cache)
     draft = Draft(
         prefix=tuple(prefix),
         prefix_tokens=sum(count(message) for message in prefix),
         fixed_tokens=budget.fixed_tokens,
         head=tuple(head),
         summary=summary,
-        summary_tokens=sum(count(message) for message in summary),
+        summary_tokens=summary_tokens,
         tail=tuple(tail),
     )
     return draft, ctx
 
 
+def _summary(
+    text: str, covered: int, count: CountFn, cache: ProjectionCache | None
+) -> tuple[tuple[Message, ...], int]:
+    """The summary block and its tokens (remembered per checkpoint text and boundary)."""
+    key = ("summary", covered)
+    memo = cache.get(key) if cache is not None else None
+    if memo is not None and memo[0] == text and memo[1] is count:
+        return memo[2], memo[3]
+    block = (summary_block(text, covered),)
+    tokens = sum(count(message) for message in block)
+    if cache is not None:
+        cache.put(key, (text, count, block, tokens))
+    return block, tokens
+
+
+def _cached_slot(
+    cache: ProjectionCache, index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn
+) -> Slot:
+    """`_slot`, the same object as last time for the same group and flags."""
+    key = ("slot", id(group))
+    flags = (index, is_last, keep, protected)
+    memo = cache.get(key)
+    if memo is not None and memo[0] is group and memo[1] == flags and memo[2] is count:
+        slot: Slot = memo[3]
+        return slot
+    slot = _slot(index, group, is_last, keep, protected, count)
+    cache.put(key, (group, flags, count, slot))
+    return slot
+
+
+def _slot(index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn) -> Slot:
+    """`render_group` as a slot (untouched items keep their own token counts)."""
+    if group.missing_ids and not is_last:
+        repairs = tuple(synthetic_result(tool_call_id) for tool_call_id in group.missing_ids)
+        return Slot(
+            index=index,
+            group=group,
+            seqs=group.seqs + (None,) * len(repairs),
+            messages=group.messages + repairs,
+            tokens=group.item_tokens + tuple(count(message) for message in repairs),
+            keep=keep,
+            protected=protected,
+        )
+    return Slot(index, group, group.seqs, group.messages, group.item_tokens, keep, protected)
+
+
 def make_record(draft: Draft, ctx: StepContext) -> ProjectionRecord:
     """The projection record of a finished draft."""
-    by_seq: dict[int, TrimEntry] = {entry.seq: entry for entry in draft.trimmed}
-    sent = set(draft.sent_seqs())
+    index = ctx.index if ctx.index is not None else index_items(ctx.items)
     covered = ctx.covered_through
+    slots = draft.slots
+    sent = sorted([seq for slot in slots for seq in slot.seqs if seq is not None])
+    trimmed: tuple[TrimEntry, ...] = ()
+    if draft.trimmed:
+        by_seq: dict[int, TrimEntry] = {entry.seq: entry for entry in draft.trimmed}
+        sent_set = set(sent)
+        trimmed = tuple(by_seq[seq] for seq in sorted(by_seq) if seq in sent_set)
     orphans = tuple(
         item.seq
-        for group in ctx.groups
-        if group.kind == "orphan" and group.first_seq > covered
+        for group in index.groups[index.first_uncovered(covered) :]
+        if group.kind == "orphan"
         for item in group.items
     )
     repaired = tuple(
         (slot.group.first_seq, str(message.get("tool_call_id")))
-        for slot in draft.slots
+        for slot in slots
+        if slot.seqs and slot.seqs[-1] is None  # repairs follow the recorded results
         for seq, message in zip(slot.seqs, slot.messages, strict=True)
         if seq is None
     )
-    pinned_sent = tuple(seq for seq in sorted(sent) if seq <= covered)
-    client = ctx.budget.fixed_tokens + draft.prefix_tokens + sum(item.tokens for item in ctx.items)
+    pinned_sent = tuple(sent[: bisect_right(sent, covered)])
+    client = ctx.budget.fixed_tokens + draft.prefix_tokens + index.total_tokens
     return ProjectionRecord(
         client_tokens=client,
         sent_tokens=draft.total,
         checkpoint_generation=ctx.checkpoint.generation if ctx.checkpoint and covered else None,
         covered_through_seq=covered,
-        trimmed=tuple(by_seq[seq] for seq in sorted(by_seq) if seq in sent),
+        trimmed=trimmed,
         pruned_seqs=draft.pruned_seqs,
         over_trigger=draft.over_trigger or draft.total > ctx.trigger_tokens,
         compaction=draft.plan,
-        sent_seqs=tuple(sorted(sent)),
+        sent_seqs=tuple(sent),
         pinned_seqs=pinned_sent,
         orphan_seqs=orphans,
         repaired=repaired,
@@ -192,11 +265,15 @@ def project(
     budget: Budget,
     config: PolicyConfig,
     count: CountFn,
+    cache: ProjectionCache | None = None,
 ) -> Projection:
     """The messages to send for this call and the record of how they were chosen.
 
+    `cache`: optional memo owned by the caller (one per branch), see `index.ProjectionCache`;
+    the result is the same with or without it.
+
     Raises `ContextOverflow` when even the irreducible request does not fit."""
-    draft, ctx = build_draft(prefix, items, checkpoint, budget, config, count)
+    draft, ctx = build_draft(prefix, items, checkpoint, budget, config, count, cache)
     for name in config.order:
         draft = STEPS[name](draft, ctx)
     if draft.total > budget.input_budget:  # unreachable while prune_groups ends the order

@@ -32,7 +32,9 @@ are re-exported here.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
 from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig
 from policies.draft import CountFn
@@ -49,6 +51,7 @@ from policies.summary_prompt import (
 from policies.text import call_arguments, content_text, cut_text, tool_calls, with_content
 
 MIN_CHUNK_TOKENS = 512
+_FIRST_SEQ = attrgetter("first_seq")
 _CUT_HEAD_RATIO = 0.5
 
 __all__ = [
@@ -172,19 +175,22 @@ def plan_compaction(
     groups: Sequence[Group] | None = None,
     pinned: frozenset[int] | None = None,
     summary_budget: Budget | None = None,
+    pinned_tokens: int | None = None,
 ) -> CompactionPlan | None:
     """The next compaction to run, or None (under the trigger, or nothing left to summarize).
 
     `projected_tokens`: the current projection's total; `overhead_tokens`: the part of it that is
     not raw tail (fixed + prefix + pinned head + current summary); `sent_tokens`: what each seq
     costs as currently sent (defaults to `item.tokens`); `summary_budget`: the summarizer model's
-    budget when it differs from the main model's."""
+    budget when it differs from the main model's; `pinned_tokens`: the tokens of the pinned
+    items, when the caller knows them (else summed over `items`)."""
     trigger_tokens = int(config.trigger * budget.input_budget)
     if projected_tokens <= trigger_tokens:
         return None
     groups = list(groups) if groups is not None else group_items(items)
     covered = effective_boundary(groups, checkpoint)
-    uncovered = [group for group in groups if group.first_seq > covered]
+    # groups' first seqs increase strictly, and no group straddles `covered`
+    uncovered = groups[bisect_right(groups, covered, key=_FIRST_SEQ) :]
     if len(uncovered) < 2:
         return None
 
@@ -204,13 +210,14 @@ def plan_compaction(
         kept += cost(uncovered[tail_start])
     if tail_start == 0:
         return None
-    through = normalize_boundary(groups, min(g.first_seq for g in uncovered[tail_start:]) - 1)
+    through = normalize_boundary(groups, uncovered[tail_start].first_seq - 1)
     summarize = [group for group in uncovered if group.last_seq <= through]
     if not summarize:
         return None
 
-    pinned = pinned if pinned is not None else pinned_seqs(items, config.pins)
-    pinned_tokens = sum(item.tokens for item in items if item.seq in pinned)
+    if pinned_tokens is None:
+        pinned = pinned if pinned is not None else pinned_seqs(items, config.pins)
+        pinned_tokens = sum(item.tokens for item in items if item.seq in pinned)
     limit = chunk_limit(
         summary_budget or budget,
         config,

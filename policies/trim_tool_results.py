@@ -27,6 +27,7 @@ from dataclasses import replace
 
 from policies.base import Message, ToolResultsConfig, TrimEntry
 from policies.draft import CountFn, Draft, Slot, StepContext
+from policies.index import ProjectionCache
 from policies.text import content_text, cut_text, non_text_parts, with_content
 
 
@@ -70,26 +71,61 @@ def cap_slot(
     exclude: tuple[str, ...],
     pinned: frozenset[int],
     count: CountFn,
+    cache: ProjectionCache | None = None,
 ) -> tuple[Slot, list[TrimEntry]]:
-    """Cap every eligible tool result of `slot` at `max_chars` (pinned / excluded untouched)."""
+    """Cap every eligible tool result of `slot` at `max_chars` (pinned / excluded untouched).
+
+    With `cache`, the trimmed form of a message object is computed once per (max_chars,
+    head_ratio) and reused by later projections; the memo entry is checked against everything
+    else it depends on (seq, the calling assistant message that names the tool, `count`)."""
     entries: list[TrimEntry] = []
+    messages: list[Message] | None = None
+    counts: list[int] | None = None
     for position, (seq, message) in enumerate(zip(slot.seqs, slot.messages, strict=True)):
-        if seq is None or seq in pinned or message.get("role") != "tool":
+        if seq is None or message.get("role") != "tool" or seq in pinned:
             continue
-        if len(content_text(message.get("content"))) <= max_chars:
-            continue  # fits: skip the name lookup (hot path on long histories)
-        tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
-        if tool_name in exclude:
-            continue
-        result = trim_message(
-            message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq
-        )
-        if result is None:
-            continue
+        if cache is not None:
+            key = ("trim", id(message), max_chars, head_ratio)
+            call = slot.group.items[0].message  # names the tool
+            memo = cache.get(key)
+            if memo is None or memo[0] is not message or memo[1] is not count or memo[2] != seq or memo[3] is not call:
+                memo = (message, count, seq, call, *_trim_one(slot, message, max_chars, head_ratio, seq, count))
+                cache.put(key, memo)
+            tool_name, result, tokens = memo[4:]
+            if result is None or tool_name in exclude:
+                continue
+        else:
+            if len(content_text(message.get("content"))) <= max_chars:
+                continue  # fits: skip the name lookup (hot path on long histories)
+            tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
+            if tool_name in exclude:
+                continue
+            result = trim_message(
+                message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq
+            )
+            if result is None:
+                continue
+            tokens = count(result[0])
         trimmed, entry = result
-        slot = slot.with_message(position, trimmed, count(trimmed))
+        if messages is None or counts is None:
+            messages, counts = list(slot.messages), list(slot.tokens)
+        messages[position] = trimmed
+        counts[position] = tokens
         entries.append(entry)
-    return slot, entries
+    if messages is None or counts is None:
+        return slot, entries
+    return replace(slot, messages=tuple(messages), tokens=tuple(counts)), entries
+
+
+def _trim_one(
+    slot: Slot, message: Message, max_chars: int, head_ratio: float, seq: int, count: CountFn
+) -> tuple[str, tuple[dict[str, object], TrimEntry] | None, int]:
+    """(tool name, trim_message result, tokens of the trimmed message) for the memo."""
+    if len(content_text(message.get("content"))) <= max_chars:
+        return "", None, 0
+    tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
+    result = trim_message(message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq)
+    return tool_name, result, count(result[0]) if result is not None else 0
 
 
 def _trim_slots(
@@ -99,10 +135,21 @@ def _trim_slots(
     out: list[Slot] = []
     entries: list[TrimEntry] = []
     for slot in slots:
-        if slot.protected:
+        if slot.protected or slot.group.kind != "tool_call":  # only tool_call groups hold results
             out.append(slot)
             continue
         max_chars = config.old_max_chars if slot.index < boundary else config.recent_max_chars
+        cache = ctx.cache
+        if cache is not None:
+            # the same slot object trimmed the same way: reuse the result (and its objects)
+            pinned_here = ctx.pinned.intersection(slot.seqs)
+            key = ("slot_trim", id(slot), max_chars)
+            settings = (config.head_ratio, config.exclude_tools, pinned_here)
+            memo = cache.get(key)
+            if memo is not None and memo[0] is slot and memo[1] is ctx.count and memo[2] == settings:
+                out.append(memo[3])
+                entries.extend(memo[4])
+                continue
         new_slot, new_entries = cap_slot(
             slot,
             max_chars=max_chars,
@@ -110,7 +157,10 @@ def _trim_slots(
             exclude=config.exclude_tools,
             pinned=ctx.pinned,
             count=ctx.count,
+            cache=cache,
         )
+        if cache is not None:
+            cache.put(key, (slot, ctx.count, settings, new_slot, tuple(new_entries)))
         out.append(new_slot)
         entries.extend(new_entries)
     return tuple(out), entries

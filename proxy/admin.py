@@ -122,16 +122,10 @@ async def get_projection(request: Request) -> RawResponse:
         body["tools"] = json.loads(tools_blob)
     checkpoint = await state.store.active_checkpoint(branch_id)
     policy = state.config.policy_for(route)
-    projection = state.projector.project(
-        policy,
-        last.model,
-        body,
-        json.loads(prefix_blob) if prefix_blob else [],
-        [e.message for e in events],
-        [e.chain_hash for e in events],
-        checkpoint,
-        branch_id,
-    )
+    counter = state.projector.counter(last.model)
+    items = state.projector.items([e.message for e in events], [e.chain_hash for e in events], counter)
+    prefix = json.loads(prefix_blob) if prefix_blob else []
+    projection = state.projector.project(policy, last.model, body, prefix, items, checkpoint, branch_id)
     return json_response(
         {
             "conversation_id": conversation.id,

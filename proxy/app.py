@@ -96,7 +96,10 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         upstream = UpstreamClient()
         await upstream.start()
         projector = Projector(ModelCatalog())
-        compactor = Compactor(store, Summarizer(upstream, env), projector)
+        summarizer = Summarizer(upstream, env)
+        if any(policy.summarizer.model for policy in config.policies.values()):
+            summarizer.warm_up()
+        compactor = Compactor(store, summarizer, projector)
         state = AppState(config, store, upstream, upstream_keys, admin_token or None, projector, compactor)
         state.salt = await store.tenant_salt()
         app.state.ctx = state

@@ -19,6 +19,7 @@ from . import identify
 from .compaction import CompactionJob
 from .config import Policy, Route
 from .errors import NotFound, ProxyError
+from .history_cache import Remembered
 from .ingest import Ingested, append_response, ingest
 from .limits import read_body
 from .protocols import openai_chat
@@ -49,7 +50,7 @@ async def chat_completions(request: Request) -> Any:
 
     raw = await read_body(request, config.limits)
     body = openai_chat.parse_body(raw)
-    model, messages, stream = openai_chat.validate_request(body)
+    model, messages, stream = openai_chat.validate_envelope(body)
 
     route = config.route_for(PATH, model)
     if route is None:
@@ -62,8 +63,16 @@ async def chat_completions(request: Request) -> Any:
         )
 
     tenant = identify.tenant_of(client_api_key(request.headers), state.salt)
+    prefix, history = identify.split_prefix(messages)
+    # Messages equal to an earlier accepted request were validated, hashed and counted then.
+    known = state.history.lookup(tenant, history)
+    openai_chat.validate_messages(messages, 0, len(prefix))
+    openai_chat.validate_messages(messages, len(prefix) + (len(known.messages) if known else 0))
+    hashes = state.history.hashes(tenant, history, known)
+    remembered = Remembered(history, hashes, len(raw))
     header = config.conversation_header
-    ingested = await ingest(state.store, tenant, messages, request.headers.get(header))
+    ingested = await ingest(state.store, tenant, prefix, history, hashes, request.headers.get(header))
+    state.history.remember(tenant, remembered)
     identity = ingested.identity
     call = CallRecord(
         id="call_" + secrets.token_hex(10),
@@ -83,7 +92,9 @@ async def chat_completions(request: Request) -> Any:
     policy = config.policy_for(route)
     outgoing = body
     if policy.rewrite:
-        projection = await _project(state, route, policy, model, body, ingested, _summary_auth(state, route, request))
+        projection = await _project(
+            state, route, policy, model, body, ingested, _summary_auth(state, route, request), known, remembered
+        )
         call.projection = projection.record.to_dict()
         if _rewritten(projection):
             outgoing = {**body, "messages": projection.messages}
@@ -140,17 +151,19 @@ async def _project(
     body: dict[str, Any],
     ingested: Ingested,
     auth: dict[str, str],
+    known: Remembered | None,
+    remembered: Remembered,
 ) -> Projection:
     """Project with the active checkpoint; start a compaction when the plan asks for one, and
     wait for it (bounded) only when the request could not be served without dropping history."""
     identity = ingested.identity
     checkpoint = await state.store.active_checkpoint(identity.branch_id)
-    args = (policy, model, body, ingested.prefix, ingested.history, ingested.hashes)
+    items = state.projector.items(ingested.history, ingested.hashes, state.projector.counter(model), known, remembered)
+    args = (policy, model, body, ingested.prefix, items)
     projection = state.projector.project(*args, checkpoint, identity.branch_id)
     plan = projection.record.compaction
     if plan is None:
         return projection
-    counter = state.projector.counter(model)
     job = CompactionJob(
         tenant=identity.tenant,
         conversation_id=identity.conversation_id,
@@ -159,7 +172,7 @@ async def _project(
         policy=policy,
         model=model,
         prefix=ingested.prefix,
-        items=state.projector.items(ingested.history, ingested.hashes, counter),
+        items=items,
         hashes=ingested.hashes,
         plan=plan,
         previous=checkpoint,

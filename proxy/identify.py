@@ -41,7 +41,7 @@ _EMPTY: tuple[Any, ...] = (None, "", [], {})
 def split_prefix(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
     """Leading system/developer messages (the pinned prefix) and the chained history after them."""
     cut = 0
-    while cut < len(messages) and messages[cut].get("role") in PREFIX_ROLES:
+    while cut < len(messages) and isinstance(messages[cut], dict) and messages[cut].get("role") in PREFIX_ROLES:
         cut += 1
     return list(messages[:cut]), list(messages[cut:])
 
@@ -100,7 +100,11 @@ def message_hash(parent: str, message: Message) -> str:
 
 def chain(tenant: str, history: Sequence[Message]) -> list[str]:
     """hashes[i] identifies history[: i + 1] for this tenant."""
-    parent = root_hash(tenant)
+    return chain_from(root_hash(tenant), history)
+
+
+def chain_from(parent: str, history: Sequence[Message]) -> list[str]:
+    """The chain continued from `parent` (the hash of everything before `history`)."""
     out: list[str] = []
     for message in history:
         parent = message_hash(parent, message)

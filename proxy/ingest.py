@@ -37,10 +37,14 @@ class Ingested:
 
 
 async def ingest(
-    store: Store, tenant: str, messages: list[Message], explicit: str | None
+    store: Store,
+    tenant: str,
+    prefix: list[Message],
+    history: list[Message],
+    hashes: list[str],
+    explicit: str | None,
 ) -> Ingested:
-    prefix, history = identify.split_prefix(messages)
-    hashes = identify.chain(tenant, history)
+    """`prefix`/`history` as split by `identify.split_prefix`; `hashes` is their identity chain."""
     system_hash = identify.prefix_hash(prefix)
     created = False
     if explicit is not None:

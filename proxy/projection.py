@@ -25,6 +25,7 @@ from policies.tokens import TokenCounter, encoding_name_for_model
 
 from .config import Policy
 from .errors import ContextLengthExceeded
+from .history_cache import Remembered
 from .models import ModelCatalog
 from .store.base import StoredCheckpoint
 from .types import Json, Message
@@ -127,11 +128,24 @@ class Projector:
             while len(self._calibration) > 100_000:
                 self._calibration.popitem(last=False)
 
-    def items(self, history: list[Message], hashes: list[str], counter: TokenCounter) -> list[Item]:
-        return [
-            Item(seq=i + 1, message=m, tokens=counter.count(m, h))
-            for i, (m, h) in enumerate(zip(history, hashes, strict=True))
+    def items(
+        self,
+        history: list[Message],
+        hashes: list[str],
+        counter: TokenCounter,
+        known: Remembered | None = None,
+        remember: Remembered | None = None,
+    ) -> list[Item]:
+        """Token-counted items; those of a remembered equal prefix are reused as they are."""
+        name = counter.encoding.name
+        reused = known.items.get(name, []) if known is not None else []
+        items = reused[: len(history)] + [
+            Item(seq=i + 1, message=history[i], tokens=counter.count(history[i], hashes[i]))
+            for i in range(len(reused), len(history))
         ]
+        if remember is not None:
+            remember.items[name] = items
+        return items
 
     def project(
         self,
@@ -139,15 +153,13 @@ class Projector:
         model: str,
         body: Json,
         prefix: list[Message],
-        history: list[Message],
-        hashes: list[str],
+        items: list[Item],
         checkpoint: StoredCheckpoint | None,
         branch_id: str | None,
     ) -> Projection:
         counter = self.counter(model)
         generation = checkpoint.generation if checkpoint else 0
         budget = self.budget(policy, model, body, counter, branch_id, generation)
-        items = self.items(history, hashes, counter)
         active = (
             Checkpoint(checkpoint.generation, checkpoint.covered_through_seq, checkpoint.summary, checkpoint.tokens)
             if checkpoint is not None and checkpoint.covered_through_seq <= len(items)

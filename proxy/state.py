@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from .compaction import Compactor
 from .config import Config, ConfigError, Route
+from .history_cache import HistoryCache
 from .projection import Projector
 from .store.base import Store
 from .upstream import UpstreamClient
@@ -59,6 +60,7 @@ class AppState:
     admin_token: str | None
     projector: Projector
     compactor: Compactor
+    history: HistoryCache = field(default_factory=HistoryCache)
     salt: bytes = b""
     known_blobs: BoundedSet = field(default_factory=BoundedSet)
 

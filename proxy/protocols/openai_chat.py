@@ -33,6 +33,19 @@ def parse_body(raw: bytes) -> Json:
 
 def validate_request(body: Json) -> tuple[str, list[Message], bool]:
     """The model, the messages and whether the client asked for a stream; BadRequest otherwise."""
+    model, messages, stream = validate_envelope(body)
+    validate_messages(messages)
+    return model, messages, stream
+
+
+def validate_messages(messages: list[Any], start: int = 0, stop: int | None = None) -> None:
+    """Each message in messages[start:stop]; the rest is known valid (equal to an accepted request)."""
+    for i in range(start, len(messages) if stop is None else stop):
+        _validate_message(i, messages[i])
+
+
+def validate_envelope(body: Json) -> tuple[str, list[Message], bool]:
+    """Everything but the individual messages."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("you must provide a model parameter (a non-empty string)", param="model")
@@ -51,8 +64,6 @@ def validate_request(body: Json) -> tuple[str, list[Message], bool]:
             param="messages",
             code="empty_array",
         )
-    for i, message in enumerate(messages):
-        _validate_message(i, message)
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest("Invalid type for 'stream': expected a boolean.", param="stream", code="invalid_type")

@@ -67,7 +67,7 @@ def test_orphans_are_dropped_and_missing_results_repaired_with_records() -> None
     assert all(m.get("tool_call_id") != "ghost" for m in projection.messages)
 
 
-def test_deterministic_with_a_real_counter_and_output_is_fresh() -> None:
+def test_deterministic_with_a_real_counter_and_output_is_read_only() -> None:
     counter = TokenCounter.for_model("gpt-4o")
     history = [
         *items(user("go"), *[m for i in range(30) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
@@ -78,5 +78,6 @@ def test_deterministic_with_a_real_counter_and_output_is_fresh() -> None:
     second = project(SYSTEM, history, None, budget, config, counter)
     assert json.dumps(first.messages) == json.dumps(second.messages)
     assert first.record.compaction is not None and first.record.over_trigger
-    first.messages[0]["content"] = "changed"
+    # the output is read-only: untouched messages are the input objects themselves (no copies)
+    assert first.messages[0] is SYSTEM[0] and first.messages[1] is history[0].message
     assert SYSTEM[0]["content"] == "You are an agent."

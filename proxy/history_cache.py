@@ -1,0 +1,104 @@
+"""Per-process memory of recent request histories, so a request costs work for what is new.
+
+Chat clients re-send the whole history every turn. Hashing it (the identity chain) and counting
+its tokens are pure functions of the messages, and most of each request equals the previous
+request of the same conversation. This cache keeps, per recent history, the client's message
+objects with their chain hashes and token-counted `Item`s. A new request whose history starts
+with a remembered history (one C-level list comparison: `history[:n] == remembered`) reuses
+those and hashes/counts only the rest.
+
+Everything cached is derived from message content alone, never from the store, so it cannot go
+stale when another replica moves the conversation on: a hit only skips recomputing what the
+content already determines. (Python equality treats `1`, `1.0` and `true` alike; a client that
+changes a field between those spellings at the same position gets the earlier hash for it.)
+
+Candidates are found by the hash of the first history message (plus tenant), most recent first.
+Memory is bounded by the approximate bytes of the remembered bodies (LRU).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from policies.base import Item
+
+from . import identify
+from .types import Message
+
+
+@dataclass
+class Remembered:
+    messages: list[Message]
+    hashes: list[str]
+    size: int
+    items: dict[str, list[Item]] = field(default_factory=dict)
+    """Token-counted items of the same messages, by tokenizer encoding name."""
+
+
+class HistoryCache:
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024, per_key: int = 4) -> None:
+        self.max_bytes = max_bytes
+        self.per_key = per_key
+        self._entries: OrderedDict[str, list[Remembered]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(tenant: str, history: list[Message]) -> str | None:
+        if not history or not isinstance(history[0], dict):
+            return None
+        return identify.message_hash(identify.root_hash(tenant), history[0])
+
+    def lookup(self, tenant: str, history: list[Message]) -> Remembered | None:
+        """The longest remembered history of this tenant that `history` starts with."""
+        key = self.key(tenant, history)
+        if key is None:
+            return None
+        with self._lock:
+            candidates = list(self._entries.get(key, ()))
+        best: Remembered | None = None
+        for entry in candidates:
+            n = len(entry.messages)
+            if n <= len(history) and (best is None or n > len(best.messages)) and history[:n] == entry.messages:
+                best = entry
+        if best is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return best
+
+    def hashes(self, tenant: str, history: list[Message], known: Remembered | None) -> list[str]:
+        """The identity chain of `history`, hashing only what `known` does not cover."""
+        if known is None or not known.hashes:
+            return identify.chain(tenant, history)
+        n = len(known.hashes)
+        return known.hashes + identify.chain_from(known.hashes[-1], history[n:])
+
+    def remember(self, tenant: str, entry: Remembered) -> None:
+        key = self.key(tenant, entry.messages)
+        if key is None:
+            return
+        with self._lock:
+            bucket = self._entries.pop(key, [])
+            # A longer history of the same conversation supersedes the one it extends.
+            kept = [e for e in bucket if not _extends(entry, e)]
+            for dropped in bucket:
+                if dropped not in kept:
+                    self._bytes -= dropped.size
+            kept.insert(0, entry)
+            while len(kept) > self.per_key:
+                self._bytes -= kept.pop().size
+            self._entries[key] = kept
+            self._bytes += entry.size
+            while self._bytes > self.max_bytes and self._entries:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= sum(e.size for e in evicted)
+
+
+def _extends(longer: Remembered, shorter: Remembered) -> bool:
+    n = len(shorter.hashes)
+    return n <= len(longer.hashes) and (n == 0 or longer.hashes[n - 1] == shorter.hashes[-1])
