@@ -19,6 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, PinsConfig, PolicyConfig, Projection
+from policies.index import ProjectionCache
 from policies.base import ToolResultsConfig as PolicyToolResults
 from policies.projection import project
 from policies.tokens import TokenCounter, encoding_name_for_model
@@ -67,7 +68,23 @@ class Projector:
         self._cache_entries = cache_entries
         self._configs: dict[int, PolicyConfig] = {}
         self._calibration: OrderedDict[str, Calibration] = OrderedDict()
+        self._caches: OrderedDict[str, ProjectionCache] = OrderedDict()
         self._lock = threading.Lock()
+
+    def projection_cache(self, branch_id: str | None) -> ProjectionCache | None:
+        """The branch's memo of derived projection state (indexes, trimmed results): a request
+        that extends the branch's previous request re-derives only what is new."""
+        if branch_id is None:
+            return None
+        with self._lock:
+            cache = self._caches.get(branch_id)
+            if cache is None:
+                cache = self._caches[branch_id] = ProjectionCache(max_entries=4096)
+                while len(self._caches) > 1024:
+                    self._caches.popitem(last=False)
+            else:
+                self._caches.move_to_end(branch_id)
+            return cache
 
     def counter(self, model: str) -> TokenCounter:
         name = encoding_name_for_model(model)
@@ -166,7 +183,9 @@ class Projector:
             else None
         )
         try:
-            return project(prefix, items, active, budget, self.config(policy), counter)
+            return project(
+                prefix, items, active, budget, self.config(policy), counter, cache=self.projection_cache(branch_id)
+            )
         except ContextOverflow as exc:
             raise ContextLengthExceeded(overflow_message(exc), param="messages") from None
 
