@@ -19,7 +19,7 @@ from . import identify
 from .compaction import CompactionJob
 from .config import Policy, Route
 from .errors import NotFound, ProxyError
-from .history_cache import Remembered
+from .history_cache import Remembered, encode_body
 from .ingest import Ingested, append_response, ingest
 from .limits import read_body
 from .protocols import openai_chat
@@ -69,7 +69,7 @@ async def chat_completions(request: Request) -> Any:
     openai_chat.validate_messages(messages, 0, len(prefix))
     openai_chat.validate_messages(messages, len(prefix) + (len(known.messages) if known else 0))
     hashes = state.history.hashes(tenant, history, known)
-    remembered = Remembered(history, hashes, len(raw))
+    remembered = Remembered(history, hashes, 2 * len(raw))  # the bodies and their encodings
     header = config.conversation_header
     ingested = await ingest(state.store, tenant, prefix, history, hashes, request.headers.get(header))
     state.history.remember(tenant, remembered)
@@ -90,17 +90,19 @@ async def chat_completions(request: Request) -> Any:
     await _store_blob(state, ingested.prefix, ingested.system_hash)
 
     policy = config.policy_for(route)
-    outgoing = body
+    sent_messages = messages
     if policy.rewrite:
         projection = await _project(
             state, route, policy, model, body, ingested, _summary_auth(state, route, request), known, remembered
         )
         call.projection = projection.record.to_dict()
         if _rewritten(projection):
-            outgoing = {**body, "messages": projection.messages}
-    if stream:
-        outgoing = openai_chat.with_usage_requested(outgoing)
-    payload = raw if outgoing is body else json.dumps(outgoing).encode()
+            sent_messages = projection.messages
+    if sent_messages is messages and not stream:
+        payload = raw  # nothing to change: the client's bytes go upstream as they are
+    else:
+        outgoing = openai_chat.with_usage_requested(body) if stream else body
+        payload, remembered.encoded = encode_body(outgoing, sent_messages, known.encoded if known else None)
     headers = upstream_request_headers(request.headers, state.upstream_key(route), frozenset({header.lower()}))
     echo = [(header, identity.external_id or identity.conversation_id)]
 
@@ -223,22 +225,27 @@ async def _relay_whole(
     finally:
         upstream.close()
     call.latency_ms = _ms(time.monotonic() - t0)
-    parsed = _json_object(data)
-    if upstream.status == 200 and parsed is not None:
-        message, call.finish_reason = openai_chat.response_message(parsed)
-        call.response = message
-        call.usage_raw = parsed.get("usage")
-        call.usage = from_openai_chat(call.usage_raw).to_dict()
-        call.status = "complete"
-        _calibrate(state, call)
-        if message is not None:
-            await _append_response(state, ingested, message, call.id)
-    else:
-        call.status = "error"
-        call.error = data[:4000].decode("utf-8", errors="replace")
-        call.usage = from_openai_chat(None).to_dict()
-    await _record(state, call)
-    return RawResponse(data, upstream.status, [*upstream.headers, *echo])
+    status = upstream.status
+
+    async def bookkeeping() -> None:
+        # After the client has its answer: parse, store the response turn, write the record.
+        parsed = _json_object(data)
+        if status == 200 and parsed is not None:
+            message, call.finish_reason = openai_chat.response_message(parsed)
+            call.response = message
+            call.usage_raw = parsed.get("usage")
+            call.usage = from_openai_chat(call.usage_raw).to_dict()
+            call.status = "complete"
+            _calibrate(state, call)
+            if message is not None:
+                await _append_response(state, ingested, message, call.id)
+        else:
+            call.status = "error"
+            call.error = data[:4000].decode("utf-8", errors="replace")
+            call.usage = from_openai_chat(None).to_dict()
+        await _record(state, call)
+
+    return RawResponse(data, status, [*upstream.headers, *echo], after=bookkeeping)
 
 
 async def _finish_stream(
