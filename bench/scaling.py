@@ -56,6 +56,7 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     from proxy.ingest import ingest
     from proxy.models import ModelCatalog
     from proxy.projection import Projector
+    from proxy.protocols import OPENAI_CHAT
     from proxy.store import make_store
     from proxy.summarizer import SummaryResult
     from proxy.usage import from_openai_chat
@@ -63,7 +64,9 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     class StubSummarizer:
         calls = 0
 
-        async def summarize(self, route: Any, policy: Any, model: str, messages: Any, auth: Any) -> SummaryResult:
+        async def summarize(
+            self, wire: Any, route: Any, policy: Any, model: str, messages: Any, auth: Any
+        ) -> SummaryResult:
             StubSummarizer.calls += 1
             await asyncio.sleep(stub_ms / 1000)
             return SummaryResult(SUMMARY_TEXT, model, USAGE, from_openai_chat(USAGE), 200)
@@ -100,7 +103,8 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
                 job = CompactionJob(tenant=ingested.identity.tenant, conversation_id=ingested.identity.conversation_id,
                                     branch_id=branch, route=route, policy=policy, model=model, prefix=prefix,
                                     items=items,
-                                    hashes=hashes[:index], plan=plan, previous=checkpoint, client_auth={})
+                                    hashes=hashes[:index], plan=plan, previous=checkpoint, client_auth={},
+                                    wire=OPENAI_CHAT)
                 w0, c0 = time.perf_counter(), time.process_time()
                 task = compactor.request(job)
                 committed = await task if task is not None else None

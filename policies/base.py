@@ -258,8 +258,18 @@ class ProjectionRecord:
     repaired: tuple[tuple[int, str], ...] = ()
     input_budget: int = 0
     trigger_tokens: int = 0
+    sent_ranges: tuple[tuple[int, ...], tuple[tuple[int, int], ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """(a `sent_seqs` tuple, its ranges) when the projection already had them; `to_dict` uses
+    them only while `sent_seqs` is that very tuple (a `replace()` of it recomputes)"""
 
     def to_dict(self) -> dict[str, Any]:
+        hint = self.sent_ranges
+        if hint is not None and hint[0] is self.sent_seqs:
+            sent = [[start, end] for start, end in hint[1]]
+        else:
+            sent = _ranges(self.sent_seqs)
         return {
             "client_tokens": self.client_tokens,
             "sent_tokens": self.sent_tokens,
@@ -271,7 +281,7 @@ class ProjectionRecord:
             "pruned_seqs": list(self.pruned_seqs),
             "over_trigger": self.over_trigger,
             "compaction": self.compaction.to_dict() if self.compaction else None,
-            "sent_seqs": _ranges(self.sent_seqs),
+            "sent_seqs": sent,
             "pinned_seqs": list(self.pinned_seqs),
             "orphan_seqs": list(self.orphan_seqs),
             "repaired": [{"seq": seq, "tool_call_id": tid} for seq, tid in self.repaired],

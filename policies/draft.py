@@ -22,7 +22,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig, TrimEntry
-from policies.groups import Group
+from policies.groups import Group, synthetic_result
 from policies.text import clone
 
 if TYPE_CHECKING:
@@ -126,3 +126,34 @@ class Draft:
         """Seqs of the items sent, ascending (head groups precede the summary, tail groups follow,
         all in history order)."""
         return tuple(seq for slot in self.slots for seq in slot.seqs if seq is not None)
+
+
+def render_slot(index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn) -> Slot:
+    """`groups.render_group` as a slot (untouched items keep their own token counts)."""
+    if group.missing_ids and not is_last:
+        repairs = tuple(synthetic_result(tool_call_id) for tool_call_id in group.missing_ids)
+        return Slot(
+            index=index,
+            group=group,
+            seqs=group.seqs + (None,) * len(repairs),
+            messages=group.messages + repairs,
+            tokens=group.item_tokens + tuple(count(message) for message in repairs),
+            keep=keep,
+            protected=protected,
+        )
+    return Slot(index, group, group.seqs, group.messages, group.item_tokens, keep, protected)
+
+
+def cached_slot(
+    cache: ProjectionCache, index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn
+) -> Slot:
+    """`render_slot`, the same object as last time for the same group and flags."""
+    key = ("slot", id(group))
+    flags = (index, is_last, keep, protected)
+    memo = cache.get(key)
+    if memo is not None and memo[0] is group and memo[1] == flags and memo[2] is count:
+        slot: Slot = memo[3]
+        return slot
+    slot = render_slot(index, group, is_last, keep, protected, count)
+    cache.put(key, (group, flags, count, slot))
+    return slot

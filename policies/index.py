@@ -25,15 +25,22 @@ Invariant: groups' first seqs are strictly increasing (items are ascending by se
 from __future__ import annotations
 
 import re
+import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import count as _counter
 from operator import is_not
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from policies.base import Item, PinsConfig
 from policies.groups import Group, extend_groups, group_index_of
 from policies.pins import matches_rules
+
+if TYPE_CHECKING:
+    from policies.incremental import TailState
+
+_SERIALS = _counter(1)
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,14 @@ class HistoryIndex:
         default_factory=dict
     )
     """(roles, patterns) -> (upto, seqs pinned by those rules among items[:upto]), upto <= stable"""
+    orphan_seqs: list[int] = field(default_factory=list)
+    """seqs of the orphan results (each an `orphan` group of its own), ascending"""
+    stable_orphans: int = 0
+    serial: int = 0
+    """unique per index (process-wide)"""
+    base: int = -1
+    """`serial` of the index this one resumed from (-1: computed from scratch); then
+    `groups[:base_index.stable_groups]` are that index's very `Group` objects"""
 
     @property
     def first_user(self) -> int | None:
@@ -138,8 +153,10 @@ def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> History
         user_seqs = previous.user_seqs[: previous.stable_users]
         tokens = previous.stable_tokens
         rule_pins = dict(previous.rule_pins)
+        orphan_seqs = previous.orphan_seqs[: previous.stable_orphans]
     else:
         start, groups, firsts, user_seqs, tokens, rule_pins = 0, [], [], [], 0, {}
+        orphan_seqs = []
     known = len(groups)
     extend_groups(groups, items, start)
     last_first = firsts[-1] if firsts else None
@@ -151,6 +168,8 @@ def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> History
         firsts.append(first)
         if group.kind == "user":
             user_seqs.append(first)
+        elif group.kind == "orphan":
+            orphan_seqs.append(first)
     # the stable point: the last non-tool item (a trailing run of results may still grow)
     stable = start
     tail_tokens = 0
@@ -165,8 +184,9 @@ def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> History
         stable_seq = items[stable].seq
         stable_groups = bisect_left(firsts, stable_seq)
         stable_users = bisect_left(user_seqs, stable_seq)
+        stable_orphans = bisect_left(orphan_seqs, stable_seq)
     else:
-        stable_groups, stable_users = len(groups), len(user_seqs)
+        stable_groups, stable_users, stable_orphans = len(groups), len(user_seqs), len(orphan_seqs)
     return HistoryIndex(
         items=items,
         groups=groups,
@@ -179,6 +199,10 @@ def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> History
         stable_tokens=stable_tokens,
         stable_items=items[:stable] if isinstance(items, list | tuple) else list(items[:stable]),
         rule_pins=rule_pins,
+        orphan_seqs=orphan_seqs,
+        stable_orphans=stable_orphans,
+        serial=next(_SERIALS),
+        base=previous.serial if previous is not None else -1,
     )
 
 
@@ -202,6 +226,13 @@ class ProjectionCache:
         self._index: HistoryIndex | None = None
         self.reused = 0
         self.rebuilt = 0
+        self.incremental = 0
+        """calls answered from `tail` (the previous call's rendering) plus what was new"""
+        self.rendered = 0
+        """slots (groups) the incremental path rendered; the rest of its tails were reused"""
+        self.tail: TailState | None = None
+        """the previous projection's rendered tail (`policies.incremental`), guarded by `lock`"""
+        self.lock = threading.Lock()
 
     def index(self, items: Sequence[Item]) -> HistoryIndex:
         """`index_items(items)`, resuming from the previous call's index when it applies."""

@@ -51,9 +51,10 @@ from policies.base import (
     ProjectionRecord,
     TrimEntry,
 )
-from policies.draft import CountFn, Draft, Slot, StepContext
-from policies.groups import Group, effective_boundary, last_index, synthetic_result
-from policies.index import ProjectionCache, index_items
+from policies.draft import CountFn, Draft, StepContext, cached_slot, render_slot
+from policies.groups import effective_boundary, last_index
+from policies.incremental import project_incremental, summary_for
+from policies.index import HistoryIndex, ProjectionCache, index_items
 from policies.prune_groups import prune_groups
 from policies.summary_prompt import summary_block
 from policies.summary_tail import plan_compaction
@@ -105,13 +106,16 @@ def build_draft(
     config: PolicyConfig,
     count: CountFn,
     cache: ProjectionCache | None = None,
+    *,
+    index: HistoryIndex | None = None,
 ) -> tuple[Draft, StepContext]:
     """Groups, pins and the checkpoint applied; no step run yet.
 
     Work is proportional to what is sent (plus one index pass over what `cache` has not seen):
     covered groups are skipped by bisection, only the kept ones (pinned, newest user message)
-    are looked up."""
-    index = cache.index(items) if cache is not None else index_items(items)
+    are looked up. `index`: this call's index of `items` when the caller already has it."""
+    if index is None:
+        index = cache.index(items) if cache is not None else index_items(items)
     groups = index.groups
     pinned = index.pinned(config.pins)
     latest_user = index.last_user
@@ -168,50 +172,9 @@ def build_draft(
     return draft, ctx
 
 
-def _summary(
-    text: str, covered: int, count: CountFn, cache: ProjectionCache | None
-) -> tuple[tuple[Message, ...], int]:
-    """The summary block and its tokens (remembered per checkpoint text and boundary)."""
-    key = ("summary", covered)
-    memo = cache.get(key) if cache is not None else None
-    if memo is not None and memo[0] == text and memo[1] is count:
-        return memo[2], memo[3]
-    block = (summary_block(text, covered),)
-    tokens = sum(count(message) for message in block)
-    if cache is not None:
-        cache.put(key, (text, count, block, tokens))
-    return block, tokens
-
-
-def _cached_slot(
-    cache: ProjectionCache, index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn
-) -> Slot:
-    """`_slot`, the same object as last time for the same group and flags."""
-    key = ("slot", id(group))
-    flags = (index, is_last, keep, protected)
-    memo = cache.get(key)
-    if memo is not None and memo[0] is group and memo[1] == flags and memo[2] is count:
-        slot: Slot = memo[3]
-        return slot
-    slot = _slot(index, group, is_last, keep, protected, count)
-    cache.put(key, (group, flags, count, slot))
-    return slot
-
-
-def _slot(index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn) -> Slot:
-    """`render_group` as a slot (untouched items keep their own token counts)."""
-    if group.missing_ids and not is_last:
-        repairs = tuple(synthetic_result(tool_call_id) for tool_call_id in group.missing_ids)
-        return Slot(
-            index=index,
-            group=group,
-            seqs=group.seqs + (None,) * len(repairs),
-            messages=group.messages + repairs,
-            tokens=group.item_tokens + tuple(count(message) for message in repairs),
-            keep=keep,
-            protected=protected,
-        )
-    return Slot(index, group, group.seqs, group.messages, group.item_tokens, keep, protected)
+_summary = summary_for
+_slot = render_slot
+_cached_slot = cached_slot
 
 
 def make_record(draft: Draft, ctx: StepContext) -> ProjectionRecord:
@@ -225,12 +188,7 @@ def make_record(draft: Draft, ctx: StepContext) -> ProjectionRecord:
         by_seq: dict[int, TrimEntry] = {entry.seq: entry for entry in draft.trimmed}
         sent_set = set(sent)
         trimmed = tuple(by_seq[seq] for seq in sorted(by_seq) if seq in sent_set)
-    orphans = tuple(
-        item.seq
-        for group in index.groups[index.first_uncovered(covered) :]
-        if group.kind == "orphan"
-        for item in group.items
-    )
+    orphans = tuple(index.orphan_seqs[bisect_right(index.orphan_seqs, covered) :])
     repaired = tuple(
         (slot.group.first_seq, str(message.get("tool_call_id")))
         for slot in slots
@@ -273,7 +231,14 @@ def project(
     the result is the same with or without it.
 
     Raises `ContextOverflow` when even the irreducible request does not fit."""
-    draft, ctx = build_draft(prefix, items, checkpoint, budget, config, count, cache)
+    index = None
+    if cache is not None:
+        index = cache.index(items)
+        fast = project_incremental(prefix, items, index, checkpoint, budget, config, count, cache)
+        if fast is not None:
+            cache.incremental += 1
+            return fast
+    draft, ctx = build_draft(prefix, items, checkpoint, budget, config, count, cache, index=index)
     for name in config.order:
         draft = STEPS[name](draft, ctx)
     if draft.total > budget.input_budget:  # unreachable while prune_groups ends the order

@@ -13,12 +13,13 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from . import admin
-from .chat import chat_completions, client_api_key
 from .compaction import Compactor
 from .config import Config
 from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, openai_error_bytes
 from .models import ModelCatalog
+from .pipeline import endpoint
 from .projection import Projector
+from .protocols import WIRES, wire_for_path
 from .responses import RawResponse, json_response
 from .state import AppState, resolve_secrets
 from .store import StoreError, make_store
@@ -28,36 +29,41 @@ from .upstream import UpstreamClient, upstream_request_headers
 log = logging.getLogger("ctxproxy")
 
 
-def _error_response(exc: ProxyError) -> RawResponse:
-    return RawResponse(openai_error_bytes(exc), exc.status, [("content-type", "application/json")])
+def _error_response(request: Request, exc: ProxyError) -> RawResponse:
+    """In the error shape of the API the client called (OpenAI's by default)."""
+    wire = wire_for_path(request.url.path)
+    body = wire.error_body(exc) if wire is not None else openai_error_bytes(exc)
+    return RawResponse(body, exc.status, [("content-type", "application/json")])
 
 
 async def _proxy_error(request: Request, exc: Exception) -> RawResponse:
     assert isinstance(exc, ProxyError)
-    return _error_response(exc)
+    return _error_response(request, exc)
 
 
 async def _store_error(request: Request, exc: Exception) -> RawResponse:
     log.error("store failure on %s: %s", request.url.path, exc)
-    return _error_response(StoreUnavailable("The proxy's store is unavailable; retry shortly."))
+    return _error_response(request, StoreUnavailable("The proxy's store is unavailable; retry shortly."))
 
 
 async def _http_error(request: Request, exc: Exception) -> RawResponse:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return _error_response(NotFound(f"Unknown path {request.url.path}."))
+        return _error_response(request, NotFound(f"Unknown path {request.url.path}."))
     if exc.status_code == 405:
         error = BadRequest(f"Method {request.method} is not allowed on {request.url.path}.")
         error.status = 405
-        return _error_response(error)
+        return _error_response(request, error)
     error = ProxyError(str(exc.detail))
     error.status = exc.status_code
-    return _error_response(error)
+    return _error_response(request, error)
 
 
 async def _unexpected(request: Request, exc: Exception) -> RawResponse:
     log.exception("unexpected error on %s", request.url.path)
-    return _error_response(ProxyError("The proxy failed unexpectedly; the error was logged. Retry the request."))
+    return _error_response(
+        request, ProxyError("The proxy failed unexpectedly; the error was logged. Retry the request.")
+    )
 
 
 async def healthz(request: Request) -> RawResponse:
@@ -73,9 +79,9 @@ async def list_models(request: Request) -> RawResponse:
     """The models of the first route's upstream, as the client would list them directly."""
     state: AppState = request.app.state.ctx
     route = state.config.routes[0]
-    headers = upstream_request_headers(request.headers, state.upstream_key(route), frozenset())
-    if state.upstream_key(route) is None and client_api_key(request.headers) is None:
-        headers.pop("Authorization", None)
+    key = state.upstream_key(route)
+    headers = upstream_request_headers(request.headers, {"Authorization": f"Bearer {key}"} if key else None,
+                                       frozenset())
     upstream = await state.upstream.send(route, "GET", "/models", None, headers)
     try:
         data = await upstream.read()
@@ -111,8 +117,7 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
             await store.close()
 
     routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/chat/completions", chat_completions, methods=["POST"]),
+        *(Route(path, endpoint(wire), methods=["POST"]) for wire in WIRES for path in wire.paths),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         *admin.routes,

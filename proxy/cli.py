@@ -87,7 +87,8 @@ def replay_command(args: argparse.Namespace) -> int:
         return 1
     name = args.policy or config.routes[0].policy
     if name not in config.policies:
-        print(f"{args.config}: no policy named {name!r} (defined: {', '.join(sorted(config.policies))})", file=sys.stderr)
+        defined = ", ".join(sorted(config.policies))
+        print(f"{args.config}: no policy named {name!r} (defined: {defined})", file=sys.stderr)
         return 1
     policy = config.policies[name]
     if args.window:

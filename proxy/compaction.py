@@ -28,6 +28,7 @@ from policies.text import message_text
 
 from .config import Policy, Route
 from .projection import Projector
+from .protocols.base import Wire
 from .store.base import CallRecord, CheckpointCandidate, ConversationGone, Store, StoredCheckpoint, StoreError
 from .summarizer import Summarizer, SummaryResult
 from .types import Message
@@ -51,6 +52,7 @@ class CompactionJob:
     plan: CompactionPlan
     previous: StoredCheckpoint | None
     client_auth: dict[str, str]
+    wire: Wire
 
 
 class Compactor:
@@ -163,7 +165,9 @@ class Compactor:
         messages = build_summary_messages(previous, chunk, pinned)
         error: str | None = None
         for _attempt in range(job.policy.summarizer.max_attempts):
-            result = await self.summarizer.summarize(job.route, job.policy, job.model, messages, job.client_auth)
+            result = await self.summarizer.summarize(
+                job.wire, job.route, job.policy, job.model, messages, job.client_auth
+            )
             await self._record(job, result.model, result, chunk)
             if result.text is None:
                 error = result.error

@@ -19,8 +19,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, PinsConfig, PolicyConfig, Projection
-from policies.index import ProjectionCache
 from policies.base import ToolResultsConfig as PolicyToolResults
+from policies.index import ProjectionCache
 from policies.projection import project
 from policies.tokens import TokenCounter, encoding_name_for_model
 

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-
 from starlette.types import Receive, Scope, Send
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from .config import Policy, Route
 from .errors import ProxyError, UpstreamError, UpstreamTimeout
+from .protocols.base import Wire
 from .types import Message
 from .upstream import UpstreamClient
 from .usage import Usage, from_openai_chat
@@ -55,26 +56,38 @@ class Summarizer:
         self._warmup = asyncio.create_task(_import_litellm())
 
     async def summarize(
-        self, route: Route, policy: Policy, model: str, messages: list[Message], client_auth: dict[str, str]
+        self,
+        wire: Wire,
+        route: Route,
+        policy: Policy,
+        model: str,
+        messages: list[Message],
+        client_auth: dict[str, str],
     ) -> SummaryResult:
         settings = policy.summarizer
         started = time.monotonic()
         if settings.model:
             result = await self._via_litellm(policy, messages)
         else:
-            result = await self._via_route(route, policy, model, messages, client_auth)
+            result = await self._via_route(wire, route, policy, model, messages, client_auth)
         result.latency_ms = round((time.monotonic() - started) * 1000, 3)
         return result
 
     async def _via_route(
-        self, route: Route, policy: Policy, model: str, messages: list[Message], client_auth: dict[str, str]
+        self,
+        wire: Wire,
+        route: Route,
+        policy: Policy,
+        model: str,
+        messages: list[Message],
+        client_auth: dict[str, str],
     ) -> SummaryResult:
-        body = {"model": model, "messages": messages, "max_tokens": policy.summarizer.max_tokens, "temperature": 0}
+        """In the route's own API (the summary prompt converted to the wire's format)."""
+        path, body = wire.summary_request(model, messages, policy.summarizer.max_tokens)
         headers = {"Content-Type": "application/json", **client_auth}
         try:
             async with asyncio.timeout(policy.summarizer.timeout):
-                response = await self.upstream.send(route, "POST", "/chat/completions", json.dumps(body).encode(),
-                                                    headers)
+                response = await self.upstream.send(route, "POST", path, json.dumps(body).encode(), headers)
                 try:
                     data = await response.read()
                 finally:
@@ -90,13 +103,8 @@ class Summarizer:
         if response.status != 200 or not isinstance(parsed, dict):
             return SummaryResult(None, model, upstream_status=response.status,
                                  error=f"summarizer answered {response.status}: {data[:500].decode(errors='replace')}")
-        usage_raw = parsed.get("usage")
-        text = None
-        choices = parsed.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            message = choices[0].get("message") or {}
-            text = message.get("content") if isinstance(message.get("content"), str) else None
-        return SummaryResult(text, model, usage_raw, from_openai_chat(usage_raw), response.status,
+        text, usage_raw = wire.summary_text(parsed)
+        return SummaryResult(text, model, usage_raw, wire.usage(usage_raw), response.status,
                              None if text else "summarizer returned no text")
 
     async def _via_litellm(self, policy: Policy, messages: list[Message]) -> SummaryResult:

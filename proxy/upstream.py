@@ -43,9 +43,14 @@ _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "cook
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "server", "set-cookie"}
 
 
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
+
+
 def upstream_request_headers(
-    client_headers: Mapping[str, str], api_key: str | None, drop: frozenset[str]
+    client_headers: Mapping[str, str], auth: dict[str, str] | None, drop: frozenset[str]
 ) -> dict[str, str]:
+    """The client's headers minus hop-by-hop ones and our own; with `auth` (the route's key in
+    the wire's header) the client's credentials are replaced, without it they are forwarded."""
     out: dict[str, str] = {}
     # Fields named in Connection are hop-by-hop too (RFC 9110 7.6.1).
     named = {t.strip().lower() for k, v in client_headers.items() if k.lower() == "connection" for t in v.split(",")}
@@ -53,11 +58,11 @@ def upstream_request_headers(
         lower = name.lower()
         if lower in _REQUEST_DROP or lower in drop or lower in named:
             continue
-        if api_key is not None and lower in ("authorization", "x-api-key", "api-key"):
+        if auth is not None and lower in CREDENTIAL_HEADERS:
             continue
         out[name] = value
-    if api_key is not None:
-        out["Authorization"] = f"Bearer {api_key}"
+    if auth is not None:
+        out.update(auth)
     return out
 
 
@@ -82,7 +87,9 @@ class UpstreamResponse:
             async with asyncio.timeout(remaining):
                 data = await self._response.content.read(limit)
         except TimeoutError:
-            raise UpstreamTimeout(_where(self._route) + f" did not finish its answer within {timeouts.total:g} s") from None
+            raise UpstreamTimeout(
+                _where(self._route) + f" did not finish its answer within {timeouts.total:g} s"
+            ) from None
         except aiohttp.ClientError as exc:
             raise UpstreamError(_where(self._route) + f" broke off its answer: {type(exc).__name__}") from None
         return data
@@ -140,17 +147,20 @@ class UpstreamClient:
         url = route.upstream.base_url + path
         started = time.monotonic()
         client_timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect, sock_connect=timeouts.connect)
+        answer_within = min(timeouts.connect + timeouts.first_byte, timeouts.total)
         try:
-            async with asyncio.timeout(min(timeouts.connect + timeouts.first_byte, timeouts.total)):
+            async with asyncio.timeout(answer_within):
                 response = await self._session.request(
                     method, url, data=body, headers=headers, timeout=client_timeout, allow_redirects=False
                 )
         except TimeoutError:
             raise UpstreamTimeout(
-                _where(route) + f" did not answer within {min(timeouts.connect + timeouts.first_byte, timeouts.total):g} s"
+                _where(route) + f" did not answer within {answer_within:g} s"
             ) from None
         except aiohttp.ServerTimeoutError:
-            raise UpstreamTimeout(_where(route) + f" did not accept a connection within {timeouts.connect:g} s") from None
+            raise UpstreamTimeout(
+                _where(route) + f" did not accept a connection within {timeouts.connect:g} s"
+            ) from None
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamError(_where(route) + f" refused or could not be reached: {exc.strerror or exc}") from None
         except aiohttp.ClientError as exc:

@@ -1,0 +1,15 @@
+"""Client APIs ("wires") the proxy speaks, each mapped onto the common message model."""
+
+from __future__ import annotations
+
+from .base import Wire
+from .openai_chat import WIRE as OPENAI_CHAT
+
+WIRES: tuple[Wire, ...] = (OPENAI_CHAT,)
+
+
+def wire_for_path(path: str) -> Wire | None:
+    for wire in WIRES:
+        if path in wire.paths:
+            return wire
+    return None

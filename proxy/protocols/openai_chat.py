@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import BadRequest
+from ..errors import BadRequest, ProxyError, openai_error_bytes
+from ..history_cache import encode_body
 from ..sse import SseEvent
 from ..types import Json, Message
+from ..usage import Usage, from_openai_chat
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
@@ -223,6 +225,19 @@ class StreamFilter:
         self.accumulator = StreamAccumulator()
         self.done = False
 
+    @property
+    def chunks(self) -> int:
+        return self.accumulator.chunks
+
+    def message(self) -> Message | None:
+        return self.accumulator.message(0)
+
+    def finish_reason(self) -> str | None:
+        return self.accumulator.finish_reason(0)
+
+    def usage_raw(self) -> Any:
+        return self.accumulator.usage
+
     def __call__(self, event: SseEvent) -> bytes | None:
         if event.data is None:
             return event.raw
@@ -241,3 +256,65 @@ class StreamFilter:
         if is_usage_only(chunk):
             return None
         return strip_null_usage(event.raw, chunk)
+
+
+class OpenAIChatWire:
+    """The chat-completions API: native messages are the common message model."""
+
+    name = "openai_chat"
+    path = "/v1/chat/completions"
+    paths = ("/v1/chat/completions", "/chat/completions")
+    upstream_path = "/chat/completions"
+
+    def parse(self, raw: bytes) -> Json:
+        return parse_body(raw)
+
+    def envelope(self, body: Json) -> tuple[str, bool]:
+        model, _, stream = validate_envelope(body)
+        return model, stream
+
+    def messages(self, body: Json) -> list[Message]:
+        messages: list[Message] = body["messages"]
+        return messages
+
+    def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
+        validate_messages(messages, start, stop)
+
+    def encode(
+        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
+    ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
+        """The upstream body, or None when the client's bytes can go as they are."""
+        if messages is None and not stream:
+            return None, {}
+        outgoing = with_usage_requested(body) if stream else body
+        return encode_body(outgoing, messages if messages is not None else body["messages"], known)
+
+    def observer(self, body: Json) -> StreamFilter:
+        return StreamFilter(client_wants_usage(body))
+
+    def is_stream(self, content_type: str) -> bool:
+        return "text/event-stream" in content_type
+
+    def response(self, parsed: Json) -> tuple[Message | None, str | None, Any]:
+        message, finish = response_message(parsed)
+        return message, finish, parsed.get("usage")
+
+    def usage(self, raw: Any) -> Usage:
+        return from_openai_chat(raw)
+
+    def error_body(self, exc: ProxyError) -> bytes:
+        return openai_error_bytes(exc)
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    def summary_request(self, model: str, messages: list[Message], max_tokens: int) -> tuple[str, Json]:
+        return self.upstream_path, {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+
+    def summary_text(self, parsed: Json) -> tuple[str | None, Any]:
+        message, _, usage = self.response(parsed)
+        content = message.get("content") if message else None
+        return (content if isinstance(content, str) else None), usage
+
+
+WIRE = OpenAIChatWire()

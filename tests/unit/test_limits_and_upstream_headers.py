@@ -141,7 +141,7 @@ KEPT = {
 
 
 def test_request_headers_with_route_key() -> None:
-    out = upstream_request_headers(CLIENT, "sk-route", CONV)
+    out = upstream_request_headers(CLIENT, {"Authorization": "Bearer sk-route"}, CONV)
     assert out == {**KEPT, "Authorization": "Bearer sk-route"}
 
 
@@ -154,7 +154,7 @@ def test_request_headers_without_route_key_keep_clients_credentials() -> None:
 def test_request_headers_case_insensitive_and_starlette_headers() -> None:
     headers = Headers(raw=[(b"host", b"p"), (b"authorization", b"Bearer sk-client"), (b"x-conversation-id", b"c"),
                            (b"content-length", b"5"), (b"openai-beta", b"x")])
-    assert upstream_request_headers(headers, "sk-route", CONV) == {"openai-beta": "x",
+    assert upstream_request_headers(headers, {"Authorization": "Bearer sk-route"}, CONV) == {"openai-beta": "x",
                                                                     "Authorization": "Bearer sk-route"}
     assert upstream_request_headers(headers, None, CONV) == {"authorization": "Bearer sk-client",
                                                               "openai-beta": "x"}
@@ -168,7 +168,7 @@ def test_request_headers_conversation_header_is_configurable() -> None:
 
 def test_request_headers_do_not_mutate_input() -> None:
     before = dict(CLIENT)
-    upstream_request_headers(CLIENT, "sk-route", CONV)
+    upstream_request_headers(CLIENT, {"Authorization": "Bearer sk-route"}, CONV)
     assert CLIENT == before
 
 

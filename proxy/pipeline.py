@@ -1,5 +1,6 @@
-"""POST /v1/chat/completions: the orchestrator. Reads as DESIGN's steps, one call per step:
-route, identify + ingest, project, forward, relay, record.
+"""The orchestrator of every proxied model call, whatever the client API (the `Wire`).
+Reads as DESIGN's steps, one call per step: route, identify + ingest, project, forward, relay,
+record (compaction is started from project).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -19,21 +21,17 @@ from . import identify
 from .compaction import CompactionJob
 from .config import Policy, Route
 from .errors import NotFound, ProxyError
-from .history_cache import Remembered, encode_body
+from .history_cache import Remembered
 from .ingest import Ingested, append_response, ingest
 from .limits import read_body
-from .protocols import openai_chat
+from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome, StreamRelay
 from .responses import RawResponse
 from .state import AppState
 from .store.base import CallRecord, StoreError
-from .upstream import UpstreamResponse, upstream_request_headers
-from .usage import from_openai_chat
+from .upstream import CREDENTIAL_HEADERS, UpstreamResponse, upstream_request_headers
 
 log = logging.getLogger("ctxproxy")
-
-PATH = "/v1/chat/completions"
-
 
 def client_api_key(headers: Any) -> str | None:
     auth = headers.get("authorization")
@@ -42,20 +40,28 @@ def client_api_key(headers: Any) -> str | None:
     return headers.get("x-api-key") or headers.get("api-key") or None
 
 
-async def chat_completions(request: Request) -> Any:
+def endpoint(wire: Wire) -> Callable[[Request], Awaitable[Any]]:
+    async def handle_wire(request: Request) -> Any:
+        return await handle(request, wire)
+
+    return handle_wire
+
+
+async def handle(request: Request, wire: Wire) -> Any:
     state: AppState = request.app.state.ctx
     config = state.config
     t0 = time.monotonic()
     started = time.time()
 
     raw = await read_body(request, config.limits)
-    body = openai_chat.parse_body(raw)
-    model, messages, stream = openai_chat.validate_envelope(body)
+    body = wire.parse(raw)
+    model, stream = wire.envelope(body)
+    messages = wire.messages(body)
 
-    route = config.route_for(PATH, model)
+    route = config.route_for(wire.path, model)
     if route is None:
         raise NotFound(
-            f"No route serves model {model!r} on {PATH}. Configured routes: "
+            f"No route serves model {model!r} on {wire.path}. Configured routes: "
             + ", ".join(f"{r.name} (model {r.match.model})" for r in config.routes)
             + ".",
             param="model",
@@ -66,8 +72,8 @@ async def chat_completions(request: Request) -> Any:
     prefix, history = identify.split_prefix(messages)
     # Messages equal to an earlier accepted request were validated, hashed and counted then.
     known = state.history.lookup(tenant, history)
-    openai_chat.validate_messages(messages, 0, len(prefix))
-    openai_chat.validate_messages(messages, len(prefix) + (len(known.messages) if known else 0))
+    wire.validate(messages, 0, len(prefix))
+    wire.validate(messages, len(prefix) + (len(known.messages) if known else 0))
     hashes = state.history.hashes(tenant, history, known)
     remembered = Remembered(history, hashes, 2 * len(raw))  # the bodies and their encodings
     header = config.conversation_header
@@ -93,45 +99,47 @@ async def chat_completions(request: Request) -> Any:
     sent_messages = messages
     if policy.rewrite:
         projection = await _project(
-            state, route, policy, model, body, ingested, _summary_auth(state, route, request), known, remembered
+            state, wire, route, policy, model, body, ingested, _summary_auth(state, wire, route, request), known,
+            remembered,
         )
         call.projection = projection.record.to_dict()
         if _rewritten(projection):
             sent_messages = projection.messages
-    if sent_messages is messages and not stream:
-        payload = raw  # nothing to change: the client's bytes go upstream as they are
-    else:
-        outgoing = openai_chat.with_usage_requested(body) if stream else body
-        payload, remembered.encoded = encode_body(outgoing, sent_messages, known.encoded if known else None)
-    headers = upstream_request_headers(request.headers, state.upstream_key(route), frozenset({header.lower()}))
+    encoded, remembered.encoded = wire.encode(
+        body, None if sent_messages is messages else sent_messages, stream, known.encoded if known else None
+    )
+    payload = raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
+    key = state.upstream_key(route)
+    headers = upstream_request_headers(
+        request.headers, wire.auth_headers(key) if key else None, frozenset({header.lower()})
+    )
     echo = [(header, identity.external_id or identity.conversation_id)]
 
     try:
-        upstream = await state.upstream.send(route, "POST", "/chat/completions", payload, headers)
+        upstream = await state.upstream.send(route, "POST", wire.upstream_path, payload, headers)
     except ProxyError as exc:
         call.error = exc.message
         call.latency_ms = _ms(time.monotonic() - t0)
         await _record(state, call)
         raise
 
-    if stream and upstream.status == 200 and "text/event-stream" in upstream.content_type:
-        observer = openai_chat.StreamFilter(openai_chat.client_wants_usage(body))
+    if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
+        observer = wire.observer(body)
 
         async def finish(outcome: StreamOutcome) -> None:
-            await _finish_stream(state, call, ingested, upstream, observer, outcome, t0)
+            await _finish_stream(state, wire, call, ingested, upstream, observer, outcome, t0)
 
         return StreamRelay(upstream, observer, finish, echo)
-    return await _relay_whole(state, call, ingested, upstream, t0, echo)
+    return await _relay_whole(state, wire, call, ingested, upstream, t0, echo)
 
 
-def _summary_auth(state: AppState, route: Route, request: Request) -> dict[str, str]:
+def _summary_auth(state: AppState, wire: Wire, route: Route, request: Request) -> dict[str, str]:
     """Credentials for a summarizer call on the route's upstream: the route's key, else the
     client's own (held in memory for the job only, never stored)."""
     key = state.upstream_key(route)
     if key is not None:
-        return {"Authorization": f"Bearer {key}"}
-    auth = request.headers.get("authorization")
-    return {"Authorization": auth} if auth else {}
+        return wire.auth_headers(key)
+    return {k: v for k, v in request.headers.items() if k.lower() in CREDENTIAL_HEADERS}
 
 
 def _rewritten(projection: Projection) -> bool:
@@ -147,6 +155,7 @@ def _rewritten(projection: Projection) -> bool:
 
 async def _project(
     state: AppState,
+    wire: Wire,
     route: Route,
     policy: Policy,
     model: str,
@@ -179,6 +188,7 @@ async def _project(
         plan=plan,
         previous=checkpoint,
         client_auth=auth,
+        wire=wire,
     )
     task = state.compactor.request(job)
     if task is None or not projection.record.pruned_seqs or policy.on_overflow != "wait":
@@ -206,6 +216,7 @@ def _calibrate(state: AppState, call: CallRecord) -> None:
 
 async def _relay_whole(
     state: AppState,
+    wire: Wire,
     call: CallRecord,
     ingested: Ingested,
     upstream: UpstreamResponse,
@@ -231,10 +242,9 @@ async def _relay_whole(
         # After the client has its answer: parse, store the response turn, write the record.
         parsed = _json_object(data)
         if status == 200 and parsed is not None:
-            message, call.finish_reason = openai_chat.response_message(parsed)
+            message, call.finish_reason, call.usage_raw = wire.response(parsed)
             call.response = message
-            call.usage_raw = parsed.get("usage")
-            call.usage = from_openai_chat(call.usage_raw).to_dict()
+            call.usage = wire.usage(call.usage_raw).to_dict()
             call.status = "complete"
             _calibrate(state, call)
             if message is not None:
@@ -242,7 +252,7 @@ async def _relay_whole(
         else:
             call.status = "error"
             call.error = data[:4000].decode("utf-8", errors="replace")
-            call.usage = from_openai_chat(None).to_dict()
+            call.usage = wire.usage(None).to_dict()
         await _record(state, call)
 
     return RawResponse(data, status, [*upstream.headers, *echo], after=bookkeeping)
@@ -250,32 +260,33 @@ async def _relay_whole(
 
 async def _finish_stream(
     state: AppState,
+    wire: Wire,
     call: CallRecord,
     ingested: Ingested,
     upstream: UpstreamResponse,
-    observer: openai_chat.StreamFilter,
+    observer: StreamObserver,
     outcome: StreamOutcome,
     t0: float,
 ) -> None:
-    acc = observer.accumulator
+    chunks = observer.chunks
     call.upstream_status = upstream.status
     call.request_id = upstream.request_id
     call.ttfb_ms = _ms(outcome.first_byte_at - t0) if outcome.first_byte_at else None
     call.latency_ms = _ms((outcome.ended_at or time.monotonic()) - t0)
-    call.response = acc.message(0)
-    call.finish_reason = acc.finish_reason(0)
-    call.usage_raw = acc.usage
-    call.usage = from_openai_chat(acc.usage).to_dict()
+    call.response = observer.message()
+    call.finish_reason = observer.finish_reason()
+    call.usage_raw = observer.usage_raw()
+    call.usage = wire.usage(call.usage_raw).to_dict()
     if observer.done and outcome.error is None:
-        # [DONE] reached the client; a disconnect after it is the client hanging up, not a loss.
+        # The end reached the client; a disconnect after it is the client hanging up, not a loss.
         call.status = "complete"
     elif outcome.client_disconnected:
-        call.status, call.error = "partial", f"client disconnected after {acc.chunks} chunks"
+        call.status, call.error = "partial", f"client disconnected after {chunks} chunks"
     elif outcome.error is not None:
-        call.status, call.error = ("partial" if acc.chunks else "error"), outcome.error.message
+        call.status, call.error = ("partial" if chunks else "error"), outcome.error.message
     else:
         call.status = "partial"
-        call.error = f"upstream closed the stream after {acc.chunks} chunks without [DONE]"
+        call.error = f"upstream closed the stream after {chunks} chunks without its end event"
     await _record(state, call)
     if call.status == "complete":
         _calibrate(state, call)

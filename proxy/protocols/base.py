@@ -1,0 +1,73 @@
+"""What the pipeline needs from a client API ("wire"): how its requests map onto the common
+message model (OpenAI chat-completions messages), how to build the upstream body back from a
+projection, and how to read its responses, streams, usage and errors.
+
+The common model is what gets hashed, stored as events and projected by `policies/`. A wire
+whose native format differs (Anthropic Messages, OpenAI Responses) converts losslessly: what
+cannot be expressed in chat-completions terms travels in private `_`-prefixed keys of the
+common messages, so that an unchanged message converts back to its exact native form.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..errors import ProxyError
+from ..sse import SseEvent
+from ..types import Json, Message
+from ..usage import Usage
+
+
+class StreamObserver(Protocol):
+    done: bool
+    """The stream's proper end (e.g. `[DONE]`, `message_stop`) was relayed to the client."""
+
+    def __call__(self, event: SseEvent) -> bytes | None:
+        """The bytes to relay for this event (None drops it); reassembles on the side."""
+
+    @property
+    def chunks(self) -> int: ...
+    def message(self) -> Message | None: ...
+    def finish_reason(self) -> str | None: ...
+    def usage_raw(self) -> Any: ...
+
+
+class Wire(Protocol):
+    name: str
+    path: str
+    """The client-facing path, matched against `routes[].match.path`."""
+    paths: tuple[str, ...]
+    """Every path the wire is served on (aliases of `path`)."""
+    upstream_path: str
+    """Appended to the route's `base_url`."""
+
+    def parse(self, raw: bytes) -> Json: ...
+    def envelope(self, body: Json) -> tuple[str, bool]:
+        """The model and whether a stream was asked for; BadRequest for a malformed body."""
+
+    def messages(self, body: Json) -> list[Message]:
+        """The request's messages in the common model (system/developer first)."""
+
+    def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
+        """Validate messages[start:stop]; the rest equals an earlier accepted request."""
+
+    def encode(
+        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
+    ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
+        """The upstream body with `messages` (None: the client's own) -- or None when the raw
+        client bytes can be forwarded -- and per-message encodings to remember."""
+
+    def observer(self, body: Json) -> StreamObserver: ...
+    def is_stream(self, content_type: str) -> bool: ...
+    def response(self, parsed: Json) -> tuple[Message | None, str | None, Any]:
+        """From a non-streamed answer: the assistant message (common model), finish reason, raw usage."""
+
+    def usage(self, raw: Any) -> Usage: ...
+    def error_body(self, exc: ProxyError) -> bytes: ...
+    def auth_headers(self, key: str) -> dict[str, str]:
+        """How the route's own upstream key is sent."""
+
+    def summary_request(self, model: str, messages: list[Message], max_tokens: int) -> tuple[str, Json]:
+        """Path and native body of a summarizer call on the route's upstream."""
+
+    def summary_text(self, parsed: Json) -> tuple[str | None, Any]: ...

@@ -1,0 +1,156 @@
+"""The incremental fast path (`policies.incremental`): a growing branch projected turn by turn
+through one `ProjectionCache` gives, at every step, exactly what a cache-less `project()` gives."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from policies.base import Budget, Checkpoint, Item, Message, PolicyConfig, ProjectionRecord, ToolResultsConfig
+from policies.index import ProjectionCache
+from policies.projection import project
+from policies.summary_prompt import summary_block
+from tests.policies.helpers import assistant, calls, items, result, user
+from tests.policies.strategies import budgets, configs, fake_count, group_of, make_text, prefixes, user_message
+from tests.policies.test_index import Case, outcome
+from tests.policies.test_properties import SETTINGS
+
+ROOMY = st.sampled_from((Budget(64_000, 1_000, 0), Budget(200_000, 4_000, 300), Budget(1_000_000, 16_000, 50)))
+
+
+@st.composite
+def in_flight(draw: st.DrawFn, turn: int) -> list[dict[str, Any]]:
+    """An assistant message whose tool calls have no results yet (the client sends them next)."""
+    ids = draw(st.lists(st.integers(0, 6), min_size=1, max_size=3, unique=True))
+    return [calls(*(f"call_{i}" for i in ids), name=draw(st.sampled_from(("bash", "search"))))]
+
+
+def results_for(message: Message, draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Results (some, maybe reordered, maybe huge) for the calls of `message`."""
+    ids = [call["id"] for call in message.get("tool_calls") or []]
+    chosen = draw(st.lists(st.sampled_from(ids), unique=True, max_size=len(ids))) if ids else []
+    return [
+        result(i, make_text(f"late {i}", draw(st.sampled_from((5, 900, 12_000))))) for i in chosen
+    ]
+
+
+def checkpoint_at(covered: int, generation: int, size: int) -> Checkpoint:
+    summary = "## Goal\nkeep going\n" + make_text("summary", size)
+    return Checkpoint(generation, covered, summary, fake_count(summary_block(summary, covered)))
+
+
+@SETTINGS
+@given(prefixes, st.one_of(ROOMY, budgets()), configs(), st.data())
+def test_a_growing_branch_projects_as_without_a_cache(
+    prefix: list[Any], budget: Budget, config: PolicyConfig, data: st.DataObject
+) -> None:
+    messages: list[dict[str, Any]] = [data.draw(user_message(0))]
+    history: list[Item] = items(*messages)
+    checkpoint: Checkpoint | None = None
+    cache = ProjectionCache(max_entries=data.draw(st.sampled_from((1, 64, 16384))))
+    next_seq = 2
+
+    def add(*new: dict[str, Any]) -> None:
+        nonlocal next_seq
+        for message in new:
+            history.append(Item(next_seq, message, fake_count(message)))
+            next_seq += 1
+
+    for turn in range(1, data.draw(st.integers(2, 14))):
+        action = data.draw(
+            st.sampled_from(("append",) * 6 + ("in_flight", "checkpoint", "budget", "edit", "rewind", "prefix", "config"))
+        )
+        last = history[-1].message if history else None
+        if last is not None and last.get("role") == "assistant" and last.get("tool_calls") and data.draw(st.booleans()):
+            add(*results_for(last, data.draw))  # the in-flight call's results arrive
+        if action == "append" or not history:
+            for _ in range(data.draw(st.integers(1, 3))):
+                kind = data.draw(st.sampled_from(("user", "assistant", "tools", "tools", "tools", "orphan")))
+                add(*data.draw(group_of(kind, turn)))
+        elif action == "in_flight":
+            add(*data.draw(in_flight(turn)))
+        elif action == "checkpoint":
+            covered = data.draw(st.integers(0, history[-1].seq))
+            size = data.draw(st.sampled_from((10, 3000)))
+            checkpoint = None if data.draw(st.integers(0, 4)) == 0 else checkpoint_at(covered, turn, size)
+        elif action == "budget":
+            budget = data.draw(st.one_of(ROOMY, budgets()))
+        elif action == "edit":  # new Item objects (equal or changed) somewhere in the history
+            position = data.draw(st.integers(0, len(history) - 1))
+            old = history[position]
+            message = dict(old.message)
+            if data.draw(st.booleans()):
+                message["content"] = f"edited {turn}: " + str(message.get("content"))
+            history = list(history)
+            history[position] = Item(old.seq, message, fake_count(message))
+        elif action == "rewind":  # the client dropped its newest messages (a fork)
+            history = history[: data.draw(st.integers(1, len(history)))]
+            next_seq = history[-1].seq + 1
+        elif action == "prefix":
+            prefix = [dict(m) for m in data.draw(prefixes)]
+        elif action == "config":
+            config = data.draw(configs())
+        event(f"action {action}")
+        history = list(history)  # a new list each request, the same Item objects (the proxy's way)
+        active = checkpoint if checkpoint is not None and checkpoint.covered_through_seq <= history[-1].seq else None
+        case = Case(prefix, [i.message for i in history], history, active, budget, config)
+        before = cache.incremental
+        assert outcome(case, history, active, cache) == outcome(case, history, active, None)
+        event("answered incrementally" if cache.incremental > before else "full pipeline")
+
+
+def _project(history: list[Item], cache: ProjectionCache | None, config: PolicyConfig = PolicyConfig()) -> Any:
+    return project([], history, None, Budget(200_000, 4_000, 100), config, fake_count, cache)
+
+
+def test_one_turn_more_reuses_the_previous_rendering() -> None:
+    config = PolicyConfig(tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100))
+    history = items(user("go"), *[m for i in range(8) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
+    cache = ProjectionCache()
+    for n in range(3, len(history) + 1):
+        grown = history[:n]
+        cached = _project(grown, cache, config)
+        fresh = _project(grown, None, config)
+        assert json.dumps(cached.messages) == json.dumps(fresh.messages)
+        assert cached.record == fresh.record
+        assert json.dumps(cached.record.to_dict()) == json.dumps(fresh.record.to_dict())
+    assert cache.incremental == len(history) - 2  # every call, the first one building the state
+    # the first call renders its 2 groups; each later one the previous last group and the new one,
+    # plus the groups whose side of the trim boundary changed (2 at a time, every second group)
+    assert cache.rendered < 2 + 3 * (len(history) - 3)
+    state = cache.tail
+    assert state is not None and state.sent == [item.seq for item in history]
+    assert cached.record.trimmed and cached.record.to_dict()["sent_seqs"] == [[1, len(history)]]
+
+
+def test_an_in_flight_call_is_repaired_once_it_is_no_longer_last() -> None:
+    history = items(user("go"), calls("a", "b"), result("a"), assistant("done?"), user("next"))
+    cache = ProjectionCache()
+    first = _project(history[:2], cache)
+    assert first.record.repaired == ()
+    later = _project(history, cache)
+    assert later.record.repaired == ((2, "b"),)
+    assert json.dumps(later.messages) == json.dumps(_project(history, None).messages)
+    assert cache.incremental == 2 and cache.rendered == 2 + 3  # the call group again, then 2 new
+
+
+def test_over_the_trigger_falls_back_to_the_full_pipeline() -> None:
+    history = items(user("go"), *[assistant("x" * 4000) for _ in range(10)], user("next"))
+    small = Budget(8_000, 1_000, 0)
+    cache = ProjectionCache()
+    cached = project([], history, None, small, PolicyConfig(), fake_count, cache)
+    fresh = project([], history, None, small, PolicyConfig(), fake_count)
+    assert cached.record.pruned_seqs and cached.record == fresh.record
+    assert cache.incremental == 0 and cache.tail is not None  # the state is kept for later calls
+
+
+def test_record_ranges_hint_is_used_only_for_its_own_seqs() -> None:
+    record = ProjectionRecord(0, 0, None, 0, (), (), False, None, sent_seqs=(1, 2, 3), sent_ranges=((1, 2, 3), ((1, 3),)))
+    assert record.to_dict()["sent_seqs"] == [[1, 3]]
+    changed = replace(record, sent_seqs=(1, 3))
+    assert changed.to_dict()["sent_seqs"] == [[1, 1], [3, 3]]
+    assert record == replace(record, sent_ranges=None)  # not part of equality
