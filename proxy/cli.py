@@ -25,21 +25,25 @@ def _describe(config: Config) -> list[str]:
     return lines
 
 
-def _load(path: str) -> Config:
-    config = load_config(path)
+def _load(path: str, secrets: bool = True) -> Config | None:
+    """The config, or None after printing one line per problem to stderr."""
     try:
-        resolve_secrets(config)
+        config = load_config(path)
+        if secrets:
+            try:
+                resolve_secrets(config)
+            except ConfigError as exc:
+                raise ConfigError([f"{path}: {p}" for p in exc.problems]) from None
     except ConfigError as exc:
-        raise ConfigError([f"{path}: {p}" for p in exc.problems]) from None
+        for line in exc.problems:
+            print(line, file=sys.stderr)
+        return None
     return config
 
 
 def check_config(args: argparse.Namespace) -> int:
-    try:
-        config = _load(args.config)
-    except ConfigError as exc:
-        for line in exc.problems:
-            print(line, file=sys.stderr)
+    config = _load(args.config)
+    if config is None:
         return 1
     print("\n".join(_describe(config)))
     return 0
@@ -50,11 +54,8 @@ def serve(args: argparse.Namespace) -> int:
 
     from .app import create_app
 
-    try:
-        config = _load(args.config)
-    except ConfigError as exc:
-        for line in exc.problems:
-            print(line, file=sys.stderr)
+    config = _load(args.config)
+    if config is None:
         return 1
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = args.host or config.server.host
@@ -79,11 +80,8 @@ def replay_command(args: argparse.Namespace) -> int:
     from .projection import Projector
     from .replay import load_transcript, render_report, replay
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        for line in exc.problems:
-            print(line, file=sys.stderr)
+    config = _load(args.config, secrets=False)
+    if config is None:
         return 1
     name = args.policy or config.routes[0].policy
     if name not in config.policies:

@@ -212,6 +212,25 @@ class CheckpointCandidate:
     model: str | None
     format_version: int
 
+    def stored(self, id: str, status: str, created_at: float, error: str | None = None) -> StoredCheckpoint:
+        """The checkpoint this candidate becomes (generation = parent + 1) with that status."""
+        return StoredCheckpoint(
+            id=id,
+            conversation_id=self.conversation_id,
+            branch_id=self.branch_id,
+            generation=self.parent_generation + 1,
+            from_seq=self.from_seq,
+            covered_through_seq=self.covered_through_seq,
+            source_hash=self.source_hash,
+            summary=self.summary,
+            tokens=self.tokens,
+            model=self.model,
+            format_version=self.format_version,
+            status=status,
+            created_at=created_at,
+            error=error,
+        )
+
 
 class Store(Protocol):
     async def open(self) -> None: ...

@@ -433,21 +433,7 @@ class SqliteStore:
                 "UPDATE checkpoints SET status = 'superseded' WHERE branch_id = ? AND status = 'active'",
                 (candidate.branch_id,),
             )
-            checkpoint = StoredCheckpoint(
-                id=_new_id("ck"),
-                conversation_id=candidate.conversation_id,
-                branch_id=candidate.branch_id,
-                generation=candidate.parent_generation + 1,
-                from_seq=candidate.from_seq,
-                covered_through_seq=candidate.covered_through_seq,
-                source_hash=candidate.source_hash,
-                summary=candidate.summary,
-                tokens=candidate.tokens,
-                model=candidate.model,
-                format_version=candidate.format_version,
-                status="active",
-                created_at=now,
-            )
+            checkpoint = candidate.stored(_new_id("ck"), "active", now)
             self._insert_checkpoint(db, checkpoint)
             return checkpoint
 
@@ -476,22 +462,7 @@ class SqliteStore:
         )
 
     async def record_failed_checkpoint(self, candidate: CheckpointCandidate, error: str) -> None:
-        failed = StoredCheckpoint(
-            id=_new_id("ck"),
-            conversation_id=candidate.conversation_id,
-            branch_id=candidate.branch_id,
-            generation=candidate.parent_generation + 1,
-            from_seq=candidate.from_seq,
-            covered_through_seq=candidate.covered_through_seq,
-            source_hash=candidate.source_hash,
-            summary=candidate.summary,
-            tokens=candidate.tokens,
-            model=candidate.model,
-            format_version=candidate.format_version,
-            status="failed",
-            created_at=time.time(),
-            error=error,
-        )
+        failed = candidate.stored(_new_id("ck"), "failed", time.time(), error)
 
         def insert(db: sqlite3.Connection) -> None:
             if db.execute("SELECT 1 FROM conversations WHERE id = ?", (candidate.conversation_id,)).fetchone() is None:
