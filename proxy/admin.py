@@ -14,8 +14,10 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from .errors import BadRequest, NotFound, Unauthorized
+from .ledger import GROUP_BY, summarize
 from .responses import RawResponse, json_response
 from .state import AppState
+from .store.base import UsageQuery
 
 
 def _state(request: Request) -> AppState:
@@ -154,7 +156,41 @@ async def delete_conversation(request: Request) -> RawResponse:
     return json_response({"deleted": conversation_id})
 
 
+def _time_param(request: Request, name: str) -> float | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise BadRequest(f"Query parameter {name!r} must be a Unix timestamp in seconds, got {raw!r}.",
+                         param=name) from None
+
+
+async def usage(request: Request) -> RawResponse:
+    """The ledger: token, cost and call totals over the calls matching the filters
+    (`conversation`, `route`, `tenant`, `since`, `until`), per `group_by` (route, conversation,
+    model) when asked. Unknown values are not summed as 0: see `proxy/ledger.py`."""
+    state = _state(request)
+    params = request.query_params
+    group_by = params.get("group_by") or None
+    if group_by is not None and group_by not in GROUP_BY:
+        raise BadRequest(f"Query parameter 'group_by' must be one of {', '.join(GROUP_BY)}, got {group_by!r}.",
+                         param="group_by")
+    query = UsageQuery(
+        conversation_id=params.get("conversation") or None,
+        route=params.get("route") or None,
+        tenant=params.get("tenant") or None,
+        since=_time_param(request, "since"),
+        until=_time_param(request, "until"),
+        group_by=group_by,
+    )
+    cells = await state.store.usage_cells(query)
+    return json_response(summarize(cells, query))
+
+
 routes = [
+    Route("/admin/usage", usage, methods=["GET"]),
     Route("/admin/conversations", list_conversations, methods=["GET"]),
     Route("/admin/conversations/{id}", get_conversation, methods=["GET"]),
     Route("/admin/conversations/{id}", delete_conversation, methods=["DELETE"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -15,16 +16,19 @@ from starlette.routing import Route
 from . import admin
 from .compaction import Compactor
 from .config import Config
-from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, openai_error_bytes
+from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, Unauthorized, openai_error_bytes
+from .litellm_upstream import RoutedUpstream, uses_litellm
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .models import ModelCatalog
 from .pipeline import endpoint
 from .projection import Projector
 from .protocols import WIRES, wire_for_path
+from .protocols.anthropic import count_tokens as anthropic_count_tokens
 from .responses import RawResponse, json_response
 from .state import AppState, resolve_secrets
 from .store import StoreError, make_store
 from .summarizer import Summarizer
-from .upstream import UpstreamClient, upstream_request_headers
+from .upstream import upstream_request_headers
 
 log = logging.getLogger("ctxproxy")
 
@@ -75,10 +79,30 @@ async def healthz(request: Request) -> RawResponse:
     return json_response({"status": "ok"})
 
 
-async def list_models(request: Request) -> RawResponse:
-    """The models of the first route's upstream, as the client would list them directly."""
+async def metrics(request: Request) -> RawResponse:
+    """Prometheus text format. Open unless `metrics_token_env` is configured: then a bearer token
+    is required (and while that variable is unset the path answers 404, like the admin API)."""
     state: AppState = request.app.state.ctx
-    route = state.config.routes[0]
+    if state.config.metrics_token_env:
+        if not state.metrics_token:
+            name = state.config.metrics_token_env
+            raise NotFound(f"Unknown path {request.url.path}: metrics are disabled (set ${name}).")
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), state.metrics_token.encode()):
+            raise Unauthorized("/metrics needs 'Authorization: Bearer <metrics token>'.", code="invalid_metrics_token")
+    return RawResponse(state.metrics.render(), 200, [("content-type", METRICS_CONTENT_TYPE)])
+
+
+async def list_models(request: Request) -> RawResponse:
+    """The models of the first OpenAI-compatible route's upstream, as the client would list them
+    directly; with only litellm routes, their models."""
+    state: AppState = request.app.state.ctx
+    route = next((r for r in state.config.routes if not r.upstream.model), None)
+    if route is None:
+        data = [{"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
+                for r in state.config.routes]
+        return json_response({"object": "list", "data": data})
     key = state.upstream_key(route)
     headers = upstream_request_headers(request.headers, {"Authorization": f"Bearer {key}"} if key else None,
                                        frozenset())
@@ -94,20 +118,23 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
     env = dict(os.environ) if env is None else env
     upstream_keys = resolve_secrets(config, env)
     admin_token = env.get(config.admin_token_env) if config.admin_token_env else None
+    metrics_token = env.get(config.metrics_token_env) if config.metrics_token_env else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         store = make_store(config.store)
         await store.open()
-        upstream = UpstreamClient()
+        upstream = RoutedUpstream()  # raw HTTP, or litellm for routes that name a provider model
         await upstream.start()
+        if uses_litellm(config.routes) or any(p.summarizer.model for p in config.policies.values()):
+            upstream.litellm.warm_up()  # import litellm now, not in the first call's way
         projector = Projector(ModelCatalog())
         summarizer = Summarizer(upstream, env)
-        if any(policy.summarizer.model for policy in config.policies.values()):
-            summarizer.warm_up()
         compactor = Compactor(store, summarizer, projector)
         state = AppState(config, store, upstream, upstream_keys, admin_token or None, projector, compactor)
         state.salt = await store.tenant_salt()
+        state.metrics_token = metrics_token or None
+        compactor.metrics = state.metrics
         app.state.ctx = state
         try:
             yield
@@ -119,7 +146,9 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
     routes = [
         *(Route(path, endpoint(wire), methods=["POST"]) for wire in WIRES for path in wire.paths),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/messages/count_tokens", anthropic_count_tokens, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         *admin.routes,
     ]
     return Starlette(

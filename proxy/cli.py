@@ -6,8 +6,15 @@ import argparse
 import logging
 import sys
 
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, Route, load_config
 from .state import resolve_secrets
+
+
+def _target(route: Route) -> str:
+    upstream = route.upstream
+    if upstream.model:
+        return f"litellm {upstream.model}" + (f" at {upstream.base_url}" if upstream.base_url else "")
+    return str(upstream.base_url)
 
 
 def _describe(config: Config) -> list[str]:
@@ -19,7 +26,7 @@ def _describe(config: Config) -> list[str]:
         policy = config.policies[route.policy]
         window = policy.context_window or "model default"
         lines.append(
-            f"route {route.name}: {match} -> {route.upstream.base_url} ({key}); policy {route.policy} "
+            f"route {route.name}: {match} -> {_target(route)} ({key}); policy {route.policy} "
             f"(window {window}, trigger {policy.trigger:g}, keep_recent_tokens {policy.keep_recent_tokens})"
         )
     return lines

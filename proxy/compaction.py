@@ -27,6 +27,8 @@ from policies.summary_prompt import build_summary_messages, check_summary, summa
 from policies.text import message_text
 
 from .config import Policy, Route
+from .ledger import call_cost
+from .metrics import Metrics
 from .projection import Projector
 from .protocols.base import Wire
 from .store.base import CallRecord, CheckpointCandidate, ConversationGone, Store, StoredCheckpoint, StoreError
@@ -64,6 +66,7 @@ class Compactor:
         self._backoff: dict[str, tuple[float, int]] = {}
         self.completed = 0
         self.failed = 0
+        self.metrics: Metrics | None = None
 
     def running(self, branch_id: str) -> asyncio.Task[StoredCheckpoint | None] | None:
         task = self._jobs.get(branch_id)
@@ -106,6 +109,11 @@ class Compactor:
         if len(self._backoff) > 100_000:
             self._backoff.pop(next(iter(self._backoff)))
         self.failed += 1
+        self._count("failed")
+
+    def _count(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_compaction(result)
 
     async def _run(self, job: CompactionJob) -> StoredCheckpoint | None:
         plan = job.plan
@@ -127,6 +135,7 @@ class Compactor:
             tokens = self.projector.counter(job.model).count(summary_block(summary, plan.through_seq))
             committed = await self.store.commit_checkpoint(self._candidate(job, summary, tokens))
         except ConversationGone:
+            self._count("discarded")
             return None  # deleted while we worked: nothing may be written back
         except StoreError as exc:
             log.error("compaction of branch %s could not be stored: %s", job.branch_id, exc)
@@ -134,9 +143,11 @@ class Compactor:
             return None
         if committed is None:
             log.info("compaction of branch %s discarded: the branch moved on", job.branch_id)
+            self._count("discarded")
             return None
         self._backoff.pop(job.branch_id, None)
         self.completed += 1
+        self._count("committed")
         return committed
 
     def _candidate(self, job: CompactionJob, summary: str, tokens: int) -> CheckpointCandidate:
@@ -198,6 +209,11 @@ class Compactor:
             usage=result.usage.to_dict(),
             projection={"summarized_seqs": [chunk[0].seq, chunk[-1].seq] if chunk else []},
         )
+        call.cost_usd = call_cost(call.usage, self.projector.catalog.info(model))
+        if self.metrics is not None:
+            status = result.upstream_status
+            kind = f"http_{status}" if status is not None and status >= 400 else None
+            self.metrics.observe_call(call, job.wire.name, kind)
         try:
             await self.store.record_call(call)
         except StoreError as exc:

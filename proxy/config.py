@@ -43,16 +43,38 @@ class Timeouts(_Frozen):
 
 
 class Upstream(_Frozen):
-    base_url: str
+    """An OpenAI-compatible server (`base_url`, raw HTTP), or with `model` any provider through
+    litellm (`anthropic/claude-haiku-4-5`; `base_url` is then litellm's optional `api_base`)."""
+
+    base_url: str | None = None
+    model: str | None = None
     api_key_env: str | None = None
     timeouts: Timeouts = Timeouts()
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"must be an http(s) URL such as https://api.openai.com/v1, got {value!r}")
         return value.rstrip("/")
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must be a litellm model string such as anthropic/claude-haiku-4-5")
+        return value
+
+    @model_validator(mode="after")
+    def _has_target(self) -> Upstream:
+        if self.base_url is None and self.model is None:
+            raise ValueError(
+                "needs base_url (an OpenAI-compatible server) or model (a litellm model string such as "
+                "anthropic/claude-haiku-4-5)"
+            )
+        return self
 
 
 class Match(_Frozen):
@@ -143,6 +165,7 @@ class Server(_Frozen):
 class Config(_Frozen):
     store: str = "sqlite:///./ctxproxy.db"
     admin_token_env: str | None = None
+    metrics_token_env: str | None = None
     conversation_header: str = "X-Conversation-Id"
     server: Server = Server()
     limits: Limits = Limits()

@@ -34,7 +34,10 @@ from typing import Any
 from .types import Message
 
 PREFIX_ROLES = frozenset({"system", "developer"})
-_IGNORED_KEYS = frozenset({"annotations"})
+CACHE_MARKERS = "_cache_markers"
+"""Where a wire keeps prompt-cache breakpoints (Anthropic's cache_control): clients move them every
+turn, so they are not part of a message's identity."""
+_IGNORED_KEYS = frozenset({"annotations", CACHE_MARKERS})
 _EMPTY: tuple[Any, ...] = (None, "", [], {})
 
 

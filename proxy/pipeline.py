@@ -20,10 +20,12 @@ from policies.base import Projection
 from . import identify
 from .compaction import CompactionJob
 from .config import Policy, Route
-from .errors import NotFound, ProxyError
+from .errors import NotFound, ProxyError, UpstreamTimeout
 from .history_cache import Remembered
 from .ingest import Ingested, append_response, ingest
+from .ledger import call_cost
 from .limits import read_body
+from .litellm_upstream import usage_from_litellm
 from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome, StreamRelay
 from .responses import RawResponse
@@ -97,10 +99,11 @@ async def handle(request: Request, wire: Wire) -> Any:
 
     policy = config.policy_for(route)
     sent_messages = messages
-    if policy.rewrite:
+    if policy.rewrite and getattr(wire, "rewrite_allowed", _always)(body):
         projection = await _project(
-            state, wire, route, policy, model, body, ingested, _summary_auth(state, wire, route, request), known,
-            remembered,
+            # A litellm route's window and prices are its provider model's, whatever the client calls it.
+            state, wire, route, policy, route.upstream.model or model, body, ingested,
+            _summary_auth(state, wire, route, request), known, remembered,
         )
         call.projection = projection.record.to_dict()
         if _rewritten(projection):
@@ -120,7 +123,7 @@ async def handle(request: Request, wire: Wire) -> Any:
     except ProxyError as exc:
         call.error = exc.message
         call.latency_ms = _ms(time.monotonic() - t0)
-        await _record(state, call)
+        await _record(state, call, wire, _error_kind(exc))
         raise
 
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
@@ -131,6 +134,14 @@ async def handle(request: Request, wire: Wire) -> Any:
 
         return StreamRelay(upstream, observer, finish, echo)
     return await _relay_whole(state, wire, call, ingested, upstream, t0, echo)
+
+
+def _always(body: Any) -> bool:
+    return True
+
+
+def _never() -> None:
+    return None
 
 
 def _summary_auth(state: AppState, wire: Wire, route: Route, request: Request) -> dict[str, str]:
@@ -231,7 +242,7 @@ async def _relay_whole(
     except ProxyError as exc:
         call.error = exc.message
         call.latency_ms = _ms(time.monotonic() - t0)
-        await _record(state, call)
+        await _record(state, call, wire, _error_kind(exc, answering=True))
         raise
     finally:
         upstream.close()
@@ -253,7 +264,8 @@ async def _relay_whole(
             call.status = "error"
             call.error = data[:4000].decode("utf-8", errors="replace")
             call.usage = wire.usage(None).to_dict()
-        await _record(state, call)
+        kind = None if call.status == "complete" else (f"http_{status}" if status != 200 else "malformed")
+        await _record(state, call, wire, kind)
 
     return RawResponse(data, status, [*upstream.headers, *echo], after=bookkeeping)
 
@@ -277,7 +289,10 @@ async def _finish_stream(
     call.finish_reason = observer.finish_reason()
     call.usage_raw = observer.usage_raw()
     call.usage = wire.usage(call.usage_raw).to_dict()
-    if observer.done and outcome.error is None:
+    failure = getattr(observer, "failure", _never)()
+    if failure is not None and outcome.error is None:
+        call.status, call.error = "error", failure
+    elif observer.done and outcome.error is None:
         # The end reached the client; a disconnect after it is the client hanging up, not a loss.
         call.status = "complete"
     elif outcome.client_disconnected:
@@ -287,7 +302,12 @@ async def _finish_stream(
     else:
         call.status = "partial"
         call.error = f"upstream closed the stream after {chunks} chunks without its end event"
-    await _record(state, call)
+    kind = None
+    if outcome.error is not None:
+        kind = _error_kind(outcome.error, answering=True)
+    elif call.status != "complete" and not outcome.client_disconnected:
+        kind = "stream_error" if failure is not None else "truncated"
+    await _record(state, call, wire, kind)
     if call.status == "complete":
         _calibrate(state, call)
         if call.response is not None:
@@ -303,7 +323,25 @@ async def _append_response(state: AppState, ingested: Ingested, message: dict[st
         log.warning("response of call %s not stored: %s", call_id, exc)
 
 
-async def _record(state: AppState, call: CallRecord) -> None:
+def _error_kind(exc: ProxyError, answering: bool = False) -> str:
+    """The `kind` label of ctxproxy_upstream_errors_total for a failure raised by the hop:
+    `timeout`, `connect` (no answer), `broken` (the answer broke off), else `http_<status>`."""
+    if isinstance(exc, UpstreamTimeout):
+        return "timeout"
+    if exc.status == 502:
+        return "broken" if answering else "connect"
+    return f"http_{exc.status}"
+
+
+async def _record(state: AppState, call: CallRecord, wire: Wire | None = None, error_kind: str | None = None) -> None:
+    """The one place a main call's record is finalized: cost, metrics, then the store."""
+    route = next((r for r in state.config.routes if r.name == call.route), None)
+    provider_model = route.upstream.model if route is not None else None
+    if provider_model and call.usage_raw is not None:
+        call.usage = usage_from_litellm(call.usage_raw).to_dict()  # litellm's cache writes are inside the input
+    price_model = provider_model or call.model
+    call.cost_usd = call_cost(call.usage, state.projector.catalog.info(price_model)) if price_model else None
+    state.metrics.observe_call(call, wire.name if wire is not None else "unknown", error_kind)
     try:
         await state.store.record_call(call)
     except StoreError as exc:

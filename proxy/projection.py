@@ -104,7 +104,7 @@ class Projector:
                generation: int) -> Budget:
         info = self.catalog.info(model)
         window = policy.context_window or (info.context_window if info else None) or DEFAULT_WINDOW
-        requested = body.get("max_completion_tokens") or body.get("max_tokens")
+        requested = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
         if isinstance(requested, int) and not isinstance(requested, bool) and requested > 0:
             output = requested
         elif policy.max_output_tokens:

@@ -98,5 +98,7 @@ class StreamRelay:
             outcome.truncated = splitter.rest()
         except ProxyError as exc:
             outcome.error = exc
-            await send({"type": "http.response.body", "body": sse_error_event(exc), "more_body": True})
+            # In the client API's own stream vocabulary when the wire has one (Anthropic, Responses).
+            render = getattr(self.transform, "error_event", sse_error_event)
+            await send({"type": "http.response.body", "body": render(exc), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from .compaction import Compactor
 from .config import Config, ConfigError, Route
 from .history_cache import HistoryCache
+from .metrics import Metrics
 from .projection import Projector
 from .store.base import Store
 from .upstream import UpstreamClient
@@ -63,6 +64,8 @@ class AppState:
     history: HistoryCache = field(default_factory=HistoryCache)
     salt: bytes = b""
     known_blobs: BoundedSet = field(default_factory=BoundedSet)
+    metrics: Metrics = field(default_factory=Metrics)
+    metrics_token: str | None = None
 
     def upstream_key(self, route: Route) -> str | None:
         return self.upstream_keys.get(route.name)

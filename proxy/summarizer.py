@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Policy, Route
 from .errors import ProxyError, UpstreamError, UpstreamTimeout
+from .litellm_upstream import load_litellm, usage_from_litellm
 from .protocols.base import Wire
 from .types import Message
 from .upstream import UpstreamClient
-from .usage import Usage, from_openai_chat
+from .usage import Usage
 
 
 @dataclass
@@ -38,22 +38,10 @@ class SummaryResult:
     latency_ms: float = 0.0
 
 
-async def _import_litellm() -> Any:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import importlib
-
-    return await asyncio.to_thread(importlib.import_module, "litellm")
-
-
 class Summarizer:
     def __init__(self, upstream: UpstreamClient, env: dict[str, str]) -> None:
         self.upstream = upstream
         self.env = env
-        self._warmup: asyncio.Task[Any] | None = None
-
-    def warm_up(self) -> None:
-        """Import litellm in the background now (~2.4 s), not in the first compaction's way."""
-        self._warmup = asyncio.create_task(_import_litellm())
 
     async def summarize(
         self,
@@ -110,7 +98,7 @@ class Summarizer:
     async def _via_litellm(self, policy: Policy, messages: list[Message]) -> SummaryResult:
         settings = policy.summarizer
         model = settings.model or ""
-        litellm = await _import_litellm()
+        litellm = await load_litellm()
         kwargs: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": settings.max_tokens,
                                   "temperature": 0, "timeout": settings.timeout}
         if settings.base_url:
@@ -136,4 +124,4 @@ class Summarizer:
         if choices:
             text = (choices[0].get("message") or {}).get("content")
         return SummaryResult(text if isinstance(text, str) else None, model, usage_raw,
-                             from_openai_chat(usage_raw), 200, None if text else "summarizer returned no text")
+                             usage_from_litellm(usage_raw), 200, None if text else "summarizer returned no text")

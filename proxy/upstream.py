@@ -169,7 +169,7 @@ class UpstreamClient:
             status=response.status,
             headers=relayed_response_headers(response.headers),
             content_type=response.headers.get("content-type", ""),
-            request_id=response.headers.get("x-request-id"),
+            request_id=response.headers.get("x-request-id") or response.headers.get("request-id"),
             started=started,
             _response=response,
             _route=route,

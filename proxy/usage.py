@@ -47,3 +47,49 @@ def from_openai_chat(raw: dict[str, Any] | None) -> Usage:
         output=_int(raw.get("completion_tokens")),
         reasoning=reasoning,
     )
+
+
+def from_openai_responses(raw: dict[str, Any] | None) -> Usage:
+    """Responses API: `input_tokens` is the total input; `input_tokens_details.cached_tokens` is a
+    part of it, and so is `input_tokens_details.cache_write_tokens` when reported (newer API
+    versions): input_total = input_uncached + cache_read + cache_write, as for Anthropic.
+    `output_tokens_details.reasoning_tokens` is a part of `output_tokens`."""
+    if not isinstance(raw, dict):
+        return Usage()
+    total = _int(raw.get("input_tokens"))
+    details = raw.get("input_tokens_details")
+    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+    written = _int(details.get("cache_write_tokens")) if isinstance(details, dict) else None
+    out_details = raw.get("output_tokens_details")
+    reasoning = _int(out_details.get("reasoning_tokens")) if isinstance(out_details, dict) else None
+    uncached = total - cached - (written or 0) if total is not None and cached is not None else None
+    return Usage(
+        input_total=total,
+        input_uncached=uncached,
+        cache_read=cached,
+        cache_write=written,
+        output=_int(raw.get("output_tokens")),
+        reasoning=reasoning,
+    )
+
+
+def from_anthropic(raw: dict[str, Any] | None) -> Usage:
+    """Anthropic Messages: `input_tokens`, `cache_read_input_tokens` and
+    `cache_creation_input_tokens` are disjoint; their sum is the total input. A field the
+    upstream did not report leaves the total unknown (None), never counted as 0."""
+    if not isinstance(raw, dict):
+        return Usage()
+    uncached = _int(raw.get("input_tokens"))
+    read = _int(raw.get("cache_read_input_tokens"))
+    write = _int(raw.get("cache_creation_input_tokens"))
+    total = None
+    if uncached is not None:
+        total = uncached + (read or 0) + (write or 0)
+    return Usage(
+        input_total=total,
+        input_uncached=uncached,
+        cache_read=read,
+        cache_write=write,
+        output=_int(raw.get("output_tokens")),
+        reasoning=None,
+    )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from .anthropic import WIRE as ANTHROPIC
 from .base import Wire
 from .openai_chat import WIRE as OPENAI_CHAT
+from .responses import WIRE as OPENAI_RESPONSES
 
-WIRES: tuple[Wire, ...] = (OPENAI_CHAT,)
+WIRES: tuple[Wire, ...] = (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC)
 
 
 def wire_for_path(path: str) -> Wire | None:

@@ -71,3 +71,11 @@ class Wire(Protocol):
         """Path and native body of a summarizer call on the route's upstream."""
 
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]: ...
+
+    # Optional (the pipeline uses `getattr` with these defaults):
+    # def rewrite_allowed(self, body: Json) -> bool
+    #     False: forward the request without projecting it (it is still recorded), e.g. when the
+    #     upstream owns the conversation state (Responses `previous_response_id`). Default True.
+    # StreamObserver.failure(self) -> str | None
+    #     Why a stream that ended properly carries no answer (Responses `response.failed`, an
+    #     `error` event): the call is recorded as `error` with that text. Default None.

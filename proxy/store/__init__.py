@@ -10,7 +10,13 @@ def make_store(url: str) -> Store:
         from .sqlite import SqliteStore
 
         return SqliteStore.from_url(url)
-    raise StoreError(f"unsupported store URL scheme in {url.split('://', 1)[0]!r}; use sqlite:///PATH")
+    if url.startswith(("redis://", "rediss://")):
+        from .redis import RedisStore  # imports the redis client only when it is used
+
+        return RedisStore.from_url(url)
+    raise StoreError(
+        f"unsupported store URL scheme in {url.split('://', 1)[0]!r}; use sqlite:///PATH or redis://HOST:PORT/DB"
+    )
 
 
 __all__ = ["Store", "StoreError", "make_store"]

@@ -7,6 +7,7 @@ passes the same contract suite (tests/store/).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -138,6 +139,8 @@ class CallRecord:
     system_hash: str | None = None
     tools_hash: str | None = None
     projection: dict[str, Any] | None = None
+    cost_usd: float | None = None
+    """At litellm's prices for the normalized usage (`proxy/ledger.py`); None when unknown."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,7 +163,64 @@ class CallRecord:
             "usage": self.usage,
             "request_id": self.request_id,
             "projection": self.projection,
+            "cost_usd": self.cost_usd,
         }
+
+
+def tokens_saved(purpose: str, projection: Mapping[str, Any] | None) -> int | None:
+    """Tokens the rewriting kept out of a main call: the client's payload minus what was sent."""
+    if purpose != "main" or not projection:
+        return None
+    client, sent = projection.get("client_tokens"), projection.get("sent_tokens")
+    if not isinstance(client, int) or not isinstance(sent, int):
+        return None
+    return client - sent
+
+
+USAGE_GROUP_COLUMNS = {"route": "route", "conversation": "conversation_id", "model": "model"}
+"""`/admin/usage?group_by=` values and the call field each groups by."""
+
+
+@dataclass(frozen=True)
+class UsageQuery:
+    conversation_id: str | None = None
+    route: str | None = None
+    tenant: str | None = None
+    since: float | None = None
+    until: float | None = None
+    group_by: str | None = None
+    """One of USAGE_GROUP_COLUMNS' keys, or None for totals only."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "conversation": self.conversation_id,
+            "route": self.route,
+            "tenant": self.tenant,
+            "since": self.since,
+            "until": self.until,
+        }
+
+    def matches(self, call: CallRecord) -> bool:
+        return (
+            (self.conversation_id is None or call.conversation_id == self.conversation_id)
+            and (self.route is None or call.route == self.route)
+            and (self.tenant is None or call.tenant == self.tenant)
+            and (self.since is None or call.started_at >= self.since)
+            and (self.until is None or call.started_at < self.until)
+        )
+
+
+@dataclass
+class UsageCell:
+    """The calls of one (group key, purpose, status): how many, the sum of each field's known
+    values (None when none is known) and how many records knew it."""
+
+    key: str | None
+    purpose: str
+    status: str
+    calls: int
+    sums: dict[str, float | int | None] = field(default_factory=dict)
+    known: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -276,4 +336,7 @@ class Store(Protocol):
     async def list_branches(self, conversation_id: str) -> list[Branch]: ...
     async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]: ...
     async def list_calls(self, conversation_id: str, limit: int, offset: int) -> list[CallRecord]: ...
+    async def usage_cells(self, query: UsageQuery) -> list[UsageCell]:
+        """The ledger over the calls matching `query`, one cell per (group key, purpose, status);
+        `proxy.ledger.cells_from_calls` is the reference the backend must agree with."""
     async def delete_conversation(self, conversation_id: str) -> bool: ...

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import (
+    USAGE_GROUP_COLUMNS,
     Branch,
     CallRecord,
     CheckpointCandidate,
@@ -28,6 +29,9 @@ from .base import (
     StoredCheckpoint,
     StoredEvent,
     StoreError,
+    UsageCell,
+    UsageQuery,
+    tokens_saved,
 )
 
 _M001_INITIAL = """
@@ -125,13 +129,25 @@ _M002_CHECKPOINTS = """
         CREATE INDEX calls_branch ON calls (branch_id, purpose, started_at);
 """
 
+# The ledger: each call's cost and the tokens its rewriting saved, summed by /admin/usage.
+_M003_LEDGER = """
+        ALTER TABLE calls ADD COLUMN cost_usd REAL;
+        ALTER TABLE calls ADD COLUMN tokens_saved INTEGER;
+        UPDATE calls SET tokens_saved = json_extract(projection, '$.client_tokens')
+            - json_extract(projection, '$.sent_tokens') WHERE purpose = 'main' AND projection IS NOT NULL;
+        CREATE INDEX calls_started ON calls (started_at);
+        CREATE INDEX calls_route ON calls (route, started_at);
+"""
+
 # Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
     ("002_checkpoints", _M002_CHECKPOINTS),
+    ("003_ledger", _M003_LEDGER),
 ]
 
 _USAGE_COLUMNS = ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")
+_LEDGER_FIELDS = (*_USAGE_COLUMNS, "cost_usd", "tokens_saved")
 
 
 def _new_id(prefix: str) -> str:
@@ -339,6 +355,7 @@ class SqliteStore:
     # -- calls -------------------------------------------------------------------------------
     async def record_call(self, call: CallRecord) -> None:
         usage = [call.usage.get(k) for k in _USAGE_COLUMNS]
+        saved = tokens_saved(call.purpose, call.projection)
 
         def insert(db: sqlite3.Connection) -> None:
             if call.conversation_id is not None and db.execute(
@@ -349,8 +366,8 @@ class SqliteStore:
                 "INSERT OR REPLACE INTO calls (id, conversation_id, branch_id, tenant, route, model, purpose, stream, "
                 "status, upstream_status, error, started_at, latency_ms, ttfb_ms, response, finish_reason, "
                 "usage_raw, input_total, input_uncached, cache_read, cache_write, output, reasoning, request_id, "
-                "system_hash, tools_hash, projection) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "system_hash, tools_hash, projection, cost_usd, tokens_saved) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     call.id,
                     call.conversation_id,
@@ -374,6 +391,8 @@ class SqliteStore:
                     call.system_hash,
                     call.tools_hash,
                     _dumps(call.projection),
+                    call.cost_usd,
+                    saved,
                 ),
             )
 
@@ -532,6 +551,36 @@ class SqliteStore:
         )
         return [_call(r) for r in rows]
 
+    async def usage_cells(self, query: UsageQuery) -> list[UsageCell]:
+        where, args = [], []
+        for column, value in (("conversation_id", query.conversation_id), ("route", query.route),
+                              ("tenant", query.tenant)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if query.since is not None:
+            where.append("started_at >= ?")
+            args.append(query.since)
+        if query.until is not None:
+            where.append("started_at < ?")
+            args.append(query.until)
+        key = USAGE_GROUP_COLUMNS[query.group_by] if query.group_by else "NULL"
+        # SUM over only NULLs is NULL and COUNT(col) counts the known values: unknown stays unknown.
+        fields = ", ".join(f"SUM({f}), COUNT({f})" for f in _LEDGER_FIELDS)
+        rows = self.db.execute(
+            f"SELECT {key}, purpose, status, COUNT(*), {fields} FROM calls "
+            + (f"WHERE {' AND '.join(where)} " if where else "")
+            + f"GROUP BY {key}, purpose, status",
+            args,
+        ).fetchall()
+        cells = []
+        for row in rows:
+            values = row[4:]
+            sums = {f: values[2 * i] for i, f in enumerate(_LEDGER_FIELDS)}
+            known = {f: values[2 * i + 1] for i, f in enumerate(_LEDGER_FIELDS)}
+            cells.append(UsageCell(row[0], row[1], row[2], row[3], sums, known))
+        return cells
+
     async def last_call(self, branch_id: str, purpose: str) -> CallRecord | None:
         row = self.db.execute(
             f"SELECT {_CALL_COLS} FROM calls WHERE branch_id = ? AND purpose = ? ORDER BY started_at DESC, rowid DESC "
@@ -579,7 +628,7 @@ _CALL_COLS = (
     "id, tenant, route, model, purpose, stream, started_at, conversation_id, branch_id, status, upstream_status, "
     "error, latency_ms, ttfb_ms, response, finish_reason, usage_raw, "
     + ", ".join(_USAGE_COLUMNS)
-    + ", request_id, system_hash, tools_hash, projection"
+    + ", request_id, system_hash, tools_hash, projection, cost_usd"
 )
 
 
@@ -607,6 +656,7 @@ def _call(r: Any) -> CallRecord:
         system_hash=r[24],
         tools_hash=r[25],
         projection=_loads(r[26]),
+        cost_usd=r[27],
     )
 
 

@@ -197,16 +197,19 @@ def test_summary_failure_keeps_serving_and_does_not_loop(proxy, upstream, api_ke
     client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
     conv = None
+    started = time.monotonic()
     for i in range(40):
         messages.append({"role": "user", "content": f"turn {i}: " + "word " * 150})
         raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
         conv = raw.headers["x-conversation-id"]
         messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
         assert_protocol_and_pins(agent_requests(upstream, model)[-1], messages[:-1])
-    # bounded: one failed job (max_attempts=2), then back-off; never one per request
-    assert 1 <= len(summary_requests(upstream)) <= 2
+    # bounded: each failed job makes max_attempts=2 calls, then backs off 30 s; never one per request
+    jobs_possible = 1 + int((time.monotonic() - started) // 30)
+    assert 1 <= len(summary_requests(upstream)) <= 2 * jobs_possible
     checkpoints = wait_checkpoints(p, conv)
-    assert [c["status"] for c in checkpoints] == ["failed"]
+    assert checkpoints and all(c["status"] == "failed" for c in checkpoints)
+    assert len(checkpoints) <= jobs_possible
     assert "500" in checkpoints[0]["error"]
     calls = p.calls(conv)
     errors = [c for c in calls if c["purpose"] == "summary"]

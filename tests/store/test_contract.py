@@ -8,6 +8,7 @@ can be tested); a different name must be an independent, empty store.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -26,18 +27,42 @@ from proxy.store.base import (
     Store,
     StoreError,
 )
+from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
 from proxy.types import Message
+from tests.store.redis_server import session_server
 
 
 def _sqlite(tmp_path: Path, name: str) -> Store:
     return SqliteStore(str(tmp_path / f"{name}.db"))
 
 
+def _redis_root(tmp_path: Path) -> str:
+    # A fresh key prefix per test (tmp_path is unique per test); the name picks a store inside it.
+    return "ctxtest:" + hashlib.sha1(str(tmp_path).encode()).hexdigest()[:16] + ":"
+
+
+def _redis(tmp_path: Path, name: str) -> Store:
+    return RedisStore(session_server().url, prefix=f"{_redis_root(tmp_path)}{name}:")
+
+
+def _redis_cleanup(tmp_path: Path) -> None:
+    client = session_server().client()
+    try:
+        keys = list(client.scan_iter(match=_redis_root(tmp_path) + "*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
 BACKENDS: dict[str, Callable[[Path, str], Store]] = {
     "sqlite": _sqlite,
-    # "redis": _redis,  (one line, once the backend exists)
+    "redis": _redis,
 }
+# Per-backend needs of the `stores` fixture: a fixture to start first, a cleanup after each test.
+_SERVER_FIXTURE = {"redis": "redis_server"}
+_CLEANUP: dict[str, Callable[[Path], None]] = {"redis": _redis_cleanup}
 
 
 class Stores:
@@ -61,10 +86,14 @@ class Stores:
 
 @pytest.fixture(params=list(BACKENDS))
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
+    if request.param in _SERVER_FIXTURE:
+        request.getfixturevalue(_SERVER_FIXTURE[request.param])
     factory = Stores(BACKENDS[request.param], tmp_path)
     yield factory
     for store in factory.opened:
         await store.close()
+    if request.param in _CLEANUP:
+        _CLEANUP[request.param](tmp_path)
 
 
 @pytest.fixture

@@ -1,0 +1,361 @@
+"""The hop to non-OpenAI providers through litellm, behind the same interface as the raw hop.
+
+A route whose upstream names a litellm `model` (`anthropic/claude-haiku-4-5`, `gemini/...`,
+`openai/NAME` + `base_url` for any OpenAI-compatible server) is served by `RoutedUpstream.send`:
+the OpenAI chat body the pipeline built is handed to `litellm.acompletion` with the route's model,
+key and `api_base`, and the answer comes back as an `UpstreamResponse` carrying OpenAI bytes --
+one `chat.completion` JSON object, or `data: {chunk}` SSE events ending in `data: [DONE]` -- so
+the pipeline's relay and record path does not know which hop served it. Provider errors become
+OpenAI-shaped error bodies with the provider's status; transport failures and deadlines raise the
+same `UpstreamError` / `UpstreamTimeout` as the raw hop.
+
+SSRF (litellm's CVE-2024-6587): only an allow-list of OpenAI sampling fields is taken from the
+request body; the provider, host, key, retries, callbacks and every other litellm knob come from
+the operator's config alone.
+
+litellm is imported lazily (~2.5 s) with its bundled price map (no network at import), in a
+worker thread started at start-up when a route uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from .config import Route
+from .errors import Unauthorized, UpstreamError, UpstreamTimeout
+from .upstream import UpstreamClient, UpstreamResponse
+from .usage import Usage, from_openai_chat
+
+# OpenAI chat-completions request fields passed to litellm; everything else in the body is dropped.
+ALLOWED_FIELDS = frozenset(
+    {
+        "messages", "stream", "stream_options", "temperature", "top_p", "n", "stop", "max_tokens",
+        "max_completion_tokens", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
+        "top_logprobs", "response_format", "seed", "tools", "tool_choice", "parallel_tool_calls", "user",
+        "reasoning_effort", "modalities", "audio", "prediction", "service_tier", "web_search_options",
+        "functions", "function_call", "thinking", "verbosity",
+    }
+)
+_LITELLM_EXTRAS = frozenset({"provider_specific_fields", "citations", "moderation", "obfuscation", "thinking_blocks"})
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+_litellm: Any = None
+_loading: asyncio.Future[Any] | None = None
+_closing: set[asyncio.Task[Any]] = set()  # stream closes in flight (the loop keeps only weak references)
+
+
+def _import() -> Any:
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # the bundled map: no download at import
+    module = importlib.import_module("litellm")
+    module.suppress_debug_info = True
+    module.telemetry = False
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        logging.getLogger(name).setLevel(logging.WARNING)  # not a line per call at INFO
+    return module
+
+
+async def load_litellm() -> Any:
+    """The litellm module, imported once in a worker thread (concurrent callers share the import)."""
+    global _litellm, _loading
+    if _litellm is not None:
+        return _litellm
+    if _loading is None:
+        _loading = asyncio.ensure_future(asyncio.to_thread(_import))
+    _litellm = await asyncio.shield(_loading)
+    return _litellm
+
+
+def uses_litellm(routes: list[Route]) -> bool:
+    return any(route.upstream.model for route in routes)
+
+
+def usage_from_litellm(raw: Any) -> Usage:
+    """litellm reports every provider in OpenAI's shape (`prompt_tokens` = the whole input,
+    `cached_tokens` a part of it) and adds the cache writes that OpenAI's shape has no field for
+    (`prompt_tokens_details.cache_creation_tokens`, Anthropic's `cache_creation_input_tokens`),
+    which are inside `prompt_tokens` as well: they come out of the uncached input here."""
+    usage = from_openai_chat(raw)
+    if not isinstance(raw, dict):
+        return usage
+    details = raw.get("prompt_tokens_details")
+    write = details.get("cache_creation_tokens") if isinstance(details, dict) else None
+    if write is None:
+        write = raw.get("cache_creation_input_tokens")
+    if not isinstance(write, int) or isinstance(write, bool):
+        return usage
+    total = usage.input_total
+    uncached = None
+    if total is not None:
+        uncached = total - (usage.cache_read or 0) - write
+    return Usage(usage.input_total, uncached, usage.cache_read, write, usage.output, usage.reasoning)
+
+
+def _clean(value: Any) -> Any:
+    """litellm's objects as OpenAI sends them: without litellm's extra keys and unset fields."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if v is not None and k not in _LITELLM_EXTRAS and k != "cost"}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _completion_json(response: Any) -> dict[str, Any]:
+    data = response.model_dump() if hasattr(response, "model_dump") else dict(response)
+    out = _clean(data)
+    for choice in out.get("choices") or ():
+        message = choice.get("message")
+        if isinstance(message, dict):
+            message.setdefault("content", None)  # OpenAI keeps "content": null next to tool calls
+        choice.setdefault("logprobs", None)
+        choice.setdefault("finish_reason", None)
+    return out
+
+
+def _chunk_json(chunk: Any) -> dict[str, Any]:
+    data = chunk.model_dump() if hasattr(chunk, "model_dump") else dict(chunk)
+    out = _clean(data)
+    for choice in out.get("choices") or ():
+        choice.setdefault("delta", {})
+        choice.setdefault("finish_reason", None)
+    return out
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def _provider_error(exc: Exception, secret: str | None) -> tuple[int, dict[str, Any]]:
+    """The provider's status and an OpenAI-shaped error body from a litellm exception."""
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int) or not 400 <= status <= 599:
+        status = 502
+    message = str(getattr(exc, "message", None) or exc)
+    error: dict[str, Any] = {"message": message, "type": _ERROR_TYPES.get(status, "api_error"), "param": None,
+                             "code": None}
+    body = getattr(exc, "body", None)
+    detail: Any = body if isinstance(body, dict) else None
+    if detail is None and "{" in message:
+        # Providers' own error JSON is embedded in litellm's message: "AnthropicException - {...}".
+        raw = message[message.index("{"): message.rindex("}") + 1]
+        try:
+            detail = json.loads(raw)
+        except ValueError:
+            detail = None
+    if isinstance(detail, dict):
+        inner = detail.get("error") if isinstance(detail.get("error"), dict) else detail
+        if isinstance(inner.get("message"), str):
+            error["message"] = inner["message"]
+            error["type"] = inner.get("type") if isinstance(inner.get("type"), str) else error["type"]
+            error["param"] = inner.get("param") if isinstance(inner.get("param"), str) else None
+            error["code"] = inner.get("code") if isinstance(inner.get("code"), str | int) else None
+    else:
+        for prefix in ("litellm.", type(exc).__name__ + ": "):
+            while error["message"].startswith(prefix):
+                error["message"] = error["message"].split(": ", 1)[-1]
+    if type(exc).__name__ == "ContextWindowExceededError":
+        error["code"] = error["code"] or "context_length_exceeded"
+    error["message"] = _scrub(error["message"], secret)
+    return status, {"error": error}
+
+
+_CONNECT_ERRORS = frozenset(
+    {"APIConnectionError", "ConnectError", "ClientConnectorError", "ConnectionRefusedError", "ConnectionResetError",
+     "ServerDisconnectedError", "RemoteProtocolError", "ClientOSError", "gaierror"}
+)
+
+
+def _transport_failure(exc: BaseException) -> str | None:
+    """"timeout" / "connect" when the provider was never heard from (litellm reports a refused
+    connection as a 500 of the provider; the cause chain tells the truth), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        name = type(current).__name__
+        if "Timeout" in name or isinstance(current, TimeoutError):
+            return "timeout"
+        if name in _CONNECT_ERRORS:
+            return "connect"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _where(route: Route) -> str:
+    return f"provider {route.upstream.model} (route {route.name!r})"
+
+
+def _api_key(headers: Mapping[str, str]) -> str | None:
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower == "authorization" and value.lower().startswith("bearer "):
+            return value[7:].strip() or None
+        if lower in ("x-api-key", "api-key") and value:
+            return value
+    return None
+
+
+class LitellmResponse(UpstreamResponse):
+    """An `UpstreamResponse` whose body is produced by litellm: whole JSON, or a chunk stream."""
+
+    def __init__(
+        self,
+        route: Route,
+        status: int,
+        started: float,
+        body: bytes | None = None,
+        stream: Any = None,
+        request_id: str | None = None,
+        secret: str | None = None,
+    ) -> None:
+        content_type = "text/event-stream; charset=utf-8" if stream is not None else "application/json"
+        super().__init__(
+            status=status,
+            headers=[("content-type", content_type)],
+            content_type=content_type,
+            request_id=request_id,
+            started=started,
+            _response=None,  # type: ignore[arg-type]
+            _route=route,
+        )
+        self._body = body
+        self._stream = stream
+        self._secret = secret
+
+    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        if self._body is not None:
+            return self._body[:limit]
+        return b"".join([piece async for piece in self.pieces()])[:limit]
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        if self._body is not None:
+            yield self._body
+            return
+        timeouts = self._route.upstream.timeouts
+        iterator = self._stream.__aiter__()
+        while True:
+            remaining = timeouts.total - (time.monotonic() - self.started)
+            if remaining <= 0:
+                raise UpstreamTimeout(_where(self._route) + f" exceeded the total deadline of {timeouts.total:g} s")
+            try:
+                async with asyncio.timeout(min(timeouts.idle, remaining)):
+                    chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise UpstreamTimeout(
+                    _where(self._route) + f" sent nothing for {min(timeouts.idle, remaining):g} s mid-stream"
+                ) from None
+            except Exception as exc:  # litellm's error tree, translated at this boundary
+                if _transport_failure(exc) == "timeout":
+                    raise UpstreamTimeout(_where(self._route) + " timed out mid-stream") from None
+                status, body = _provider_error(exc, self._secret)
+                raise UpstreamError(
+                    _where(self._route) + f" broke off the stream ({status}): {body['error']['message']}"
+                ) from None
+            yield b"data: " + json.dumps(_chunk_json(chunk), separators=(",", ":")).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+    def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None and hasattr(stream, "aclose"):
+            try:
+                task = asyncio.get_running_loop().create_task(stream.aclose())
+            except RuntimeError:
+                return
+            _closing.add(task)
+            task.add_done_callback(_closing.discard)
+
+
+class LitellmClient:
+    """`send` with the raw hop's signature; the request must be an OpenAI chat-completions body."""
+
+    def __init__(self) -> None:
+        self._warmup: asyncio.Future[Any] | None = None
+
+    def warm_up(self) -> None:
+        """Start the import now, in a worker thread, not in the first request's way."""
+        self._warmup = asyncio.ensure_future(load_litellm())
+
+    async def send(
+        self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> UpstreamResponse:
+        started = time.monotonic()
+        if method != "POST" or not path.endswith("/chat/completions") or body is None:
+            raise UpstreamError(
+                f"{_where(route)} serves only POST /v1/chat/completions through litellm, not {method} {path}"
+            )
+        try:
+            request = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise UpstreamError(f"{_where(route)}: the request body is not JSON") from None
+        key = _api_key(headers)
+        if key is None and route.upstream.api_key_env is None:
+            raise Unauthorized(
+                "This route forwards your API key to its provider, and the request carries none. "
+                "Send 'Authorization: Bearer <key>'."
+            )
+        litellm = await load_litellm()
+        stream = bool(request.get("stream"))
+        timeouts = route.upstream.timeouts
+        kwargs: dict[str, Any] = {k: v for k, v in request.items() if k in ALLOWED_FIELDS}
+        kwargs.update(
+            model=route.upstream.model,
+            api_key=key,
+            api_base=route.upstream.base_url,
+            stream=stream,
+            timeout=timeouts.total,
+            max_retries=0,
+            num_retries=0,
+            drop_params=True,
+        )
+        within = min(timeouts.connect + timeouts.first_byte, timeouts.total) if stream else timeouts.total
+        try:
+            async with asyncio.timeout(within):
+                response = await litellm.acompletion(**kwargs)
+        except TimeoutError:
+            raise UpstreamTimeout(_where(route) + f" did not answer within {within:g} s") from None
+        except Exception as exc:  # litellm's error tree, translated at this boundary
+            failure = _transport_failure(exc)
+            if failure == "timeout":
+                raise UpstreamTimeout(_where(route) + " timed out") from None
+            if failure == "connect":
+                raise UpstreamError(_where(route) + " refused or could not be reached") from None
+            status, error_body = _provider_error(exc, key)
+            return LitellmResponse(route, status, started, body=json.dumps(error_body).encode())
+        if stream:
+            return LitellmResponse(route, 200, started, stream=response, secret=key)
+        data = _completion_json(response)
+        return LitellmResponse(route, 200, started, body=json.dumps(data).encode(), request_id=data.get("id"))
+
+
+class RoutedUpstream(UpstreamClient):
+    """The upstream client of the app: raw HTTP for OpenAI-compatible routes, litellm for routes
+    whose upstream names a `model`. One object, so every caller (requests, summaries) picks the
+    route's own hop without knowing there are two."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.litellm = LitellmClient()
+
+    async def send(
+        self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> UpstreamResponse:
+        if route.upstream.model:
+            return await self.litellm.send(route, method, path, body, headers)
+        return await super().send(route, method, path, body, headers)

@@ -1,0 +1,149 @@
+"""Prometheus metrics, in process, rendered by hand in text exposition format 0.0.4.
+
+Updated once per call where its record is finalized (`pipeline._record`, `Compactor._record`) and
+once per compaction outcome. Each update is a few dict operations on the event loop's thread, so
+there are no locks. Summary calls (purpose `summary`) count in the token and cost counters (they
+are spent money) but not in the request counters and histograms, which describe client requests.
+
+    ctxproxy_requests_total{route,wire,status}           status: complete | partial | error
+    ctxproxy_upstream_errors_total{route,kind}           kind: connect | timeout | broken | truncated
+                                                         | malformed | http_<status>
+    ctxproxy_request_duration_seconds{route,wire}        histogram, whole exchange
+    ctxproxy_ttfb_seconds{route,wire}                    histogram, until the first byte
+    ctxproxy_tokens_total{route,kind}                    kind: input | output | cache_read | cache_write
+                                                         | reasoning (input = the total input)
+    ctxproxy_tokens_saved_total{route}                   client payload tokens minus tokens sent
+    ctxproxy_compactions_total{result}                   committed | failed | discarded
+    ctxproxy_cost_usd_total{route}
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+
+from .store.base import CallRecord
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# LLM calls take from tens of milliseconds (cache hits, errors) to minutes (long generations).
+BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+_TOKEN_KINDS = (
+    ("input", "input_total"),
+    ("output", "output"),
+    ("cache_read", "cache_read"),
+    ("cache_write", "cache_write"),
+    ("reasoning", "reasoning"),
+)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(names: tuple[str, ...], values: Iterable[str], extra: str = "") -> str:
+    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
+    if extra:
+        parts.append(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def _number(value: float) -> str:
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+class Counter:
+    def __init__(self, name: str, help: str, labels: tuple[str, ...]) -> None:
+        self.name, self.help, self.label_names = name, help, labels
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        self.values[labels] = self.values.get(labels, 0.0) + amount
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
+        for labels, value in sorted(self.values.items()):
+            lines.append(f"{self.name}{_labels(self.label_names, labels)} {_number(value)}")
+        return lines
+
+
+class Histogram:
+    def __init__(self, name: str, help: str, labels: tuple[str, ...], buckets: tuple[float, ...] = BUCKETS) -> None:
+        self.name, self.help, self.label_names, self.buckets = name, help, labels, buckets
+        # Per label set: per-bucket (non-cumulative) counts with a final +Inf slot, sum, count.
+        self.values: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+
+    def observe(self, labels: tuple[str, ...], value: float) -> None:
+        entry = self.values.get(labels)
+        if entry is None:
+            entry = self.values[labels] = ([0] * (len(self.buckets) + 1), [0.0, 0.0])
+        entry[0][bisect_left(self.buckets, value)] += 1
+        entry[1][0] += value
+        entry[1][1] += 1
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+        for labels, (counts, (total, count)) in sorted(self.values.items()):
+            running = 0
+            for bound, n in zip((*self.buckets, float("inf")), counts, strict=True):
+                running += n
+                le = 'le="+Inf"' if bound == float("inf") else f'le="{_number(bound)}"'
+                lines.append(f"{self.name}_bucket{_labels(self.label_names, labels, le)} {running}")
+            lines.append(f"{self.name}_sum{_labels(self.label_names, labels)} {_number(total)}")
+            lines.append(f"{self.name}_count{_labels(self.label_names, labels)} {_number(count)}")
+        return lines
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.requests = Counter("ctxproxy_requests_total", "Proxied model requests by outcome.",
+                                ("route", "wire", "status"))
+        self.upstream_errors = Counter("ctxproxy_upstream_errors_total", "Upstream failures by kind.",
+                                       ("route", "kind"))
+        self.duration = Histogram("ctxproxy_request_duration_seconds", "Time from request to the end of the answer.",
+                                  ("route", "wire"))
+        self.ttfb = Histogram("ctxproxy_ttfb_seconds", "Time from request to the upstream's first byte.",
+                              ("route", "wire"))
+        self.tokens = Counter("ctxproxy_tokens_total", "Tokens billed by upstreams (main and summary calls).",
+                              ("route", "kind"))
+        self.tokens_saved = Counter("ctxproxy_tokens_saved_total",
+                                    "Tokens of the clients' payloads that rewriting did not send.", ("route",))
+        self.compactions = Counter("ctxproxy_compactions_total", "Compaction jobs by result.", ("result",))
+        for result in ("committed", "failed", "discarded"):
+            self.compactions.inc((result,), 0)
+        self.cost = Counter("ctxproxy_cost_usd_total", "Cost in USD at litellm's prices (known prices only).",
+                            ("route",))
+
+    def observe_call(self, call: CallRecord, wire: str, error_kind: str | None = None) -> None:
+        route = call.route
+        if error_kind:
+            self.upstream_errors.inc((route, error_kind))
+        usage = call.usage
+        for kind, field in _TOKEN_KINDS:
+            value = usage.get(field)
+            if value:
+                self.tokens.inc((route, kind), value)
+        if call.cost_usd:
+            self.cost.inc((route,), call.cost_usd)
+        if call.purpose != "main":
+            return
+        self.requests.inc((route, wire, call.status))
+        if call.latency_ms is not None:
+            self.duration.observe((route, wire), call.latency_ms / 1000)
+        if call.ttfb_ms is not None:
+            self.ttfb.observe((route, wire), call.ttfb_ms / 1000)
+        projection = call.projection or {}
+        client, sent = projection.get("client_tokens"), projection.get("sent_tokens")
+        if isinstance(client, int) and isinstance(sent, int) and client > sent:
+            self.tokens_saved.inc((route,), client - sent)
+
+    def observe_compaction(self, result: str) -> None:
+        self.compactions.inc((result,))
+
+    def render(self) -> bytes:
+        lines: list[str] = []
+        for metric in (self.requests, self.upstream_errors, self.duration, self.ttfb, self.tokens,
+                       self.tokens_saved, self.compactions, self.cost):
+            lines.extend(metric.render())
+        return ("\n".join(lines) + "\n").encode()

@@ -1,0 +1,560 @@
+"""A scripted upstream that speaks the Anthropic Messages API and validates like the real one.
+
+Same style as :mod:`tests.upstream_server`: uvicorn in a background thread, a FIFO of scripted
+:class:`Reply` objects (plus an optional ``responder``), every request recorded.
+
+- ``POST /v1/messages`` non-stream: a ``message`` object; stream: the real event sequence
+  (``message_start`` with usage, ``ping``, per block ``content_block_start`` / ``_delta``
+  (``thinking_delta`` + ``signature_delta``, ``text_delta``, ``input_json_delta``) /
+  ``content_block_stop``, ``message_delta`` with cumulative usage and ``stop_reason``,
+  ``message_stop``), each as ``event: NAME\\ndata: JSON\\n\\n``.
+- ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
+- Validation, with the real API's error shape and wording: first message must be a user
+  message; every ``tool_use`` of an assistant turn needs its ``tool_result`` in the next user
+  message (and no ``tool_result`` without its ``tool_use``; results before other blocks); every
+  thinking block's signature must verify (they are HMACs of the thinking text, so an altered or
+  invented block is rejected); with ``thinking`` enabled, a final assistant turn with tool use
+  must start with its thinking block; at most 4 ``cache_control`` blocks; non-empty text; the
+  prompt must fit the model's window.
+- Usage: ``input_tokens``, ``cache_creation_input_tokens``, ``cache_read_input_tokens``,
+  ``output_tokens``. Prompt caching is simulated: a ``cache_control`` breakpoint whose exact
+  prefix was sent before is read from the cache, the rest up to the last breakpoint is written.
+  The token estimate is tiktoken o200k over the text (see :func:`estimate_tokens`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from tests.upstream_server import count_text_tokens
+
+SIGNING_KEY = b"scripted-anthropic-thinking-key"
+
+
+def sign(thinking: str) -> str:
+    return base64.b64encode(hmac.new(SIGNING_KEY, thinking.encode(), hashlib.sha256).digest()).decode()
+
+
+def error_body(type: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": type, "message": message}}
+
+
+def _block_text(block: Any) -> str:
+    if isinstance(block, str):
+        return block
+    if not isinstance(block, dict):
+        return ""
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "thinking":
+        return str(block.get("thinking", ""))
+    if kind == "tool_use":
+        return str(block.get("name", "")) + json.dumps(block.get("input"))
+    if kind == "tool_result":
+        content = block.get("content")
+        if isinstance(content, list):
+            return "\n".join(_block_text(b) for b in content)
+        return str(content or "")
+    if kind in ("image", "redacted_thinking"):
+        return ""
+    return json.dumps(block)
+
+
+def _segments(body: dict[str, Any]) -> list[tuple[Any, int, bool]]:
+    """(segment, tokens, has cache_control) in cache-prefix order: tools, system, messages."""
+    out: list[tuple[Any, int, bool]] = []
+    for tool in body.get("tools") or []:
+        out.append((tool, count_text_tokens(json.dumps(tool, sort_keys=True)), bool(tool.get("cache_control"))))
+    system = body.get("system")
+    if isinstance(system, str):
+        out.append((system, count_text_tokens(system), False))
+    elif isinstance(system, list):
+        for block in system:
+            out.append((block, count_text_tokens(_block_text(block)), bool(block.get("cache_control"))))
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        blocks = [content] if isinstance(content, str) else list(content or [])
+        out.append((message.get("role"), 3, False))
+        for block in blocks:
+            marked = isinstance(block, dict) and bool(block.get("cache_control"))
+            out.append((block, count_text_tokens(_block_text(block)), marked))
+    return out
+
+
+def estimate_tokens(body: dict[str, Any]) -> int:
+    return sum(tokens for _, tokens, _ in _segments(body))
+
+
+def _split(text: str, n: int) -> list[str]:
+    if not text:
+        return []
+    n = max(1, min(n, len(text)))
+    size, rest = divmod(len(text), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < rest else 0)
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+@dataclasses.dataclass
+class Reply:
+    """One scripted answer.
+
+    text            assistant text; None without tool uses -> ``"ok: <last user text>"``.
+    thinking        a thinking block first (signed by the server); ``redacted`` adds a
+                    redacted_thinking block after it.
+    tool_uses       ``[{"name", "input", "id"?}]`` -> tool_use blocks (stop_reason tool_use).
+    input_tokens / output_tokens / cache_read / cache_write   override the simulated usage.
+    status, error   a non-200 answer with an Anthropic error body (``error`` overrides it).
+    chunks          pieces each text / thinking / tool input is streamed in.
+    duplicate_final_delta   stream: send the final message_delta twice.
+    error_after_events      stream: after k events send an ``error`` event and close.
+    drop_after_events       stream: close the connection after k events (no message_stop).
+    hold / hold_after_events  stream: wait for the Event before sending event k.
+    """
+
+    text: str | None = None
+    thinking: str | None = None
+    redacted: bool = False
+    tool_uses: list[dict[str, Any]] | None = None
+    stop_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
+    status: int = 200
+    error: Any = None
+    chunks: int = 3
+    duplicate_final_delta: bool = False
+    error_after_events: int | None = None
+    drop_after_events: int | None = None
+    hold: threading.Event | None = None
+    hold_after_events: int = 1
+
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    disconnected: threading.Event = dataclasses.field(default_factory=threading.Event)
+    sent_status: int | None = None
+    sent_body: bytes = b""
+    sent_events: list[bytes] = dataclasses.field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    """The final usage this reply reported (set by the server)."""
+    message: dict[str, Any] | None = None
+    """The complete message this reply stands for (set by the server, streamed or not)."""
+
+
+@dataclasses.dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    raw: bytes
+    body: Any
+
+
+class _Dropped(Exception):
+    pass
+
+
+class AnthropicUpstream:
+    def __init__(self, *, api_key: str | None = None, context_windows: dict[str, int] | None = None,
+                 default_context_window: int = 200_000) -> None:
+        self.api_key = api_key
+        self.context_windows = dict(context_windows or {})
+        self.default_context_window = default_context_window
+        self.requests: list[RecordedRequest] = []
+        self.replies_sent: list[Reply] = []
+        self.rejections: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self.responder: Callable[[dict[str, Any]], Reply | None] | None = None
+        self._queue: deque[Reply] = deque()
+        self._cache: set[str] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # ---- lifecycle
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> AnthropicUpstream:
+        count_text_tokens("warm up")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self._app, log_level=os.environ.get("UPSTREAM_LOG_LEVEL", "critical"),
+                                access_log=False, lifespan="off", timeout_graceful_shutdown=1, http="h11",
+                                interface="asgi3")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        name="anthropic-upstream", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("scripted Anthropic upstream did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # ---- scripting
+
+    def push(self, *replies: Reply) -> None:
+        with self._lock:
+            self._queue.extend(replies)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
+            self.replies_sent.clear()
+            self.rejections.clear()
+            self._cache.clear()
+            self.responder = None
+
+    @property
+    def message_requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path == "/v1/messages"]
+
+    def _next_reply(self, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            queued = self._queue.popleft() if self._queue else None
+            responder = self.responder
+        reply = queued or (responder(body) if responder is not None else None) or Reply()
+        with self._lock:
+            self.replies_sent.append(reply)
+        return reply
+
+    # ---- validation
+
+    def validate(self, body: Any) -> dict[str, Any] | None:
+        def bad(message: str) -> dict[str, Any]:
+            return error_body("invalid_request_error", message)
+
+        if not isinstance(body, dict):
+            return bad("Request body must be a JSON object")
+        if not isinstance(body.get("model"), str):
+            return bad("model: Field required")
+        if not isinstance(body.get("max_tokens"), int):
+            return bad("max_tokens: Field required")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return bad("messages: Field required")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+                return bad(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+            content = m.get("content")
+            if isinstance(content, str):
+                if not content and not (i == len(messages) - 1 and m["role"] == "assistant"):
+                    return bad(f"messages.{i}: all messages must have non-empty content except for the "
+                               "optional final assistant message")
+                continue
+            if not isinstance(content, list) or not content:
+                return bad(f"messages.{i}: all messages must have non-empty content except for the "
+                           "optional final assistant message")
+            for j, block in enumerate(content):
+                if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                    return bad(f"messages.{i}.content.{j}: Input should be a valid dictionary")
+                if block["type"] == "text" and not block.get("text"):
+                    return bad("messages: text content blocks must be non-empty")
+        if messages[0]["role"] != "user":
+            return bad('messages: first message must use the "user" role')
+        # tool pairing
+        for i, m in enumerate(messages):
+            blocks = m["content"] if isinstance(m["content"], list) else []
+            if m["role"] == "assistant":
+                ids = [b.get("id") for b in blocks if b["type"] == "tool_use"]
+                if not ids:
+                    continue
+                following = messages[i + 1] if i + 1 < len(messages) else None
+                answered: set[Any] = set()
+                if following is not None and following["role"] == "user" and isinstance(following["content"], list):
+                    answered = {b.get("tool_use_id") for b in following["content"] if b.get("type") == "tool_result"}
+                missing = [x for x in ids if x not in answered]
+                if missing:
+                    return bad(f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks immediately "
+                               f"after: {', '.join(map(str, missing))}. Each `tool_use` block must have a "
+                               "corresponding `tool_result` block in the next message.")
+            else:
+                previous = messages[i - 1] if i > 0 else None
+                issued = set()
+                if previous is not None and previous["role"] == "assistant" and isinstance(previous["content"], list):
+                    issued = {b.get("id") for b in previous["content"] if b.get("type") == "tool_use"}
+                seen_other = False
+                for j, b in enumerate(blocks):
+                    if b["type"] != "tool_result":
+                        seen_other = True
+                        continue
+                    if b.get("tool_use_id") not in issued:
+                        return bad(f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                                   f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
+                                   "corresponding `tool_use` block in the previous message.")
+                    if seen_other:
+                        return bad(f"messages.{i}.content.{j}: `tool_result` blocks must come first in the "
+                                   "content array of a user message, before any other blocks.")
+        # thinking signatures, and the final assistant turn with tool use
+        thinking_on = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
+        last_assistant = None
+        for i, m in enumerate(messages):
+            if m["role"] != "assistant" or not isinstance(m["content"], list):
+                continue
+            last_assistant = i
+            for j, b in enumerate(m["content"]):
+                if b["type"] == "thinking" and b.get("signature") != sign(str(b.get("thinking", ""))):
+                    return bad(f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block")
+                if b["type"] == "redacted_thinking" and not str(b.get("data", "")).startswith("redacted:"):
+                    return bad(f"messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block")
+        if thinking_on and last_assistant is not None:
+            blocks = messages[last_assistant]["content"]
+            if any(b["type"] == "tool_use" for b in blocks) and blocks[0]["type"] not in ("thinking",
+                                                                                           "redacted_thinking"):
+                return bad(f"messages.{last_assistant}.content.0.type: Expected `thinking` or `redacted_thinking`, "
+                           f"but found `{blocks[0]['type']}`. When `thinking` is enabled, a final `assistant` "
+                           "message must start with a thinking block (preceeding the lastmost set of `tool_use` "
+                           "and `tool_result` blocks). We recommend you include thinking blocks from previous "
+                           "turns. To avoid this requirement, disable `thinking`.")
+        markers = sum(1 for _, _, marked in _segments(body) if marked)
+        if markers > 4:
+            return bad(f"A maximum of 4 blocks with cache_control may be provided. Found {markers}.")
+        window = self.context_windows.get(body["model"], self.default_context_window)
+        prompt = estimate_tokens(body)
+        if prompt + body["max_tokens"] > window:
+            return bad(f"prompt is too long: {prompt} tokens > {window - body['max_tokens']} maximum")
+        return None
+
+    # ---- usage with a simulated prompt cache
+
+    def _input_usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
+        segments = _segments(body)
+        total = sum(tokens for _, tokens, _ in segments)
+        digest = hashlib.sha256()
+        cumulative = 0
+        read = write_upto = 0
+        new_keys = []
+        for segment, tokens, marked in segments:
+            digest.update(json.dumps(segment, sort_keys=True).encode())
+            cumulative += tokens
+            if marked:
+                key = digest.copy().hexdigest()
+                with self._lock:
+                    hit = key in self._cache
+                if hit:
+                    read = cumulative
+                write_upto = cumulative
+                new_keys.append(key)
+        with self._lock:
+            self._cache.update(new_keys)
+        write = max(0, write_upto - read)
+        usage = {"input_tokens": max(0, total - read - write), "cache_creation_input_tokens": write,
+                 "cache_read_input_tokens": read}
+        if reply.cache_read is not None:
+            usage["cache_read_input_tokens"] = reply.cache_read
+        if reply.cache_write is not None:
+            usage["cache_creation_input_tokens"] = reply.cache_write
+        if reply.input_tokens is not None:
+            usage["input_tokens"] = reply.input_tokens
+        return usage
+
+    # ---- ASGI
+
+    async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        raw = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        path = scope["path"].rstrip("/")
+        with self._lock:
+            self.requests.append(RecordedRequest(scope["method"], path, headers, raw, body))
+        if self.api_key is not None and headers.get("x-api-key") != self.api_key:
+            await self._json(send, 401, error_body("authentication_error", "invalid x-api-key"))
+            return
+        if path not in ("/v1/messages", "/v1/messages/count_tokens") or scope["method"] != "POST":
+            await self._json(send, 404, error_body("not_found_error", f"Not found: {scope['method']} {path}"))
+            return
+        if body is None:
+            await self._json(send, 400, error_body(
+                "invalid_request_error", "There was an error parsing the body of your request as JSON."))
+            return
+        if path == "/v1/messages/count_tokens":
+            await self._json(send, 200, {"input_tokens": estimate_tokens(body)})
+            return
+        problem = self.validate(body)
+        if problem is not None:
+            with self._lock:
+                self.rejections.append((body, problem))
+            await self._json(send, 400, problem)
+            return
+        reply = self._next_reply(body)
+        try:
+            await self._answer(reply, body, send, receive)
+        finally:
+            reply.done.set()
+
+    async def _json(self, send: Any, status: int, obj: Any, reply: Reply | None = None) -> None:
+        data = json.dumps(obj).encode()
+        if reply is not None:
+            reply.sent_status, reply.sent_body = status, data
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+            (b"request-id", ("req_" + secrets.token_hex(12)).encode()),
+            (b"anthropic-organization-id", b"org-scripted")]})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    def _content(self, reply: Reply, body: dict[str, Any]) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = []
+        if reply.thinking is not None:
+            blocks.append({"type": "thinking", "thinking": reply.thinking, "signature": sign(reply.thinking)})
+            if reply.redacted:
+                blocks.append({"type": "redacted_thinking", "data": "redacted:" + secrets.token_hex(8)})
+        text = reply.text
+        if text is None and not reply.tool_uses:
+            last = ""
+            for m in body["messages"]:
+                if m["role"] == "user":
+                    content = m["content"]
+                    texts = [content] if isinstance(content, str) else [
+                        b.get("text", "") for b in content if b.get("type") == "text"]
+                    if texts:
+                        last = texts[-1]
+            text = f"ok: {last}"
+        if text:
+            blocks.append({"type": "text", "text": text})
+        for use in reply.tool_uses or []:
+            blocks.append({"type": "tool_use", "id": use.get("id") or "toolu_" + secrets.token_hex(12),
+                           "name": use["name"], "input": use.get("input", {})})
+        return blocks
+
+    async def _answer(self, reply: Reply, body: dict[str, Any], send: Any, receive: Any) -> None:
+        if reply.status != 200:
+            payload = reply.error if reply.error is not None else error_body(
+                {529: "overloaded_error", 429: "rate_limit_error", 500: "api_error",
+                 401: "authentication_error"}.get(reply.status, "api_error"),
+                "Overloaded" if reply.status == 529 else "Upstream error")
+            await self._json(send, reply.status, payload, reply)
+            return
+        content = self._content(reply, body)
+        usage = self._input_usage(body, reply)
+        output = reply.output_tokens if reply.output_tokens is not None else max(
+            1, sum(count_text_tokens(_block_text(b)) for b in content))
+        final_usage = {**usage, "output_tokens": output}
+        reply.usage = final_usage
+        stop = reply.stop_reason or ("tool_use" if reply.tool_uses else "end_turn")
+        message = {"id": "msg_" + secrets.token_hex(12), "type": "message", "role": "assistant",
+                   "model": body["model"], "content": content, "stop_reason": stop, "stop_sequence": None,
+                   "usage": final_usage}
+        reply.message = message
+        if not body.get("stream"):
+            await self._json(send, 200, message, reply)
+            return
+
+        def event(name: str, data: dict[str, Any]) -> bytes:
+            return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+        events = [event("message_start", {"type": "message_start", "message": {
+            **message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}}),
+            event("ping", {"type": "ping"})]
+        for index, block in enumerate(content):
+            kind = block["type"]
+            if kind == "thinking":
+                start: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
+                deltas = [{"type": "thinking_delta", "thinking": p} for p in _split(block["thinking"], reply.chunks)]
+                deltas.append({"type": "signature_delta", "signature": block["signature"]})
+            elif kind == "text":
+                start = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": p} for p in _split(block["text"], reply.chunks)]
+            elif kind == "tool_use":
+                start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+                deltas = [{"type": "input_json_delta", "partial_json": ""}] + [
+                    {"type": "input_json_delta", "partial_json": p}
+                    for p in _split(json.dumps(block["input"]), reply.chunks)]
+            else:
+                start, deltas = block, []
+            events.append(event("content_block_start", {"type": "content_block_start", "index": index,
+                                                        "content_block": start}))
+            events.extend(event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+                          for d in deltas)
+            events.append(event("content_block_stop", {"type": "content_block_stop", "index": index}))
+        final = event("message_delta", {"type": "message_delta",
+                                        "delta": {"stop_reason": stop, "stop_sequence": None},
+                                        "usage": final_usage})
+        events.append(final)
+        if reply.duplicate_final_delta:
+            events.append(final)
+        events.append(event("message_stop", {"type": "message_stop"}))
+
+        finished = threading.Event()
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not finished.is_set():
+                        reply.disconnected.set()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            reply.sent_status = 200
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                (b"request-id", ("req_" + secrets.token_hex(12)).encode())]})
+            for k, data in enumerate(events):
+                if reply.error_after_events is not None and k == reply.error_after_events:
+                    err = event("error", error_body("overloaded_error", "Overloaded"))
+                    await send({"type": "http.response.body", "body": err, "more_body": True})
+                    reply.sent_events.append(err)
+                    break
+                if reply.drop_after_events is not None and k >= reply.drop_after_events:
+                    raise _Dropped()
+                if reply.hold is not None and k == reply.hold_after_events:
+                    while not reply.hold.is_set() and not reply.disconnected.is_set() and not self._stopping.is_set():
+                        await asyncio.sleep(0.01)
+                if reply.disconnected.is_set() or self._stopping.is_set():
+                    return
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+                reply.sent_events.append(data)
+            finished.set()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            finished.set()
+            watcher.cancel()

@@ -1,0 +1,463 @@
+"""A scripted upstream that speaks the OpenAI Responses API (``POST /v1/responses``).
+
+Same style as :mod:`tests.upstream_server`: uvicorn in a background thread, a FIFO of scripted
+replies (:meth:`ResponsesServer.push`, else :attr:`responder`, else ``"ok: <last user text>"``),
+every request recorded. It validates like the real API:
+
+- ``model`` required; ``input`` a string or an array of objects; ``previous_response_id`` must name
+  a stored response (the stored input + output are prepended, as the real API does);
+- every ``function_call_output`` answers a ``function_call`` earlier in the input
+  (``No tool call found for function call output with call_id ...``);
+- a ``function_call`` sent in input is followed by its output before the next message item
+  (``No tool output found for function call ...``);
+- a ``reasoning`` item is followed by an assistant-side item
+  (``Item '...' of type 'reasoning' was provided without its required following item.``);
+- the input (tiktoken o200k estimate, :func:`count_input_tokens`) plus ``max_output_tokens`` fits
+  the model's window (``context_length_exceeded``).
+
+Answers: non-stream a ``response`` object; stream the real event sequence (``response.created``,
+``response.in_progress``, per item ``response.output_item.added``, ``response.content_part.added``,
+``response.output_text.delta``..., ``response.output_text.done``, ``response.content_part.done`` or
+``response.function_call_arguments.delta``/``.done``, ``response.output_item.done``, then
+``response.completed`` / ``response.incomplete`` / ``response.failed``), each as
+``event: TYPE`` + ``data: JSON`` with a ``sequence_number``. Usage: ``input_tokens`` (the estimate
+unless overridden) with ``input_tokens_details.cached_tokens``, ``output_tokens`` with
+``output_tokens_details.reasoning_tokens``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from tests.upstream_server import RecordedRequest, _encoding, _split, count_text_tokens, openai_error
+
+__all__ = ["ResponsesReply", "ResponsesServer", "count_input_tokens", "fcall"]
+
+
+def fcall(name: str, arguments: Any, call_id: str | None = None) -> dict[str, Any]:
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    return {"name": name, "arguments": arguments, "call_id": call_id or "call_" + secrets.token_hex(8)}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def count_input_tokens(instructions: Any, items: list[dict[str, Any]]) -> int:
+    total = 3
+    if isinstance(instructions, str) and instructions:
+        total += 4 + count_text_tokens(instructions)
+    for item in items:
+        total += 3
+        kind = item.get("type", "message")
+        if kind == "message":
+            total += count_text_tokens(str(item.get("role", ""))) + count_text_tokens(_text(item.get("content")))
+        elif kind == "function_call":
+            total += count_text_tokens(str(item.get("name", ""))) + count_text_tokens(str(item.get("arguments", "")))
+        elif kind == "function_call_output":
+            total += count_text_tokens(_text(item.get("output")))
+        elif kind == "reasoning":
+            total += 8
+    return total
+
+
+@dataclasses.dataclass
+class ResponsesReply:
+    """One scripted answer (every field optional).
+
+    text            assistant text (None and no calls: ``"ok: <last user text>"``).
+    calls           function calls (see :func:`fcall`); emitted after the text.
+    reasoning       emit a reasoning item (with ``encrypted_content``) first.
+    input_tokens / output_tokens / cached_tokens / cache_write_tokens / reasoning_tokens   usage.
+    status          HTTP status (not 200: ``error_body`` or a default OpenAI error).
+    end             ``"completed"``, ``"incomplete"`` or ``"failed"``.
+    chunks          pieces per text / arguments when streaming.
+    drop_after_events   stream: close the connection after k events (no end event).
+    hold / hold_after_events   stream: wait for the ``threading.Event`` after k events.
+    """
+
+    text: str | None = None
+    calls: list[dict[str, Any]] | None = None
+    reasoning: bool = False
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
+    status: int = 200
+    error_body: Any = None
+    end: str = "completed"
+    chunks: int = 3
+    drop_after_events: int | None = None
+    hold: threading.Event | None = None
+    hold_after_events: int = 2
+
+    disconnected: threading.Event = dataclasses.field(default_factory=threading.Event)
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    sent_events: list[tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    sent_json: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+
+
+class _Dropped(Exception):
+    pass
+
+
+class ResponsesServer:
+    def __init__(self, context_windows: dict[str, int] | None = None, default_window: int = 128_000) -> None:
+        self.context_windows = dict(context_windows or {})
+        self.default_window = default_window
+        self.requests: list[RecordedRequest] = []
+        self.replies_sent: list[ResponsesReply] = []
+        self.rejections: list[dict[str, Any]] = []
+        self.stored: dict[str, list[dict[str, Any]]] = {}
+        self.responder: Callable[[dict[str, Any]], ResponsesReply | None] | None = None
+        self._queue: deque[ResponsesReply] = deque()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # ---- lifecycle
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> ResponsesServer:
+        _encoding()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self._app, log_level=os.environ.get("UPSTREAM_LOG_LEVEL", "critical"),
+                                access_log=False, lifespan="off", timeout_graceful_shutdown=1, http="h11",
+                                interface="asgi3")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
+                                        name="responses-upstream")
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("responses upstream did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # ---- scripting
+
+    def push(self, *replies: ResponsesReply) -> None:
+        with self._lock:
+            self._queue.extend(replies)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
+            self.replies_sent.clear()
+            self.rejections.clear()
+            self.responder = None
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r.body for r in self.requests if isinstance(r.body, dict)]
+
+    @property
+    def last(self) -> RecordedRequest:
+        with self._lock:
+            assert self.requests, "no request reached the responses upstream"
+            return self.requests[-1]
+
+    @property
+    def last_reply(self) -> ResponsesReply:
+        with self._lock:
+            return self.replies_sent[-1]
+
+    def _next(self, body: dict[str, Any]) -> ResponsesReply:
+        with self._lock:
+            reply = self._queue.popleft() if self._queue else None
+            responder = self.responder
+        reply = reply or (responder(body) if responder else None) or ResponsesReply()
+        with self._lock:
+            self.replies_sent.append(reply)
+        return reply
+
+    # ---- validation
+
+    def _error(self, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+        error = openai_error(message, param=param, code=code)
+        with self._lock:
+            self.rejections.append(error)
+        return error
+
+    def _full_input(self, body: dict[str, Any]) -> list[dict[str, Any]] | dict[str, Any]:
+        data = body.get("input")
+        items: list[dict[str, Any]] = []
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            with self._lock:
+                stored = self.stored.get(previous)
+            if stored is None:
+                return self._error(f"Previous response with id '{previous}' not found.", "previous_response_id",
+                                   "previous_response_not_found")
+            items.extend(stored)
+        if isinstance(data, str):
+            items.append({"type": "message", "role": "user", "content": data})
+        elif isinstance(data, list):
+            for i, item in enumerate(data):
+                if not isinstance(item, dict):
+                    return self._error(f"Invalid type for 'input[{i}]': expected an object.", f"input[{i}]",
+                                       "invalid_type")
+                items.append(item if "type" in item else {"type": "message", **item})
+        elif data is not None:
+            return self._error("Invalid type for 'input': expected a string or an array.", "input", "invalid_type")
+        return items
+
+    def _validate(self, body: Any) -> dict[str, Any] | list[dict[str, Any]]:
+        if not isinstance(body, dict):
+            return self._error("We could not parse the JSON body of your request.")
+        if not isinstance(body.get("model"), str):
+            return self._error("Missing required parameter: 'model'.", "model", "missing_required_parameter")
+        items = self._full_input(body)
+        if isinstance(items, dict):
+            return items
+        calls: dict[str, int] = {}
+        open_calls: list[str] = []
+        for i, item in enumerate(items):
+            kind = item.get("type")
+            if kind == "function_call":
+                calls[item["call_id"]] = i
+                open_calls.append(item["call_id"])
+            elif kind == "function_call_output":
+                if item.get("call_id") not in calls:
+                    return self._error(f"No tool call found for function call output with call_id "
+                                       f"{item.get('call_id')}.", "input")
+                if item["call_id"] in open_calls:
+                    open_calls.remove(item["call_id"])
+            elif kind == "message" and item.get("role") != "assistant" and open_calls:
+                return self._error(f"No tool output found for function call {open_calls[0]}.", "input")
+            elif kind == "reasoning":
+                following = next((j for j in items[i + 1:] if j.get("type") != "reasoning"), None)
+                if following is None or not (following.get("type") == "function_call" or (
+                        following.get("type") == "message" and following.get("role") == "assistant")):
+                    return self._error(f"Item '{item.get('id')}' of type 'reasoning' was provided without its "
+                                       "required following item.", "input")
+        window = self.context_windows.get(body["model"], self.default_window)
+        needed = count_input_tokens(body.get("instructions"), items) + int(body.get("max_output_tokens") or 0)
+        if needed > window:
+            return self._error(f"Your input exceeds the context window of this model ({needed} > {window}). "
+                               "Please adjust your input and try again.", "input", "context_length_exceeded")
+        return items
+
+    # ---- ASGI
+
+    async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        raw = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        with self._lock:
+            self.requests.append(RecordedRequest(scope["method"], scope["path"], "", headers, raw, body))
+        if scope["path"].rstrip("/") != "/v1/responses" or scope["method"] != "POST":
+            await self._json(send, 404, openai_error(f"Invalid URL ({scope['method']} {scope['path']})"))
+            return
+        checked = self._validate(body)
+        if isinstance(checked, dict) or not isinstance(body, dict):
+            await self._json(send, 400, checked)
+            return
+        reply = self._next(body)
+        try:
+            await self._answer(reply, body, checked, send, receive)
+        finally:
+            reply.done.set()
+
+    async def _json(self, send: Any, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+            (b"x-request-id", ("req_" + secrets.token_hex(8)).encode())]})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    def _output(self, reply: ResponsesReply, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if reply.reasoning:
+            out.append({"id": "rs_" + secrets.token_hex(8), "type": "reasoning", "summary": [],
+                        "encrypted_content": "enc_" + secrets.token_hex(16)})
+        text = reply.text
+        if text is None and not reply.calls:
+            last = next((_text(i.get("content")) for i in reversed(items)
+                         if i.get("type") == "message" and i.get("role") == "user"), "")
+            text = f"ok: {last[:200]}"
+        if text is not None:
+            out.append({"id": "msg_" + secrets.token_hex(8), "type": "message", "status": "completed",
+                        "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": [],
+                                                          "logprobs": []}]})
+        for call in reply.calls or ():
+            out.append({"id": "fc_" + secrets.token_hex(8), "type": "function_call", "status": "completed",
+                        "arguments": call["arguments"], "call_id": call["call_id"], "name": call["name"]})
+        return out
+
+    def _usage(self, reply: ResponsesReply, body: dict[str, Any], items: list[dict[str, Any]],
+               output: list[dict[str, Any]]) -> dict[str, Any]:
+        input_tokens = reply.input_tokens if reply.input_tokens is not None else count_input_tokens(
+            body.get("instructions"), items)
+        if reply.output_tokens is not None:
+            output_tokens = reply.output_tokens
+        else:
+            output_tokens = reply.reasoning_tokens + sum(
+                count_input_tokens(None, [o]) - 6 for o in output)
+        details = {"cached_tokens": reply.cached_tokens, "cache_write_tokens": reply.cache_write_tokens}
+        return {"input_tokens": input_tokens, "input_tokens_details": details,
+                "output_tokens": output_tokens,
+                "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
+                "total_tokens": input_tokens + output_tokens}
+
+    def _response(self, rid: str, body: dict[str, Any], status: str, output: list[dict[str, Any]],
+                  usage: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "id": rid, "object": "response", "created_at": int(time.time()), "status": status,
+            "background": False, "error": None, "incomplete_details": None,
+            "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+            "model": body["model"], "output": output, "parallel_tool_calls": True,
+            "previous_response_id": body.get("previous_response_id"), "reasoning": {"effort": None, "summary": None},
+            "service_tier": "default", "store": body.get("store", True), "temperature": 1.0,
+            "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": body.get("tools") or [],
+            "top_p": 1.0, "truncation": "disabled", "usage": usage, "user": None, "metadata": {},
+        }
+
+    async def _answer(self, reply: ResponsesReply, body: dict[str, Any], items: list[dict[str, Any]],
+                      send: Any, receive: Any) -> None:
+        if reply.status != 200:
+            await self._json(send, reply.status, reply.error_body or openai_error(
+                "The server had an error while processing your request.", "server_error"))
+            return
+        rid = "resp_" + secrets.token_hex(12)
+        output = self._output(reply, items)
+        usage = self._usage(reply, body, items, output)
+        reply.usage = usage
+        final = self._response(rid, body, reply.end, output, usage)
+        if reply.end == "failed":
+            final["error"] = {"code": "server_error", "message": "The model failed to generate a response."}
+            final["output"] = []
+        elif reply.end == "incomplete":
+            final["incomplete_details"] = {"reason": "max_output_tokens"}
+        if body.get("store", True) is not False:
+            with self._lock:
+                self.stored[rid] = [*items, *output]
+        if not body.get("stream"):
+            reply.sent_json = final
+            await self._json(send, 200, final)
+            return
+        await self._stream(reply, body, rid, output, final, send, receive)
+
+    def _events(self, body: dict[str, Any], rid: str, output: list[dict[str, Any]], final: dict[str, Any],
+                reply: ResponsesReply) -> list[tuple[str, dict[str, Any]]]:
+        events: list[tuple[str, dict[str, Any]]] = []
+
+        def add(kind: str, **fields: Any) -> None:
+            events.append((kind, {"type": kind, "sequence_number": len(events), **fields}))
+
+        start = self._response(rid, body, "in_progress", [], None)
+        add("response.created", response=start)
+        add("response.in_progress", response=start)
+        for index, item in enumerate(final["output"]):
+            kind = item["type"]
+            if kind == "message":
+                add("response.output_item.added", output_index=index,
+                    item={**item, "status": "in_progress", "content": []})
+                part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                add("response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=part)
+                text = item["content"][0]["text"]
+                for piece in _split(text, reply.chunks):
+                    add("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
+                        delta=piece, logprobs=[])
+                add("response.output_text.done", item_id=item["id"], output_index=index, content_index=0, text=text,
+                    logprobs=[])
+                add("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
+                    part=item["content"][0])
+            elif kind == "function_call":
+                add("response.output_item.added", output_index=index,
+                    item={**item, "status": "in_progress", "arguments": ""})
+                for piece in _split(item["arguments"], reply.chunks):
+                    add("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                        delta=piece)
+                add("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                    arguments=item["arguments"])
+            else:
+                add("response.output_item.added", output_index=index, item=item)
+            add("response.output_item.done", output_index=index, item=item)
+        add(f"response.{reply.end}", response=final)
+        return events
+
+    async def _stream(self, reply: ResponsesReply, body: dict[str, Any], rid: str, output: list[dict[str, Any]],
+                      final: dict[str, Any], send: Any, receive: Any) -> None:
+        events = self._events(body, rid, output, final, reply)
+        finished = threading.Event()
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    if not finished.is_set():
+                        reply.disconnected.set()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"x-request-id", ("req_" + secrets.token_hex(8)).encode())]})
+            for k, (kind, data) in enumerate(events):
+                if reply.drop_after_events is not None and k >= reply.drop_after_events:
+                    raise _Dropped()
+                if reply.hold is not None and k == reply.hold_after_events:
+                    while not reply.hold.is_set() and not reply.disconnected.is_set() and not self._stopping.is_set():
+                        await asyncio.sleep(0.01)
+                if reply.disconnected.is_set() or self._stopping.is_set():
+                    return
+                chunk = f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                reply.sent_events.append((kind, data))
+            finished.set()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            finished.set()
+            watcher.cancel()
