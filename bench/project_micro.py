@@ -12,6 +12,15 @@ Each case runs twice: without a cache (everything derived from scratch), and ", 
 `ProjectionCache` that saw the previous request (the same `Item` objects minus the newest three,
 as the proxy's history cache hands them over) — the steady state of a long session.
 
+"grow by one turn" is what the proxy does on every request: the cache saw the previous request
+(the history one turn shorter: up to the previous user or tool message that ended a request),
+the call adds that turn (the assistant reply and its tool results or the next user message),
+the item list is a new list of the same `Item` objects plus new ones. Each timed call gets a
+fresh cache warmed by the previous request, cycling over the last 5 turns before the size.
+These cases use a 1M window (gpt-4.1) so 2,000 events stay under the trigger — the state before
+the first compaction, which issue #4 is about — and a 128k window with a checkpoint (the state
+after it).
+
     python -m bench.project_micro                      # the table
     python -m bench.project_micro --save before.json   # keep the numbers
     python -m bench.project_micro --baseline before.json   # before/after columns
@@ -36,6 +45,7 @@ from bench.bodies import TRANSCRIPTS, agent_body, transcript_files
 SIZES = (50, 500, 2000)
 TAIL_TOKENS = 20_000
 WINDOW, MAX_OUTPUT = 128_000, 16_384
+GROW_WINDOW = 1_047_576  # gpt-4.1: 2,000 events stay under the trigger
 SUMMARY = "## Goal\nKeep the agent going.\n## Key facts\n" + "\n".join(
     f"- [e{i}] fact number {i}: path/to/file_{i}.py line {i * 7}" for i in range(60)
 )
@@ -76,6 +86,34 @@ def _timed(fn: Callable[[], Any], runs: int) -> float:
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1000
+
+
+def _turn_cuts(messages: list[dict[str, Any]]) -> list[int]:
+    """Lengths at which a request ends (a user or tool message followed by an assistant reply),
+    ascending, ending with len(messages)."""
+    cuts = [
+        end
+        for end in range(1, len(messages))
+        if messages[end - 1].get("role") in ("user", "tool") and messages[end].get("role") == "assistant"
+    ]
+    return [*cuts, len(messages)]
+
+
+def _timed_growth(call: Callable[[int, Any], Any], cuts: list[int], cache_class: Any, runs: int) -> float:
+    """Median ms of `call(current, cache)` on a cache that saw `call(previous, cache)` (the
+    previous request), over fresh caches cycling through consecutive pairs of `cuts`."""
+    pairs = list(zip(cuts, cuts[1:], strict=False))
+    samples = []
+    for run in range(runs + 1):
+        previous, current = pairs[run % len(pairs)]
+        cache = cache_class()
+        call(previous, cache)  # the previous request
+        t0 = time.perf_counter()
+        call(current, cache)
+        elapsed = time.perf_counter() - t0
+        if run:
+            samples.append(elapsed)
     return statistics.median(samples) * 1000
 
 
@@ -124,6 +162,33 @@ def measure(package: str, runs: int) -> dict[str, float]:
             through -= 1
         checkpoint = base.Checkpoint(1, through, SUMMARY, counter.count_text(SUMMARY) + 40)
         cases(f"{size} items, checkpoint (~20k tail)", items, checkpoint, prefix, budget)
+
+    for size in SIZES:
+        messages = _request_cut(history, size)
+        items = items_of(messages, "corpus")
+        if cache_class is None:
+            break
+        cuts = _turn_cuts(messages)[-6:]
+        wide = base.Budget(GROW_WINDOW, MAX_OUTPUT, fixed)
+        results[f"{size} items, grow by one turn, cache"] = _timed_growth(
+            lambda n, cache, items=items, wide=wide: project(prefix, items[:n], None, wide, config, counter, cache),
+            cuts,
+            cache_class,
+            runs,
+        )
+        kept, through = 0, cuts[0]
+        while through > 0 and kept < TAIL_TOKENS:
+            kept += items[through - 1].tokens
+            through -= 1
+        checkpoint = base.Checkpoint(1, through, SUMMARY, counter.count_text(SUMMARY) + 40)
+        results[f"{size} items, grow by one turn, checkpoint, cache"] = _timed_growth(
+            lambda n, cache, items=items, checkpoint=checkpoint: project(
+                prefix, items[:n], checkpoint, budget, config, counter, cache
+            ),
+            cuts,
+            cache_class,
+            runs,
+        )
 
     body = agent_body()
     body_messages = body["messages"]

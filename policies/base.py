@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import ne
 from typing import Any
 
 Message = Mapping[str, Any]
@@ -221,14 +223,20 @@ class CompactionPlan:
 
 
 def _ranges(seqs: tuple[int, ...]) -> list[list[int]]:
-    """[1, 2, 3, 7] -> [[1, 3], [7, 7]]: compact JSON for long histories."""
-    out: list[list[int]] = []
-    for seq in sorted(seqs):
-        if out and out[-1][1] == seq - 1:
-            out[-1][1] = seq
-        else:
-            out.append([seq, seq])
-    return out
+    """[1, 2, 3, 7] -> [[1, 3], [7, 7]]: compact JSON for long histories. (A range ends where
+    the next seq is not the previous one plus one; found with C-level iteration, the Python
+    work is per range, not per seq.)"""
+    ordered = sorted(seqs)
+    if not ordered:
+        return []
+    successors = map(_PLUS_ONE, ordered)
+    breaks = list(compress(range(1, len(ordered)), map(ne, ordered[1:], successors)))
+    starts = [ordered[0], *(ordered[i] for i in breaks)]
+    ends = [*(ordered[i - 1] for i in breaks), ordered[-1]]
+    return [[start, end] for start, end in zip(starts, ends, strict=True)]
+
+
+_PLUS_ONE = (1).__add__
 
 
 @dataclass(frozen=True)

@@ -209,9 +209,10 @@ def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> History
 class ProjectionCache:
     """Caller-owned memo for `project(..., cache=)` across calls on one growing branch.
 
-    Holds the last `HistoryIndex` and a bounded memo (`max_entries`, cleared when full) of what
-    was derived from immutable inputs: slots of groups, trimmed tool results, trimmed slots,
-    summary blocks. Every entry holds the objects it was derived from and is used only when they
+    Holds the last `HistoryIndex`, the last call's rendered tail (`tail`, see
+    `policies.incremental`; changed only under `lock`) and a bounded memo (`max_entries`,
+    cleared when full) of what was derived from immutable inputs: slots of groups, trimmed tool
+    results, trimmed slots, summary blocks. Every entry holds the objects it was derived from and is used only when they
     are the same objects again (and the same `count`), so results never depend on the cache;
     it only saves work. Safe to share and to use from several threads (the index is swapped in
     one assignment; the memo is a plain dict). Keep one per branch (e.g. an LRU keyed by branch

@@ -22,7 +22,11 @@ Cost: proportional to what is sent, plus one pass over the items (grouping, toke
 Covered groups are skipped by bisection, not visited. With `cache=ProjectionCache()` (one per
 branch, kept by the caller) the pass only reads what follows the previous call's stable point,
 and slots, trimmed results and the summary block of unchanged inputs are reused — provided the
-caller passes the same `Item` objects again (checked by identity, never by equality).
+caller passes the same `Item` objects again (checked by identity, never by equality). When no
+step would rewrite the draft (under the trigger, within the budget: the common case), the
+result is assembled from the previous call's rendering plus the groups that are new or whose
+rendering may have changed (`policies.incremental`): Python work proportional to the new
+turn, plus C-level copies of the outgoing lists.
 
 Invariants: the prefix is first and unchanged; the newest user message and the in-flight group
 are verbatim; the result is deterministic (same inputs -> byte-identical `json.dumps`, with or
@@ -39,6 +43,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
+from itertools import chain
+from operator import attrgetter, is_not
 
 from policies.base import (
     Budget,
@@ -56,7 +63,6 @@ from policies.groups import effective_boundary, last_index
 from policies.incremental import project_incremental, summary_for
 from policies.index import HistoryIndex, ProjectionCache, index_items
 from policies.prune_groups import prune_groups
-from policies.summary_prompt import summary_block
 from policies.summary_tail import plan_compaction
 from policies.trim_tool_results import trim_tool_results
 
@@ -173,6 +179,8 @@ def build_draft(
 
 
 _summary = summary_for
+_SEQS = attrgetter("seqs")
+_NOT_NONE = partial(is_not, None)
 _slot = render_slot
 _cached_slot = cached_slot
 
@@ -182,7 +190,7 @@ def make_record(draft: Draft, ctx: StepContext) -> ProjectionRecord:
     index = ctx.index if ctx.index is not None else index_items(ctx.items)
     covered = ctx.covered_through
     slots = draft.slots
-    sent = sorted([seq for slot in slots for seq in slot.seqs if seq is not None])
+    sent = sorted(filter(_NOT_NONE, chain.from_iterable(map(_SEQS, slots))))
     trimmed: tuple[TrimEntry, ...] = ()
     if draft.trimmed:
         by_seq: dict[int, TrimEntry] = {entry.seq: entry for entry in draft.trimmed}

@@ -139,12 +139,32 @@ def fit_group(group: Group, limit: int, count: CountFn) -> tuple[Item, ...]:
     return best
 
 
+def _units(groups: Sequence[Group]) -> list[Group]:
+    """`groups` with each orphan result that sits inside a tool group's span (a stray result
+    between two of its results) merged into that group, items in history order: a chunk then
+    lists events in seq order, and the orphan never lands in a chunk of its own before or after
+    its neighbours."""
+    units: list[Group] = []
+    for group in groups:
+        if group.kind == "orphan" and units and units[-1].first_seq < group.first_seq < units[-1].last_seq:
+            unit = units[-1]
+            merged = tuple(sorted((*unit.items, *group.items), key=_SEQ))
+            units[-1] = Group(unit.kind, merged, unit.missing_ids)
+        else:
+            units.append(group)
+    return units
+
+
+_SEQ = attrgetter("seq")
+
+
 def make_chunks(groups: Sequence[Group], limit: int, count: CountFn) -> tuple[tuple[Item, ...], ...]:
-    """Pack whole groups, oldest first, into chunks of at most `limit` tokens."""
+    """Pack whole groups (with the orphan results inside their span), oldest first, into chunks
+    of at most `limit` tokens; every chunk lists its items in history order."""
     chunks: list[tuple[Item, ...]] = []
     current: list[Item] = []
     current_cost = 0
-    for group in groups:
+    for group in _units(groups):
         cost = _chunk_cost(group.items)
         if cost > limit:
             if current:

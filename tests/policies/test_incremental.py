@@ -62,7 +62,9 @@ def test_a_growing_branch_projects_as_without_a_cache(
 
     for turn in range(1, data.draw(st.integers(2, 14))):
         action = data.draw(
-            st.sampled_from(("append",) * 6 + ("in_flight", "checkpoint", "budget", "edit", "rewind", "prefix", "config"))
+            st.sampled_from(
+                ("append",) * 6 + ("in_flight", "checkpoint", "budget", "edit", "rewind", "prefix", "config")
+            )
         )
         last = history[-1].message if history else None
         if last is not None and last.get("role") == "assistant" and last.get("tool_calls") and data.draw(st.booleans()):
@@ -103,7 +105,8 @@ def test_a_growing_branch_projects_as_without_a_cache(
         event("answered incrementally" if cache.incremental > before else "full pipeline")
 
 
-def _project(history: list[Item], cache: ProjectionCache | None, config: PolicyConfig = PolicyConfig()) -> Any:
+def _project(history: list[Item], cache: ProjectionCache | None, config: PolicyConfig | None = None) -> Any:
+    config = config if config is not None else PolicyConfig()
     return project([], history, None, Budget(200_000, 4_000, 100), config, fake_count, cache)
 
 
@@ -149,8 +152,29 @@ def test_over_the_trigger_falls_back_to_the_full_pipeline() -> None:
 
 
 def test_record_ranges_hint_is_used_only_for_its_own_seqs() -> None:
-    record = ProjectionRecord(0, 0, None, 0, (), (), False, None, sent_seqs=(1, 2, 3), sent_ranges=((1, 2, 3), ((1, 3),)))
+    seqs = (1, 2, 3)
+    record = ProjectionRecord(0, 0, None, 0, (), (), False, None, sent_seqs=seqs, sent_ranges=(seqs, ((1, 3),)))
     assert record.to_dict()["sent_seqs"] == [[1, 3]]
     changed = replace(record, sent_seqs=(1, 3))
     assert changed.to_dict()["sent_seqs"] == [[1, 1], [3, 3]]
     assert record == replace(record, sent_ranges=None)  # not part of equality
+
+
+class Frozen(dict[str, Any]):
+    """A mapping that is not exactly a dict: projections send plain-dict copies of it."""
+
+
+def test_non_dict_messages_are_sent_as_dicts_on_both_paths() -> None:
+    history = items(user("go"), calls("a"), result("a", "q" * 9000), assistant("ok"))
+    history.append(Item(5, Frozen(role="user", content="next"), fake_count({"role": "user", "content": "next"})))
+    history.insert(1, Item(2, Frozen(role="assistant", content="hm"), 9))
+    history = [Item(i + 1, item.message, item.tokens) for i, item in enumerate(history)]
+    prefix = [Frozen(role="system", content="be brief")]
+    cache = ProjectionCache()
+    for n in (2, 4, 6):
+        cached = project(prefix, history[:n], None, Budget(200_000, 4_000, 100), PolicyConfig(), fake_count, cache)
+        fresh = project(prefix, history[:n], None, Budget(200_000, 4_000, 100), PolicyConfig(), fake_count)
+        assert all(type(m) is dict for m in cached.messages)
+        assert json.dumps(cached.messages) == json.dumps(fresh.messages)
+        assert cached.record == fresh.record
+    assert cache.incremental == 3
