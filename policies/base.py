@@ -295,6 +295,30 @@ class ProjectionRecord:
             "repaired": [{"seq": seq, "tool_call_id": tid} for seq, tid in self.repaired],
         }
 
+    def summary_dict(self) -> dict[str, Any]:
+        """The compact form kept with every call record: counts and ranges instead of per-event
+        lists, so a record's size does not grow with the history (`to_dict` has the details)."""
+        return {
+            "client_tokens": self.client_tokens,
+            "sent_tokens": self.sent_tokens,
+            "input_budget": self.input_budget,
+            "trigger_tokens": self.trigger_tokens,
+            "checkpoint_generation": self.checkpoint_generation,
+            "covered_through_seq": self.covered_through_seq,
+            "trimmed": len(self.trimmed),
+            "trimmed_chars": [
+                sum(entry.original_chars for entry in self.trimmed),
+                sum(entry.kept_chars for entry in self.trimmed),
+            ],
+            "pruned_seqs": _ranges(self.pruned_seqs),
+            "over_trigger": self.over_trigger,
+            "compaction": self.compaction.to_dict() if self.compaction else None,
+            "sent": len(self.sent_seqs),
+            "pinned_seqs": list(self.pinned_seqs),
+            "orphans": len(self.orphan_seqs),
+            "repaired": len(self.repaired),
+        }
+
 
 @dataclass(frozen=True)
 class Projection:

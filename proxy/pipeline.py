@@ -105,7 +105,7 @@ async def handle(request: Request, wire: Wire) -> Any:
             state, wire, route, policy, route.upstream.model or model, body, ingested,
             _summary_auth(state, wire, route, request), known, remembered,
         )
-        call.projection = projection.record.to_dict()
+        call.projection = projection.record.summary_dict()
         if _rewritten(projection):
             sent_messages = projection.messages
     encoded, remembered.encoded = wire.encode(
