@@ -7,6 +7,7 @@ import hmac
 import logging
 import os
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -55,9 +56,9 @@ async def _http_error(request: Request, exc: Exception) -> RawResponse:
     if exc.status_code == 404:
         return _error_response(request, NotFound(f"Unknown path {request.url.path}."))
     if exc.status_code == 405:
-        error = BadRequest(f"Method {request.method} is not allowed on {request.url.path}.")
-        error.status = 405
-        return _error_response(request, error)
+        not_allowed = BadRequest(f"Method {request.method} is not allowed on {request.url.path}.")
+        not_allowed.status = 405
+        return _error_response(request, not_allowed)
     error = ProxyError(str(exc.detail))
     error.status = exc.status_code
     return _error_response(request, error)
@@ -108,10 +109,10 @@ async def list_models(request: Request) -> RawResponse:
                                        frozenset())
     upstream = await state.upstream.send(route, "GET", "/models", None, headers)
     try:
-        data = await upstream.read()
+        body = await upstream.read()
     finally:
         upstream.close()
-    return RawResponse(data, upstream.status, upstream.headers)
+    return RawResponse(body, upstream.status, upstream.headers)
 
 
 def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
@@ -151,13 +152,11 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         Route("/metrics", metrics, methods=["GET"]),
         *admin.routes,
     ]
-    return Starlette(
-        routes=routes,
-        lifespan=lifespan,
-        exception_handlers={
-            ProxyError: _proxy_error,
-            StoreError: _store_error,
-            HTTPException: _http_error,
-            Exception: _unexpected,
-        },
-    )
+    # starlette types handlers as returning its Response; ours return plain ASGI responses
+    handlers: dict[Any, Any] = {
+        ProxyError: _proxy_error,
+        StoreError: _store_error,
+        HTTPException: _http_error,
+        Exception: _unexpected,
+    }
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)

@@ -16,6 +16,7 @@ summarized (one giant tool result) never loops compaction on every request.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import time
@@ -82,7 +83,7 @@ class Compactor:
             return None
         task = asyncio.create_task(self._run(job), name=f"compact:{job.branch_id}")
         self._jobs[job.branch_id] = task
-        task.add_done_callback(lambda t, b=job.branch_id: self._done(b, t))
+        task.add_done_callback(functools.partial(self._done, job.branch_id))
         return task
 
     def _done(self, branch_id: str, task: asyncio.Task[StoredCheckpoint | None]) -> None:

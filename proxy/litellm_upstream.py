@@ -63,8 +63,8 @@ _closing: set[asyncio.Task[Any]] = set()  # stream closes in flight (the loop ke
 def _import() -> Any:
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # the bundled map: no download at import
     module = importlib.import_module("litellm")
-    module.suppress_debug_info = True
-    module.telemetry = False
+    setattr(module, "suppress_debug_info", True)  # noqa: B010 -- not declared by the module
+    setattr(module, "telemetry", False)  # noqa: B010
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
         logging.getLogger(name).setLevel(logging.WARNING)  # not a line per call at INFO
     return module
@@ -158,7 +158,9 @@ def _provider_error(exc: Exception, secret: str | None) -> tuple[int, dict[str, 
         except ValueError:
             detail = None
     if isinstance(detail, dict):
-        inner = detail.get("error") if isinstance(detail.get("error"), dict) else detail
+        inner: Any = detail.get("error")
+        if not isinstance(inner, dict):
+            inner = detail
         if isinstance(inner.get("message"), str):
             error["message"] = inner["message"]
             error["type"] = inner.get("type") if isinstance(inner.get("type"), str) else error["type"]

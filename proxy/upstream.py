@@ -120,7 +120,7 @@ class UpstreamResponse:
 
 
 def _where(route: Route) -> str:
-    return f"upstream {urlsplit(route.upstream.base_url).netloc} (route {route.name!r})"
+    return f"upstream {urlsplit(route.upstream.base_url or '').netloc} (route {route.name!r})"
 
 
 class UpstreamClient:
@@ -144,6 +144,7 @@ class UpstreamClient:
         """Send and wait for the response headers. Raises UpstreamError / UpstreamTimeout."""
         assert self._session is not None, "UpstreamClient.start() was not awaited"
         timeouts = route.upstream.timeouts
+        assert route.upstream.base_url is not None, "a route without base_url goes through litellm"
         url = route.upstream.base_url + path
         started = time.monotonic()
         client_timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect, sock_connect=timeouts.connect)

@@ -141,6 +141,7 @@ def _validate_native(i: int, message: Any) -> None:
             f"{where}.content: Input should be a valid string or a list of content blocks with a `type`",
             param=f"{where}.content",
         )
+    assert isinstance(content, list)
     for j, block in enumerate(content):
         kind = block["type"]
         if kind == "tool_result" and not isinstance(block.get("tool_use_id"), str):
@@ -344,7 +345,9 @@ def _native_part(part: Any) -> Any:
 
 
 def _assistant_fragment(message: Message) -> _Fragment:
-    private = message.get(PRIVATE) if isinstance(message.get(PRIVATE), dict) else {}
+    private: Any = message.get(PRIVATE)
+    if not isinstance(private, dict):
+        private = {}
     extra = private.get("extra") or {}
     native = private.get("content")
     calls = message.get("tool_calls") or None
@@ -377,7 +380,9 @@ def _fragment(message: Message) -> _Fragment:
     role = message.get("role")
     if role == "assistant":
         return _assistant_fragment(message)
-    private = message.get(PRIVATE) if isinstance(message.get(PRIVATE), dict) else {}
+    private: Any = message.get(PRIVATE)
+    if not isinstance(private, dict):
+        private = {}
     extra = private.get("extra") or {}
     piece, of, at = private.get("piece"), private.get("of"), private.get("at")
     content = message.get("content")
@@ -656,7 +661,7 @@ class MessageStream:
 class AnthropicWire:
     name = "anthropic"
     path = "/v1/messages"
-    paths = ("/v1/messages",)
+    paths: tuple[str, ...] = ("/v1/messages",)
     upstream_path = "/v1/messages"
 
     def parse(self, raw: bytes) -> Json:

@@ -263,7 +263,7 @@ class OpenAIChatWire:
 
     name = "openai_chat"
     path = "/v1/chat/completions"
-    paths = ("/v1/chat/completions", "/chat/completions")
+    paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
     upstream_path = "/chat/completions"
 
     def parse(self, raw: bytes) -> Json:

@@ -552,7 +552,8 @@ class SqliteStore:
         return [_call(r) for r in rows]
 
     async def usage_cells(self, query: UsageQuery) -> list[UsageCell]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         for column, value in (("conversation_id", query.conversation_id), ("route", query.route),
                               ("tenant", query.tenant)):
             if value is not None:
