@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import logging
@@ -14,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Route
 
-from . import admin
+from . import admin, retention
 from .compaction import Compactor
 from .config import Config
 from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, Unauthorized, openai_error_bytes
@@ -137,9 +138,16 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         state.metrics_token = metrics_token or None
         compactor.metrics = state.metrics
         app.state.ctx = state
+        purger = None
+        if retention.enabled(config.retention):
+            purger = asyncio.create_task(retention.run_forever(store, config.retention), name="retention")
         try:
             yield
         finally:
+            if purger is not None:
+                purger.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await purger
             await compactor.drain(timeout=10.0)
             await upstream.close()
             await store.close()

@@ -11,6 +11,11 @@ the previous checkpoint active; the request is served by pruning meanwhile.
 At most one job per branch runs in this process (single-flight); a branch whose job failed waits
 (exponential back-off, 30 s to 10 min) before the next attempt, so a history that cannot be
 summarized (one giant tool result) never loops compaction on every request.
+
+Across replicas sharing a store, a job first takes the branch's lease (`Store.acquire_lease`,
+renewed every third of its TTL while the summarizer runs); a branch leased by another replica is
+skipped. The lease's fencing token travels with the candidate: a job whose lease expired and was
+taken over cannot commit, whatever its generation says.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from .types import Message
 log = logging.getLogger("ctxproxy.compaction")
 
 FORMAT_VERSION = 1
+LEASE_TTL = 30.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,9 @@ class Compactor:
         self.completed = 0
         self.failed = 0
         self.metrics: Metrics | None = None
+        self.owner = "cmp_" + secrets.token_hex(8)
+        """This process's lease owner id."""
+        self.lease_ttl = LEASE_TTL
 
     def running(self, branch_id: str) -> asyncio.Task[StoredCheckpoint | None] | None:
         task = self._jobs.get(branch_id)
@@ -117,12 +126,45 @@ class Compactor:
             self.metrics.observe_compaction(result)
 
     async def _run(self, job: CompactionJob) -> StoredCheckpoint | None:
+        try:
+            token = await self.store.acquire_lease(job.branch_id, self.owner, self.lease_ttl)
+        except StoreError as exc:
+            log.error("compaction lease of branch %s not taken: %s", job.branch_id, exc)
+            self._fail(job.branch_id)
+            return None
+        if token is None:
+            log.info("compaction of branch %s skipped: another replica holds its lease", job.branch_id)
+            self._count("skipped")
+            return None
+        renewer = asyncio.create_task(self._renew(job.branch_id, token), name=f"lease:{job.branch_id}")
+        try:
+            return await self._compact(job, token)
+        finally:
+            renewer.cancel()
+            try:
+                await self.store.release_lease(job.branch_id, self.owner, token)
+            except StoreError as exc:
+                log.warning("compaction lease of branch %s not released (it expires): %s", job.branch_id, exc)
+
+    async def _renew(self, branch_id: str, token: int) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            try:
+                renewed = await self.store.renew_lease(branch_id, self.owner, token, self.lease_ttl)
+            except StoreError as exc:
+                log.warning("compaction lease of branch %s not renewed: %s", branch_id, exc)
+                continue
+            if not renewed:
+                log.warning("compaction lease of branch %s lost; its commit will be refused", branch_id)
+                return
+
+    async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
         config = self.projector.config(job.policy)
         pinned = pinned_texts(job.items, config.pins)
         allowed = pinned + [message_text(m) for m in job.prefix]
         summary = job.previous.summary if job.previous else None
-        candidate = self._candidate(job, summary or "", 0)
+        candidate = self._candidate(job, summary or "", 0, token)
         try:
             for chunk in plan.chunks:
                 text, error = await self._summarize_chunk(job, summary, chunk, pinned, allowed)
@@ -134,7 +176,7 @@ class Compactor:
                 summary = text
             assert summary is not None
             tokens = self.projector.counter(job.model).count(summary_block(summary, plan.through_seq))
-            committed = await self.store.commit_checkpoint(self._candidate(job, summary, tokens))
+            committed = await self.store.commit_checkpoint(self._candidate(job, summary, tokens, token))
         except ConversationGone:
             self._count("discarded")
             return None  # deleted while we worked: nothing may be written back
@@ -151,7 +193,7 @@ class Compactor:
         self._count("committed")
         return committed
 
-    def _candidate(self, job: CompactionJob, summary: str, tokens: int) -> CheckpointCandidate:
+    def _candidate(self, job: CompactionJob, summary: str, tokens: int, token: int | None) -> CheckpointCandidate:
         plan = job.plan
         return CheckpointCandidate(
             conversation_id=job.conversation_id,
@@ -164,6 +206,7 @@ class Compactor:
             tokens=tokens,
             model=job.policy.summarizer.model or job.model,
             format_version=FORMAT_VERSION,
+            lease_token=token,
         )
 
     async def _summarize_chunk(

@@ -139,6 +139,9 @@ class Policy(_Frozen):
     on_overflow: Literal["wait", "prune"] = "wait"
     overflow_wait: float = Field(30.0, ge=0)
     rewrite: bool = True
+    store_failure: Literal["fail", "passthrough"] = "fail"
+    """When the store fails while identifying, ingesting or projecting a request: answer 503
+    (`fail`), or relay it unrewritten and unrecorded with `X-Ctxproxy-Degraded` (`passthrough`)."""
     tool_results: ToolResults = ToolResults()
     pins: Pins = Pins()
     summarizer: Summarizer = Summarizer()
@@ -157,6 +160,17 @@ class Limits(_Frozen):
     receive_timeout: float = Field(60.0, gt=0)
 
 
+class Retention(_Frozen):
+    """How long records are kept, in days (null: forever). `events_days` deletes whole
+    conversations whose last activity is older; `checkpoints_days` superseded and failed
+    checkpoints; `calls_days` call records. Checked every `interval_seconds`."""
+
+    events_days: float | None = Field(None, gt=0)
+    checkpoints_days: float | None = Field(None, gt=0)
+    calls_days: float | None = Field(None, gt=0)
+    interval_seconds: float = Field(3600.0, gt=0)
+
+
 class Server(_Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
@@ -169,6 +183,7 @@ class Config(_Frozen):
     conversation_header: str = "X-Conversation-Id"
     server: Server = Server()
     limits: Limits = Limits()
+    retention: Retention = Retention()
     routes: list[Route] = Field(min_length=1)
     policies: dict[str, Policy] = Field(default_factory=lambda: {"default": Policy()})
 

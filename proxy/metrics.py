@@ -13,7 +13,10 @@ are spent money) but not in the request counters and histograms, which describe 
     ctxproxy_tokens_total{route,kind}                    kind: input | output | cache_read | cache_write
                                                          | reasoning (input = the total input)
     ctxproxy_tokens_saved_total{route}                   client payload tokens minus tokens sent
-    ctxproxy_compactions_total{result}                   committed | failed | discarded
+    ctxproxy_compactions_total{result}                   committed | failed | discarded | skipped
+                                                         (skipped: another replica holds the lease)
+    ctxproxy_store_passthrough_total{route}              requests relayed unrewritten, unrecorded,
+                                                         because the store failed (store_failure)
     ctxproxy_cost_usd_total{route}
 """
 
@@ -110,10 +113,13 @@ class Metrics:
         self.tokens_saved = Counter("ctxproxy_tokens_saved_total",
                                     "Tokens of the clients' payloads that rewriting did not send.", ("route",))
         self.compactions = Counter("ctxproxy_compactions_total", "Compaction jobs by result.", ("result",))
-        for result in ("committed", "failed", "discarded"):
+        for result in ("committed", "failed", "discarded", "skipped"):
             self.compactions.inc((result,), 0)
         self.cost = Counter("ctxproxy_cost_usd_total", "Cost in USD at litellm's prices (known prices only).",
                             ("route",))
+        self.store_passthrough = Counter("ctxproxy_store_passthrough_total",
+                                         "Requests relayed unrewritten and unrecorded because the store failed.",
+                                         ("route",))
 
     def observe_call(self, call: CallRecord, wire: str, error_kind: str | None = None) -> None:
         route = call.route
@@ -141,9 +147,12 @@ class Metrics:
     def observe_compaction(self, result: str) -> None:
         self.compactions.inc((result,))
 
+    def observe_store_passthrough(self, route: str) -> None:
+        self.store_passthrough.inc((route,))
+
     def render(self) -> bytes:
         lines: list[str] = []
         for metric in (self.requests, self.upstream_errors, self.duration, self.ttfb, self.tokens,
-                       self.tokens_saved, self.compactions, self.cost):
+                       self.tokens_saved, self.compactions, self.cost, self.store_passthrough):
             lines.extend(metric.render())
         return ("\n".join(lines) + "\n").encode()

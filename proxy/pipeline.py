@@ -30,10 +30,12 @@ from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome, StreamRelay
 from .responses import RawResponse
 from .state import AppState
-from .store.base import CallRecord, StoreError
+from .store.base import CallRecord, ConversationGone, StoreError
 from .upstream import CREDENTIAL_HEADERS, UpstreamResponse, upstream_request_headers
 
 log = logging.getLogger("ctxproxy")
+
+DEGRADED_HEADER = "X-Ctxproxy-Degraded"
 
 def client_api_key(headers: Any) -> str | None:
     auth = headers.get("authorization")
@@ -79,35 +81,40 @@ async def handle(request: Request, wire: Wire) -> Any:
     hashes = state.history.hashes(tenant, history, known)
     remembered = Remembered(history, hashes, 2 * len(raw))  # the bodies and their encodings
     header = config.conversation_header
-    ingested = await ingest(state.store, tenant, prefix, history, hashes, request.headers.get(header))
-    state.history.remember(tenant, remembered)
-    identity = ingested.identity
-    call = CallRecord(
-        id="call_" + secrets.token_hex(10),
-        tenant=tenant,
-        route=route.name,
-        model=model,
-        purpose="main",
-        stream=stream,
-        started_at=started,
-        conversation_id=identity.conversation_id,
-        branch_id=identity.branch_id,
-        system_hash=ingested.system_hash,
-        tools_hash=await _store_blob(state, body.get("tools")),
-    )
-    await _store_blob(state, ingested.prefix, ingested.system_hash)
-
     policy = config.policy_for(route)
-    sent_messages = messages
-    if policy.rewrite and getattr(wire, "rewrite_allowed", _always)(body):
-        projection = await _project(
-            # A litellm route's window and prices are its provider model's, whatever the client calls it.
-            state, wire, route, policy, route.upstream.model or model, body, ingested,
-            _summary_auth(state, wire, route, request), known, remembered,
+    try:
+        ingested = await ingest(state.store, tenant, prefix, history, hashes, request.headers.get(header))
+        state.history.remember(tenant, remembered)
+        identity = ingested.identity
+        call = CallRecord(
+            id="call_" + secrets.token_hex(10),
+            tenant=tenant,
+            route=route.name,
+            model=model,
+            purpose="main",
+            stream=stream,
+            started_at=started,
+            conversation_id=identity.conversation_id,
+            branch_id=identity.branch_id,
+            system_hash=ingested.system_hash,
+            tools_hash=await _store_blob(state, body.get("tools")),
         )
-        call.projection = projection.record.summary_dict()
-        if _rewritten(projection):
-            sent_messages = projection.messages
+        await _store_blob(state, ingested.prefix, ingested.system_hash)
+
+        sent_messages = messages
+        if policy.rewrite and getattr(wire, "rewrite_allowed", _always)(body):
+            projection = await _project(
+                # A litellm route's window and prices are its provider model's, whatever the client calls it.
+                state, wire, route, policy, route.upstream.model or model, body, ingested,
+                _summary_auth(state, wire, route, request), known, remembered,
+            )
+            call.projection = projection.record.summary_dict()
+            if _rewritten(projection):
+                sent_messages = projection.messages
+    except StoreError as exc:
+        if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
+            raise
+        return await _passthrough(state, wire, route, request, raw, body, stream, exc)
     encoded, remembered.encoded = wire.encode(
         body, None if sent_messages is messages else sent_messages, stream, known.encoded if known else None
     )
@@ -134,6 +141,42 @@ async def handle(request: Request, wire: Wire) -> Any:
 
         return StreamRelay(upstream, observer, finish, echo)
     return await _relay_whole(state, wire, call, ingested, upstream, t0, echo)
+
+
+async def _passthrough(
+    state: AppState,
+    wire: Wire,
+    route: Route,
+    request: Request,
+    raw: bytes,
+    body: dict[str, Any],
+    stream: bool,
+    exc: StoreError,
+) -> Any:
+    """`store_failure: passthrough`: the store is down, so relay the client's request unrewritten,
+    record nothing, and say so in a response header."""
+    log.warning("store unavailable on %s (route %s); relaying unrewritten: %s", wire.path, route.name, exc)
+    state.metrics.observe_store_passthrough(route.name)
+    encoded, _ = wire.encode(body, None, stream, None)
+    key = state.upstream_key(route)
+    headers = upstream_request_headers(
+        request.headers, wire.auth_headers(key) if key else None,
+        frozenset({state.config.conversation_header.lower()}),
+    )
+    degraded = [(DEGRADED_HEADER, "store-unavailable")]
+    upstream = await state.upstream.send(route, "POST", wire.upstream_path, raw if encoded is None else encoded,
+                                         headers)
+    if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
+        return StreamRelay(upstream, wire.observer(body), _unrecorded, degraded)
+    try:
+        data = await upstream.read()
+    finally:
+        upstream.close()
+    return RawResponse(data, upstream.status, [*upstream.headers, *degraded])
+
+
+async def _unrecorded(outcome: StreamOutcome) -> None:
+    return None
 
 
 def _always(body: Any) -> bool:

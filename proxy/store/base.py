@@ -271,6 +271,9 @@ class CheckpointCandidate:
     tokens: int
     model: str | None
     format_version: int
+    lease_token: int | None = None
+    """The compaction lease's fencing token the job held: the commit is refused unless it is still
+    the branch's current token (a replica whose lease was taken over cannot write back)."""
 
     def stored(self, id: str, status: str, created_at: float, error: str | None = None) -> StoredCheckpoint:
         """The checkpoint this candidate becomes (generation = parent + 1) with that status."""
@@ -329,6 +332,18 @@ class Store(Protocol):
         candidate is stale (it is discarded) -- or raises ConversationGone."""
 
     async def record_failed_checkpoint(self, candidate: CheckpointCandidate, error: str) -> None: ...
+
+    async def acquire_lease(self, branch_id: str, owner: str, ttl: float) -> int | None:
+        """The branch's compaction lease for `ttl` seconds: a fencing token strictly greater than
+        every earlier one of the branch, or None while another owner holds a live lease (or the
+        branch does not exist)."""
+
+    async def renew_lease(self, branch_id: str, owner: str, token: int, ttl: float) -> bool:
+        """Extend a live lease held by `owner` with `token`; False when it expired or was taken over."""
+
+    async def release_lease(self, branch_id: str, owner: str, token: int) -> None:
+        """Give the lease up; does nothing unless `owner` still holds it with `token`."""
+
     async def list_checkpoints(self, conversation_id: str) -> list[StoredCheckpoint]: ...
 
     async def list_conversations(self, limit: int, before: float | None) -> list[Conversation]: ...
@@ -340,3 +355,13 @@ class Store(Protocol):
         """The ledger over the calls matching `query`, one cell per (group key, purpose, status);
         `proxy.ledger.cells_from_calls` is the reference the backend must agree with."""
     async def delete_conversation(self, conversation_id: str) -> bool: ...
+
+    # -- retention ---------------------------------------------------------------------------
+    async def purge_calls(self, before: float) -> int:
+        """Delete the call records started before `before` (epoch seconds); how many."""
+
+    async def purge_checkpoints(self, before: float) -> int:
+        """Delete superseded and failed checkpoints created before `before`; active ones stay."""
+
+    async def stale_conversations(self, before: float, limit: int) -> list[str]:
+        """Ids of up to `limit` conversations last active before `before`, oldest first."""

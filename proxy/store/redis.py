@@ -30,6 +30,9 @@ holds one Redis type only, so no client-chosen id can address a key of another t
     P last-call:{len(purpose)}:{purpose}:{bid} zset  call id -> started_at
     P hash:{len(tenant)}:{tenant}:{chain}    hash    conversation id -> "branch_id seq" (shared identity index)
     P blob:{digest}                          string  content-addressed system prefixes / tool definitions
+    P lease:{bid}                            string  "owner token" of the compaction lease, expires (PX)
+    P lease-token:{bid}                      string  the branch's fencing counter (INCR), outlives leases
+    P cks-retired                            zset    superseded / failed checkpoint id -> created_at (retention)
 
 Delete removes every key listed in ``conv-keys``, the conversation's fields in the shared
 ``hash:`` index and its ``convs`` and ``calls`` entries, and adds a tombstone so that late writes (a stream
@@ -222,11 +225,12 @@ if not id then return {} end
 return redis.call('HMGET', P .. 'ck:' .. id, 'json', 'status')
 """
 
-# ARGV: P, cid, bid, parent_generation, covered_through_seq, source_hash, ckid, json
+# ARGV: P, cid, bid, parent_generation, covered_through_seq, source_hash, ckid, json, lease_token ('' = none)
 _COMMIT = r"""
 local cid, bid = ARGV[2], ARGV[3]
 local parent, covered, source, ckid, payload = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
 if redis.call('EXISTS', P .. 'conv:' .. cid) == 0 then return {'GONE'} end
+if ARGV[9] ~= '' and redis.call('GET', P .. 'lease-token:' .. bid) ~= ARGV[9] then return {'STALE'} end
 if redis.call('HGET', bkey(bid), 'conversation_id') ~= cid then return {'STALE'} end
 local active = active_ck(bid)
 local generation = 0
@@ -234,7 +238,11 @@ if active then generation = tonumber(redis.call('HGET', P .. 'ck:' .. active, 'g
 if generation ~= parent then return {'STALE'} end
 if lineage_hash(bid, covered) ~= source then return {'STALE'} end
 local previous = redis.call('HGET', bkey(bid), 'active_ck')
-if previous then redis.call('HSET', P .. 'ck:' .. previous, 'status', 'superseded') end
+if previous then
+  redis.call('HSET', P .. 'ck:' .. previous, 'status', 'superseded')
+  local old = redis.call('HGET', P .. 'ck:' .. previous, 'json')
+  if old then redis.call('ZADD', P .. 'cks-retired', cjson.decode(old)['created_at'], previous) end
+end
 local ck = P .. 'ck:' .. ckid
 redis.call('HSET', ck, 'json', payload, 'status', 'active', 'generation', parent + 1, 'covered', covered,
            'branch', bid)
@@ -245,12 +253,13 @@ own(cid, ck, P .. 'branch-cks:' .. bid, P .. 'conv-cks:' .. cid)
 return {'OK'}
 """
 
-# ARGV: P, cid, bid, ckid, json, covered
+# ARGV: P, cid, bid, ckid, json, covered, created_at
 _FAILED = r"""
 local cid, bid, ckid = ARGV[2], ARGV[3], ARGV[4]
 if redis.call('EXISTS', P .. 'conv:' .. cid) == 0 then return {'GONE'} end
 local ck = P .. 'ck:' .. ckid
 redis.call('HSET', ck, 'json', ARGV[5], 'status', 'failed', 'covered', ARGV[6], 'branch', bid)
+redis.call('ZADD', P .. 'cks-retired', ARGV[7], ckid)
 redis.call('RPUSH', P .. 'conv-cks:' .. cid, ckid)
 own(cid, ck, P .. 'conv-cks:' .. cid)
 return {'OK'}
@@ -324,6 +333,9 @@ end
 for _, call_id in ipairs(redis.call('ZRANGE', P .. 'conv-calls:' .. cid, 0, -1)) do
   redis.call('ZREM', P .. 'calls', call_id)
 end
+for _, ckid in ipairs(redis.call('LRANGE', P .. 'conv-cks:' .. cid, 0, -1)) do
+  redis.call('ZREM', P .. 'cks-retired', ckid)
+end
 local keys = P .. 'conv-keys:' .. cid
 for _, key in ipairs(redis.call('SMEMBERS', keys)) do
   redis.call('UNLINK', key)
@@ -337,7 +349,86 @@ end
 return 0
 """
 
+# ARGV: P, bid, owner, ttl_ms -> {'OK', token} | {'HELD'} | {'NOBRANCH'}
+_ACQUIRE = r"""
+local bid, owner, ttl = ARGV[2], ARGV[3], ARGV[4]
+local cid = redis.call('HGET', bkey(bid), 'conversation_id')
+if not cid then return {'NOBRANCH'} end
+local lease, counter = P .. 'lease:' .. bid, P .. 'lease-token:' .. bid
+local held = redis.call('GET', lease)
+if held and string.match(held, '^(.*) %d+$') ~= owner then return {'HELD'} end
+local token = redis.call('INCR', counter)
+redis.call('SET', lease, owner .. ' ' .. token, 'PX', ttl)
+own(cid, lease, counter)
+return {'OK', tostring(token)}
+"""
+
+# ARGV: P, bid, owner, token, ttl_ms -> 1 when renewed
+_RENEW = r"""
+local lease = P .. 'lease:' .. ARGV[2]
+if redis.call('GET', lease) ~= ARGV[3] .. ' ' .. ARGV[4] then return 0 end
+redis.call('PEXPIRE', lease, ARGV[5])
+return 1
+"""
+
+# ARGV: P, bid, owner, token
+_RELEASE = r"""
+local lease = P .. 'lease:' .. ARGV[2]
+if redis.call('GET', lease) == ARGV[3] .. ' ' .. ARGV[4] then redis.call('DEL', lease) end
+return 1
+"""
+
+# ARGV: P, before, batch -> how many call records were deleted
+_PURGE_CALLS = r"""
+local ids = redis.call('ZRANGEBYSCORE', P .. 'calls', '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+local n = 0
+for _, id in ipairs(ids) do
+  local key = P .. 'call:' .. id
+  local payload = redis.call('GET', key)
+  if payload then
+    local c = cjson.decode(payload)
+    local cid, bid, purpose = c['conversation_id'], c['branch_id'], c['purpose']
+    if type(cid) == 'string' then
+      redis.call('ZREM', P .. 'conv-calls:' .. cid, id)
+      redis.call('SREM', P .. 'conv-keys:' .. cid, key)
+    end
+    if type(bid) == 'string' and type(purpose) == 'string' then
+      redis.call('ZREM', P .. 'last-call:' .. #purpose .. ':' .. purpose .. ':' .. bid, id)
+    end
+    redis.call('UNLINK', key)
+    n = n + 1
+  end
+  redis.call('ZREM', P .. 'calls', id)
+end
+return {n, #ids}
+"""
+
+# ARGV: P, before, batch -> how many retired checkpoints were deleted
+_PURGE_CKS = r"""
+local ids = redis.call('ZRANGEBYSCORE', P .. 'cks-retired', '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+local n = 0
+for _, id in ipairs(ids) do
+  local ck = P .. 'ck:' .. id
+  local h = redis.call('HMGET', ck, 'json', 'branch', 'status')
+  if h[1] and h[3] ~= 'active' then
+    local cid = cjson.decode(h[1])['conversation_id']
+    redis.call('LREM', P .. 'conv-cks:' .. cid, 0, id)
+    redis.call('ZREM', P .. 'branch-cks:' .. h[2], id)
+    redis.call('SREM', P .. 'conv-keys:' .. cid, ck)
+    redis.call('UNLINK', ck)
+    n = n + 1
+  end
+  redis.call('ZREM', P .. 'cks-retired', id)
+end
+return {n, #ids}
+"""
+
 _SCRIPTS = {
+    "acquire": _ACQUIRE,
+    "renew": _RENEW,
+    "release": _RELEASE,
+    "purge_calls": _PURGE_CALLS,
+    "purge_cks": _PURGE_CKS,
     "create": _CREATE,
     "append": _APPEND,
     "active": _ACTIVE,
@@ -372,6 +463,10 @@ def _new_id(prefix: str) -> str:
 
 def _num(value: float) -> str:
     return repr(float(value))
+
+
+def _ms(seconds: float) -> str:
+    return str(max(1, int(seconds * 1000)))
 
 
 def _redacted(url: str) -> str:
@@ -669,6 +764,7 @@ class RedisStore:
         reply = await self._run(
             "commit", candidate.conversation_id, candidate.branch_id, candidate.parent_generation,
             candidate.covered_through_seq, candidate.source_hash, checkpoint.id, _checkpoint_json(checkpoint),
+            "" if candidate.lease_token is None else str(candidate.lease_token),
         )
         if reply[0] == "GONE":
             raise ConversationGone(f"conversation {candidate.conversation_id} no longer exists")
@@ -680,9 +776,23 @@ class RedisStore:
     async def record_failed_checkpoint(self, candidate: CheckpointCandidate, error: str) -> None:
         failed = _new_checkpoint(candidate, "failed", error)
         reply = await self._run("failed", candidate.conversation_id, candidate.branch_id, failed.id,
-                                _checkpoint_json(failed), candidate.covered_through_seq)
+                                _checkpoint_json(failed), candidate.covered_through_seq, _num(failed.created_at))
         if reply[0] == "GONE":
             raise ConversationGone(f"conversation {candidate.conversation_id} no longer exists")
+
+    # -- leases ------------------------------------------------------------------------------
+    @_guarded
+    async def acquire_lease(self, branch_id: str, owner: str, ttl: float) -> int | None:
+        reply = await self._run("acquire", branch_id, owner, _ms(ttl))
+        return int(reply[1]) if reply[0] == "OK" else None
+
+    @_guarded
+    async def renew_lease(self, branch_id: str, owner: str, token: int, ttl: float) -> bool:
+        return bool(await self._run("renew", branch_id, owner, str(token), _ms(ttl)))
+
+    @_guarded
+    async def release_lease(self, branch_id: str, owner: str, token: int) -> None:
+        await self._run("release", branch_id, owner, str(token))
 
     @_guarded
     async def list_checkpoints(self, conversation_id: str) -> list[StoredCheckpoint]:
@@ -748,6 +858,30 @@ class RedisStore:
     @_guarded
     async def delete_conversation(self, conversation_id: str) -> bool:
         return bool(await self._run("delete", conversation_id, _num(time.time())))
+
+    # -- retention ---------------------------------------------------------------------------
+    async def _purge(self, script: str, before: float) -> int:
+        total = 0
+        while True:  # bounded batches: one script never blocks the server for long
+            deleted, seen = await self._run(script, _num(before), BATCH)
+            total += int(deleted)
+            if int(seen) < BATCH:
+                return total
+
+    @_guarded
+    async def purge_calls(self, before: float) -> int:
+        return await self._purge("purge_calls", before)
+
+    @_guarded
+    async def purge_checkpoints(self, before: float) -> int:
+        return await self._purge("purge_cks", before)
+
+    @_guarded
+    async def stale_conversations(self, before: float, limit: int) -> list[str]:
+        if limit <= 0:
+            return []
+        ids = await self.r.zrangebyscore(self._k("convs"), "-inf", f"({_num(before)}", start=0, num=limit)
+        return [str(i) for i in ids]
 
 
 def _call_dict(call: CallRecord) -> dict[str, Any]:

@@ -139,11 +139,26 @@ _M003_LEDGER = """
         CREATE INDEX calls_route ON calls (route, started_at);
 """
 
+# Compaction leases (one row per branch, kept after release so the fencing token only grows) and
+# the retention index of retired checkpoints.
+_M004_LEASES = """
+        CREATE TABLE leases (
+            branch_id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL,
+            owner TEXT,
+            token INTEGER NOT NULL,
+            expires_at REAL NOT NULL
+        );
+        CREATE INDEX leases_conversation ON leases (conversation_id);
+        CREATE INDEX checkpoints_created ON checkpoints (status, created_at);
+"""
+
 # Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
     ("002_checkpoints", _M002_CHECKPOINTS),
     ("003_ledger", _M003_LEDGER),
+    ("004_leases", _M004_LEASES),
 ]
 
 _USAGE_COLUMNS = ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")
@@ -443,6 +458,10 @@ class SqliteStore:
         def commit(db: sqlite3.Connection) -> StoredCheckpoint | None:
             if db.execute("SELECT 1 FROM conversations WHERE id = ?", (candidate.conversation_id,)).fetchone() is None:
                 raise ConversationGone(f"conversation {candidate.conversation_id} no longer exists")
+            if candidate.lease_token is not None:
+                row = db.execute("SELECT token FROM leases WHERE branch_id = ?", (candidate.branch_id,)).fetchone()
+                if row is None or row[0] != candidate.lease_token:
+                    return None
             active = self._active(db, candidate.branch_id)
             if (active.generation if active else 0) != candidate.parent_generation:
                 return None
@@ -489,6 +508,44 @@ class SqliteStore:
             self._insert_checkpoint(db, failed)
 
         self._write(insert)
+
+    # -- leases ------------------------------------------------------------------------------
+    async def acquire_lease(self, branch_id: str, owner: str, ttl: float) -> int | None:
+        def acquire(db: sqlite3.Connection) -> int | None:
+            now = time.time()
+            branch = db.execute("SELECT conversation_id FROM branches WHERE id = ?", (branch_id,)).fetchone()
+            if branch is None:
+                return None
+            row = db.execute("SELECT owner, token, expires_at FROM leases WHERE branch_id = ?", (branch_id,)).fetchone()
+            if row is not None and row[0] is not None and row[0] != owner and row[2] > now:
+                return None
+            token = (row[1] if row is not None else 0) + 1
+            db.execute(
+                "INSERT OR REPLACE INTO leases (branch_id, conversation_id, owner, token, expires_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (branch_id, branch[0], owner, token, now + ttl),
+            )
+            return int(token)
+
+        result: int | None = self._write(acquire)
+        return result
+
+    async def renew_lease(self, branch_id: str, owner: str, token: int, ttl: float) -> bool:
+        def renew(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            return db.execute(
+                "UPDATE leases SET expires_at = ? WHERE branch_id = ? AND owner = ? AND token = ? AND expires_at > ?",
+                (now + ttl, branch_id, owner, token, now),
+            ).rowcount > 0
+
+        renewed: bool = self._write(renew)
+        return renewed
+
+    async def release_lease(self, branch_id: str, owner: str, token: int) -> None:
+        self._write(lambda db: db.execute(
+            "UPDATE leases SET owner = NULL, expires_at = 0 WHERE branch_id = ? AND owner = ? AND token = ?",
+            (branch_id, owner, token),
+        ))
 
     async def list_checkpoints(self, conversation_id: str) -> list[StoredCheckpoint]:
         rows = self.db.execute(
@@ -598,6 +655,7 @@ class SqliteStore:
             db.execute("DELETE FROM branches WHERE conversation_id = ?", (conversation_id,))
             db.execute("DELETE FROM calls WHERE conversation_id = ?", (conversation_id,))
             db.execute("DELETE FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
+            db.execute("DELETE FROM leases WHERE conversation_id = ?", (conversation_id,))
             if found:
                 db.execute(
                     "INSERT OR REPLACE INTO tombstones (conversation_id, deleted_at) VALUES (?, ?)",
@@ -610,6 +668,23 @@ class SqliteStore:
             # secure_delete zeroes freed pages; the checkpoint moves them out of the WAL too.
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return found
+
+    # -- retention ---------------------------------------------------------------------------
+    async def purge_calls(self, before: float) -> int:
+        count: int = self._write(lambda db: db.execute("DELETE FROM calls WHERE started_at < ?", (before,)).rowcount)
+        return count
+
+    async def purge_checkpoints(self, before: float) -> int:
+        count: int = self._write(lambda db: db.execute(
+            "DELETE FROM checkpoints WHERE status IN ('superseded', 'failed') AND created_at < ?", (before,)
+        ).rowcount)
+        return count
+
+    async def stale_conversations(self, before: float, limit: int) -> list[str]:
+        rows = self.db.execute(
+            "SELECT id FROM conversations WHERE updated_at < ? ORDER BY updated_at LIMIT ?", (before, limit)
+        )
+        return [str(r[0]) for r in rows]
 
 
 _CONV_COLS = "id, tenant, external_id, created_at, updated_at, main_branch_id"

@@ -8,7 +8,9 @@ can be tested); a different name must be an independent, empty store.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from proxy.store.base import (
     Position,
     Store,
     StoreError,
+    UsageQuery,
 )
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
@@ -774,3 +777,120 @@ async def test_data_survives_close_and_reopen(stores: Stores, store: Store) -> N
     assert await reopened.append(child, new_events(T1, [U1, A1, U3, A3], start=3), None) == Position(
         conv.id, child.branch_id, 4
     )
+
+
+# -- compaction leases ----------------------------------------------------------------------------
+
+
+async def test_lease_acquire_is_exclusive_and_tokens_increase(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    first = await store.acquire_lease(main, "replica-a", 30)
+    assert first is not None
+    assert await store.acquire_lease(main, "replica-b", 30) is None
+    assert await store.renew_lease(main, "replica-a", first, 30) is True
+    assert await store.renew_lease(main, "replica-b", first, 30) is False
+    assert await store.renew_lease(main, "replica-a", first + 1, 30) is False
+    await store.release_lease(main, "replica-a", first)
+    second = await store.acquire_lease(main, "replica-b", 30)
+    assert second is not None and second > first
+    # Leases are per branch; an unknown branch has none to give.
+    other = await store.create_conversation(T1, None)
+    assert await store.acquire_lease(other.main_branch_id, "replica-a", 30) is not None
+    assert await store.acquire_lease("b_never_existed", "replica-a", 30) is None
+
+
+async def test_lease_expires_and_is_taken_over_with_a_higher_token(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    old = await store.acquire_lease(main, "replica-a", 0.05)
+    assert old is not None
+    await asyncio.sleep(0.15)
+    assert await store.renew_lease(main, "replica-a", old, 30) is False  # expired: renew cannot revive it
+    new = await store.acquire_lease(main, "replica-b", 30)
+    assert new is not None and new > old
+    # The stale owner's release does nothing: replica-b still holds the lease.
+    await store.release_lease(main, "replica-a", old)
+    assert await store.acquire_lease(main, "replica-c", 30) is None
+    assert await store.renew_lease(main, "replica-b", new, 30) is True
+
+
+async def test_commit_with_a_taken_over_lease_token_is_rejected(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    hashes = identify.chain(T1, HISTORY)
+    await store.append(origin(conv), new_events(T1, HISTORY), None)
+    old = await store.acquire_lease(main, "replica-a", 0.05)
+    assert old is not None
+    await asyncio.sleep(0.15)
+    new = await store.acquire_lease(main, "replica-b", 30)
+    assert new is not None
+    late = dataclasses.replace(candidate(conv, main, 0, 2, hashes[1], "late"), lease_token=old)
+    assert await store.commit_checkpoint(late) is None
+    assert await store.list_checkpoints(conv.id) == []
+    fresh = dataclasses.replace(candidate(conv, main, 0, 2, hashes[1], "fresh"), lease_token=new)
+    committed = await store.commit_checkpoint(fresh)
+    assert committed is not None and committed.summary == "fresh"
+    # Without a token only the generation and source hash fence the commit.
+    assert await store.commit_checkpoint(candidate(conv, main, 1, 4, hashes[3], "unleased")) is not None
+
+
+async def test_delete_removes_leases(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    assert await store.acquire_lease(main, "replica-a", 30) is not None
+    assert await store.delete_conversation(conv.id) is True
+    assert await store.acquire_lease(main, "replica-b", 30) is None
+
+
+# -- retention ------------------------------------------------------------------------------------
+
+
+async def test_purge_calls_before_a_time(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    await store.record_call(call_record(conv.id, main, "call-old", 100.0))
+    await store.record_call(call_record(conv.id, main, "call-old-summary", 150.0, purpose="summary"))
+    await store.record_call(call_record(None, None, "call-old-anon", 120.0))
+    await store.record_call(call_record(conv.id, main, "call-new", 300.0))
+    assert await store.purge_calls(200.0) == 3
+    assert [c.id for c in await store.list_calls(conv.id, 10, 0)] == ["call-new"]
+    assert await store.last_call(main, "summary") is None
+    last = await store.last_call(main, "main")
+    assert last is not None and last.id == "call-new"
+    cells = await store.usage_cells(UsageQuery())
+    assert sum(c.calls for c in cells) == 1
+    assert await store.purge_calls(200.0) == 0
+
+
+async def test_purge_checkpoints_keeps_active_ones(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    hashes = identify.chain(T1, HISTORY)
+    await store.append(origin(conv), new_events(T1, HISTORY), None)
+    first = await store.commit_checkpoint(candidate(conv, main, 0, 2, hashes[1], "first"))
+    await store.record_failed_checkpoint(candidate(conv, main, 1, 4, hashes[3], "bad"), "rejected")
+    second = await store.commit_checkpoint(candidate(conv, main, 1, 4, hashes[3], "second"))
+    assert first is not None and second is not None
+    assert await store.purge_checkpoints(first.created_at - 10) == 0
+    assert await store.purge_checkpoints(time.time() + 10) == 2
+    assert [(c.summary, c.status) for c in await store.list_checkpoints(conv.id)] == [("second", "active")]
+    assert await store.active_checkpoint(main) == second
+    third = await store.commit_checkpoint(candidate(conv, main, 2, 5, hashes[4], "third"))
+    assert third is not None and third.generation == 3
+
+
+async def test_stale_conversations_oldest_first(store: Store) -> None:
+    old = await store.create_conversation(T1, None)
+    await tick()
+    mid = await store.create_conversation(T2, None)
+    await tick()
+    cutoff = time.time()
+    await tick()
+    new = await store.create_conversation(T1, None)
+    assert await store.stale_conversations(cutoff, 10) == [old.id, mid.id]
+    assert await store.stale_conversations(cutoff, 1) == [old.id]
+    # Activity moves a conversation out of the stale set.
+    await store.append(origin(old), new_events(T1, [U1]), None)
+    assert await store.stale_conversations(cutoff, 10) == [mid.id]
+    assert await store.stale_conversations(time.time() + 1, 10) == [mid.id, new.id, old.id]

@@ -134,6 +134,8 @@ async def test_delete_leaves_no_key_or_index_entry_behind(open_stores: Any, raw:
     assert first is not None
     await store.record_failed_checkpoint(CheckpointCandidate(conv.id, main, 1, 1, 3, hashes[2], "x", 5, None, 1),
                                          "bad")
+    assert await store.acquire_lease(main, "replica-a", 30) is not None
+    assert await store.acquire_lease(child.branch_id, "replica-a", 30) is not None
     branches = [b.id for b in await store.list_branches(conv.id)]
     assert len(branches) >= 3 and grand.branch_id in branches
     owned = [conv.id, *branches, first.id, "call-doomed-1", "call-doomed-2", "doomed-external"]

@@ -1,0 +1,30 @@
+"""The app's retention task: with tiny ages and a short interval, old call records and then
+whole idle conversations disappear on their own."""
+
+from __future__ import annotations
+
+import time
+
+from tests.e2e.helpers import user
+from tests.upstream_server import Reply
+
+
+def test_retention_task_purges_calls_then_idle_conversations(proxy, upstream, api_key):
+    # calls older than ~1 s, conversations idle for ~5 s; a pass every 0.3 s.
+    p = proxy(fresh=True, retention={"calls_days": 1 / 86400, "events_days": 5 / 86400, "interval_seconds": 0.3})
+    upstream.push(Reply(content="hi"))
+    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user("retention")]})
+    assert r.status_code == 200, r.text
+    conv = r.headers["x-conversation-id"]
+    p.wait_calls(conv, 1)
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and p.calls(conv):
+        time.sleep(0.1)
+    assert p.calls(conv) == []
+    assert p.admin(f"conversations/{conv}").status_code == 200  # still within its idle age
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and p.admin(f"conversations/{conv}").status_code == 200:
+        time.sleep(0.1)
+    assert p.admin(f"conversations/{conv}").status_code == 404
