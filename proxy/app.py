@@ -133,6 +133,7 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         projector = Projector(ModelCatalog())
         summarizer = Summarizer(upstream, env)
         compactor = Compactor(store, summarizer, projector)
+        compactor.lease_ttl = config.compaction_lease_seconds
         state = AppState(config, store, upstream, upstream_keys, admin_token or None, projector, compactor)
         state.salt = await store.tenant_salt()
         state.metrics_token = metrics_token or None

@@ -181,6 +181,9 @@ class Config(_Frozen):
     admin_token_env: str | None = None
     metrics_token_env: str | None = None
     conversation_header: str = "X-Conversation-Id"
+    compaction_lease_seconds: float = Field(30.0, ge=1)
+    """How long a replica's compaction lease lives without renewal: a replica that dies
+    mid-compaction blocks the branch's compaction this long at most."""
     server: Server = Server()
     limits: Limits = Limits()
     retention: Retention = Retention()
