@@ -898,22 +898,7 @@ def _call(payload: str) -> CallRecord:
 
 
 def _new_checkpoint(candidate: CheckpointCandidate, status: str, error: str | None = None) -> StoredCheckpoint:
-    return StoredCheckpoint(
-        id=_new_id("ck"),
-        conversation_id=candidate.conversation_id,
-        branch_id=candidate.branch_id,
-        generation=candidate.parent_generation + 1,
-        from_seq=candidate.from_seq,
-        covered_through_seq=candidate.covered_through_seq,
-        source_hash=candidate.source_hash,
-        summary=candidate.summary,
-        tokens=candidate.tokens,
-        model=candidate.model,
-        format_version=candidate.format_version,
-        status=status,
-        created_at=time.time(),
-        error=error,
-    )
+    return candidate.stored(_new_id("ck"), status, time.time(), error)
 
 
 def _checkpoint_json(cp: StoredCheckpoint) -> str:
