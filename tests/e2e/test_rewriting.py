@@ -52,6 +52,21 @@ def wait_checkpoints(p: Any, conv: str, timeout: float = 10) -> list[dict[str, A
         time.sleep(0.1)
 
 
+def drive(client: Any, model: str, messages: list[dict[str, Any]], turns: int, words: int = 150,
+          after: Any = None) -> str:
+    """Send `turns` user turns of filler text, appending each answer as the SDK returned it;
+    `after(i)` runs after each turn and may return True to stop early. The conversation id."""
+    conv = ""
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * words})
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        if after is not None and after(i):
+            break
+    return conv
+
+
 def agent_requests(upstream: UpstreamServer, model: str) -> list[dict[str, Any]]:
     return [r.body for r in upstream.chat_requests
             if r.body.get("model") == model and not is_summary_request(r.body)]
@@ -196,14 +211,9 @@ def test_summary_failure_keeps_serving_and_does_not_loop(proxy, upstream, api_ke
     upstream.responder = respond
     client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
-    conv = None
     started = time.monotonic()
-    for i in range(40):
-        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 150})
-        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
-        conv = raw.headers["x-conversation-id"]
-        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
-        assert_protocol_and_pins(agent_requests(upstream, model)[-1], messages[:-1])
+    conv = drive(client, model, messages, 40,
+                 after=lambda i: assert_protocol_and_pins(agent_requests(upstream, model)[-1], messages[:-1]))
     # bounded: each failed job makes max_attempts=2 calls, then backs off 30 s; never one per request
     jobs_possible = 1 + int((time.monotonic() - started) // 30)
     assert 1 <= len(summary_requests(upstream)) <= 2 * jobs_possible
@@ -232,12 +242,7 @@ def test_summarizer_timeout_leaves_previous_state(proxy, upstream, api_key, monk
     upstream.responder = respond
     client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
-    conv = None
-    for i in range(30):
-        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 150})
-        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
-        conv = raw.headers["x-conversation-id"]
-        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+    conv = drive(client, model, messages, 30)
     checkpoints = wait_checkpoints(p, conv)
     assert checkpoints and all(c["status"] == "failed" for c in checkpoints)
     assert "timed out" in checkpoints[0]["error"]
@@ -262,14 +267,7 @@ def test_delete_during_compaction_stays_deleted(proxy, upstream, api_key, monkey
     upstream.responder = respond
     client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
-    conv = None
-    for i in range(40):
-        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 150})
-        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
-        conv = raw.headers["x-conversation-id"]
-        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
-        if held:
-            break
+    conv = drive(client, model, messages, 40, after=lambda i: bool(held))
     assert held, "no compaction started"
     assert p.admin(f"conversations/{conv}", method="DELETE").status_code == 200
     assert held[0].done.wait(10), "the summary request never finished"
@@ -293,12 +291,7 @@ def test_projection_endpoint_shows_exactly_what_is_sent(proxy, upstream, api_key
     upstream.responder = lambda body: Reply(content=SUMMARY) if is_summary_request(body) else None
     client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
-    conv = None
-    for i in range(25):
-        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 120})
-        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
-        conv = raw.headers["x-conversation-id"]
-        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+    conv = drive(client, model, messages, 25, words=120)
     wait_checkpoints(p, conv)
     view = p.admin_json(f"conversations/{conv}/projection")
     assert view["model"] == model and view["route"] == "main"
@@ -332,12 +325,7 @@ def test_summarizer_through_litellm(proxy, upstream, api_key, monkeypatch):
     upstream.responder = lambda body: Reply(content=SUMMARY) if is_summary_request(body) else None
     client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
-    conv = None
-    for i in range(25):
-        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 120})
-        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
-        conv = raw.headers["x-conversation-id"]
-        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+    conv = drive(client, model, messages, 25, words=120)
     checkpoints = wait_checkpoints(p, conv, timeout=30)
     assert checkpoints and checkpoints[0]["status"] in ("active", "superseded"), checkpoints
     assert checkpoints[0]["model"] == "openai/gpt-summarizer"
