@@ -24,23 +24,17 @@ Same style as :mod:`tests.upstream_server`: uvicorn in a background thread, a FI
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import hashlib
 import hmac
 import json
-import os
 import secrets
-import socket
 import threading
-import time
-from collections import deque
-from collections.abc import Callable
 from typing import Any
 
-import uvicorn
-
+from tests.scripted_server import RecordedRequest, ScriptedServer
+from tests.scripted_server import split_text as _split
 from tests.upstream_server import count_text_tokens
 
 SIGNING_KEY = b"scripted-anthropic-thinking-key"
@@ -101,19 +95,6 @@ def estimate_tokens(body: dict[str, Any]) -> int:
     return sum(tokens for _, tokens, _ in _segments(body))
 
 
-def _split(text: str, n: int) -> list[str]:
-    if not text:
-        return []
-    n = max(1, min(n, len(text)))
-    size, rest = divmod(len(text), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + size + (1 if i < rest else 0)
-        out.append(text[start:end])
-        start = end
-    return out
-
-
 @dataclasses.dataclass
 class Reply:
     """One scripted answer.
@@ -160,99 +141,31 @@ class Reply:
     """The complete message this reply stands for (set by the server, streamed or not)."""
 
 
-@dataclasses.dataclass
-class RecordedRequest:
-    method: str
-    path: str
-    headers: dict[str, str]
-    raw: bytes
-    body: Any
+class AnthropicUpstream(ScriptedServer[Reply]):
+    reply_class = Reply
+    thread_name = "anthropic-upstream"
+    start_error = "scripted Anthropic upstream did not start"
 
-
-class _Dropped(Exception):
-    pass
-
-
-class AnthropicUpstream:
     def __init__(self, *, api_key: str | None = None, context_windows: dict[str, int] | None = None,
                  default_context_window: int = 200_000) -> None:
+        super().__init__()
         self.api_key = api_key
         self.context_windows = dict(context_windows or {})
         self.default_context_window = default_context_window
-        self.requests: list[RecordedRequest] = []
-        self.replies_sent: list[Reply] = []
         self.rejections: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        self.responder: Callable[[dict[str, Any]], Reply | None] | None = None
-        self._queue: deque[Reply] = deque()
         self._cache: set[str] = set()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
 
-    # ---- lifecycle
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> AnthropicUpstream:
+    def _warm_up(self) -> None:
         count_text_tokens("warm up")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self._app, log_level=os.environ.get("UPSTREAM_LOG_LEVEL", "critical"),
-                                access_log=False, lifespan="off", timeout_graceful_shutdown=1, http="h11",
-                                interface="asgi3")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                        name="anthropic-upstream", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("scripted Anthropic upstream did not start")
-            time.sleep(0.01)
-        return self
 
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    # ---- scripting
-
-    def push(self, *replies: Reply) -> None:
-        with self._lock:
-            self._queue.extend(replies)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._queue.clear()
-            self.requests.clear()
-            self.replies_sent.clear()
-            self.rejections.clear()
-            self._cache.clear()
-            self.responder = None
+    def _reset(self) -> None:
+        self.rejections.clear()
+        self._cache.clear()
 
     @property
     def message_requests(self) -> list[RecordedRequest]:
         with self._lock:
             return [r for r in self.requests if r.path == "/v1/messages"]
-
-    def _next_reply(self, body: dict[str, Any]) -> Reply:
-        with self._lock:
-            queued = self._queue.popleft() if self._queue else None
-            responder = self.responder
-        reply = queued or (responder(body) if responder is not None else None) or Reply()
-        with self._lock:
-            self.replies_sent.append(reply)
-        return reply
 
     # ---- validation
 
@@ -387,24 +300,11 @@ class AnthropicUpstream:
     # ---- ASGI
 
     async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        record = await self._receive_request(scope, receive, path=scope.get("path", "").rstrip("/"))
+        if record is None:
             return
-        raw = b""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        path = scope["path"].rstrip("/")
-        with self._lock:
-            self.requests.append(RecordedRequest(scope["method"], path, headers, raw, body))
+        path = record.path
+        headers, body = record.headers, record.body
         if self.api_key is not None and headers.get("x-api-key") != self.api_key:
             await self._json(send, 401, error_body("authentication_error", "invalid x-api-key"))
             return
@@ -434,11 +334,10 @@ class AnthropicUpstream:
         data = json.dumps(obj).encode()
         if reply is not None:
             reply.sent_status, reply.sent_body = status, data
-        await send({"type": "http.response.start", "status": status, "headers": [
+        await self._send_body(send, status, [
             (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
             (b"request-id", ("req_" + secrets.token_hex(12)).encode()),
-            (b"anthropic-organization-id", b"org-scripted")]})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
+            (b"anthropic-organization-id", b"org-scripted")], data)
 
     def _content(self, reply: Reply, body: dict[str, Any]) -> list[dict[str, Any]]:
         blocks: list[dict[str, Any]] = []
@@ -522,39 +421,12 @@ class AnthropicUpstream:
             events.append(final)
         events.append(event("message_stop", {"type": "message_stop"}))
 
-        finished = threading.Event()
-
-        async def watch() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    if not finished.is_set():
-                        reply.disconnected.set()
-                    return
-
-        watcher = asyncio.ensure_future(watch())
-        try:
-            reply.sent_status = 200
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                (b"request-id", ("req_" + secrets.token_hex(12)).encode())]})
-            for k, data in enumerate(events):
-                if reply.error_after_events is not None and k == reply.error_after_events:
-                    err = event("error", error_body("overloaded_error", "Overloaded"))
-                    await send({"type": "http.response.body", "body": err, "more_body": True})
-                    reply.sent_events.append(err)
-                    break
-                if reply.drop_after_events is not None and k >= reply.drop_after_events:
-                    raise _Dropped()
-                if reply.hold is not None and k == reply.hold_after_events:
-                    while not reply.hold.is_set() and not reply.disconnected.is_set() and not self._stopping.is_set():
-                        await asyncio.sleep(0.01)
-                if reply.disconnected.is_set() or self._stopping.is_set():
-                    return
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-                reply.sent_events.append(data)
-            finished.set()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            finished.set()
-            watcher.cancel()
+        reply.sent_status = 200
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                   (b"request-id", ("req_" + secrets.token_hex(12)).encode())]
+        async with self._watching(receive, reply) as finished:
+            await self._write_stream(
+                send, reply, headers, events, finished, lambda k, data: reply.sent_events.append(data),
+                drop_after=reply.drop_after_events, hold_after=reply.hold_after_events,
+                error_after=reply.error_after_events,
+                error_event=event("error", error_body("overloaded_error", "Overloaded")))

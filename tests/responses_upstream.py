@@ -27,21 +27,16 @@ unless overridden) with ``input_tokens_details.cached_tokens``, ``output_tokens`
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
-import os
 import secrets
-import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from typing import Any
 
-import uvicorn
-
-from tests.upstream_server import RecordedRequest, _encoding, _split, count_text_tokens, openai_error
+from tests.scripted_server import RecordedRequest, ScriptedServer
+from tests.scripted_server import split_text as _split
+from tests.upstream_server import _encoding, count_text_tokens, openai_error
 
 __all__ = ["ResponsesReply", "ResponsesServer", "count_input_tokens", "fcall"]
 
@@ -116,73 +111,22 @@ class ResponsesReply:
     usage: dict[str, Any] | None = None
 
 
-class _Dropped(Exception):
-    pass
+class ResponsesServer(ScriptedServer[ResponsesReply]):
+    reply_class = ResponsesReply
+    thread_name = "responses-upstream"
+    start_error = "responses upstream did not start"
 
-
-class ResponsesServer:
     def __init__(self, context_windows: dict[str, int] | None = None, default_window: int = 128_000) -> None:
+        super().__init__()
         self.context_windows = dict(context_windows or {})
         self.default_window = default_window
-        self.requests: list[RecordedRequest] = []
-        self.replies_sent: list[ResponsesReply] = []
         self.rejections: list[dict[str, Any]] = []
         self.stored: dict[str, list[dict[str, Any]]] = {}
-        self.responder: Callable[[dict[str, Any]], ResponsesReply | None] | None = None
-        self._queue: deque[ResponsesReply] = deque()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    # ---- lifecycle
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> ResponsesServer:
+    def _warm_up(self) -> None:
         _encoding()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self._app, log_level=os.environ.get("UPSTREAM_LOG_LEVEL", "critical"),
-                                access_log=False, lifespan="off", timeout_graceful_shutdown=1, http="h11",
-                                interface="asgi3")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
-                                        name="responses-upstream")
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("responses upstream did not start")
-            time.sleep(0.01)
-        return self
 
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    # ---- scripting
-
-    def push(self, *replies: ResponsesReply) -> None:
-        with self._lock:
-            self._queue.extend(replies)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._queue.clear()
-            self.requests.clear()
-            self.replies_sent.clear()
-            self.rejections.clear()
-            self.responder = None
+    def _reset(self) -> None:
+        self.rejections.clear()
 
     @property
     def bodies(self) -> list[dict[str, Any]]:
@@ -199,15 +143,6 @@ class ResponsesServer:
     def last_reply(self) -> ResponsesReply:
         with self._lock:
             return self.replies_sent[-1]
-
-    def _next(self, body: dict[str, Any]) -> ResponsesReply:
-        with self._lock:
-            reply = self._queue.popleft() if self._queue else None
-            responder = self.responder
-        reply = reply or (responder(body) if responder else None) or ResponsesReply()
-        with self._lock:
-            self.replies_sent.append(reply)
-        return reply
 
     # ---- validation
 
@@ -279,23 +214,10 @@ class ResponsesServer:
     # ---- ASGI
 
     async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        record = await self._receive_request(scope, receive)
+        if record is None:
             return
-        raw = b""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        with self._lock:
-            self.requests.append(RecordedRequest(scope["method"], scope["path"], "", headers, raw, body))
+        body = record.body
         if scope["path"].rstrip("/") != "/v1/responses" or scope["method"] != "POST":
             await self._json(send, 404, openai_error(f"Invalid URL ({scope['method']} {scope['path']})"))
             return
@@ -303,7 +225,7 @@ class ResponsesServer:
         if isinstance(checked, dict) or not isinstance(body, dict):
             await self._json(send, 400, checked)
             return
-        reply = self._next(body)
+        reply = self._next_reply(body)
         try:
             await self._answer(reply, body, checked, send, receive)
         finally:
@@ -311,10 +233,9 @@ class ResponsesServer:
 
     async def _json(self, send: Any, status: int, obj: Any) -> None:
         data = json.dumps(obj).encode()
-        await send({"type": "http.response.start", "status": status, "headers": [
+        await self._send_body(send, status, [
             (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-            (b"x-request-id", ("req_" + secrets.token_hex(8)).encode())]})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
+            (b"x-request-id", ("req_" + secrets.token_hex(8)).encode())], data)
 
     def _output(self, reply: ResponsesReply, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -430,34 +351,10 @@ class ResponsesServer:
     async def _stream(self, reply: ResponsesReply, body: dict[str, Any], rid: str, output: list[dict[str, Any]],
                       final: dict[str, Any], send: Any, receive: Any) -> None:
         events = self._events(body, rid, output, final, reply)
-        finished = threading.Event()
-
-        async def watch() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    if not finished.is_set():
-                        reply.disconnected.set()
-                    return
-
-        watcher = asyncio.ensure_future(watch())
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream; charset=utf-8"),
-                (b"x-request-id", ("req_" + secrets.token_hex(8)).encode())]})
-            for k, (kind, data) in enumerate(events):
-                if reply.drop_after_events is not None and k >= reply.drop_after_events:
-                    raise _Dropped()
-                if reply.hold is not None and k == reply.hold_after_events:
-                    while not reply.hold.is_set() and not reply.disconnected.is_set() and not self._stopping.is_set():
-                        await asyncio.sleep(0.01)
-                if reply.disconnected.is_set() or self._stopping.is_set():
-                    return
-                chunk = f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                reply.sent_events.append((kind, data))
-            finished.set()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            finished.set()
-            watcher.cancel()
+        chunks = [f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode() for kind, data in events]
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
+                   (b"x-request-id", ("req_" + secrets.token_hex(8)).encode())]
+        async with self._watching(receive, reply) as finished:
+            await self._write_stream(
+                send, reply, headers, chunks, finished, lambda k, _: reply.sent_events.append(events[k]),
+                drop_after=reply.drop_after_events, hold_after=reply.hold_after_events)

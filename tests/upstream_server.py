@@ -32,20 +32,17 @@ port on 127.0.0.1 before returning, ``stop()`` shuts it down (hanging handlers a
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib.util
 import json
 import os
 import secrets
-import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from typing import Any
 
-import uvicorn
+from tests.scripted_server import RecordedRequest, ScriptedServer, _Dropped
+from tests.scripted_server import split_text as _split
 
 __all__ = [
     "RecordedRequest",
@@ -220,16 +217,6 @@ class Reply:
         return out
 
 
-@dataclasses.dataclass
-class RecordedRequest:
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]  # lower-case names
-    raw: bytes
-    body: Any  # parsed JSON, or None when the body was not JSON
-
-
 _DEFAULT_ERRORS: dict[int, tuple[str, str, str | None]] = {
     400: ("Bad request.", "invalid_request_error", None),
     401: ("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
@@ -249,29 +236,14 @@ def openai_error(message: str, type: str = "invalid_request_error", param: str |
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def _split(text: str, n: int) -> list[str]:
-    """Split text into at most n non-empty pieces (n >= 1)."""
-    if not text:
-        return []
-    n = max(1, min(n, len(text)))
-    size, rest = divmod(len(text), n)
-    pieces, start = [], 0
-    for i in range(n):
-        end = start + size + (1 if i < rest else 0)
-        pieces.append(text[start:end])
-        start = end
-    return pieces
-
-
-class _Dropped(Exception):
-    """Raised inside the ASGI app to make uvicorn abort the connection mid-response."""
-
-
 # --------------------------------------------------------------------------- server
 
 
-class UpstreamServer:
+class UpstreamServer(ScriptedServer[Reply]):
     """Scripted OpenAI-compatible upstream on 127.0.0.1; see the module docstring."""
+
+    reply_class = Reply
+    thread_name = "upstream-server"
 
     def __init__(
         self,
@@ -282,89 +254,17 @@ class UpstreamServer:
         default_max_tokens: int = 0,
         api_key: str | None = None,
     ) -> None:
+        super().__init__()
         self.models = models or ["gpt-4o", "gpt-4o-mini", "gpt-small"]
         self.context_windows = dict(context_windows or {})
         self.default_context_window = default_context_window
         self.default_max_tokens = default_max_tokens
         self.api_key = api_key  # when set, other bearer keys get 401
-        self.requests: list[RecordedRequest] = []
-        self.replies_sent: list[Reply] = []
-        self._queue: deque[Reply] = deque()
-        # Answers requests when the queue is empty: body -> Reply (None: the default reply).
-        self.responder: Callable[[dict[str, Any]], Reply | None] | None = None
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._server: uvicorn.Server | None = None
-        self._sock: socket.socket | None = None
-        self.port: int = 0
 
-    # ---- lifecycle
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.url}/v1"
-
-    def start(self) -> UpstreamServer:
+    def _warm_up(self) -> None:
         _encoding()  # load the tokenizer before the first request, not inside a timed one
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        self._sock = sock
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self._app, log_level=os.environ.get("UPSTREAM_LOG_LEVEL", "critical"), access_log=False, lifespan="off",
-            timeout_graceful_shutdown=1, http="h11", interface="asgi3",
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="upstream-server", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("scripted upstream server did not start")
-            time.sleep(0.01)
-        return self
 
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._thread = None
-
-    def __enter__(self) -> UpstreamServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # ---- scripting and inspection
-
-    def push(self, *replies: Reply) -> None:
-        with self._lock:
-            self._queue.extend(replies)
-
-    def clear(self) -> None:
-        """Forget queued replies and recorded requests (between tests on a shared server)."""
-        with self._lock:
-            self._queue.clear()
-            self.requests.clear()
-            self.replies_sent.clear()
-            self.responder = None
-
-    @property
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._queue)
+    # ---- inspection
 
     @property
     def chat_requests(self) -> list[RecordedRequest]:
@@ -383,49 +283,13 @@ class UpstreamServer:
             assert self.replies_sent, "upstream sent no chat reply"
             return self.replies_sent[-1]
 
-    def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[RecordedRequest]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if len(self.requests) >= n:
-                    return list(self.requests)
-            time.sleep(0.01)
-        raise AssertionError(f"upstream got {len(self.requests)} requests, expected {n}")
-
-    def _next_reply(self, body: dict[str, Any]) -> Reply:
-        with self._lock:
-            queued = self._queue.popleft() if self._queue else None
-            responder = self.responder
-        reply = queued or (responder(body) if responder is not None else None) or Reply()
-        with self._lock:
-            self.replies_sent.append(reply)
-        return reply
-
     # ---- ASGI
 
     async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        record = await self._receive_request(scope, receive)
+        if record is None:
             return
-        raw = b""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        record = RecordedRequest(
-            method=scope["method"], path=scope["path"],
-            query=scope.get("query_string", b"").decode("latin-1"),
-            headers=headers, raw=raw, body=body,
-        )
-        with self._lock:
-            self.requests.append(record)
+        headers, raw, body = record.headers, record.raw, record.body
 
         started = time.monotonic()
         path = scope["path"].rstrip("/")
@@ -574,43 +438,12 @@ class UpstreamServer:
             reply.sent_status = status
             reply.sent_headers = {k.decode(): v.decode() for k, v in headers}
             reply.sent_body = data
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
-
-    async def _sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stopping.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            await asyncio.sleep(min(left, 0.05))
-
-    async def _watch_disconnect(self, receive: Any, reply: Reply, finished: threading.Event) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                # uvicorn also reports "disconnect" once the response is complete; only an early
-                # one means the client went away.
-                if not finished.is_set():
-                    reply.disconnected.set()
-                return
+        await self._send_body(send, status, headers, data)
 
     async def _answer(self, reply: Reply, body: dict[str, Any], send: Any, receive: Any,
                       started: float) -> None:
-        finished = threading.Event()
-        watcher = asyncio.ensure_future(self._watch_disconnect(receive, reply, finished))
-        try:
+        async with self._watching(receive, reply) as finished:
             await self._answer_inner(reply, body, send, started, finished)
-        finally:
-            finished.set()
-            watcher.cancel()
-
-    async def _wait(self, reply: Reply, predicate: Any, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate() and not self._stopping.is_set():
-            if reply.disconnected.is_set() or time.monotonic() > deadline:
-                return
-            await asyncio.sleep(0.01)
 
     def _usage(self, reply: Reply, body: dict[str, Any], choices: list[dict[str, Any]]) -> dict:
         if reply.usage is not None:
@@ -767,23 +600,13 @@ class UpstreamServer:
         headers = self._headers(reply, started, "text/event-stream; charset=utf-8")
         reply.sent_status = 200
         reply.sent_headers = {k.decode(): v.decode() for k, v in headers}
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        for k, data in enumerate(events):
-            if reply.drop_after_chunks is not None and k >= reply.drop_after_chunks:
-                raise _Dropped()  # uvicorn aborts the connection: no terminating chunk, no [DONE]
-            if reply.disconnected.is_set() or self._stopping.is_set():
-                return
-            if k and reply.delay_between_chunks:
-                await self._sleep(reply.delay_between_chunks)
-            if reply.hold is not None and k == reply.hold_after_chunks:
-                hold = reply.hold
-                await self._wait(reply, hold.is_set)
-                if reply.disconnected.is_set():
-                    return
-            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        def on_sent(k: int, data: bytes) -> None:
             reply.sent_events.append(data)
             reply.chunks_sent += 1
             if k == 0:
                 reply.first_chunk_sent.set()
-        finished.set()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        await self._write_stream(
+            send, reply, headers, events, finished, on_sent, drop_after=reply.drop_after_chunks,
+            hold_after=reply.hold_after_chunks, hold_timeout=60.0, delay_between=reply.delay_between_chunks)
