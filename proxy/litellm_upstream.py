@@ -30,7 +30,7 @@ from typing import Any
 
 from .config import Route
 from .errors import Unauthorized, UpstreamError, UpstreamTimeout
-from .upstream import UpstreamClient, UpstreamResponse
+from .upstream import UpstreamClient, UpstreamResponse, within_deadlines
 from .usage import Usage, from_openai_chat
 
 # OpenAI chat-completions request fields passed to litellm; everything else in the body is dropped.
@@ -248,21 +248,14 @@ class LitellmResponse(UpstreamResponse):
         if self._body is not None:
             yield self._body
             return
-        timeouts = self._route.upstream.timeouts
         iterator = self._stream.__aiter__()
         while True:
-            remaining = timeouts.total - (time.monotonic() - self.started)
-            if remaining <= 0:
-                raise UpstreamTimeout(_where(self._route) + f" exceeded the total deadline of {timeouts.total:g} s")
             try:
-                async with asyncio.timeout(min(timeouts.idle, remaining)):
-                    chunk = await iterator.__anext__()
+                chunk = await within_deadlines(self._route, self.started, iterator.__anext__, _where(self._route))
             except StopAsyncIteration:
                 break
-            except TimeoutError:
-                raise UpstreamTimeout(
-                    _where(self._route) + f" sent nothing for {min(timeouts.idle, remaining):g} s mid-stream"
-                ) from None
+            except UpstreamTimeout:
+                raise
             except Exception as exc:  # litellm's error tree, translated at this boundary
                 if _transport_failure(exc) == "timeout":
                     raise UpstreamTimeout(_where(self._route) + " timed out mid-stream") from None

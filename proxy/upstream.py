@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from .config import Route
 from .errors import UpstreamError, UpstreamTimeout
+
+T = TypeVar("T")
 
 HOP_BY_HOP = frozenset(
     {
@@ -96,19 +99,10 @@ class UpstreamResponse:
 
     async def pieces(self) -> AsyncIterator[bytes]:
         """Body pieces as they arrive, each within the idle deadline, all within the total one."""
-        timeouts = self._route.upstream.timeouts
         content = self._response.content
         while True:
-            remaining = timeouts.total - (time.monotonic() - self.started)
-            if remaining <= 0:
-                raise UpstreamTimeout(_where(self._route) + f" exceeded the total deadline of {timeouts.total:g} s")
             try:
-                async with asyncio.timeout(min(timeouts.idle, remaining)):
-                    piece = await content.readany()
-            except TimeoutError:
-                raise UpstreamTimeout(
-                    _where(self._route) + f" sent nothing for {min(timeouts.idle, remaining):g} s mid-stream"
-                ) from None
+                piece = await within_deadlines(self._route, self.started, content.readany, _where(self._route))
             except aiohttp.ClientError as exc:
                 raise UpstreamError(_where(self._route) + f" broke off the stream: {type(exc).__name__}") from None
             if not piece:
@@ -117,6 +111,20 @@ class UpstreamResponse:
 
     def close(self) -> None:
         self._response.close()
+
+
+async def within_deadlines(route: Route, started: float, fetch: Callable[[], Awaitable[T]], where: str) -> T:
+    """One await of `fetch` (the next piece of an answer) bounded by the idle deadline and by what
+    is left of the total one; UpstreamTimeout naming `where` otherwise."""
+    timeouts = route.upstream.timeouts
+    remaining = timeouts.total - (time.monotonic() - started)
+    if remaining <= 0:
+        raise UpstreamTimeout(where + f" exceeded the total deadline of {timeouts.total:g} s")
+    try:
+        async with asyncio.timeout(min(timeouts.idle, remaining)):
+            return await fetch()
+    except TimeoutError:
+        raise UpstreamTimeout(where + f" sent nothing for {min(timeouts.idle, remaining):g} s mid-stream") from None
 
 
 def _where(route: Route) -> str:
