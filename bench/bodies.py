@@ -29,7 +29,7 @@ def agent_body(model: str = "gpt-4o") -> dict[str, Any]:
     """A 40-message, ~20k-token agent request from a real transcript: the system prompt, the task,
     then 38 consecutive turns (assistant tool calls and their results) from the middle of the run."""
     data = _load(AGENT_SOURCE)
-    messages = data["messages"][:2] + data["messages"][AGENT_WINDOW:AGENT_WINDOW + 38]
+    messages = data["messages"][:2] + data["messages"][AGENT_WINDOW : AGENT_WINDOW + 38]
     assert messages[-1]["role"] in ("tool", "user") and len(messages) == 40
     body: dict[str, Any] = {"model": model, "messages": messages}
     if data.get("tools"):
@@ -60,7 +60,7 @@ def scaling_body(events: int, total_chars: int = 80_000, model: str = "gpt-4o") 
     for i in range(n):
         if pos + size > len(pool):
             pos = 0
-        text = pool[pos:pos + size]
+        text = pool[pos : pos + size]
         pos += size
         messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"[{i}] {text}"})
     return {"model": model, "messages": messages}
@@ -93,5 +93,8 @@ def generated_session(turns: int, min_result_chars: int = 0, offset: int = 0) ->
         messages.append({**a, "tool_calls": [call]})
         messages.append({**t, "tool_call_id": call_id})
     messages.append({"role": "assistant", "content": "Done."})  # the last request's answer
-    return {"name": f"generated-{turns}-turns" + (f"-results>={min_result_chars}" if min_result_chars else ""),
-            "messages": messages, "tools": _load(AGENT_SOURCE).get("tools")}
+    return {
+        "name": f"generated-{turns}-turns" + (f"-results>={min_result_chars}" if min_result_chars else ""),
+        "messages": messages,
+        "tools": _load(AGENT_SOURCE).get("tools"),
+    }

@@ -25,8 +25,10 @@ from bench.mock_upstream import REPLY_TEXT
 
 
 def next_turn(k: int) -> list[dict[str, Any]]:
-    observation = (f"Observation for step {k}: the command finished with exit code 0. "
-                   + "Output lines were checked and match the expected values. " * 6)
+    observation = (
+        f"Observation for step {k}: the command finished with exit code 0. "
+        + "Output lines were checked and match the expected values. " * 6
+    )
     return [{"role": "assistant", "content": REPLY_TEXT}, {"role": "user", "content": observation}]
 
 
@@ -106,14 +108,17 @@ async def run(spec: dict[str, Any]) -> None:
     conc = spec["concurrency"]
     conns = [Conn(host, port) for _ in range(conc)]
     heads = [
-        (f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-         f"authorization: Bearer {spec.get('auth_key') or spec['key_prefix'] + '-' + str(w)}\r\n").encode()
+        (
+            f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {spec.get('auth_key') or spec['key_prefix'] + '-' + str(w)}\r\n"
+        ).encode()
         for w in range(conc)
     ]
     timeout = spec.get("timeout", 60.0)
     warm_errors = []
-    results = await asyncio.gather(*(conns[w].request(heads[w], bodies[0], timeout) for w in range(conc)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(conns[w].request(heads[w], bodies[0], timeout) for w in range(conc)), return_exceptions=True
+    )
     for r in results:
         if isinstance(r, BaseException) or r["status"] != 200:
             warm_errors.append(repr(r)[:300] if isinstance(r, BaseException) else r["first"].decode("utf-8", "replace"))
@@ -140,14 +145,16 @@ async def run(spec: dict[str, Any]) -> None:
                 continue
             stamps = r["stamps"]
             gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-            samples.append({
-                "latency_ms": (r["end"] - r["t0"]) * 1000,
-                "ttft_ms": (stamps[0] - r["t0"]) * 1000 if stamps else None,
-                "stream_ms": (stamps[-1] - stamps[0]) * 1000 if len(stamps) > 1 else 0.0,
-                "pieces": len(stamps),
-                "events": r["events"],
-                "max_gap_ms": max(gaps) * 1000 if gaps else 0.0,
-            })
+            samples.append(
+                {
+                    "latency_ms": (r["end"] - r["t0"]) * 1000,
+                    "ttft_ms": (stamps[0] - r["t0"]) * 1000 if stamps else None,
+                    "stream_ms": (stamps[-1] - stamps[0]) * 1000 if len(stamps) > 1 else 0.0,
+                    "pieces": len(stamps),
+                    "events": r["events"],
+                    "max_gap_ms": max(gaps) * 1000 if gaps else 0.0,
+                }
+            )
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(conc)))
@@ -155,9 +162,19 @@ async def run(spec: dict[str, Any]) -> None:
     for c in conns:
         if c.writer is not None:
             c.writer.close()
-    print(json.dumps({"wall_s": wall, "samples": samples, "errors": errors[:20], "error_count": len(errors),
-                      "warmup_errors": warm_errors[:5], "body_bytes": [len(bodies[1]), len(bodies[-1])]}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                "wall_s": wall,
+                "samples": samples,
+                "errors": errors[:20],
+                "error_count": len(errors),
+                "warmup_errors": warm_errors[:5],
+                "body_bytes": [len(bodies[1]), len(bodies[-1])],
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -26,34 +26,57 @@ SUMMARY_TEXT = (
     "## Goal\nContinue the user's task.\n## Constraints\nnone\n## Decisions\nnone\n## Key facts\nnone\n"
     "## Failed attempts\nnone\n## Open questions\nnone\n## Next step\nContinue."
 )
-USAGE = {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020,
-         "prompt_tokens_details": {"cached_tokens": 0}}
+USAGE = {
+    "prompt_tokens": 1000,
+    "completion_tokens": 20,
+    "total_tokens": 1020,
+    "prompt_tokens_details": {"cached_tokens": 0},
+}
 
 _STREAM_RE = re.compile(rb'"stream"\s*:\s*true')
 _MODEL_RE = re.compile(rb'"model"\s*:\s*"([^"]*)"')
 
 
 def _http(status: str, ctype: str, body: bytes) -> bytes:
-    return (f"HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\n"
-            "x-request-id: req_mock\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {len(body)}\r\nx-request-id: req_mock\r\n\r\n"
+    ).encode() + body
 
 
 def completion(text: str) -> bytes:
-    return json.dumps({
-        "id": "chatcmpl-mock", "object": "chat.completion", "created": 1700000000, "model": "mock",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                     "logprobs": None, "finish_reason": "stop"}],
-        "usage": USAGE, "system_fingerprint": "fp_mock",
-    }, separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "id": "chatcmpl-mock",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": "mock",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": USAGE,
+            "system_fingerprint": "fp_mock",
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def sse_events(chunks: int, with_usage: bool) -> list[bytes]:
     """`chunks` events whose content pieces add up to REPLY_TEXT, then usage (if asked), [DONE]."""
     pieces = max(1, chunks - 2)
     size = -(-len(REPLY_TEXT) // pieces)
-    texts = [REPLY_TEXT[i:i + size] for i in range(0, len(REPLY_TEXT), size)]
-    base = {"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1700000000, "model": "mock",
-            "system_fingerprint": "fp_mock"}
+    texts = [REPLY_TEXT[i : i + size] for i in range(0, len(REPLY_TEXT), size)]
+    base = {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "mock",
+        "system_fingerprint": "fp_mock",
+    }
     extra = {"usage": None} if with_usage else {}
     deltas = [({"role": "assistant", "content": ""}, None)] + [({"content": t}, None) for t in texts]
     deltas.append(({}, "stop"))
@@ -72,8 +95,10 @@ def _chunked(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-STREAM_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-               b"transfer-encoding: chunked\r\ncache-control: no-cache\r\nx-request-id: req_mock\r\n\r\n")
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+    b"transfer-encoding: chunked\r\ncache-control: no-cache\r\nx-request-id: req_mock\r\n\r\n"
+)
 
 
 class Mock(asyncio.Protocol):
@@ -117,7 +142,7 @@ class Mock(asyncio.Protocol):
                     size = int(bytes(self.buf[pos:nl]).split(b";")[0], 16)
                     if len(self.buf) < nl + 2 + size + 2:
                         return
-                    body += self.buf[nl + 2:nl + 2 + size]
+                    body += self.buf[nl + 2 : nl + 2 + size]
                     pos = nl + 2 + size + 2
                     if size == 0:
                         break
@@ -126,7 +151,7 @@ class Mock(asyncio.Protocol):
                 length = int(headers.get("content-length", "0") or 0)
                 if len(self.buf) < start + length:
                     return
-                body = self.buf[start:start + length]
+                body = self.buf[start : start + length]
                 consumed = start + length
             self.queue.put_nowait((method, path, bytes(body)))
             del self.buf[:consumed]

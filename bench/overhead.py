@@ -45,13 +45,20 @@ class Acc:
     rounds_rps: list[float] = field(default_factory=list)
 
 
-def run_loadgen(spec: dict[str, Any], spec_path: Path, pid: int | None, timeout: float,
-                on_ready: Any = None) -> tuple[dict[str, Any], float | None]:
+def run_loadgen(
+    spec: dict[str, Any], spec_path: Path, pid: int | None, timeout: float, on_ready: Any = None
+) -> tuple[dict[str, Any], float | None]:
     """Start the load generator, wait for READY (bodies built, warm-up done), read the target's CPU,
     say GO, read the result, read CPU again. Bounded by `timeout`; the generator is stopped by PID."""
     spec_path.write_text(json.dumps(spec))
-    proc = subprocess.Popen([sys.executable, "-m", "bench.loadgen", str(spec_path)], cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.loadgen", str(spec_path)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
     try:
@@ -80,23 +87,31 @@ def run_loadgen(spec: dict[str, Any], spec_path: Path, pid: int | None, timeout:
             proc.wait(5)
 
 
-def run_overhead(targets: list[Target], cells: list[Cell], rounds: int, run_dir: Path, base_body: Path,
-                 max_seconds: float, log: Any) -> dict[str, Any]:
+def run_overhead(
+    targets: list[Target], cells: list[Cell], rounds: int, run_dir: Path, base_body: Path, max_seconds: float, log: Any
+) -> dict[str, Any]:
     acc: dict[tuple[str, str], Acc] = {}
     rss: dict[str, float] = {}
     seq = 0
     for rnd in range(rounds):
-        order = targets[rnd % len(targets):] + targets[:rnd % len(targets)]  # rotate: no config always first
+        order = targets[rnd % len(targets) :] + targets[: rnd % len(targets)]  # rotate: no config always first
         for cell in cells:
             for t in order:
                 seq += 1
                 spec = {
-                    "host": "127.0.0.1", "port": t.port, "path": "/v1/chat/completions",
-                    "base_body": str(base_body), "stream": cell.stream, "model": cell.model,
+                    "host": "127.0.0.1",
+                    "port": t.port,
+                    "path": "/v1/chat/completions",
+                    "base_body": str(base_body),
+                    "stream": cell.stream,
+                    "model": cell.model,
                     "include_usage": cell.include_usage,
-                    "concurrency": cell.concurrency, "requests_per_worker": cell.requests_per_worker,
-                    "max_seconds": max_seconds, "key_prefix": f"sk-bench-{run_dir.name}-{seq}",
-                    "auth_key": t.auth_key, "timeout": 60,
+                    "concurrency": cell.concurrency,
+                    "requests_per_worker": cell.requests_per_worker,
+                    "max_seconds": max_seconds,
+                    "key_prefix": f"sk-bench-{run_dir.name}-{seq}",
+                    "auth_key": t.auth_key,
+                    "timeout": 60,
                 }
                 pid = t.proc.pid if t.proc else None
                 result, cpu = run_loadgen(spec, run_dir / "spec.json", pid, timeout=max_seconds + 120)
@@ -113,13 +128,16 @@ def run_overhead(targets: list[Target], cells: list[Cell], rounds: int, run_dir:
                 if t.proc:
                     rss[t.name] = max(rss.get(t.name, 0.0), rss_mb(t.proc.pid))
                 p50 = pct([s["latency_ms"] for s in result["samples"]], 50) or 0
-                log(f"  round {rnd + 1}/{rounds} {cell.name:<22} {t.name:<12} {len(result['samples']):>4} ok "
-                    f"{result['error_count']} err  p50 {p50:.2f} ms")
+                log(
+                    f"  round {rnd + 1}/{rounds} {cell.name:<22} {t.name:<12} {len(result['samples']):>4} ok "
+                    f"{result['error_count']} err  p50 {p50:.2f} ms"
+                )
     return summarize(acc, rss, targets, cells)
 
 
-def summarize(acc: dict[tuple[str, str], Acc], rss: dict[str, float], targets: list[Target],
-              cells: list[Cell]) -> dict[str, Any]:
+def summarize(
+    acc: dict[tuple[str, str], Acc], rss: dict[str, float], targets: list[Target], cells: list[Cell]
+) -> dict[str, Any]:
     rows = []
     for cell in cells:
         direct = acc.get(("direct", cell.name))
@@ -133,9 +151,15 @@ def summarize(acc: dict[tuple[str, str], Acc], rss: dict[str, float], targets: l
             ttft = [s["ttft_ms"] for s in a.samples if s["ttft_ms"] is not None]
             n = len(a.samples)
             row: dict[str, Any] = {
-                "target": t.name, "cell": cell.name, "stream": cell.stream, "concurrency": cell.concurrency,
-                "requests": n, "errors": a.errors, "error_examples": a.error_examples[:3],
-                "p50_ms": r(pct(lat, 50)), "p99_ms": r(pct(lat, 99)),
+                "target": t.name,
+                "cell": cell.name,
+                "stream": cell.stream,
+                "concurrency": cell.concurrency,
+                "requests": n,
+                "errors": a.errors,
+                "error_examples": a.error_examples[:3],
+                "p50_ms": r(pct(lat, 50)),
+                "p99_ms": r(pct(lat, 99)),
                 "added_p50_ms": r(pct(lat, 50) - pct(d_lat, 50)) if lat and d_lat else None,  # type: ignore[operator]
                 "added_p99_ms": r(pct(lat, 99) - pct(d_lat, 99)) if lat and d_lat else None,  # type: ignore[operator]
                 "ttft_p50_ms": r(pct(ttft, 50)) if cell.stream else None,

@@ -1,6 +1,6 @@
 """The reference hop: the least a Python reverse proxy can do (Starlette + aiohttp client).
 
-    python -m bench.passthrough --upstream http://127.0.0.1:PORT/v1 --port P
+python -m bench.passthrough --upstream http://127.0.0.1:PORT/v1 --port P
 """
 
 import argparse
@@ -34,12 +34,14 @@ async def chat(request: Request) -> Response:
     upstream = await session.post(opts.upstream + "/chat/completions", data=body, headers=headers)
     ctype = upstream.headers.get("content-type", "application/json")
     if ctype.startswith("text/event-stream"):
+
         async def relay():  # type: ignore[no-untyped-def]
             try:
                 async for chunk in upstream.content.iter_any():
                     yield chunk
             finally:
                 upstream.release()
+
         return StreamingResponse(relay(), status_code=upstream.status, media_type=ctype)
     data = await upstream.read()
     upstream.release()
@@ -50,6 +52,7 @@ async def health(request: Request) -> Response:
     return Response(b'{"status":"ok"}', media_type="application/json")
 
 
-app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/healthz", health)],
-                lifespan=lifespan)
+app = Starlette(
+    routes=[Route("/v1/chat/completions", chat, methods=["POST"]), Route("/healthz", health)], lifespan=lifespan
+)
 uvicorn.run(app, host="127.0.0.1", port=opts.port, log_level="warning", access_log=False)

@@ -85,8 +85,9 @@ class Proc:
 
     def start(self, timeout: float = 30.0) -> None:
         out = open(self.log, "wb") if self.log else subprocess.DEVNULL  # noqa: SIM115
-        self.popen = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL)
+        self.popen = subprocess.Popen(
+            self.argv, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:

@@ -42,22 +42,43 @@ def _proxy(name: str, store: str, mock_port: int, work: Path) -> Proc:
         f"  - {{name: m, match: {{model: '*'}}, upstream: {{base_url: 'http://127.0.0.1:{mock_port}/v1'}}}}\n"
         "policies:\n  default: {context_window: 128000, max_output_tokens: 4096}\n"
     )
-    argv = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--port", str(port),
-            "--log-level", "warning"]
+    argv = [
+        sys.executable,
+        "-m",
+        "proxy.cli",
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     return Proc(name, argv, port, "/healthz", cwd=str(ROOT), log=work / f"{name}.log")
 
 
-def _load(ports: list[int], clients: int, per_worker: int, seconds: float, body: Path, work: Path,
-          tag: str) -> tuple[list[float], float]:
+def _load(
+    ports: list[int], clients: int, per_worker: int, seconds: float, body: Path, work: Path, tag: str
+) -> tuple[list[float], float]:
     """`clients` workers split over `ports`, all started together; latencies and wall time."""
     results: list[dict[str, Any]] = []
     lock = threading.Lock()
 
     def one(i: int, port: int) -> None:
-        spec = {"host": "127.0.0.1", "port": port, "path": "/v1/chat/completions", "base_body": str(body),
-                "stream": False, "model": "gpt-4o", "include_usage": False,
-                "concurrency": clients // len(ports), "requests_per_worker": per_worker,
-                "max_seconds": seconds, "key_prefix": f"sk-replicas-{tag}-{i}", "timeout": 60}
+        spec = {
+            "host": "127.0.0.1",
+            "port": port,
+            "path": "/v1/chat/completions",
+            "base_body": str(body),
+            "stream": False,
+            "model": "gpt-4o",
+            "include_usage": False,
+            "concurrency": clients // len(ports),
+            "requests_per_worker": per_worker,
+            "max_seconds": seconds,
+            "key_prefix": f"sk-replicas-{tag}-{i}",
+            "timeout": 60,
+        }
         result, _ = run_loadgen(spec, work / f"spec-{tag}-{i}.json", None, timeout=seconds + 120)
         with lock:
             results.append(result)
@@ -90,10 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     body = work / "agent-body.json"
     body.write_text(json.dumps(agent_body()))
     mock_port, redis_port = free_port(), free_port()
-    mock = Proc("mock", [sys.executable, "-m", "bench.mock_upstream", "--port", str(mock_port)], mock_port,
-                "/health", cwd=str(ROOT), log=work / "mock.log")
-    redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mock = Proc(
+        "mock",
+        [sys.executable, "-m", "bench.mock_upstream", "--port", str(mock_port)],
+        mock_port,
+        "/health",
+        cwd=str(ROOT),
+        log=work / "mock.log",
+    )
+    redis = subprocess.Popen(
+        ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     procs = [
         _proxy("sqlite", f"sqlite:///{work}/ctxproxy.db", mock_port, work),
@@ -108,18 +138,23 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.3)  # redis-server binds in milliseconds; the proxies' health checks need it
         for proc in procs:
             proc.start()
-        configs = {"direct": [mock_port], "sqlite": [procs[0].port], "redis-1": [procs[1].port],
-                   "redis-2": [procs[1].port, procs[2].port]}
+        configs = {
+            "direct": [mock_port],
+            "sqlite": [procs[0].port],
+            "redis-1": [procs[1].port],
+            "redis-2": [procs[1].port, procs[2].port],
+        }
         for rnd in range(rounds):
             names = list(configs)
-            names = names[rnd % len(names):] + names[: rnd % len(names)]
+            names = names[rnd % len(names) :] + names[: rnd % len(names)]
             for name in names:
                 lat, wall = _load(configs[name], clients, per_worker, seconds, body, work, f"{name}-{rnd}")
                 samples.setdefault(name, []).extend(lat)
                 walls[name] = walls.get(name, 0.0) + wall
                 counts[name] = counts.get(name, 0) + len(lat)
-                print(f"round {rnd + 1}/{rounds} {name:<8} {len(lat):>5} req  p50 {pct(lat, 50) or 0:.2f} ms",
-                      flush=True)
+                print(
+                    f"round {rnd + 1}/{rounds} {name:<8} {len(lat):>5} req  p50 {pct(lat, 50) or 0:.2f} ms", flush=True
+                )
     finally:
         for proc in procs:
             proc.stop()
@@ -131,15 +166,25 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("direct", "sqlite", "redis-1", "redis-2"):
         lat = samples[name]
         p50, p99 = pct(lat, 50) or 0.0, pct(lat, 99) or 0.0
-        rows.append({"config": name, "requests": counts[name], "rps": r(counts[name] / walls[name], 1),
-                     "p50_ms": r(p50), "p99_ms": r(p99), "added_p50_ms": r(p50 - base50),
-                     "added_p99_ms": r(p99 - base99)})
+        rows.append(
+            {
+                "config": name,
+                "requests": counts[name],
+                "rps": r(counts[name] / walls[name], 1),
+                "p50_ms": r(p50),
+                "p99_ms": r(p99),
+                "added_p50_ms": r(p50 - base50),
+                "added_p99_ms": r(p99 - base99),
+            }
+        )
     print(f"\n{clients} clients, non-stream, 20k-token agent body growing one turn per request, {rounds} rounds\n")
     print("| config | requests | req/s | p50 ms | p99 ms | added p50 | added p99 |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['config']} | {row['requests']} | {row['rps']} | {row['p50_ms']} | {row['p99_ms']} | "
-              f"{row['added_p50_ms']} | {row['added_p99_ms']} |")
+        print(
+            f"| {row['config']} | {row['requests']} | {row['rps']} | {row['p50_ms']} | {row['p99_ms']} | "
+            f"{row['added_p50_ms']} | {row['added_p99_ms']} |"
+        )
     out = ROOT / "bench" / "results" / f"replicas-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"clients": clients, "rounds": rounds, "rows": rows}, indent=2))

@@ -43,46 +43,75 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         ctx, ref = _row(rows, target="ctxproxy", cell=cell), _row(rows, target="passthrough", cell=cell)
         if ctx and ref and ctx["added_p50_ms"] is not None and ref["added_p50_ms"] is not None:
             limit = 1.5 * max(ref["added_p50_ms"], 0.0)
-            add(f"added p50 latency <= 1.5x pass-through ({cell})", ctx["added_p50_ms"] <= limit,
+            add(
+                f"added p50 latency <= 1.5x pass-through ({cell})",
+                ctx["added_p50_ms"] <= limit,
                 f"ctxproxy +{ctx['added_p50_ms']:.2f} ms vs pass-through +{ref['added_p50_ms']:.2f} ms "
-                f"(ratio {ctx['added_p50_ms'] / ref['added_p50_ms']:.2f}x)" if ref["added_p50_ms"] > 0 else "")
+                f"(ratio {ctx['added_p50_ms'] / ref['added_p50_ms']:.2f}x)"
+                if ref["added_p50_ms"] > 0
+                else "",
+            )
         if ctx and ref and ctx.get("cpu_ms_per_request") and ref.get("cpu_ms_per_request"):
             ratio = ctx["cpu_ms_per_request"] / ref["cpu_ms_per_request"]
-            add(f"CPU per request <= 1.5x pass-through ({cell})", ratio <= 1.5,
+            add(
+                f"CPU per request <= 1.5x pass-through ({cell})",
+                ratio <= 1.5,
                 f"ctxproxy {ctx['cpu_ms_per_request']:.2f} ms vs pass-through {ref['cpu_ms_per_request']:.2f} ms "
-                f"({ratio:.2f}x)")
+                f"({ratio:.2f}x)",
+            )
     for cell in ("non-stream c=16", "stream c=16"):
         ctx, lite = _row(rows, target="ctxproxy", cell=cell), _row(rows, target="litellm", cell=cell)
         if ctx and lite and lite.get("throughput_rps"):
             ratio = ctx["throughput_rps"] / lite["throughput_rps"]
-            add(f">= 10x LiteLLM proxy throughput ({cell})", ratio >= 10,
-                f"ctxproxy {ctx['throughput_rps']:.0f} rps vs LiteLLM {lite['throughput_rps']:.0f} rps ({ratio:.1f}x)")
+            add(
+                f">= 10x LiteLLM proxy throughput ({cell})",
+                ratio >= 10,
+                f"ctxproxy {ctx['throughput_rps']:.0f} rps vs LiteLLM {lite['throughput_rps']:.0f} rps ({ratio:.1f}x)",
+            )
         elif ctx:
-            add(f">= 10x LiteLLM proxy throughput ({cell})", None,
-                f"LiteLLM proxy unavailable: {report.get('litellm', {}).get('status')}")
+            add(
+                f">= 10x LiteLLM proxy throughput ({cell})",
+                None,
+                f"LiteLLM proxy unavailable: {report.get('litellm', {}).get('status')}",
+            )
     paced_ctx = _row(rows, target="ctxproxy", cell="paced stream c=1")
     paced_ref = _row(rows, target="passthrough", cell="paced stream c=1")
     if paced_ctx and paced_ctx.get("added_ms_per_chunk") is not None:
-        ref_txt = (f"; pass-through {paced_ref['added_ms_per_chunk']:+.3f} ms" if paced_ref
-                   and paced_ref.get("added_ms_per_chunk") is not None else "")
-        add("streaming: no added per-chunk delay (<= 0.1 ms/chunk)", paced_ctx["added_ms_per_chunk"] <= 0.1,
-            f"ctxproxy {paced_ctx['added_ms_per_chunk']:+.3f} ms per chunk over direct{ref_txt}")
+        ref_txt = (
+            f"; pass-through {paced_ref['added_ms_per_chunk']:+.3f} ms"
+            if paced_ref and paced_ref.get("added_ms_per_chunk") is not None
+            else ""
+        )
+        add(
+            "streaming: no added per-chunk delay (<= 0.1 ms/chunk)",
+            paced_ctx["added_ms_per_chunk"] <= 0.1,
+            f"ctxproxy {paced_ctx['added_ms_per_chunk']:+.3f} ms per chunk over direct{ref_txt}",
+        )
     srows = [x for x in report.get("scaling", {}).get("rows", []) if x["target"] == "ctxproxy"]
     if srows:
         lo, hi = min(srows, key=lambda x: x["stored_events"]), max(srows, key=lambda x: x["stored_events"])
         if lo["cpu_ms_per_request"] and hi["cpu_ms_per_request"]:
             ratio = hi["cpu_ms_per_request"] / lo["cpu_ms_per_request"]
-            add(f"CPU/request at {hi['stored_events']:,} events <= 1.2x at {lo['stored_events']}", ratio <= 1.2,
-                f"{hi['cpu_ms_per_request']:.2f} ms vs {lo['cpu_ms_per_request']:.2f} ms ({ratio:.2f}x)")
+            add(
+                f"CPU/request at {hi['stored_events']:,} events <= 1.2x at {lo['stored_events']}",
+                ratio <= 1.2,
+                f"{hi['cpu_ms_per_request']:.2f} ms vs {lo['cpu_ms_per_request']:.2f} ms ({ratio:.2f}x)",
+            )
     for s in report.get("savings", {}).get("summary", []):
         if s["group"] != "runs > 4x window" or not s["runs"]:
             continue
         w = s["window"]
-        add(f"savings >= 85% on runs > 4x window ({w:,})", s["min_savings"] >= 0.85,
-            f"{s['runs']} runs: aggregate {s['savings']:.1%}, worst run {s['min_savings']:.1%}")
-        add(f"prefix reuse >= 80% of baseline ({w:,})", (s["min_reuse_vs_baseline"] or 0) >= 0.8,
+        add(
+            f"savings >= 85% on runs > 4x window ({w:,})",
+            s["min_savings"] >= 0.85,
+            f"{s['runs']} runs: aggregate {s['savings']:.1%}, worst run {s['min_savings']:.1%}",
+        )
+        add(
+            f"prefix reuse >= 80% of baseline ({w:,})",
+            (s["min_reuse_vs_baseline"] or 0) >= 0.8,
             f"aggregate {s['prefix_reuse']:.1%} vs baseline {s['baseline_prefix_reuse']:.1%}; worst run ratio "
-            f"{s['min_reuse_vs_baseline']:.2f}")
+            f"{s['min_reuse_vs_baseline']:.2f}",
+        )
     over = [s for s in report.get("savings", {}).get("summary", []) if s["group"] == "all runs" and s["runs"]]
     if over:
         n = sum(s["requests_over_window"] for s in over)
@@ -92,69 +121,137 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 def render(report: dict[str, Any]) -> str:
     meta = report["meta"]
-    lines = [f"# ctxproxy benchmarks ({meta['mode']})", "",
-             f"Produced by `{meta['command']}` on {meta['date']} ({meta['machine']}); "
-             f"{meta['duration_s']:.0f} s. Raw numbers: `bench/results/{meta['run']}/report.json`.", "",
-             "How to run: `python -m bench` (full, several minutes; installs the LiteLLM proxy into "
-             "`bench/.venv-litellm` on first use; `--profile` adds py-spy profiles of ctxproxy), "
-             "`python -m bench --quick` (seconds; skips LiteLLM unless already installed), "
-             "`--no-litellm`, `--only overhead,scaling,compaction,savings`, `--rounds N`. "
-             "Results go to `bench/results/<stamp>/report.{md,json}`; a full run rewrites this file. "
-             "`python -m bench --render bench/results/<stamp>/report.json` re-renders it.", ""]
+    lines = [
+        f"# ctxproxy benchmarks ({meta['mode']})",
+        "",
+        f"Produced by `{meta['command']}` on {meta['date']} ({meta['machine']}); "
+        f"{meta['duration_s']:.0f} s. Raw numbers: `bench/results/{meta['run']}/report.json`.",
+        "",
+        "How to run: `python -m bench` (full, several minutes; installs the LiteLLM proxy into "
+        "`bench/.venv-litellm` on first use; `--profile` adds py-spy profiles of ctxproxy), "
+        "`python -m bench --quick` (seconds; skips LiteLLM unless already installed), "
+        "`--no-litellm`, `--only overhead,scaling,compaction,savings`, `--rounds N`. "
+        "Results go to `bench/results/<stamp>/report.{md,json}`; a full run rewrites this file. "
+        "`python -m bench --render bench/results/<stamp>/report.json` re-renders it.",
+        "",
+    ]
     lines += ["## Targets", ""]
     tg = report.get("targets", [])
-    lines += _table([{**t, "met": {True: "met", False: "**missed**", None: "n/a"}[t["met"]]} for t in tg],
-                    [("target", "target"), ("met", "result"), ("detail", "numbers")])
+    lines += _table(
+        [{**t, "met": {True: "met", False: "**missed**", None: "n/a"}[t["met"]]} for t in tg],
+        [("target", "target"), ("met", "result"), ("detail", "numbers")],
+    )
     ov = report.get("overhead", {})
     if ov.get("rows"):
         lines += ["", "## Overhead", "", ov.get("setup", ""), ""]
-        lines += _table(ov["rows"], [
-            ("cell", "load"), ("target", "target"), ("requests", "req"), ("errors", "err"), ("p50_ms", "p50 ms"),
-            ("p99_ms", "p99 ms"), ("added_p50_ms", "added p50"), ("added_p99_ms", "added p99"),
-            ("ttft_p50_ms", "TTFT p50"), ("throughput_rps", "req/s"), ("cpu_ms_per_request", "CPU ms/req"),
-            ("rss_mb", "RSS MB"), ("added_ms_per_chunk", "added ms/chunk")])
+        lines += _table(
+            ov["rows"],
+            [
+                ("cell", "load"),
+                ("target", "target"),
+                ("requests", "req"),
+                ("errors", "err"),
+                ("p50_ms", "p50 ms"),
+                ("p99_ms", "p99 ms"),
+                ("added_p50_ms", "added p50"),
+                ("added_p99_ms", "added p99"),
+                ("ttft_p50_ms", "TTFT p50"),
+                ("throughput_rps", "req/s"),
+                ("cpu_ms_per_request", "CPU ms/req"),
+                ("rss_mb", "RSS MB"),
+                ("added_ms_per_chunk", "added ms/chunk"),
+            ],
+        )
     lines += ["", f"LiteLLM proxy: {report.get('litellm', {}).get('status', 'not run')}"]
     sc = report.get("scaling", {})
     if sc.get("rows"):
         lines += ["", "## Scaling: CPU per request vs stored events", "", sc.get("setup", ""), ""]
-        lines += _table(sc["rows"], [("target", "target"), ("stored_events", "stored events"), ("requests", "req"),
-                                     ("errors", "err"), ("body_bytes", "body bytes (first, last)"),
-                                     ("p50_ms", "p50 ms"), ("cpu_ms_per_request", "CPU ms/req")])
+        lines += _table(
+            sc["rows"],
+            [
+                ("target", "target"),
+                ("stored_events", "stored events"),
+                ("requests", "req"),
+                ("errors", "err"),
+                ("body_bytes", "body bytes (first, last)"),
+                ("p50_ms", "p50 ms"),
+                ("cpu_ms_per_request", "CPU ms/req"),
+            ],
+        )
     cp = report.get("compaction", {})
     if cp.get("rows") or cp.get("error"):
         error = f" ERROR: {cp['error']}" if cp.get("error") else ""
         lines += ["", "## Compaction time", "", cp.get("note", "") + error, ""]
-        lines += _table(cp.get("rows", []), [
-            ("window", "window"), ("session_turns", "session turns"), ("compactions", "compactions"),
-            ("failed", "failed"), ("summarizer_calls_per_compaction", "summarizer calls/compaction"),
-            ("events_per_compaction", "events/compaction"), ("wall_ms_p50", "wall ms p50"),
-            ("wall_ms_max", "wall ms max"), ("overhead_ms_mean", "wall − stub ms (mean)"),
-            ("cpu_ms_mean", "CPU ms mean"), ("cpu_ms_max", "CPU ms max")])
+        lines += _table(
+            cp.get("rows", []),
+            [
+                ("window", "window"),
+                ("session_turns", "session turns"),
+                ("compactions", "compactions"),
+                ("failed", "failed"),
+                ("summarizer_calls_per_compaction", "summarizer calls/compaction"),
+                ("events_per_compaction", "events/compaction"),
+                ("wall_ms_p50", "wall ms p50"),
+                ("wall_ms_max", "wall ms max"),
+                ("overhead_ms_mean", "wall − stub ms (mean)"),
+                ("cpu_ms_mean", "CPU ms mean"),
+                ("cpu_ms_max", "CPU ms max"),
+            ],
+        )
     sv = report.get("savings", {})
     if sv.get("summary"):
-        lines += ["", "## Savings (offline replay, `proxy.replay`, model gpt-4o, default policy)", "",
-                  sv.get("setup", ""), ""]
-        lines += _table(sv["summary"], [
-            ("window", "window"), ("group", "runs"), ("runs", "n"), ("turns", "requests"),
-            ("client_tokens", "client input tokens"), ("sent_tokens", "upstream input tokens"),
-            ("savings", "saved"), ("min_savings", "worst run"), ("max_request", "max request"),
-            ("max_request_share_of_window", "max (req+reserve)/window"), ("requests_over_window", "over window"),
-            ("compactions", "compactions"), ("prefix_reuse", "prefix reuse"),
-            ("baseline_prefix_reuse", "reuse w/o proxy"), ("min_reuse_vs_baseline", "worst reuse/baseline")])
+        lines += [
+            "",
+            "## Savings (offline replay, `proxy.replay`, model gpt-4o, default policy)",
+            "",
+            sv.get("setup", ""),
+            "",
+        ]
+        lines += _table(
+            sv["summary"],
+            [
+                ("window", "window"),
+                ("group", "runs"),
+                ("runs", "n"),
+                ("turns", "requests"),
+                ("client_tokens", "client input tokens"),
+                ("sent_tokens", "upstream input tokens"),
+                ("savings", "saved"),
+                ("min_savings", "worst run"),
+                ("max_request", "max request"),
+                ("max_request_share_of_window", "max (req+reserve)/window"),
+                ("requests_over_window", "over window"),
+                ("compactions", "compactions"),
+                ("prefix_reuse", "prefix reuse"),
+                ("baseline_prefix_reuse", "reuse w/o proxy"),
+                ("min_reuse_vs_baseline", "worst reuse/baseline"),
+            ],
+        )
         long_runs = [d for d in sv.get("runs", []) if d["longer_than_4x_window"]]
         if long_runs:
             lines += ["", "Runs longer than 4x the window:", ""]
-            lines += _table(long_runs, [
-                ("window", "window"), ("name", "run"), ("turns", "requests"), ("final_client_context", "final context"),
-                ("savings", "saved"), ("max_request", "max request"), ("requests_over_window", "over window"),
-                ("compactions", "compactions"), ("prefix_reuse", "prefix reuse"),
-                ("baseline_prefix_reuse", "reuse w/o proxy")])
+            lines += _table(
+                long_runs,
+                [
+                    ("window", "window"),
+                    ("name", "run"),
+                    ("turns", "requests"),
+                    ("final_client_context", "final context"),
+                    ("savings", "saved"),
+                    ("max_request", "max request"),
+                    ("requests_over_window", "over window"),
+                    ("compactions", "compactions"),
+                    ("prefix_reuse", "prefix reuse"),
+                    ("baseline_prefix_reuse", "reuse w/o proxy"),
+                ],
+            )
     for prof in report.get("profile") or []:
         lines += ["", f"## Profile: ctxproxy, {prof.get('label', '')} (py-spy)", "", prof.get("note", ""), ""]
         lines += _table(prof.get("top_self", [])[:15], [("function", "function (self time)"), ("pct", "% samples")])
         lines += [""]
-        lines += _table(prof.get("top_total", [])[:25],
-                        [("function", "proxy/policies function (inclusive)"), ("pct", "% samples")])
+        lines += _table(
+            prof.get("top_total", [])[:25], [("function", "proxy/policies function (inclusive)"), ("pct", "% samples")]
+        )
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"

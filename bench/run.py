@@ -42,10 +42,20 @@ def ensure_litellm(install: bool) -> tuple[Path | None, str]:
         return None, "unavailable: bench/.venv-litellm not installed (run the full mode once to install it)"
     log("installing the LiteLLM proxy: python -m venv bench/.venv-litellm && pip install 'litellm[proxy]'")
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=120,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=True, timeout=900,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        subprocess.run(
+            [sys.executable, "-m", "venv", str(VENV)],
+            check=True,
+            timeout=120,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        subprocess.run(
+            [str(VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"],
+            check=True,
+            timeout=900,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         return None, f"unavailable: install failed ({type(exc).__name__}: {str(exc)[:300]})"
     return (exe, "installed in bench/.venv-litellm") if exe.exists() else (None, "unavailable: no litellm script")
@@ -53,9 +63,12 @@ def ensure_litellm(install: bool) -> tuple[Path | None, str]:
 
 def litellm_version() -> str:
     try:
-        out = subprocess.run([str(VENV / "bin" / "python"), "-c",
-                              "import importlib.metadata as m; print(m.version('litellm'))"],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [str(VENV / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         return out.stdout.strip()
     except (subprocess.SubprocessError, OSError):
         return "?"
@@ -79,25 +92,45 @@ policies:
     models = "".join(
         f"""  - model_name: {name}
     litellm_params: {{model: openai/{name}, api_base: "http://127.0.0.1:{mock_port}/v1", api_key: sk-mock}}
-""" for name in ("gpt-4o", "bench-paced"))
+"""
+        for name in ("gpt-4o", "bench-paced")
+    )
     lite.write_text("model_list:\n" + models + "litellm_settings: {drop_params: true, telemetry: false}\n")
     return ctx, lite
 
 
-def profile_ctxproxy(ctx: Target, run_dir: Path, base_body: Path, seconds: float, concurrency: int = 16,
-                     label: str = "agent body") -> dict[str, Any]:
+def profile_ctxproxy(
+    ctx: Target, run_dir: Path, base_body: Path, seconds: float, concurrency: int = 16, label: str = "agent body"
+) -> dict[str, Any]:
     """py-spy (installed from PyPI if missing) on the ctxproxy PID during a non-stream load."""
     spy = shutil.which("py-spy")
     if spy is None:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "py-spy"], timeout=300,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "py-spy"],
+            timeout=300,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         spy = shutil.which("py-spy")
     if spy is None:
         return {"note": "py-spy could not be installed"}
     assert ctx.proc is not None
     out = run_dir / f"profile-{label.replace(' ', '-')}.raw"
-    cmd = [spy, "record", "--pid", str(ctx.proc.pid), "--duration", str(int(seconds)),
-           "--rate", "250", "--format", "raw", "--output", str(out), "--nonblocking"]
+    cmd = [
+        spy,
+        "record",
+        "--pid",
+        str(ctx.proc.pid),
+        "--duration",
+        str(int(seconds)),
+        "--rate",
+        "250",
+        "--format",
+        "raw",
+        "--output",
+        str(out),
+        "--nonblocking",
+    ]
     holder: list[subprocess.Popen[str]] = []
 
     def start_spy() -> None:  # after the warm-up, right before GO
@@ -105,11 +138,20 @@ def profile_ctxproxy(ctx: Target, run_dir: Path, base_body: Path, seconds: float
         time.sleep(0.5)
 
     try:
-        spec = {"host": "127.0.0.1", "port": ctx.port, "path": "/v1/chat/completions", "base_body": str(base_body),
-                "stream": False, "concurrency": concurrency, "requests_per_worker": 400 if concurrency == 1 else 120,
-                "max_seconds": seconds, "key_prefix": f"sk-prof-{run_dir.name}-{concurrency}"}
-        result, cpu = run_loadgen(spec, run_dir / "spec-profile.json", ctx.proc.pid, timeout=seconds + 120,
-                                  on_ready=start_spy)
+        spec = {
+            "host": "127.0.0.1",
+            "port": ctx.port,
+            "path": "/v1/chat/completions",
+            "base_body": str(base_body),
+            "stream": False,
+            "concurrency": concurrency,
+            "requests_per_worker": 400 if concurrency == 1 else 120,
+            "max_seconds": seconds,
+            "key_prefix": f"sk-prof-{run_dir.name}-{concurrency}",
+        }
+        result, cpu = run_loadgen(
+            spec, run_dir / "spec-profile.json", ctx.proc.pid, timeout=seconds + 120, on_ready=start_spy
+        )
         if holder:
             holder[0].wait(seconds + 60)
     finally:
@@ -137,15 +179,20 @@ def profile_ctxproxy(ctx: Target, run_dir: Path, base_body: Path, seconds: float
             total_c[f] += n
     if not samples:
         return {"note": "no samples"}
+
     def top(c: Counter[str], own: bool = False) -> list[dict[str, Any]]:
         items = [(f, n) for f, n in c.most_common() if not own or f.startswith(("proxy/", "policies/"))]
         return [{"function": f, "pct": round(100 * n / samples, 1)} for f, n in items[:25]]
 
-    return {"label": label,
-            "note": f"{label}: {samples} samples at 250 Hz over {seconds:g} s of {concurrency}-client non-stream load "
-                    f"({len(result['samples'])} requests, {(cpu or 0) * 1000 / max(1, len(result['samples'])):.2f} "
-                    f"CPU ms/req; idle samples included; raw stacks in {out.name})",
-            "samples": samples, "top_self": top(self_c), "top_total": top(total_c, own=True)}
+    return {
+        "label": label,
+        "note": f"{label}: {samples} samples at 250 Hz over {seconds:g} s of {concurrency}-client non-stream load "
+        f"({len(result['samples'])} requests, {(cpu or 0) * 1000 / max(1, len(result['samples'])):.2f} "
+        f"CPU ms/req; idle samples included; raw stacks in {out.name})",
+        "samples": samples,
+        "top_self": top(self_c),
+        "top_total": top(total_c, own=True),
+    }
 
 
 def _frame(frame: str) -> str:
@@ -164,8 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a few seconds: 1 round, few requests, small replay set")
     p.add_argument("--rounds", type=int, help="interleaved rounds for overhead/scaling (default 5, quick 1)")
     p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy (never installs it)")
-    p.add_argument("--only", default="overhead,scaling,compaction,savings",
-                   help="comma list of phases: overhead,scaling,compaction,savings")
+    p.add_argument(
+        "--only",
+        default="overhead,scaling,compaction,savings",
+        help="comma list of phases: overhead,scaling,compaction,savings",
+    )
     p.add_argument("--profile", action="store_true", help="also profile ctxproxy under load with py-spy")
     p.add_argument("--out", help="results directory (default bench/results/<stamp>)")
     p.add_argument("--no-benchmarks-md", action="store_true", help="do not rewrite BENCHMARKS.md (full mode does)")
@@ -184,18 +234,40 @@ def main(argv: list[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     command = "python -m bench" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
-    report: dict[str, Any] = {"meta": {
-        "mode": "quick" if quick else "full", "command": command.strip(), "run": run_dir.name,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.platform()}",
-        "rounds": rounds}, "notes": []}
+    report: dict[str, Any] = {
+        "meta": {
+            "mode": "quick" if quick else "full",
+            "command": command.strip(),
+            "run": run_dir.name,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.platform()}",
+            "rounds": rounds,
+        },
+        "notes": [],
+    }
     procs: list[Proc] = []
     try:
         mock_port = free_port()
-        mock = Proc("mock", [sys.executable, "-m", "bench.mock_upstream", "--port", str(mock_port),
-                             "--chunks", str(MOCK_CHUNKS), "--paced-gap-ms", str(PACED_GAP_MS),
-                             "--summary-delay-ms", str(SUMMARY_DELAY_MS)],
-                    mock_port, "/health", cwd=str(ROOT), log=run_dir / "mock.log")
+        mock = Proc(
+            "mock",
+            [
+                sys.executable,
+                "-m",
+                "bench.mock_upstream",
+                "--port",
+                str(mock_port),
+                "--chunks",
+                str(MOCK_CHUNKS),
+                "--paced-gap-ms",
+                str(PACED_GAP_MS),
+                "--summary-delay-ms",
+                str(SUMMARY_DELAY_MS),
+            ],
+            mock_port,
+            "/health",
+            cwd=str(ROOT),
+            log=run_dir / "mock.log",
+        )
         procs.append(mock)
         mock.start()
         ctx_cfg, lite_cfg = write_configs(run_dir, mock_port)
@@ -205,16 +277,47 @@ def main(argv: list[str] | None = None) -> int:
         tgt: dict[str, Target] = {"direct": Target("direct", mock_port, None)}
         if need_proxies:
             pt_port = free_port()
-            pt = Proc("passthrough", [sys.executable, "-m", "bench.passthrough", "--upstream",
-                                      f"http://127.0.0.1:{mock_port}/v1", "--port", str(pt_port)],
-                      pt_port, "/healthz", cwd=str(ROOT), env=env, log=run_dir / "passthrough.log")
+            pt = Proc(
+                "passthrough",
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.passthrough",
+                    "--upstream",
+                    f"http://127.0.0.1:{mock_port}/v1",
+                    "--port",
+                    str(pt_port),
+                ],
+                pt_port,
+                "/healthz",
+                cwd=str(ROOT),
+                env=env,
+                log=run_dir / "passthrough.log",
+            )
             procs.append(pt)
             pt.start()
             tgt["passthrough"] = Target("passthrough", pt_port, pt)
             ctx_port = free_port()
-            ctx = Proc("ctxproxy", [sys.executable, "-m", "proxy.cli", "serve", "--config", str(ctx_cfg),
-                                    "--port", str(ctx_port), "--log-level", "warning"],
-                       ctx_port, "/healthz", cwd=str(ROOT), env=env, log=run_dir / "ctxproxy.log")
+            ctx = Proc(
+                "ctxproxy",
+                [
+                    sys.executable,
+                    "-m",
+                    "proxy.cli",
+                    "serve",
+                    "--config",
+                    str(ctx_cfg),
+                    "--port",
+                    str(ctx_port),
+                    "--log-level",
+                    "warning",
+                ],
+                ctx_port,
+                "/healthz",
+                cwd=str(ROOT),
+                env=env,
+                log=run_dir / "ctxproxy.log",
+            )
             procs.append(ctx)
             ctx.start(60)
             tgt["ctxproxy"] = Target("ctxproxy", ctx_port, ctx)
@@ -224,18 +327,38 @@ def main(argv: list[str] | None = None) -> int:
             report["litellm"] = {"status": status}
             if exe is not None:
                 lite_port = free_port()
-                lite = Proc("litellm", [str(exe), "--config", str(lite_cfg), "--port", str(lite_port),
-                                        "--host", "127.0.0.1", "--num_workers", "1"],
-                            lite_port, "/health/liveliness", cwd=str(run_dir),
-                            env={**env, "LITELLM_MASTER_KEY": LITELLM_KEY, "LITELLM_LOG": "ERROR",
-                                 "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-                            log=run_dir / "litellm.log")
+                lite = Proc(
+                    "litellm",
+                    [
+                        str(exe),
+                        "--config",
+                        str(lite_cfg),
+                        "--port",
+                        str(lite_port),
+                        "--host",
+                        "127.0.0.1",
+                        "--num_workers",
+                        "1",
+                    ],
+                    lite_port,
+                    "/health/liveliness",
+                    cwd=str(run_dir),
+                    env={
+                        **env,
+                        "LITELLM_MASTER_KEY": LITELLM_KEY,
+                        "LITELLM_LOG": "ERROR",
+                        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                    },
+                    log=run_dir / "litellm.log",
+                )
                 procs.append(lite)
                 try:
                     lite.start(120)
                     tgt["litellm"] = Target("litellm", lite_port, lite, auth_key=LITELLM_KEY)
-                    report["litellm"] = {"status": f"litellm {litellm_version()} proxy, 1 worker, no database, "
-                                                   "master key set, config: one model per mock route via api_base"}
+                    report["litellm"] = {
+                        "status": f"litellm {litellm_version()} proxy, 1 worker, no database, "
+                        "master key set, config: one model per mock route via api_base"
+                    }
                 except RuntimeError as exc:
                     report["litellm"] = {"status": f"unavailable: {exc}"}
 
@@ -243,13 +366,18 @@ def main(argv: list[str] | None = None) -> int:
         base_body.write_text(json.dumps(agent_body()))
         if "overhead" in phases:
             n1, n16, npaced = (15, 5, 3) if quick else (60, 20, 10)
-            cells = [Cell("non-stream c=1", False, 1, n1), Cell("stream c=1", True, 1, n1),
-                     Cell("non-stream c=16", False, 16, n16), Cell("stream c=16", True, 16, n16),
-                     Cell("paced stream c=1", True, 1, npaced, model="bench-paced", include_usage=True)]
+            cells = [
+                Cell("non-stream c=1", False, 1, n1),
+                Cell("stream c=1", True, 1, n1),
+                Cell("non-stream c=16", False, 16, n16),
+                Cell("stream c=16", True, 16, n16),
+                Cell("paced stream c=1", True, 1, npaced, model="bench-paced", include_usage=True),
+            ]
             order = [tgt[k] for k in ("direct", "passthrough", "ctxproxy", "litellm") if k in tgt]
             log(f"overhead: {rounds} round(s) x {len(cells)} loads x {len(order)} targets")
-            report["overhead"] = run_overhead(order, cells, rounds, run_dir, base_body,
-                                              max_seconds=8 if quick else 30, log=log)
+            report["overhead"] = run_overhead(
+                order, cells, rounds, run_dir, base_body, max_seconds=8 if quick else 30, log=log
+            )
             report["overhead"]["setup"] = (
                 f"Body: 40 messages, ~20k tokens (o200k), {base_body.stat().st_size:,} bytes, from `{AGENT_SOURCE}` "
                 "(system + task + 38 consecutive turns) with its tool schema. Every request grows its worker's "
@@ -262,20 +390,28 @@ def main(argv: list[str] | None = None) -> int:
                 "each round, loads interleaved. Latency p50/p99 pooled "
                 "over rounds; added = minus direct's; req/s = requests / wall time; CPU = utime+stime of the proxy "
                 "process tree from /proc per request; RSS at the end. The load generator is a separate raw-asyncio "
-                "process; all processes share the machine's CPUs.")
+                "process; all processes share the machine's CPUs."
+            )
         if "scaling" in phases:
             sizes = [50, 500, 2000]
             log(f"scaling: {sizes} stored events")
-            report["scaling"] = run_scaling([tgt["passthrough"], tgt["ctxproxy"]], sizes, 8 if quick else 40,
-                                            1 if quick else 3, run_dir, log)
+            report["scaling"] = run_scaling(
+                [tgt["passthrough"], tgt["ctxproxy"]], sizes, 8 if quick else 40, 1 if quick else 3, run_dir, log
+            )
             report["scaling"]["setup"] = (
                 "One client, non-stream, each conversation stored first (warm-up), then grown one turn per request. "
                 "Bodies hold N-1 user/assistant messages of real transcript text sized so the body stays ~80-100 kB "
-                "whatever N (same bytes, different event counts); pass-through shown for the cost of the bytes alone.")
+                "whatever N (same bytes, different event counts); pass-through shown for the cost of the bytes alone."
+            )
         if "compaction" in phases:
             log("compaction: in-process Compactor with a fixed-latency summarizer stub")
-            report["compaction"] = run_compaction(run_dir / "compaction.db", [16000, 32000] if not quick else [16000],
-                                                  300 if not quick else 80, SUMMARY_DELAY_MS, log)
+            report["compaction"] = run_compaction(
+                run_dir / "compaction.db",
+                [16000, 32000] if not quick else [16000],
+                300 if not quick else 80,
+                SUMMARY_DELAY_MS,
+                log,
+            )
         if "savings" in phases:
             log("savings: offline replay")
             sessions = [(100, 1500)] if quick else [(300, 0), (300, 1500), (300, 5000)]
@@ -286,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                 + f" plus generated sessions {sessions} (turns, min tool-result chars: real tool call/result pairs "
                 "cycled), replayed with `proxy.replay.replay` (extractive summarizer stand-in, compaction lands "
                 "before the next request). 'prefix reuse' = share of each request's tokens equal to the previous "
-                "request's prefix; 'reuse w/o proxy' = the same for what the client sent.")
+                "request's prefix; 'reuse w/o proxy' = the same for what the client sent."
+            )
         if args.profile and "ctxproxy" in tgt:
             log("profile: py-spy on ctxproxy")
             secs = 5 if quick else 15

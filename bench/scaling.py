@@ -13,8 +13,9 @@ from bench.overhead import Target, run_loadgen
 from bench.stats import mean, pct, r
 
 
-def run_scaling(targets: list[Target], sizes: list[int], requests: int, rounds: int, run_dir: Path,
-                log: Any) -> dict[str, Any]:
+def run_scaling(
+    targets: list[Target], sizes: list[int], requests: int, rounds: int, run_dir: Path, log: Any
+) -> dict[str, Any]:
     bodies = {}
     for n in sizes:
         path = run_dir / f"scaling-{n}.json"
@@ -22,12 +23,20 @@ def run_scaling(targets: list[Target], sizes: list[int], requests: int, rounds: 
         bodies[n] = path
     acc: dict[tuple[str, int], dict[str, Any]] = {}
     for rnd in range(rounds):
-        for n in (sizes if rnd % 2 == 0 else sizes[::-1]):
+        for n in sizes if rnd % 2 == 0 else sizes[::-1]:
             for t in targets:
-                spec = {"host": "127.0.0.1", "port": t.port, "path": "/v1/chat/completions",
-                        "base_body": str(bodies[n]), "stream": False, "concurrency": 1,
-                        "requests_per_worker": requests, "max_seconds": 60,
-                        "key_prefix": f"sk-scale-{run_dir.name}-{rnd}-{n}", "auth_key": t.auth_key}
+                spec = {
+                    "host": "127.0.0.1",
+                    "port": t.port,
+                    "path": "/v1/chat/completions",
+                    "base_body": str(bodies[n]),
+                    "stream": False,
+                    "concurrency": 1,
+                    "requests_per_worker": requests,
+                    "max_seconds": 60,
+                    "key_prefix": f"sk-scale-{run_dir.name}-{rnd}-{n}",
+                    "auth_key": t.auth_key,
+                }
                 assert t.proc is not None
                 result, cpu = run_loadgen(spec, run_dir / "spec.json", t.proc.pid, timeout=180)
                 a = acc.setdefault((t.name, n), {"lat": [], "cpu": 0.0, "n": 0, "errors": 0, "bytes": None})
@@ -36,15 +45,25 @@ def run_scaling(targets: list[Target], sizes: list[int], requests: int, rounds: 
                 a["n"] += len(result["samples"])
                 a["errors"] += result["error_count"] + len(result["warmup_errors"])
                 a["bytes"] = result["body_bytes"]
-                log(f"  round {rnd + 1}/{rounds} {n:>5} events {t.name:<12} cpu "
-                    f"{(cpu or 0) * 1000 / max(1, len(result['samples'])):.2f} ms/req")
+                log(
+                    f"  round {rnd + 1}/{rounds} {n:>5} events {t.name:<12} cpu "
+                    f"{(cpu or 0) * 1000 / max(1, len(result['samples'])):.2f} ms/req"
+                )
     rows = []
     for t in targets:
         for n in sizes:
             a = acc[(t.name, n)]
-            rows.append({"target": t.name, "stored_events": n, "requests": a["n"], "errors": a["errors"],
-                         "body_bytes": a["bytes"], "p50_ms": r(pct(a["lat"], 50)),
-                         "cpu_ms_per_request": r(a["cpu"] * 1000 / a["n"]) if a["n"] else None})
+            rows.append(
+                {
+                    "target": t.name,
+                    "stored_events": n,
+                    "requests": a["n"],
+                    "errors": a["errors"],
+                    "body_bytes": a["bytes"],
+                    "p50_ms": r(pct(a["lat"], 50)),
+                    "cpu_ms_per_request": r(a["cpu"] * 1000 / a["n"]) if a["n"] else None,
+                }
+            )
     return {"rows": rows}
 
 
@@ -100,11 +119,21 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
                 plan = projection.record.compaction
                 if plan is None:
                     continue
-                job = CompactionJob(tenant=ingested.identity.tenant, conversation_id=ingested.identity.conversation_id,
-                                    branch_id=branch, route=route, policy=policy, model=model, prefix=prefix,
-                                    items=items,
-                                    hashes=hashes[:index], plan=plan, previous=checkpoint, client_auth={},
-                                    wire=OPENAI_CHAT)
+                job = CompactionJob(
+                    tenant=ingested.identity.tenant,
+                    conversation_id=ingested.identity.conversation_id,
+                    branch_id=branch,
+                    route=route,
+                    policy=policy,
+                    model=model,
+                    prefix=prefix,
+                    items=items,
+                    hashes=hashes[:index],
+                    plan=plan,
+                    previous=checkpoint,
+                    client_auth={},
+                    wire=OPENAI_CHAT,
+                )
                 w0, c0 = time.perf_counter(), time.process_time()
                 task = compactor.request(job)
                 committed = await task if task is not None else None
@@ -116,16 +145,26 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
                     failed += 1
             n = len(walls)
             stub_total = sum(chunks) * stub_ms
-            out.append({
-                "window": window, "session_turns": turns, "compactions": n, "failed": failed,
-                "summarizer_calls_per_compaction": r(mean(chunks)), "events_per_compaction": r(mean(events), 1),
-                "stub_latency_ms": stub_ms,
-                "wall_ms_p50": r(pct(walls, 50)), "wall_ms_max": r(max(walls) if walls else None),
-                "overhead_ms_mean": r((sum(walls) - stub_total) / n) if n else None,
-                "cpu_ms_mean": r(mean(cpus)), "cpu_ms_max": r(max(cpus) if cpus else None),
-            })
-            log(f"  window {window}: {n} compactions, wall p50 {out[-1]['wall_ms_p50']} ms, "
-                f"cpu mean {out[-1]['cpu_ms_mean']} ms")
+            out.append(
+                {
+                    "window": window,
+                    "session_turns": turns,
+                    "compactions": n,
+                    "failed": failed,
+                    "summarizer_calls_per_compaction": r(mean(chunks)),
+                    "events_per_compaction": r(mean(events), 1),
+                    "stub_latency_ms": stub_ms,
+                    "wall_ms_p50": r(pct(walls, 50)),
+                    "wall_ms_max": r(max(walls) if walls else None),
+                    "overhead_ms_mean": r((sum(walls) - stub_total) / n) if n else None,
+                    "cpu_ms_mean": r(mean(cpus)),
+                    "cpu_ms_max": r(max(cpus) if cpus else None),
+                }
+            )
+            log(
+                f"  window {window}: {n} compactions, wall p50 {out[-1]['wall_ms_p50']} ms, "
+                f"cpu mean {out[-1]['cpu_ms_mean']} ms"
+            )
     finally:
         await store.close()
     return {"rows": out, "note": f"in-process Compactor + SQLite store; summarizer stub answers after {stub_ms:g} ms"}

@@ -100,12 +100,7 @@ class Draft:
     @cached_property
     def total(self) -> int:
         """Projected input tokens: fixed + prefix + every message sent."""
-        return (
-            self.fixed_tokens
-            + self.prefix_tokens
-            + self.summary_tokens
-            + sum(slot.total for slot in self.slots)
-        )
+        return self.fixed_tokens + self.prefix_tokens + self.summary_tokens + sum(slot.total for slot in self.slots)
 
     def messages(self) -> list[dict[str, Any]]:
         """The messages to send, in order. Read-only: untouched messages are the caller's own

@@ -58,9 +58,7 @@ class HistoryIndex:
     stable_users: int
     stable_tokens: int
     stable_items: Sequence[Item]
-    rule_pins: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[int, frozenset[int]]] = field(
-        default_factory=dict
-    )
+    rule_pins: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[int, frozenset[int]]] = field(default_factory=dict)
     """(roles, patterns) -> (upto, seqs pinned by those rules among items[:upto]), upto <= stable"""
     orphan_seqs: list[int] = field(default_factory=list)
     """seqs of the orphan results (each an `orphan` group of its own), ascending"""

@@ -55,9 +55,7 @@ def tool_pairing(messages: Sequence[Message]) -> list[str]:
             if isinstance(tid, str) and expected[tid] > 0:
                 expected[tid] -= 1
             else:
-                violations.append(
-                    f'message {index}: tool result for "{tid}" does not answer the preceding tool calls'
-                )
+                violations.append(f'message {index}: tool result for "{tid}" does not answer the preceding tool calls')
             index += 1
         missing = sorted(tid for tid, n in expected.items() if n > 0)
         if missing and index < len(messages):
@@ -90,9 +88,7 @@ def latest_turn_verbatim(original_history: Sequence[Message], messages: Sequence
     return violations
 
 
-def coverage(
-    items: Sequence[Item], checkpoint: Checkpoint | None, projection_record: ProjectionRecord
-) -> list[str]:
+def coverage(items: Sequence[Item], checkpoint: Checkpoint | None, projection_record: ProjectionRecord) -> list[str]:
     """Invariant 4: every item covered or sent (or recorded as pruned / dropped orphan)."""
     record = projection_record
     violations: list[str] = []

@@ -70,7 +70,5 @@ def pinned_texts(items: Sequence[Item], config: PinsConfig) -> list[str]:
     quote as constraints (constraints come only from user and system text)."""
     seqs = pinned_seqs(items, config)
     return [
-        message_text(item.message)
-        for item in items
-        if item.seq in seqs and item.message.get("role") in PATTERN_ROLES
+        message_text(item.message) for item in items if item.seq in seqs and item.message.get("role") in PATTERN_ROLES
     ]

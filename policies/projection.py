@@ -250,7 +250,5 @@ def project(
     for name in config.order:
         draft = STEPS[name](draft, ctx)
     if draft.total > budget.input_budget:  # unreachable while prune_groups ends the order
-        raise ContextOverflow(
-            draft.total, budget.input_budget, budget.context_window, budget.max_output_tokens
-        )
+        raise ContextOverflow(draft.total, budget.input_budget, budget.context_window, budget.max_output_tokens)
     return Projection(messages=draft.messages(), record=make_record(draft, ctx))

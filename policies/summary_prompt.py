@@ -123,7 +123,7 @@ def build_summary_messages(
                 text = f"{head}\n[... {len(text) - budget:,} chars not shown ...]\n{tail}"
             pinned.append(f"<pinned>\n{neutralize(text)}\n</pinned>")
         parts.append(
-            "<pinned_messages note=\"kept verbatim in every request; quote constraints from here\">\n"
+            '<pinned_messages note="kept verbatim in every request; quote constraints from here">\n'
             + "\n".join(pinned)
             + "\n</pinned_messages>"
         )
@@ -183,9 +183,7 @@ def check_summary(
     if not summary.strip():
         return ["summary is empty"]
     carried = [previous_summary] if previous_summary else []
-    trusted = "\n".join(
-        _trusted_text(source_items, ("user", "assistant")) + list(allowed_texts) + carried
-    )
+    trusted = "\n".join(_trusted_text(source_items, ("user", "assistant")) + list(allowed_texts) + carried)
     source_chars = sum(len(message_text(i.message)) for i in source_items) + len(previous_summary or "")
     source_chars += sum(len(call_arguments(c)) for i in source_items for c in tool_calls(i.message))
     # The structured format costs a few hundred characters of headings even for a tiny chunk (a
@@ -200,9 +198,7 @@ def check_summary(
             problems.append(f"summary introduces a URL not present in user or assistant text: {url}")
     for image in sorted({m.group(0) for m in _IMAGE_RE.finditer(summary)}):
         if image not in trusted:
-            problems.append(
-                f"summary introduces a markdown image not present in user or assistant text: {image}"
-            )
+            problems.append(f"summary introduces a markdown image not present in user or assistant text: {image}")
     if re.search(r"</?conversation_summary", summary, re.IGNORECASE):
         problems.append("summary contains the <conversation_summary> delimiter")
     newest = max((item.seq for item in source_items), default=0)
@@ -222,14 +218,10 @@ def _check_constraint_quotes(
     section = _SECTION_RE.search(summary)
     if section is None:
         return []
-    haystack = _squash(
-        "\n".join(
-            _trusted_text(items, ("user", "system", "developer")) + list(allowed) + carried
-        )
-    )
+    haystack = _squash("\n".join(_trusted_text(items, ("user", "system", "developer")) + list(allowed) + carried))
     problems = []
     for match in _QUOTE_RE.finditer(section.group(1)):
         quote = match.group(1) or match.group(2) or ""
         if _squash(quote) not in haystack:
-            problems.append(f"constraint quote not found verbatim in user/system text: \"{quote}\"")
+            problems.append(f'constraint quote not found verbatim in user/system text: "{quote}"')
     return problems

@@ -63,9 +63,7 @@ __all__ = [
 ]
 
 
-def chunk_limit(
-    budget: Budget, config: PolicyConfig, *, previous_summary_tokens: int, pinned_tokens: int
-) -> int:
+def chunk_limit(budget: Budget, config: PolicyConfig, *, previous_summary_tokens: int, pinned_tokens: int) -> int:
     """Max history tokens per summarizer call, so that prompt + previous summary + pinned texts
     + chunk fit the summarizer's input budget (the reply has max_output_tokens reserved)."""
     pinned = min(pinned_tokens, PINNED_MAX_CHARS // 3)

@@ -23,11 +23,7 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = [
-            part["text"]
-            for part in content
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        ]
+        texts = [part["text"] for part in content if isinstance(part, Mapping) and isinstance(part.get("text"), str)]
         return "\n".join(texts)
     return ""
 

@@ -100,9 +100,7 @@ def cap_slot(
             tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
             if tool_name in exclude:
                 continue
-            result = trim_message(
-                message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq
-            )
+            result = trim_message(message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq)
             if result is None:
                 continue
             tokens = count(result[0])
@@ -128,9 +126,7 @@ def _trim_one(
     return tool_name, result, count(result[0]) if result is not None else 0
 
 
-def _trim_slots(
-    slots: tuple[Slot, ...], boundary: int, ctx: StepContext
-) -> tuple[tuple[Slot, ...], list[TrimEntry]]:
+def _trim_slots(slots: tuple[Slot, ...], boundary: int, ctx: StepContext) -> tuple[tuple[Slot, ...], list[TrimEntry]]:
     config = ctx.config.tool_results
     out: list[Slot] = []
     entries: list[TrimEntry] = []
@@ -173,4 +169,3 @@ def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
     tail, tail_entries = _trim_slots(draft.tail, boundary, ctx)
     trimmed = draft.trimmed + tuple(head_entries) + tuple(tail_entries)
     return replace(draft, head=head, tail=tail, trimmed=trimmed)
-

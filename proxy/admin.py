@@ -163,8 +163,9 @@ def _time_param(request: Request, name: str) -> float | None:
     try:
         return float(raw)
     except ValueError:
-        raise BadRequest(f"Query parameter {name!r} must be a Unix timestamp in seconds, got {raw!r}.",
-                         param=name) from None
+        raise BadRequest(
+            f"Query parameter {name!r} must be a Unix timestamp in seconds, got {raw!r}.", param=name
+        ) from None
 
 
 async def usage(request: Request) -> RawResponse:
@@ -175,8 +176,9 @@ async def usage(request: Request) -> RawResponse:
     params = request.query_params
     group_by = params.get("group_by") or None
     if group_by is not None and group_by not in GROUP_BY:
-        raise BadRequest(f"Query parameter 'group_by' must be one of {', '.join(GROUP_BY)}, got {group_by!r}.",
-                         param="group_by")
+        raise BadRequest(
+            f"Query parameter 'group_by' must be one of {', '.join(GROUP_BY)}, got {group_by!r}.", param="group_by"
+        )
     query = UsageQuery(
         conversation_id=params.get("conversation") or None,
         route=params.get("route") or None,

@@ -102,12 +102,15 @@ async def list_models(request: Request) -> RawResponse:
     state: AppState = request.app.state.ctx
     route = next((r for r in state.config.routes if not r.upstream.model), None)
     if route is None:
-        data = [{"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
-                for r in state.config.routes]
+        data = [
+            {"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
+            for r in state.config.routes
+        ]
         return json_response({"object": "list", "data": data})
     key = state.upstream_key(route)
-    headers = upstream_request_headers(request.headers, {"Authorization": f"Bearer {key}"} if key else None,
-                                       frozenset())
+    headers = upstream_request_headers(
+        request.headers, {"Authorization": f"Bearer {key}"} if key else None, frozenset()
+    )
     upstream = await state.upstream.send(route, "GET", "/models", None, headers)
     try:
         body = await upstream.read()

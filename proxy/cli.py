@@ -115,8 +115,10 @@ def replay_command(args: argparse.Namespace) -> int:
     elif len(reports) > 1:
         client = sum(r.client_total for r in reports)
         sent = sum(r.sent_total for r in reports)
-        print(f"total: {len(reports)} transcripts, client {client:,} tokens -> sent {sent:,} "
-              f"({1 - sent / client if client else 0:.1%} saved)")
+        print(
+            f"total: {len(reports)} transcripts, client {client:,} tokens -> sent {sent:,} "
+            f"({1 - sent / client if client else 0:.1%} saved)"
+        )
     return 0
 
 

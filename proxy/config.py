@@ -221,6 +221,7 @@ class Config(_Frozen):
 
 def _interpolate(value: Any, env: dict[str, str], where: str, problems: list[str]) -> Any:
     if isinstance(value, str):
+
         def sub(m: re.Match[str]) -> str:
             name = m.group(1)
             if name not in env:

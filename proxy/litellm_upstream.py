@@ -36,11 +36,36 @@ from .usage import Usage, from_openai_chat
 # OpenAI chat-completions request fields passed to litellm; everything else in the body is dropped.
 ALLOWED_FIELDS = frozenset(
     {
-        "messages", "stream", "stream_options", "temperature", "top_p", "n", "stop", "max_tokens",
-        "max_completion_tokens", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
-        "top_logprobs", "response_format", "seed", "tools", "tool_choice", "parallel_tool_calls", "user",
-        "reasoning_effort", "modalities", "audio", "prediction", "service_tier", "web_search_options",
-        "functions", "function_call", "thinking", "verbosity",
+        "messages",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "n",
+        "stop",
+        "max_tokens",
+        "max_completion_tokens",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "response_format",
+        "seed",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "user",
+        "reasoning_effort",
+        "modalities",
+        "audio",
+        "prediction",
+        "service_tier",
+        "web_search_options",
+        "functions",
+        "function_call",
+        "thinking",
+        "verbosity",
     }
 )
 _LITELLM_EXTRAS = frozenset({"provider_specific_fields", "citations", "moderation", "obfuscation", "thinking_blocks"})
@@ -146,13 +171,17 @@ def _provider_error(exc: Exception, secret: str | None) -> tuple[int, dict[str, 
     if not isinstance(status, int) or not 400 <= status <= 599:
         status = 502
     message = str(getattr(exc, "message", None) or exc)
-    error: dict[str, Any] = {"message": message, "type": _ERROR_TYPES.get(status, "api_error"), "param": None,
-                             "code": None}
+    error: dict[str, Any] = {
+        "message": message,
+        "type": _ERROR_TYPES.get(status, "api_error"),
+        "param": None,
+        "code": None,
+    }
     body = getattr(exc, "body", None)
     detail: Any = body if isinstance(body, dict) else None
     if detail is None and "{" in message:
         # Providers' own error JSON is embedded in litellm's message: "AnthropicException - {...}".
-        raw = message[message.index("{"): message.rindex("}") + 1]
+        raw = message[message.index("{") : message.rindex("}") + 1]
         try:
             detail = json.loads(raw)
         except ValueError:
@@ -177,13 +206,22 @@ def _provider_error(exc: Exception, secret: str | None) -> tuple[int, dict[str, 
 
 
 _CONNECT_ERRORS = frozenset(
-    {"APIConnectionError", "ConnectError", "ClientConnectorError", "ConnectionRefusedError", "ConnectionResetError",
-     "ServerDisconnectedError", "RemoteProtocolError", "ClientOSError", "gaierror"}
+    {
+        "APIConnectionError",
+        "ConnectError",
+        "ClientConnectorError",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "ServerDisconnectedError",
+        "RemoteProtocolError",
+        "ClientOSError",
+        "gaierror",
+    }
 )
 
 
 def _transport_failure(exc: BaseException) -> str | None:
-    """"timeout" / "connect" when the provider was never heard from (litellm reports a refused
+    """ "timeout" / "connect" when the provider was never heard from (litellm reports a refused
     connection as a 500 of the provider; the cause chain tells the truth), else None."""
     seen: set[int] = set()
     current: BaseException | None = exc

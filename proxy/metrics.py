@@ -100,26 +100,35 @@ class Histogram:
 
 class Metrics:
     def __init__(self) -> None:
-        self.requests = Counter("ctxproxy_requests_total", "Proxied model requests by outcome.",
-                                ("route", "wire", "status"))
-        self.upstream_errors = Counter("ctxproxy_upstream_errors_total", "Upstream failures by kind.",
-                                       ("route", "kind"))
-        self.duration = Histogram("ctxproxy_request_duration_seconds", "Time from request to the end of the answer.",
-                                  ("route", "wire"))
-        self.ttfb = Histogram("ctxproxy_ttfb_seconds", "Time from request to the upstream's first byte.",
-                              ("route", "wire"))
-        self.tokens = Counter("ctxproxy_tokens_total", "Tokens billed by upstreams (main and summary calls).",
-                              ("route", "kind"))
-        self.tokens_saved = Counter("ctxproxy_tokens_saved_total",
-                                    "Tokens of the clients' payloads that rewriting did not send.", ("route",))
+        self.requests = Counter(
+            "ctxproxy_requests_total", "Proxied model requests by outcome.", ("route", "wire", "status")
+        )
+        self.upstream_errors = Counter(
+            "ctxproxy_upstream_errors_total", "Upstream failures by kind.", ("route", "kind")
+        )
+        self.duration = Histogram(
+            "ctxproxy_request_duration_seconds", "Time from request to the end of the answer.", ("route", "wire")
+        )
+        self.ttfb = Histogram(
+            "ctxproxy_ttfb_seconds", "Time from request to the upstream's first byte.", ("route", "wire")
+        )
+        self.tokens = Counter(
+            "ctxproxy_tokens_total", "Tokens billed by upstreams (main and summary calls).", ("route", "kind")
+        )
+        self.tokens_saved = Counter(
+            "ctxproxy_tokens_saved_total", "Tokens of the clients' payloads that rewriting did not send.", ("route",)
+        )
         self.compactions = Counter("ctxproxy_compactions_total", "Compaction jobs by result.", ("result",))
         for result in ("committed", "failed", "discarded", "skipped"):
             self.compactions.inc((result,), 0)
-        self.cost = Counter("ctxproxy_cost_usd_total", "Cost in USD at litellm's prices (known prices only).",
-                            ("route",))
-        self.store_passthrough = Counter("ctxproxy_store_passthrough_total",
-                                         "Requests relayed unrewritten and unrecorded because the store failed.",
-                                         ("route",))
+        self.cost = Counter(
+            "ctxproxy_cost_usd_total", "Cost in USD at litellm's prices (known prices only).", ("route",)
+        )
+        self.store_passthrough = Counter(
+            "ctxproxy_store_passthrough_total",
+            "Requests relayed unrewritten and unrecorded because the store failed.",
+            ("route",),
+        )
 
     def observe_call(self, call: CallRecord, wire: str, error_kind: str | None = None) -> None:
         route = call.route
@@ -152,7 +161,16 @@ class Metrics:
 
     def render(self) -> bytes:
         lines: list[str] = []
-        for metric in (self.requests, self.upstream_errors, self.duration, self.ttfb, self.tokens,
-                       self.tokens_saved, self.compactions, self.cost, self.store_passthrough):
+        for metric in (
+            self.requests,
+            self.upstream_errors,
+            self.duration,
+            self.ttfb,
+            self.tokens,
+            self.tokens_saved,
+            self.compactions,
+            self.cost,
+            self.store_passthrough,
+        ):
             lines.extend(metric.render())
         return ("\n".join(lines) + "\n").encode()

@@ -37,6 +37,7 @@ log = logging.getLogger("ctxproxy")
 
 DEGRADED_HEADER = "X-Ctxproxy-Degraded"
 
+
 def client_api_key(headers: Any) -> str | None:
     auth = headers.get("authorization")
     if auth and auth.lower().startswith("bearer "):
@@ -105,8 +106,16 @@ async def handle(request: Request, wire: Wire) -> Any:
         if policy.rewrite and getattr(wire, "rewrite_allowed", _always)(body):
             projection = await _project(
                 # A litellm route's window and prices are its provider model's, whatever the client calls it.
-                state, wire, route, policy, route.upstream.model or model, body, ingested,
-                _summary_auth(state, wire, route, request), known, remembered,
+                state,
+                wire,
+                route,
+                policy,
+                route.upstream.model or model,
+                body,
+                ingested,
+                _summary_auth(state, wire, route, request),
+                known,
+                remembered,
             )
             call.projection = projection.record.summary_dict()
             if _rewritten(projection):
@@ -160,12 +169,14 @@ async def _passthrough(
     encoded, _ = wire.encode(body, None, stream, None)
     key = state.upstream_key(route)
     headers = upstream_request_headers(
-        request.headers, wire.auth_headers(key) if key else None,
+        request.headers,
+        wire.auth_headers(key) if key else None,
         frozenset({state.config.conversation_header.lower()}),
     )
     degraded = [(DEGRADED_HEADER, "store-unavailable")]
-    upstream = await state.upstream.send(route, "POST", wire.upstream_path, raw if encoded is None else encoded,
-                                         headers)
+    upstream = await state.upstream.send(
+        route, "POST", wire.upstream_path, raw if encoded is None else encoded, headers
+    )
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         return StreamRelay(upstream, wire.observer(body), _unrecorded, degraded)
     try:
@@ -199,11 +210,7 @@ def _summary_auth(state: AppState, wire: Wire, route: Route, request: Request) -
 def _rewritten(projection: Projection) -> bool:
     record = projection.record
     return bool(
-        record.covered_through_seq
-        or record.trimmed
-        or record.pruned_seqs
-        or record.orphan_seqs
-        or record.repaired
+        record.covered_through_seq or record.trimmed or record.pruned_seqs or record.orphan_seqs or record.repaired
     )
 
 

@@ -100,8 +100,9 @@ class Projector:
             cached = self._configs[key] = policy_config(policy)
         return cached
 
-    def budget(self, policy: Policy, model: str, body: Json, counter: TokenCounter, branch_id: str | None,
-               generation: int) -> Budget:
+    def budget(
+        self, policy: Policy, model: str, body: Json, counter: TokenCounter, branch_id: str | None, generation: int
+    ) -> Budget:
         info = self.catalog.info(model)
         window = policy.context_window or (info.context_window if info else None) or DEFAULT_WINDOW
         requested = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")

@@ -159,8 +159,8 @@ def replay(
             continue
         request_items = items[:index]
         client = [*prefix, *history[:index]]
-        client_tokens = budget.fixed_tokens + sum(counter.count(m) for m in prefix) + sum(
-            i.tokens for i in request_items
+        client_tokens = (
+            budget.fixed_tokens + sum(counter.count(m) for m in prefix) + sum(i.tokens for i in request_items)
         )
         stat = TurnStat(len(report.turns) + 1, index, client_tokens, 0, False, 0, 0, 0, 0)
         try:

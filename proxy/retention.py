@@ -59,8 +59,12 @@ async def run_forever(store: Store, retention: Retention) -> None:
         try:
             purged = await purge_once(store, retention)
             if purged.calls or purged.checkpoints or purged.conversations:
-                log.info("retention purged %d calls, %d checkpoints, %d conversations",
-                         purged.calls, purged.checkpoints, purged.conversations)
+                log.info(
+                    "retention purged %d calls, %d checkpoints, %d conversations",
+                    purged.calls,
+                    purged.checkpoints,
+                    purged.conversations,
+                )
         except StoreError as exc:
             log.error("retention pass failed: %s", exc)
         await asyncio.sleep(retention.interval_seconds)

@@ -89,18 +89,33 @@ class Summarizer:
         except (UnicodeDecodeError, json.JSONDecodeError):
             parsed = None
         if response.status != 200 or not isinstance(parsed, dict):
-            return SummaryResult(None, model, upstream_status=response.status,
-                                 error=f"summarizer answered {response.status}: {data[:500].decode(errors='replace')}")
+            return SummaryResult(
+                None,
+                model,
+                upstream_status=response.status,
+                error=f"summarizer answered {response.status}: {data[:500].decode(errors='replace')}",
+            )
         text, usage_raw = wire.summary_text(parsed)
-        return SummaryResult(text, model, usage_raw, wire.usage(usage_raw), response.status,
-                             None if text else "summarizer returned no text")
+        return SummaryResult(
+            text,
+            model,
+            usage_raw,
+            wire.usage(usage_raw),
+            response.status,
+            None if text else "summarizer returned no text",
+        )
 
     async def _via_litellm(self, policy: Policy, messages: list[Message]) -> SummaryResult:
         settings = policy.summarizer
         model = settings.model or ""
         litellm = await load_litellm()
-        kwargs: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": settings.max_tokens,
-                                  "temperature": 0, "timeout": settings.timeout}
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "max_tokens": settings.max_tokens,
+            "temperature": 0,
+            "timeout": settings.timeout,
+        }
         if settings.base_url:
             kwargs["api_base"] = settings.base_url
         if settings.api_key_env:
@@ -115,13 +130,23 @@ class Summarizer:
             detail = str(exc)[:300]
             if kwargs.get("api_key"):
                 detail = detail.replace(kwargs["api_key"], "***")
-            return SummaryResult(None, model, upstream_status=status if isinstance(status, int) else None,
-                                 error=f"summarizer call failed: {type(exc).__name__}: {detail}")
+            return SummaryResult(
+                None,
+                model,
+                upstream_status=status if isinstance(status, int) else None,
+                error=f"summarizer call failed: {type(exc).__name__}: {detail}",
+            )
         data = response.model_dump() if hasattr(response, "model_dump") else dict(response)
         usage_raw = data.get("usage")
         text = None
         choices = data.get("choices") or []
         if choices:
             text = (choices[0].get("message") or {}).get("content")
-        return SummaryResult(text if isinstance(text, str) else None, model, usage_raw,
-                             usage_from_litellm(usage_raw), 200, None if text else "summarizer returned no text")
+        return SummaryResult(
+            text if isinstance(text, str) else None,
+            model,
+            usage_raw,
+            usage_from_litellm(usage_raw),
+            200,
+            None if text else "summarizer returned no text",
+        )

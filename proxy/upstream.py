@@ -163,9 +163,7 @@ class UpstreamClient:
                     method, url, data=body, headers=headers, timeout=client_timeout, allow_redirects=False
                 )
         except TimeoutError:
-            raise UpstreamTimeout(
-                _where(route) + f" did not answer within {answer_within:g} s"
-            ) from None
+            raise UpstreamTimeout(_where(route) + f" did not answer within {answer_within:g} s") from None
         except aiohttp.ServerTimeoutError:
             raise UpstreamTimeout(
                 _where(route) + f" did not accept a connection within {timeouts.connect:g} s"

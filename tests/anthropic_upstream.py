@@ -146,8 +146,13 @@ class AnthropicUpstream(ScriptedServer[Reply]):
     thread_name = "anthropic-upstream"
     start_error = "scripted Anthropic upstream did not start"
 
-    def __init__(self, *, api_key: str | None = None, context_windows: dict[str, int] | None = None,
-                 default_context_window: int = 200_000) -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        context_windows: dict[str, int] | None = None,
+        default_context_window: int = 200_000,
+    ) -> None:
         super().__init__()
         self.api_key = api_key
         self.context_windows = dict(context_windows or {})
@@ -188,12 +193,16 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             content = m.get("content")
             if isinstance(content, str):
                 if not content and not (i == len(messages) - 1 and m["role"] == "assistant"):
-                    return bad(f"messages.{i}: all messages must have non-empty content except for the "
-                               "optional final assistant message")
+                    return bad(
+                        f"messages.{i}: all messages must have non-empty content except for the "
+                        "optional final assistant message"
+                    )
                 continue
             if not isinstance(content, list) or not content:
-                return bad(f"messages.{i}: all messages must have non-empty content except for the "
-                           "optional final assistant message")
+                return bad(
+                    f"messages.{i}: all messages must have non-empty content except for the "
+                    "optional final assistant message"
+                )
             for j, block in enumerate(content):
                 if not isinstance(block, dict) or not isinstance(block.get("type"), str):
                     return bad(f"messages.{i}.content.{j}: Input should be a valid dictionary")
@@ -214,9 +223,11 @@ class AnthropicUpstream(ScriptedServer[Reply]):
                     answered = {b.get("tool_use_id") for b in following["content"] if b.get("type") == "tool_result"}
                 missing = [x for x in ids if x not in answered]
                 if missing:
-                    return bad(f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks immediately "
-                               f"after: {', '.join(map(str, missing))}. Each `tool_use` block must have a "
-                               "corresponding `tool_result` block in the next message.")
+                    return bad(
+                        f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks immediately "
+                        f"after: {', '.join(map(str, missing))}. Each `tool_use` block must have a "
+                        "corresponding `tool_result` block in the next message."
+                    )
             else:
                 previous = messages[i - 1] if i > 0 else None
                 issued = set()
@@ -228,12 +239,16 @@ class AnthropicUpstream(ScriptedServer[Reply]):
                         seen_other = True
                         continue
                     if b.get("tool_use_id") not in issued:
-                        return bad(f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
-                                   f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
-                                   "corresponding `tool_use` block in the previous message.")
+                        return bad(
+                            f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                            f"blocks: {b.get('tool_use_id')}. Each `tool_result` block must have a "
+                            "corresponding `tool_use` block in the previous message."
+                        )
                     if seen_other:
-                        return bad(f"messages.{i}.content.{j}: `tool_result` blocks must come first in the "
-                                   "content array of a user message, before any other blocks.")
+                        return bad(
+                            f"messages.{i}.content.{j}: `tool_result` blocks must come first in the "
+                            "content array of a user message, before any other blocks."
+                        )
         # thinking signatures, and the final assistant turn with tool use
         thinking_on = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"
         last_assistant = None
@@ -248,13 +263,17 @@ class AnthropicUpstream(ScriptedServer[Reply]):
                     return bad(f"messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block")
         if thinking_on and last_assistant is not None:
             blocks = messages[last_assistant]["content"]
-            if any(b["type"] == "tool_use" for b in blocks) and blocks[0]["type"] not in ("thinking",
-                                                                                           "redacted_thinking"):
-                return bad(f"messages.{last_assistant}.content.0.type: Expected `thinking` or `redacted_thinking`, "
-                           f"but found `{blocks[0]['type']}`. When `thinking` is enabled, a final `assistant` "
-                           "message must start with a thinking block (preceeding the lastmost set of `tool_use` "
-                           "and `tool_result` blocks). We recommend you include thinking blocks from previous "
-                           "turns. To avoid this requirement, disable `thinking`.")
+            if any(b["type"] == "tool_use" for b in blocks) and blocks[0]["type"] not in (
+                "thinking",
+                "redacted_thinking",
+            ):
+                return bad(
+                    f"messages.{last_assistant}.content.0.type: Expected `thinking` or `redacted_thinking`, "
+                    f"but found `{blocks[0]['type']}`. When `thinking` is enabled, a final `assistant` "
+                    "message must start with a thinking block (preceeding the lastmost set of `tool_use` "
+                    "and `tool_result` blocks). We recommend you include thinking blocks from previous "
+                    "turns. To avoid this requirement, disable `thinking`."
+                )
         markers = sum(1 for _, _, marked in _segments(body) if marked)
         if markers > 4:
             return bad(f"A maximum of 4 blocks with cache_control may be provided. Found {markers}.")
@@ -287,8 +306,11 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         with self._lock:
             self._cache.update(new_keys)
         write = max(0, write_upto - read)
-        usage = {"input_tokens": max(0, total - read - write), "cache_creation_input_tokens": write,
-                 "cache_read_input_tokens": read}
+        usage = {
+            "input_tokens": max(0, total - read - write),
+            "cache_creation_input_tokens": write,
+            "cache_read_input_tokens": read,
+        }
         if reply.cache_read is not None:
             usage["cache_read_input_tokens"] = reply.cache_read
         if reply.cache_write is not None:
@@ -312,8 +334,11 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             await self._json(send, 404, error_body("not_found_error", f"Not found: {scope['method']} {path}"))
             return
         if body is None:
-            await self._json(send, 400, error_body(
-                "invalid_request_error", "There was an error parsing the body of your request as JSON."))
+            await self._json(
+                send,
+                400,
+                error_body("invalid_request_error", "There was an error parsing the body of your request as JSON."),
+            )
             return
         if path == "/v1/messages/count_tokens":
             await self._json(send, 200, {"input_tokens": estimate_tokens(body)})
@@ -334,10 +359,17 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         data = json.dumps(obj).encode()
         if reply is not None:
             reply.sent_status, reply.sent_body = status, data
-        await self._send_body(send, status, [
-            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-            (b"request-id", ("req_" + secrets.token_hex(12)).encode()),
-            (b"anthropic-organization-id", b"org-scripted")], data)
+        await self._send_body(
+            send,
+            status,
+            [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                (b"request-id", ("req_" + secrets.token_hex(12)).encode()),
+                (b"anthropic-organization-id", b"org-scripted"),
+            ],
+            data,
+        )
 
     def _content(self, reply: Reply, body: dict[str, Any]) -> list[dict[str, Any]]:
         blocks: list[dict[str, Any]] = []
@@ -351,36 +383,64 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             for m in body["messages"]:
                 if m["role"] == "user":
                     content = m["content"]
-                    texts = [content] if isinstance(content, str) else [
-                        b.get("text", "") for b in content if b.get("type") == "text"]
+                    texts = (
+                        [content]
+                        if isinstance(content, str)
+                        else [b.get("text", "") for b in content if b.get("type") == "text"]
+                    )
                     if texts:
                         last = texts[-1]
             text = f"ok: {last}"
         if text:
             blocks.append({"type": "text", "text": text})
         for use in reply.tool_uses or []:
-            blocks.append({"type": "tool_use", "id": use.get("id") or "toolu_" + secrets.token_hex(12),
-                           "name": use["name"], "input": use.get("input", {})})
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": use.get("id") or "toolu_" + secrets.token_hex(12),
+                    "name": use["name"],
+                    "input": use.get("input", {}),
+                }
+            )
         return blocks
 
     async def _answer(self, reply: Reply, body: dict[str, Any], send: Any, receive: Any) -> None:
         if reply.status != 200:
-            payload = reply.error if reply.error is not None else error_body(
-                {529: "overloaded_error", 429: "rate_limit_error", 500: "api_error",
-                 401: "authentication_error"}.get(reply.status, "api_error"),
-                "Overloaded" if reply.status == 529 else "Upstream error")
+            payload = (
+                reply.error
+                if reply.error is not None
+                else error_body(
+                    {
+                        529: "overloaded_error",
+                        429: "rate_limit_error",
+                        500: "api_error",
+                        401: "authentication_error",
+                    }.get(reply.status, "api_error"),
+                    "Overloaded" if reply.status == 529 else "Upstream error",
+                )
+            )
             await self._json(send, reply.status, payload, reply)
             return
         content = self._content(reply, body)
         usage = self._input_usage(body, reply)
-        output = reply.output_tokens if reply.output_tokens is not None else max(
-            1, sum(count_text_tokens(_block_text(b)) for b in content))
+        output = (
+            reply.output_tokens
+            if reply.output_tokens is not None
+            else max(1, sum(count_text_tokens(_block_text(b)) for b in content))
+        )
         final_usage = {**usage, "output_tokens": output}
         reply.usage = final_usage
         stop = reply.stop_reason or ("tool_use" if reply.tool_uses else "end_turn")
-        message = {"id": "msg_" + secrets.token_hex(12), "type": "message", "role": "assistant",
-                   "model": body["model"], "content": content, "stop_reason": stop, "stop_sequence": None,
-                   "usage": final_usage}
+        message = {
+            "id": "msg_" + secrets.token_hex(12),
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": final_usage,
+        }
         reply.message = message
         if not body.get("stream"):
             await self._json(send, 200, message, reply)
@@ -389,9 +449,16 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         def event(name: str, data: dict[str, Any]) -> bytes:
             return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
-        events = [event("message_start", {"type": "message_start", "message": {
-            **message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}}),
-            event("ping", {"type": "ping"})]
+        events = [
+            event(
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}},
+                },
+            ),
+            event("ping", {"type": "ping"}),
+        ]
         for index, block in enumerate(content):
             kind = block["type"]
             if kind == "thinking":
@@ -405,28 +472,43 @@ class AnthropicUpstream(ScriptedServer[Reply]):
                 start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
                 deltas = [{"type": "input_json_delta", "partial_json": ""}] + [
                     {"type": "input_json_delta", "partial_json": p}
-                    for p in _split(json.dumps(block["input"]), reply.chunks)]
+                    for p in _split(json.dumps(block["input"]), reply.chunks)
+                ]
             else:
                 start, deltas = block, []
-            events.append(event("content_block_start", {"type": "content_block_start", "index": index,
-                                                        "content_block": start}))
-            events.extend(event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
-                          for d in deltas)
+            events.append(
+                event("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+            )
+            events.extend(
+                event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+                for d in deltas
+            )
             events.append(event("content_block_stop", {"type": "content_block_stop", "index": index}))
-        final = event("message_delta", {"type": "message_delta",
-                                        "delta": {"stop_reason": stop, "stop_sequence": None},
-                                        "usage": final_usage})
+        final = event(
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": final_usage},
+        )
         events.append(final)
         if reply.duplicate_final_delta:
             events.append(final)
         events.append(event("message_stop", {"type": "message_stop"}))
 
         reply.sent_status = 200
-        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                   (b"request-id", ("req_" + secrets.token_hex(12)).encode())]
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"),
+            (b"request-id", ("req_" + secrets.token_hex(12)).encode()),
+        ]
         async with self._watching(receive, reply) as finished:
             await self._write_stream(
-                send, reply, headers, events, finished, lambda k, data: reply.sent_events.append(data),
-                drop_after=reply.drop_after_events, hold_after=reply.hold_after_events,
+                send,
+                reply,
+                headers,
+                events,
+                finished,
+                lambda k, data: reply.sent_events.append(data),
+                drop_after=reply.drop_after_events,
+                hold_after=reply.hold_after_events,
                 error_after=reply.error_after_events,
-                error_event=event("error", error_body("overloaded_error", "Overloaded")))
+                error_event=event("error", error_body("overloaded_error", "Overloaded")),
+            )

@@ -132,10 +132,19 @@ class ProxyProcess:
 
     def start(self) -> ProxyProcess:
         self.starts += 1
-        cmd = [sys.executable, "-m", "proxy.cli", "serve", "--config", str(self.config_path),
-               "--host", "127.0.0.1", "--port", str(self.port)]
-        with open(self.workdir / f"stdout.{self.starts}.log", "wb") as out, \
-                open(self.stderr_path, "wb") as err:
+        cmd = [
+            sys.executable,
+            "-m",
+            "proxy.cli",
+            "serve",
+            "--config",
+            str(self.config_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        with open(self.workdir / f"stdout.{self.starts}.log", "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=out, stderr=err)
         deadline = time.monotonic() + STARTUP_TIMEOUT
         last = "no attempt"
@@ -143,7 +152,8 @@ class ProxyProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(
                     f"proxy exited with {self.proc.returncode} during start-up\n"
-                    f"cmd: {' '.join(cmd)}\nstderr:\n{self.stderr()[-6000:]}")
+                    f"cmd: {' '.join(cmd)}\nstderr:\n{self.stderr()[-6000:]}"
+                )
             try:
                 r = httpx.get(f"{self.url}/healthz", timeout=1)
                 if r.status_code == 200 and r.json() == {"status": "ok"}:
@@ -153,8 +163,10 @@ class ProxyProcess:
                 last = repr(exc)
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"proxy not ready after {STARTUP_TIMEOUT}s (last /healthz: {last})\n"
-                           f"cmd: {' '.join(cmd)}\nstderr:\n{self.stderr()[-6000:]}")
+        raise RuntimeError(
+            f"proxy not ready after {STARTUP_TIMEOUT}s (last /healthz: {last})\n"
+            f"cmd: {' '.join(cmd)}\nstderr:\n{self.stderr()[-6000:]}"
+        )
 
     def stop(self) -> None:
         if self.proc is None:
@@ -184,8 +196,9 @@ class ProxyProcess:
         kw.setdefault("timeout", 30)
         return openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, **kw)
 
-    def post_chat(self, api_key: str | None, body: Any, headers: dict[str, str] | None = None,
-                  **kw: Any) -> httpx.Response:
+    def post_chat(
+        self, api_key: str | None, body: Any, headers: dict[str, str] | None = None, **kw: Any
+    ) -> httpx.Response:
         """Raw POST /v1/chat/completions; ``body`` may be a dict (JSON) or bytes/str (as is)."""
         h = {"Content-Type": "application/json"}
         if api_key is not None:
@@ -197,8 +210,7 @@ class ProxyProcess:
 
     # ---- admin API
 
-    def admin(self, path: str, method: str = "GET", token: str | None = ADMIN_TOKEN,
-              **kw: Any) -> httpx.Response:
+    def admin(self, path: str, method: str = "GET", token: str | None = ADMIN_TOKEN, **kw: Any) -> httpx.Response:
         headers = dict(kw.pop("headers", {}) or {})
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
@@ -228,8 +240,9 @@ class ProxyProcess:
     def calls(self, conv_id: str) -> list[dict[str, Any]]:
         return self.admin_json(f"conversations/{conv_id}/calls")["data"]
 
-    def wait_calls(self, conv_id: str, n: int, timeout: float = 10.0,
-                   until: Callable[[list[dict[str, Any]]], bool] | None = None) -> list[dict]:
+    def wait_calls(
+        self, conv_id: str, n: int, timeout: float = 10.0, until: Callable[[list[dict[str, Any]]], bool] | None = None
+    ) -> list[dict]:
         """Call records are written when the exchange ends, possibly after the client has the
         response; poll until there are ``n`` of them (and ``until`` holds)."""
         deadline = time.monotonic() + timeout
@@ -247,13 +260,15 @@ class ProxyProcess:
 def _subprocess_env() -> dict[str, str]:
     _load_encoding()  # sets TIKTOKEN_CACHE_DIR in os.environ
     env = dict(os.environ)
-    env.update({
-        "UPSTREAM_KEY": UPSTREAM_KEY,
-        "CTXPROXY_ADMIN_TOKEN": ADMIN_TOKEN,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
-    })
+    env.update(
+        {
+            "UPSTREAM_KEY": UPSTREAM_KEY,
+            "CTXPROXY_ADMIN_TOKEN": ADMIN_TOKEN,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
+        }
+    )
     return env
 
 
@@ -278,8 +293,9 @@ def closed_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def _proxy_pool(upstream_server: UpstreamServer, closed_port: int,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ProxyProcess]]:
+def _proxy_pool(
+    upstream_server: UpstreamServer, closed_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ProxyProcess]]:
     pool: dict[str, ProxyProcess] = {}
     yield pool
     for p in pool.values():
@@ -299,9 +315,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def proxy(request: pytest.FixtureRequest, upstream_server: UpstreamServer, closed_port: int,
-          _proxy_pool: dict[str, ProxyProcess],
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ProxyProcess]]:
+def proxy(
+    request: pytest.FixtureRequest,
+    upstream_server: UpstreamServer,
+    closed_port: int,
+    _proxy_pool: dict[str, ProxyProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., ProxyProcess]]:
     private: list[ProxyProcess] = []
     used: list[tuple[ProxyProcess, tuple[int, int]]] = []
     request.node._ctxproxy_used = used

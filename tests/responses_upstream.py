@@ -122,6 +122,7 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         self.default_window = default_window
         self.rejections: list[dict[str, Any]] = []
         self.stored: dict[str, list[dict[str, Any]]] = {}
+
     def _warm_up(self) -> None:
         _encoding()
 
@@ -160,16 +161,20 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
             with self._lock:
                 stored = self.stored.get(previous)
             if stored is None:
-                return self._error(f"Previous response with id '{previous}' not found.", "previous_response_id",
-                                   "previous_response_not_found")
+                return self._error(
+                    f"Previous response with id '{previous}' not found.",
+                    "previous_response_id",
+                    "previous_response_not_found",
+                )
             items.extend(stored)
         if isinstance(data, str):
             items.append({"type": "message", "role": "user", "content": data})
         elif isinstance(data, list):
             for i, item in enumerate(data):
                 if not isinstance(item, dict):
-                    return self._error(f"Invalid type for 'input[{i}]': expected an object.", f"input[{i}]",
-                                       "invalid_type")
+                    return self._error(
+                        f"Invalid type for 'input[{i}]': expected an object.", f"input[{i}]", "invalid_type"
+                    )
                 items.append(item if "type" in item else {"type": "message", **item})
         elif data is not None:
             return self._error("Invalid type for 'input': expected a string or an array.", "input", "invalid_type")
@@ -192,23 +197,33 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
                 open_calls.append(item["call_id"])
             elif kind == "function_call_output":
                 if item.get("call_id") not in calls:
-                    return self._error(f"No tool call found for function call output with call_id "
-                                       f"{item.get('call_id')}.", "input")
+                    return self._error(
+                        f"No tool call found for function call output with call_id {item.get('call_id')}.", "input"
+                    )
                 if item["call_id"] in open_calls:
                     open_calls.remove(item["call_id"])
             elif kind == "message" and item.get("role") != "assistant" and open_calls:
                 return self._error(f"No tool output found for function call {open_calls[0]}.", "input")
             elif kind == "reasoning":
-                following = next((j for j in items[i + 1:] if j.get("type") != "reasoning"), None)
-                if following is None or not (following.get("type") == "function_call" or (
-                        following.get("type") == "message" and following.get("role") == "assistant")):
-                    return self._error(f"Item '{item.get('id')}' of type 'reasoning' was provided without its "
-                                       "required following item.", "input")
+                following = next((j for j in items[i + 1 :] if j.get("type") != "reasoning"), None)
+                if following is None or not (
+                    following.get("type") == "function_call"
+                    or (following.get("type") == "message" and following.get("role") == "assistant")
+                ):
+                    return self._error(
+                        f"Item '{item.get('id')}' of type 'reasoning' was provided without its "
+                        "required following item.",
+                        "input",
+                    )
         window = self.context_windows.get(body["model"], self.default_window)
         needed = count_input_tokens(body.get("instructions"), items) + int(body.get("max_output_tokens") or 0)
         if needed > window:
-            return self._error(f"Your input exceeds the context window of this model ({needed} > {window}). "
-                               "Please adjust your input and try again.", "input", "context_length_exceeded")
+            return self._error(
+                f"Your input exceeds the context window of this model ({needed} > {window}). "
+                "Please adjust your input and try again.",
+                "input",
+                "context_length_exceeded",
+            )
         return items
 
     # ---- ASGI
@@ -233,62 +248,124 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
 
     async def _json(self, send: Any, status: int, obj: Any) -> None:
         data = json.dumps(obj).encode()
-        await self._send_body(send, status, [
-            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-            (b"x-request-id", ("req_" + secrets.token_hex(8)).encode())], data)
+        await self._send_body(
+            send,
+            status,
+            [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                (b"x-request-id", ("req_" + secrets.token_hex(8)).encode()),
+            ],
+            data,
+        )
 
     def _output(self, reply: ResponsesReply, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if reply.reasoning:
-            out.append({"id": "rs_" + secrets.token_hex(8), "type": "reasoning", "summary": [],
-                        "encrypted_content": "enc_" + secrets.token_hex(16)})
+            out.append(
+                {
+                    "id": "rs_" + secrets.token_hex(8),
+                    "type": "reasoning",
+                    "summary": [],
+                    "encrypted_content": "enc_" + secrets.token_hex(16),
+                }
+            )
         text = reply.text
         if text is None and not reply.calls:
-            last = next((_text(i.get("content")) for i in reversed(items)
-                         if i.get("type") == "message" and i.get("role") == "user"), "")
+            last = next(
+                (
+                    _text(i.get("content"))
+                    for i in reversed(items)
+                    if i.get("type") == "message" and i.get("role") == "user"
+                ),
+                "",
+            )
             text = f"ok: {last[:200]}"
         if text is not None:
-            out.append({"id": "msg_" + secrets.token_hex(8), "type": "message", "status": "completed",
-                        "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": [],
-                                                          "logprobs": []}]})
+            out.append(
+                {
+                    "id": "msg_" + secrets.token_hex(8),
+                    "type": "message",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+                }
+            )
         for call in reply.calls or ():
-            out.append({"id": "fc_" + secrets.token_hex(8), "type": "function_call", "status": "completed",
-                        "arguments": call["arguments"], "call_id": call["call_id"], "name": call["name"]})
+            out.append(
+                {
+                    "id": "fc_" + secrets.token_hex(8),
+                    "type": "function_call",
+                    "status": "completed",
+                    "arguments": call["arguments"],
+                    "call_id": call["call_id"],
+                    "name": call["name"],
+                }
+            )
         return out
 
-    def _usage(self, reply: ResponsesReply, body: dict[str, Any], items: list[dict[str, Any]],
-               output: list[dict[str, Any]]) -> dict[str, Any]:
-        input_tokens = reply.input_tokens if reply.input_tokens is not None else count_input_tokens(
-            body.get("instructions"), items)
+    def _usage(
+        self, reply: ResponsesReply, body: dict[str, Any], items: list[dict[str, Any]], output: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        input_tokens = (
+            reply.input_tokens
+            if reply.input_tokens is not None
+            else count_input_tokens(body.get("instructions"), items)
+        )
         if reply.output_tokens is not None:
             output_tokens = reply.output_tokens
         else:
-            output_tokens = reply.reasoning_tokens + sum(
-                count_input_tokens(None, [o]) - 6 for o in output)
+            output_tokens = reply.reasoning_tokens + sum(count_input_tokens(None, [o]) - 6 for o in output)
         details = {"cached_tokens": reply.cached_tokens, "cache_write_tokens": reply.cache_write_tokens}
-        return {"input_tokens": input_tokens, "input_tokens_details": details,
-                "output_tokens": output_tokens,
-                "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
-                "total_tokens": input_tokens + output_tokens}
-
-    def _response(self, rid: str, body: dict[str, Any], status: str, output: list[dict[str, Any]],
-                  usage: dict[str, Any] | None) -> dict[str, Any]:
         return {
-            "id": rid, "object": "response", "created_at": int(time.time()), "status": status,
-            "background": False, "error": None, "incomplete_details": None,
-            "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
-            "model": body["model"], "output": output, "parallel_tool_calls": True,
-            "previous_response_id": body.get("previous_response_id"), "reasoning": {"effort": None, "summary": None},
-            "service_tier": "default", "store": body.get("store", True), "temperature": 1.0,
-            "text": {"format": {"type": "text"}}, "tool_choice": "auto", "tools": body.get("tools") or [],
-            "top_p": 1.0, "truncation": "disabled", "usage": usage, "user": None, "metadata": {},
+            "input_tokens": input_tokens,
+            "input_tokens_details": details,
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
+            "total_tokens": input_tokens + output_tokens,
         }
 
-    async def _answer(self, reply: ResponsesReply, body: dict[str, Any], items: list[dict[str, Any]],
-                      send: Any, receive: Any) -> None:
+    def _response(
+        self, rid: str, body: dict[str, Any], status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        return {
+            "id": rid,
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": status,
+            "background": False,
+            "error": None,
+            "incomplete_details": None,
+            "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "model": body["model"],
+            "output": output,
+            "parallel_tool_calls": True,
+            "previous_response_id": body.get("previous_response_id"),
+            "reasoning": {"effort": None, "summary": None},
+            "service_tier": "default",
+            "store": body.get("store", True),
+            "temperature": 1.0,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": body.get("tools") or [],
+            "top_p": 1.0,
+            "truncation": "disabled",
+            "usage": usage,
+            "user": None,
+            "metadata": {},
+        }
+
+    async def _answer(
+        self, reply: ResponsesReply, body: dict[str, Any], items: list[dict[str, Any]], send: Any, receive: Any
+    ) -> None:
         if reply.status != 200:
-            await self._json(send, reply.status, reply.error_body or openai_error(
-                "The server had an error while processing your request.", "server_error"))
+            await self._json(
+                send,
+                reply.status,
+                reply.error_body
+                or openai_error("The server had an error while processing your request.", "server_error"),
+            )
             return
         rid = "resp_" + secrets.token_hex(12)
         output = self._output(reply, items)
@@ -309,8 +386,9 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
             return
         await self._stream(reply, body, rid, output, final, send, receive)
 
-    def _events(self, body: dict[str, Any], rid: str, output: list[dict[str, Any]], final: dict[str, Any],
-                reply: ResponsesReply) -> list[tuple[str, dict[str, Any]]]:
+    def _events(
+        self, body: dict[str, Any], rid: str, output: list[dict[str, Any]], final: dict[str, Any], reply: ResponsesReply
+    ) -> list[tuple[str, dict[str, Any]]]:
         events: list[tuple[str, dict[str, Any]]] = []
 
         def add(kind: str, **fields: Any) -> None:
@@ -322,39 +400,82 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         for index, item in enumerate(final["output"]):
             kind = item["type"]
             if kind == "message":
-                add("response.output_item.added", output_index=index,
-                    item={**item, "status": "in_progress", "content": []})
+                add(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "content": []},
+                )
                 part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
                 add("response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=part)
                 text = item["content"][0]["text"]
                 for piece in _split(text, reply.chunks):
-                    add("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
-                        delta=piece, logprobs=[])
-                add("response.output_text.done", item_id=item["id"], output_index=index, content_index=0, text=text,
-                    logprobs=[])
-                add("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
-                    part=item["content"][0])
+                    add(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=index,
+                        content_index=0,
+                        delta=piece,
+                        logprobs=[],
+                    )
+                add(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+                add(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=item["content"][0],
+                )
             elif kind == "function_call":
-                add("response.output_item.added", output_index=index,
-                    item={**item, "status": "in_progress", "arguments": ""})
+                add(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "arguments": ""},
+                )
                 for piece in _split(item["arguments"], reply.chunks):
-                    add("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                        delta=piece)
-                add("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                    arguments=item["arguments"])
+                    add("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=piece)
+                add(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=item["arguments"],
+                )
             else:
                 add("response.output_item.added", output_index=index, item=item)
             add("response.output_item.done", output_index=index, item=item)
         add(f"response.{reply.end}", response=final)
         return events
 
-    async def _stream(self, reply: ResponsesReply, body: dict[str, Any], rid: str, output: list[dict[str, Any]],
-                      final: dict[str, Any], send: Any, receive: Any) -> None:
+    async def _stream(
+        self,
+        reply: ResponsesReply,
+        body: dict[str, Any],
+        rid: str,
+        output: list[dict[str, Any]],
+        final: dict[str, Any],
+        send: Any,
+        receive: Any,
+    ) -> None:
         events = self._events(body, rid, output, final, reply)
         chunks = [f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode() for kind, data in events]
-        headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
-                   (b"x-request-id", ("req_" + secrets.token_hex(8)).encode())]
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"x-request-id", ("req_" + secrets.token_hex(8)).encode()),
+        ]
         async with self._watching(receive, reply) as finished:
             await self._write_stream(
-                send, reply, headers, chunks, finished, lambda k, _: reply.sent_events.append(events[k]),
-                drop_after=reply.drop_after_events, hold_after=reply.hold_after_events)
+                send,
+                reply,
+                headers,
+                chunks,
+                finished,
+                lambda k, _: reply.sent_events.append(events[k]),
+                drop_after=reply.drop_after_events,
+                hold_after=reply.hold_after_events,
+            )

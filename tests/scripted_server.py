@@ -114,8 +114,13 @@ class ScriptedServer(Generic[R]):
         self._sock = sock
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
-            self._app, log_level=os.environ.get("UPSTREAM_LOG_LEVEL", "critical"), access_log=False,
-            lifespan="off", timeout_graceful_shutdown=1, http="h11", interface="asgi3",
+            self._app,
+            log_level=os.environ.get("UPSTREAM_LOG_LEVEL", "critical"),
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+            http="h11",
+            interface="asgi3",
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -187,8 +192,9 @@ class ScriptedServer(Generic[R]):
 
     # ---- request side
 
-    async def _receive_request(self, scope: dict[str, Any], receive: Any,
-                               path: str | None = None) -> RecordedRequest | None:
+    async def _receive_request(
+        self, scope: dict[str, Any], receive: Any, path: str | None = None
+    ) -> RecordedRequest | None:
         """Read the whole body, parse it as JSON if it is JSON and record the request.
 
         None (nothing recorded) for a non-HTTP scope or when the client went away before the
@@ -210,9 +216,12 @@ class ScriptedServer(Generic[R]):
         except ValueError:
             body = None
         record = RecordedRequest(
-            method=scope["method"], path=scope["path"] if path is None else path,
+            method=scope["method"],
+            path=scope["path"] if path is None else path,
             query=scope.get("query_string", b"").decode("latin-1"),
-            headers=headers, raw=raw, body=body,
+            headers=headers,
+            raw=raw,
+            body=body,
         )
         with self._lock:
             self.requests.append(record)
@@ -265,10 +274,20 @@ class ScriptedServer(Generic[R]):
             watcher.cancel()
 
     async def _write_stream(
-        self, send: Any, reply: Any, headers: list[tuple[bytes, bytes]], events: Sequence[bytes],
-        finished: threading.Event, on_sent: Callable[[int, bytes], None], *,
-        drop_after: int | None = None, hold_after: int = 1, hold_timeout: float | None = None,
-        delay_between: float = 0.0, error_after: int | None = None, error_event: bytes = b"",
+        self,
+        send: Any,
+        reply: Any,
+        headers: list[tuple[bytes, bytes]],
+        events: Sequence[bytes],
+        finished: threading.Event,
+        on_sent: Callable[[int, bytes], None],
+        *,
+        drop_after: int | None = None,
+        hold_after: int = 1,
+        hold_timeout: float | None = None,
+        delay_between: float = 0.0,
+        error_after: int | None = None,
+        error_event: bytes = b"",
     ) -> None:
         """Send a 200 stream of ``events`` with the scripted knobs of ``reply``.
 

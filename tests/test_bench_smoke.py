@@ -20,7 +20,10 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--no-litellm", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
@@ -50,6 +53,12 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
     assert compaction["rows"] and compaction["rows"][0]["compactions"] > 0
 
     summary = report["savings"]["summary"]
-    assert summary and {"client_tokens", "sent_tokens", "savings", "requests_over_window",
-                        "prefix_reuse", "baseline_prefix_reuse"} <= set(summary[0])
+    assert summary and {
+        "client_tokens",
+        "sent_tokens",
+        "savings",
+        "requests_over_window",
+        "prefix_reuse",
+        "baseline_prefix_reuse",
+    } <= set(summary[0])
     assert all(t["met"] in (True, False, None) for t in report["targets"])

@@ -17,12 +17,21 @@ LONG = TRANSCRIPTS / "mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astro
 
 def run_replay(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "routes": [{"name": "r", "upstream": {"base_url": "http://127.0.0.1:9/v1"}, "policy": "small"}],
-        "policies": {"small": {"context_window": 16000, "max_output_tokens": 2000, "keep_recent_tokens": 4000}},
-    }))
-    return subprocess.run([sys.executable, "-m", "proxy.cli", "replay", "--config", str(config), *args],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "routes": [{"name": "r", "upstream": {"base_url": "http://127.0.0.1:9/v1"}, "policy": "small"}],
+                "policies": {"small": {"context_window": 16000, "max_output_tokens": 2000, "keep_recent_tokens": 4000}},
+            }
+        )
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "replay", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def test_replay_reports_savings_without_overflow(tmp_path: Path) -> None:

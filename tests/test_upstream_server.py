@@ -27,12 +27,13 @@ def up(server):
 
 
 def sse_events(lines: list[str]) -> list[str]:
-    return [line[len("data: "):] for line in lines if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in lines if line.startswith("data: ")]
 
 
 def post(up, body, **kw):
-    return httpx.post(f"{up.base_url}/chat/completions", json=body,
-                      headers={"Authorization": "Bearer sk-test"}, timeout=10, **kw)
+    return httpx.post(
+        f"{up.base_url}/chat/completions", json=body, headers={"Authorization": "Bearer sk-test"}, timeout=10, **kw
+    )
 
 
 def test_nonstream_default_echo_and_usage(up):
@@ -57,8 +58,7 @@ def test_nonstream_tool_calls_n2_cached_reasoning_with_sdk(up):
     calls = [tool_call("a", {"x": 1}), tool_call("b", {"y": 2})]
     up.push(Reply(tool_calls=calls, cached_tokens=5, reasoning_tokens=7, contents=None))
     client = openai.OpenAI(base_url=up.base_url, api_key="k", max_retries=0)
-    res = client.chat.completions.create(model="gpt-4o", n=2,
-                                         messages=[{"role": "user", "content": "go"}])
+    res = client.chat.completions.create(model="gpt-4o", n=2, messages=[{"role": "user", "content": "go"}])
     assert len(res.choices) == 2
     msg = res.choices[0].message
     assert [c.id for c in msg.tool_calls] == [c["id"] for c in calls]
@@ -77,8 +77,7 @@ def test_stream_without_include_usage_has_no_usage(up):
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert all("usage" not in c for c in chunks)
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "",
-                                                 "refusal": None}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "", "refusal": None}
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     assert text == "abcdefghij"
     assert len(chunks) == 1 + 4 + 1
@@ -88,15 +87,18 @@ def test_stream_without_include_usage_has_no_usage(up):
 def test_stream_with_include_usage_and_parallel_tools_via_sdk(up):
     calls = [tool_call("f", {"q": "long argument text"}), tool_call("g", {"r": [1, 2, 3]})]
     up.push(Reply(tool_calls=calls, chunks=3, cached_tokens=2))
-    body = {"model": "gpt-4o", "stream": True, "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": "x"}]}
+    body = {
+        "model": "gpt-4o",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": "x"}],
+    }
     with httpx.stream("POST", f"{up.base_url}/chat/completions", json=body, timeout=10) as r:
         events = sse_events(list(r.iter_lines()))
     chunks = [json.loads(e) for e in events[:-1]]
     assert all("usage" in c for c in chunks)
     assert all(c["usage"] is None for c in chunks[:-1])
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens_details"][
-        "cached_tokens"] == 2
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 2
     args: dict[int, str] = {}
     for c in chunks[:-1]:
         for tc in c["choices"][0]["delta"].get("tool_calls") or []:
@@ -106,9 +108,9 @@ def test_stream_with_include_usage_and_parallel_tools_via_sdk(up):
 
     up.push(Reply(content="streamed!"))
     client = openai.OpenAI(base_url=up.base_url, api_key="k", max_retries=0)
-    stream = client.chat.completions.create(model="gpt-4o", stream=True,
-                                            stream_options={"include_usage": True},
-                                            messages=[{"role": "user", "content": "x"}])
+    stream = client.chat.completions.create(
+        model="gpt-4o", stream=True, stream_options={"include_usage": True}, messages=[{"role": "user", "content": "x"}]
+    )
     got = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in got if c.choices) == "streamed!"
     assert got[-1].usage is not None and got[-1].choices == []
@@ -118,17 +120,30 @@ def test_validation_errors(up):
     cases = [
         ({"model": "gpt-4o"}, "missing_required_parameter"),
         ({"model": "gpt-4o", "messages": []}, "empty_array"),
-        ({"model": "gpt-4o", "messages": [{"role": "user", "content": "a"},
-                                           {"role": "tool", "tool_call_id": "c1",
-                                            "content": "r"}]}, None),
-        ({"model": "gpt-4o", "messages": [
-            {"role": "user", "content": "a"},
-            {"role": "assistant", "content": None, "tool_calls": [tool_call("f", {}, "c1"),
-                                                                  tool_call("f", {}, "c2")]},
-            {"role": "tool", "tool_call_id": "c1", "content": "r"},
-            {"role": "user", "content": "b"}]}, None),
-        ({"model": "gpt-small", "messages": [{"role": "user", "content": "word " * 400}]},
-         "context_length_exceeded"),
+        (
+            {
+                "model": "gpt-4o",
+                "messages": [{"role": "user", "content": "a"}, {"role": "tool", "tool_call_id": "c1", "content": "r"}],
+            },
+            None,
+        ),
+        (
+            {
+                "model": "gpt-4o",
+                "messages": [
+                    {"role": "user", "content": "a"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [tool_call("f", {}, "c1"), tool_call("f", {}, "c2")],
+                    },
+                    {"role": "tool", "tool_call_id": "c1", "content": "r"},
+                    {"role": "user", "content": "b"},
+                ],
+            },
+            None,
+        ),
+        ({"model": "gpt-small", "messages": [{"role": "user", "content": "word " * 400}]}, "context_length_exceeded"),
     ]
     for body, code in cases:
         r = post(up, body)
@@ -138,15 +153,14 @@ def test_validation_errors(up):
     msgs = [r.body for r in up.chat_requests]
     assert len(msgs) == len(cases)
     r = post(up, cases[2][0])
-    assert "must be a response to a preceeding message with 'tool_calls'" in r.json()["error"][
-        "message"]
+    assert "must be a response to a preceeding message with 'tool_calls'" in r.json()["error"]["message"]
     r = post(up, cases[3][0])
     assert r.json()["error"]["message"].endswith("did not have response messages: c2")
     r = post(up, cases[4][0])
     assert r.json()["error"]["message"].startswith(
-        "This model's maximum context length is 200 tokens. However, your messages resulted in ")
-    r = post(up, {"model": "gpt-small", "max_tokens": 150,
-                  "messages": [{"role": "user", "content": "word " * 100}]})
+        "This model's maximum context length is 200 tokens. However, your messages resulted in "
+    )
+    r = post(up, {"model": "gpt-small", "max_tokens": 150, "messages": [{"role": "user", "content": "word " * 100}]})
     assert r.status_code == 400 and "in the completion" in r.json()["error"]["message"]
     assert up.pending == 0
 
@@ -192,8 +206,11 @@ def test_drop_and_hang(up):
     up.push(reply)
     t0 = time.monotonic()
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{up.base_url}/chat/completions", timeout=httpx.Timeout(10, read=0.5),
-                   json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]})
+        httpx.post(
+            f"{up.base_url}/chat/completions",
+            timeout=httpx.Timeout(10, read=0.5),
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
+        )
     assert time.monotonic() - t0 < 5
     assert reply.disconnected.wait(5)
 

@@ -211,7 +211,7 @@ class Reply:
         """The JSON chunks actually written (without ``[DONE]``)."""
         out = []
         for e in self.sent_events:
-            data = e.decode()[len("data: "):].strip()
+            data = e.decode()[len("data: ") :].strip()
             if data != "[DONE]":
                 out.append(json.loads(data))
         return out
@@ -221,18 +221,17 @@ _DEFAULT_ERRORS: dict[int, tuple[str, str, str | None]] = {
     400: ("Bad request.", "invalid_request_error", None),
     401: ("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
     403: ("You are not allowed to sample from this model", "invalid_request_error", None),
-    404: ("The model does not exist or you do not have access to it.", "invalid_request_error",
-          "model_not_found"),
+    404: ("The model does not exist or you do not have access to it.", "invalid_request_error", "model_not_found"),
     429: ("Rate limit reached for requests", "requests", "rate_limit_exceeded"),
-    500: ("The server had an error while processing your request. Sorry about that!",
-          "server_error", None),
+    500: ("The server had an error while processing your request. Sorry about that!", "server_error", None),
     502: ("Bad gateway.", "server_error", None),
     503: ("The engine is currently overloaded, please try again later.", "server_error", None),
 }
 
 
-def openai_error(message: str, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None) -> dict[str, Any]:
+def openai_error(
+    message: str, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
@@ -294,30 +293,52 @@ class UpstreamServer(ScriptedServer[Reply]):
         started = time.monotonic()
         path = scope["path"].rstrip("/")
         if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
-            await self._send_json(send, 401, openai_error(
-                "Incorrect API key provided. You can find your API key at "
-                "https://platform.openai.com/account/api-keys.",
-                code="invalid_api_key"), started)
+            await self._send_json(
+                send,
+                401,
+                openai_error(
+                    "Incorrect API key provided. You can find your API key at "
+                    "https://platform.openai.com/account/api-keys.",
+                    code="invalid_api_key",
+                ),
+                started,
+            )
             return
         if scope["method"] == "GET" and path == "/v1/models":
-            await self._send_json(send, 200, {"object": "list", "data": [
-                {"id": m, "object": "model", "created": 1700000000, "owned_by": "system"}
-                for m in self.models]}, started)
+            await self._send_json(
+                send,
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": m, "object": "model", "created": 1700000000, "owned_by": "system"} for m in self.models
+                    ],
+                },
+                started,
+            )
             return
         if path != "/v1/chat/completions":
-            await self._send_json(send, 404, openai_error(
-                f"Invalid URL ({scope['method']} {scope['path']})", code=None), started)
+            await self._send_json(
+                send, 404, openai_error(f"Invalid URL ({scope['method']} {scope['path']})", code=None), started
+            )
             return
         if scope["method"] != "POST":
-            await self._send_json(send, 405, openai_error(
-                f"Invalid method for URL ({scope['method']} {scope['path']})"), started)
+            await self._send_json(
+                send, 405, openai_error(f"Invalid method for URL ({scope['method']} {scope['path']})"), started
+            )
             return
         if raw and body is None:
-            await self._send_json(send, 400, openai_error(
-                "We could not parse the JSON body of your request. (HINT: This likely means you "
-                "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
-                "but what was sent was not valid JSON. If you have trouble figuring out how to fix "
-                "this, please contact us through our help center at help.openai.com.)"), started)
+            await self._send_json(
+                send,
+                400,
+                openai_error(
+                    "We could not parse the JSON body of your request. (HINT: This likely means you "
+                    "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, "
+                    "but what was sent was not valid JSON. If you have trouble figuring out how to fix "
+                    "this, please contact us through our help center at help.openai.com.)"
+                ),
+                started,
+            )
             return
         error = self._validate(body)
         if error is not None:
@@ -337,30 +358,42 @@ class UpstreamServer(ScriptedServer[Reply]):
 
     def _validate(self, body: Any) -> dict[str, Any] | None:
         if not isinstance(body, dict):
-            return openai_error("Missing required parameter: 'messages'.", param="messages",
-                                code="missing_required_parameter")
+            return openai_error(
+                "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
+            )
         if "model" not in body:
             return openai_error("you must provide a model parameter", param=None)
         messages = body.get("messages")
         if messages is None:
-            return openai_error("Missing required parameter: 'messages'.", param="messages",
-                                code="missing_required_parameter")
+            return openai_error(
+                "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
+            )
         if not isinstance(messages, list):
             return openai_error(
-                f"Invalid type for 'messages': expected an array, but got "
-                f"{type(messages).__name__} instead.", param="messages", code="invalid_type")
+                f"Invalid type for 'messages': expected an array, but got {type(messages).__name__} instead.",
+                param="messages",
+                code="invalid_type",
+            )
         if not messages:
             return openai_error(
                 "Invalid 'messages': empty array. Expected an array with minimum length 1, but got "
-                "an empty array instead.", param="messages", code="empty_array")
+                "an empty array instead.",
+                param="messages",
+                code="empty_array",
+            )
         for i, m in enumerate(messages):
             if not isinstance(m, dict):
                 return openai_error(
-                    f"Invalid type for 'messages[{i}]': expected an object, but got "
-                    f"{type(m).__name__} instead.", param=f"messages[{i}]", code="invalid_type")
+                    f"Invalid type for 'messages[{i}]': expected an object, but got {type(m).__name__} instead.",
+                    param=f"messages[{i}]",
+                    code="invalid_type",
+                )
             if "role" not in m:
-                return openai_error(f"Missing required parameter: 'messages[{i}].role'.",
-                                    param=f"messages[{i}].role", code="missing_required_parameter")
+                return openai_error(
+                    f"Missing required parameter: 'messages[{i}].role'.",
+                    param=f"messages[{i}].role",
+                    code="missing_required_parameter",
+                )
         # Tool pairing: results answer ids of the nearest preceding assistant tool_calls, and
         # every id is answered before the next non-tool message.
         open_ids: list[str] = []
@@ -372,7 +405,9 @@ class UpstreamServer(ScriptedServer[Reply]):
                 if m.get("tool_call_id") not in known_ids:
                     return openai_error(
                         "Invalid parameter: messages with role 'tool' must be a response to a "
-                        "preceeding message with 'tool_calls'.", param=f"messages.[{i}].role")
+                        "preceeding message with 'tool_calls'.",
+                        param=f"messages.[{i}].role",
+                    )
                 if m.get("tool_call_id") in open_ids:
                     open_ids.remove(m["tool_call_id"])
                 continue
@@ -380,7 +415,9 @@ class UpstreamServer(ScriptedServer[Reply]):
                 return openai_error(
                     "An assistant message with 'tool_calls' must be followed by tool messages "
                     "responding to each 'tool_call_id'. The following tool_call_ids did not have "
-                    f"response messages: {', '.join(open_ids)}", param=f"messages.[{open_at}].role")
+                    f"response messages: {', '.join(open_ids)}",
+                    param=f"messages.[{open_at}].role",
+                )
             known_ids = set()
             if role == "assistant" and m.get("tool_calls"):
                 open_ids = [c.get("id") for c in m["tool_calls"] if isinstance(c, dict)]
@@ -390,7 +427,9 @@ class UpstreamServer(ScriptedServer[Reply]):
             return openai_error(
                 "An assistant message with 'tool_calls' must be followed by tool messages "
                 "responding to each 'tool_call_id'. The following tool_call_ids did not have "
-                f"response messages: {', '.join(open_ids)}", param=f"messages.[{open_at}].role")
+                f"response messages: {', '.join(open_ids)}",
+                param=f"messages.[{open_at}].role",
+            )
         window = self.context_window(str(body["model"]))
         prompt = count_prompt_tokens(body)
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -398,14 +437,18 @@ class UpstreamServer(ScriptedServer[Reply]):
             max_tokens = self.default_max_tokens
         if prompt + int(max_tokens) > window:
             if body.get("max_completion_tokens") or body.get("max_tokens"):
-                msg = (f"This model's maximum context length is {window} tokens. However, you "
-                       f"requested {prompt + int(max_tokens)} tokens ({prompt} in the messages, "
-                       f"{max_tokens} in the completion). Please reduce the length of the "
-                       "messages or completion.")
+                msg = (
+                    f"This model's maximum context length is {window} tokens. However, you "
+                    f"requested {prompt + int(max_tokens)} tokens ({prompt} in the messages, "
+                    f"{max_tokens} in the completion). Please reduce the length of the "
+                    "messages or completion."
+                )
             else:
-                msg = (f"This model's maximum context length is {window} tokens. However, your "
-                       f"messages resulted in {prompt} tokens. Please reduce the length of the "
-                       "messages.")
+                msg = (
+                    f"This model's maximum context length is {window} tokens. However, your "
+                    f"messages resulted in {prompt} tokens. Please reduce the length of the "
+                    "messages."
+                )
             return openai_error(msg, param="messages", code="context_length_exceeded")
         return None
 
@@ -428,10 +471,8 @@ class UpstreamServer(ScriptedServer[Reply]):
         h.update({k.lower(): v for k, v in reply.headers.items()})
         return [(k.encode("latin-1"), str(v).encode("latin-1")) for k, v in h.items()]
 
-    async def _send_json(self, send: Any, status: int, obj: Any, started: float,
-                         reply: Reply | None = None) -> None:
-        data = obj if isinstance(obj, bytes) else (
-            obj.encode() if isinstance(obj, str) else json.dumps(obj).encode())
+    async def _send_json(self, send: Any, status: int, obj: Any, started: float, reply: Reply | None = None) -> None:
+        data = obj if isinstance(obj, bytes) else (obj.encode() if isinstance(obj, str) else json.dumps(obj).encode())
         headers = self._headers(reply or Reply(), started, "application/json")
         headers.append((b"content-length", str(len(data)).encode()))
         if reply is not None:
@@ -440,8 +481,7 @@ class UpstreamServer(ScriptedServer[Reply]):
             reply.sent_body = data
         await self._send_body(send, status, headers, data)
 
-    async def _answer(self, reply: Reply, body: dict[str, Any], send: Any, receive: Any,
-                      started: float) -> None:
+    async def _answer(self, reply: Reply, body: dict[str, Any], send: Any, receive: Any, started: float) -> None:
         async with self._watching(receive, reply) as finished:
             await self._answer_inner(reply, body, send, started, finished)
 
@@ -465,8 +505,10 @@ class UpstreamServer(ScriptedServer[Reply]):
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": reply.cached_tokens, "audio_tokens": 0},
             "completion_tokens_details": {
-                "reasoning_tokens": reply.reasoning_tokens, "audio_tokens": 0,
-                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0,
+                "reasoning_tokens": reply.reasoning_tokens,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
             },
         }
 
@@ -503,8 +545,9 @@ class UpstreamServer(ScriptedServer[Reply]):
             items.append({"token": s, "logprob": -0.01, "bytes": list(b), "top_logprobs": []})
         return {"content": items, "refusal": None}
 
-    async def _answer_inner(self, reply: Reply, body: dict[str, Any], send: Any,
-                            started: float, finished: threading.Event) -> None:
+    async def _answer_inner(
+        self, reply: Reply, body: dict[str, Any], send: Any, started: float, finished: threading.Event
+    ) -> None:
         if reply.delay_before_headers:
             await self._sleep(reply.delay_before_headers)
         if reply.hang:
@@ -516,8 +559,7 @@ class UpstreamServer(ScriptedServer[Reply]):
             if reply.error_body is not None:
                 payload = reply.error_body
             else:
-                msg, typ, code = _DEFAULT_ERRORS.get(
-                    reply.status, ("Upstream error.", "server_error", None))
+                msg, typ, code = _DEFAULT_ERRORS.get(reply.status, ("Upstream error.", "server_error", None))
                 payload = openai_error(msg, typ, None, code)
             finished.set()
             await self._send_json(send, reply.status, payload, started, reply)
@@ -537,30 +579,52 @@ class UpstreamServer(ScriptedServer[Reply]):
                 return
             wire_choices = []
             for i, c in enumerate(choices):
-                message: dict[str, Any] = {"role": "assistant", "content": c["content"],
-                                           "refusal": None, "annotations": []}
+                message: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": c["content"],
+                    "refusal": None,
+                    "annotations": [],
+                }
                 if c["tool_calls"]:
                     message["tool_calls"] = c["tool_calls"]
                 if reply.extra_message:
                     message.update(reply.extra_message)
-                wire_choices.append({
-                    "index": i, "message": message,
-                    "logprobs": self._logprobs(c["content"] or "") if want_logprobs else None,
-                    "finish_reason": c["finish_reason"],
-                })
-            await self._send_json(send, 200, {
-                "id": cid, "object": "chat.completion", "created": created, "model": model,
-                "choices": wire_choices, "usage": usage, "service_tier": "default",
-                "system_fingerprint": "fp_scripted",
-            }, started, reply)
+                wire_choices.append(
+                    {
+                        "index": i,
+                        "message": message,
+                        "logprobs": self._logprobs(c["content"] or "") if want_logprobs else None,
+                        "finish_reason": c["finish_reason"],
+                    }
+                )
+            await self._send_json(
+                send,
+                200,
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": wire_choices,
+                    "usage": usage,
+                    "service_tier": "default",
+                    "system_fingerprint": "fp_scripted",
+                },
+                started,
+                reply,
+            )
             return
 
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
         def chunk(choice_list: list[dict[str, Any]], usage_value: Any = None) -> bytes:
             obj: dict[str, Any] = {
-                "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                "service_tier": "default", "system_fingerprint": "fp_scripted",
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "service_tier": "default",
+                "system_fingerprint": "fp_scripted",
                 "choices": choice_list,
             }
             if include_usage:
@@ -569,29 +633,39 @@ class UpstreamServer(ScriptedServer[Reply]):
 
         events: list[bytes] = []
         for i, c in enumerate(choices):
-            def piece(delta: dict[str, Any], finish: str | None = None, lp: Any = None,
-                      i: int = i) -> bytes:
+
+            def piece(delta: dict[str, Any], finish: str | None = None, lp: Any = None, i: int = i) -> bytes:
                 return chunk([{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}])
 
             role_sent = False
             if c["content"] is not None and (c["content"] or not c["tool_calls"]):
-                events.append(piece({"role": "assistant", "content": "", "refusal": None},
-                                    lp={"content": [], "refusal": None} if want_logprobs else None))
+                events.append(
+                    piece(
+                        {"role": "assistant", "content": "", "refusal": None},
+                        lp={"content": [], "refusal": None} if want_logprobs else None,
+                    )
+                )
                 role_sent = True
                 for text in _split(c["content"], reply.chunks):
                     lp = self._logprobs(text) if want_logprobs else None
                     events.append(piece({"content": text}, lp=lp))
             for k, call in enumerate(c["tool_calls"] or []):
-                head: dict[str, Any] = {"tool_calls": [{
-                    "index": k, "id": call["id"], "type": "function",
-                    "function": {"name": call["function"]["name"], "arguments": ""}}]}
+                head: dict[str, Any] = {
+                    "tool_calls": [
+                        {
+                            "index": k,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
                 if not role_sent:
                     head = {"role": "assistant", "content": None, **head, "refusal": None}
                     role_sent = True
                 events.append(piece(head))
                 for part in _split(call["function"]["arguments"], reply.chunks):
-                    events.append(piece({"tool_calls": [{"index": k,
-                                                         "function": {"arguments": part}}]}))
+                    events.append(piece({"tool_calls": [{"index": k, "function": {"arguments": part}}]}))
             events.append(piece({}, finish=c["finish_reason"]))
         if include_usage:
             events.append(chunk([], usage))
@@ -608,5 +682,14 @@ class UpstreamServer(ScriptedServer[Reply]):
                 reply.first_chunk_sent.set()
 
         await self._write_stream(
-            send, reply, headers, events, finished, on_sent, drop_after=reply.drop_after_chunks,
-            hold_after=reply.hold_after_chunks, hold_timeout=60.0, delay_between=reply.delay_between_chunks)
+            send,
+            reply,
+            headers,
+            events,
+            finished,
+            on_sent,
+            drop_after=reply.drop_after_chunks,
+            hold_after=reply.hold_after_chunks,
+            hold_timeout=60.0,
+            delay_between=reply.delay_between_chunks,
+        )

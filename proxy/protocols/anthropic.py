@@ -278,8 +278,12 @@ def user_to_common(native: Json) -> list[Message]:
         private: dict[str, Any] = {"piece": piece, "of": n, "at": [j], "block": stub}
         if extra and piece == 0:
             private["extra"] = extra
-        message: Message = {"role": "tool", "tool_call_id": block["tool_use_id"], "content": block.get("content"),
-                            PRIVATE: private}
+        message: Message = {
+            "role": "tool",
+            "tool_call_id": block["tool_use_id"],
+            "content": block.get("content"),
+            PRIVATE: private,
+        }
         if markers:
             message[MARKERS] = markers
         pieces.append(message)
@@ -712,8 +716,10 @@ class AnthropicWire:
         body: Json = {"model": model, "max_tokens": max_tokens, "temperature": 0}
         if system:
             body["system"] = system
-        body["messages"] = [{"role": "user" if m.get("role") != "assistant" else "assistant",
-                             "content": str(m.get("content") or "")} for m in rest]
+        body["messages"] = [
+            {"role": "user" if m.get("role") != "assistant" else "assistant", "content": str(m.get("content") or "")}
+            for m in rest
+        ]
         return self.upstream_path, body
 
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]:

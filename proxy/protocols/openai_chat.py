@@ -83,8 +83,9 @@ def _validate_message(i: int, message: Any) -> None:
         raise BadRequest(f"Invalid type for '{where}': expected an object.", param=where, code="invalid_type")
     role = message.get("role")
     if not isinstance(role, str):
-        raise BadRequest(f"Missing required parameter: '{where}.role'.", param=f"{where}.role",
-                         code="missing_required_parameter")
+        raise BadRequest(
+            f"Missing required parameter: '{where}.role'.", param=f"{where}.role", code="missing_required_parameter"
+        )
     if role not in ROLES:
         raise BadRequest(
             f"Invalid value: '{role}'. Supported values are: {', '.join(sorted(ROLES))}.",

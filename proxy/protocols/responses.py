@@ -286,8 +286,14 @@ def _rebuild_assistant(message: Message, natives: list[Json]) -> list[Json]:
     for call in message.get("tool_calls") or ():
         if isinstance(call, dict) and call.get("id") not in known:
             function = call.get("function") or {}
-            out.append({"type": "function_call", "call_id": call.get("id"), "name": function.get("name"),
-                        "arguments": function.get("arguments") or ""})
+            out.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id"),
+                    "name": function.get("name"),
+                    "arguments": function.get("arguments") or "",
+                }
+            )
     if text and not text_done:
         out.append({"role": "assistant", "content": text})
     return out
@@ -298,8 +304,13 @@ def _plain_items(message: Message) -> list[Json]:
     role = message.get("role")
     content = message.get("content")
     if role == "tool":
-        return [{"type": "function_call_output", "call_id": message.get("tool_call_id"),
-                 "output": _native_content(role, content) if isinstance(content, list) else _text_of(content)}]
+        return [
+            {
+                "type": "function_call_output",
+                "call_id": message.get("tool_call_id"),
+                "output": _native_content(role, content) if isinstance(content, list) else _text_of(content),
+            }
+        ]
     if role == "assistant":
         return _rebuild_assistant(message, [])
     return [{"role": role, "content": _native_content(role, content) if content is not None else ""}]
@@ -359,8 +370,11 @@ def validate_input(data: Any) -> None:
     if data is None or isinstance(data, str):
         return
     if not isinstance(data, list):
-        raise _bad(f"Invalid type for 'input': expected a string or an array of input items, got "
-                   f"{type(data).__name__}.", "input", "invalid_type")
+        raise _bad(
+            f"Invalid type for 'input': expected a string or an array of input items, got {type(data).__name__}.",
+            "input",
+            "invalid_type",
+        )
     for i, item in enumerate(data):
         where = f"input[{i}]"
         if not isinstance(item, dict):
@@ -371,27 +385,38 @@ def validate_input(data: Any) -> None:
         if kind == "message":
             role = item.get("role")
             if role not in MESSAGE_ROLES:
-                raise _bad(f"Invalid value: '{role}'. Supported values are: 'assistant', 'system', 'developer', "
-                           "and 'user'.", f"{where}.role")
+                raise _bad(
+                    f"Invalid value: '{role}'. Supported values are: 'assistant', 'system', 'developer', and 'user'.",
+                    f"{where}.role",
+                )
             content = item.get("content")
             if not isinstance(content, str | list) or (
                 isinstance(content, list) and not all(isinstance(p, dict) for p in content)
             ):
-                raise _bad(f"Invalid type for '{where}.content': expected a string or an array of content parts.",
-                           f"{where}.content", "invalid_type")
+                raise _bad(
+                    f"Invalid type for '{where}.content': expected a string or an array of content parts.",
+                    f"{where}.content",
+                    "invalid_type",
+                )
         elif kind in ("function_call", "function_call_output"):
             if not isinstance(item.get("call_id"), str):
-                raise _bad(f"Missing required parameter: '{where}.call_id'.", f"{where}.call_id",
-                           "missing_required_parameter")
+                raise _bad(
+                    f"Missing required parameter: '{where}.call_id'.", f"{where}.call_id", "missing_required_parameter"
+                )
             if kind == "function_call" and not isinstance(item.get("name"), str):
-                raise _bad(f"Missing required parameter: '{where}.name'.", f"{where}.name",
-                           "missing_required_parameter")
+                raise _bad(
+                    f"Missing required parameter: '{where}.name'.", f"{where}.name", "missing_required_parameter"
+                )
             if kind == "function_call" and not isinstance(item.get("arguments"), str):
-                raise _bad(f"Invalid type for '{where}.arguments': expected a string.", f"{where}.arguments",
-                           "invalid_type")
+                raise _bad(
+                    f"Invalid type for '{where}.arguments': expected a string.", f"{where}.arguments", "invalid_type"
+                )
             if kind == "function_call_output" and not isinstance(item.get("output"), str | list):
-                raise _bad(f"Invalid type for '{where}.output': expected a string or an array.", f"{where}.output",
-                           "invalid_type")
+                raise _bad(
+                    f"Invalid type for '{where}.output': expected a string or an array.",
+                    f"{where}.output",
+                    "invalid_type",
+                )
 
 
 def validate_envelope(body: Json) -> tuple[str, bool]:
@@ -403,8 +428,9 @@ def validate_envelope(body: Json) -> tuple[str, bool]:
         raise BadRequest("Invalid type for 'stream': expected a boolean.", param="stream", code="invalid_type")
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise BadRequest("Invalid type for 'instructions': expected a string.", param="instructions",
-                         code="invalid_type")
+        raise BadRequest(
+            "Invalid type for 'instructions': expected a string.", param="instructions", code="invalid_type"
+        )
     validate_input(body.get("input"))
     return model, bool(stream)
 
@@ -641,8 +667,12 @@ class ResponsesWire:
             data = _text_of(rest[0].get("content"))
         else:
             data = [{"role": m.get("role"), "content": _text_of(m.get("content"))} for m in rest]
-        body: Json = {"model": model, "instructions": "\n\n".join(system), "input": data,
-                      "max_output_tokens": max_tokens}
+        body: Json = {
+            "model": model,
+            "instructions": "\n\n".join(system),
+            "input": data,
+            "max_output_tokens": max_tokens,
+        }
         return self.upstream_path, body
 
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]:

@@ -354,6 +354,7 @@ class Store(Protocol):
     async def usage_cells(self, query: UsageQuery) -> list[UsageCell]:
         """The ledger over the calls matching `query`, one cell per (group key, purpose, status);
         `proxy.ledger.cells_from_calls` is the reference the backend must agree with."""
+
     async def delete_conversation(self, conversation_id: str) -> bool: ...
 
     # -- retention ---------------------------------------------------------------------------

@@ -484,8 +484,14 @@ def _scoped(tenant: str, value: str) -> str:
 
 
 class RedisStore:
-    def __init__(self, url: str, prefix: str = DEFAULT_PREFIX, *, socket_timeout: float = SOCKET_TIMEOUT,
-                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        url: str,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        socket_timeout: float = SOCKET_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
         self.url = url
         self.prefix = prefix
         self.socket_timeout = socket_timeout
@@ -588,8 +594,9 @@ class RedisStore:
             end, size = start, BATCH
         return None
 
-    async def _probe(self, hashes: list[str], start: int, end: int, tenant: str,
-                     conversation_id: str | None) -> HashMatch | None:
+    async def _probe(
+        self, hashes: list[str], start: int, end: int, tenant: str, conversation_id: str | None
+    ) -> HashMatch | None:
         indices = range(end - 1, start - 1, -1)
         async with self.r.pipeline(transaction=False) as pipe:
             for i in indices:
@@ -624,8 +631,14 @@ class RedisStore:
     def _conversation(self, row: dict[str, str]) -> Conversation | None:
         if not row or "tenant" not in row:
             return None
-        return Conversation(row["id"], row["tenant"], row.get("external_id"), float(row["created_at"]),
-                            float(row["updated_at"]), row["main_branch_id"])
+        return Conversation(
+            row["id"],
+            row["tenant"],
+            row.get("external_id"),
+            float(row["created_at"]),
+            float(row["updated_at"]),
+            row["main_branch_id"],
+        )
 
     @_guarded
     async def find_conversation(self, tenant: str, ref: str) -> Conversation | None:
@@ -643,8 +656,16 @@ class RedisStore:
         now = time.time()
         conv_id, branch_id = _new_id("c"), _new_id("b")
         ext_key = self._k("ext", _scoped(tenant, external_id)) if external_id is not None else ""
-        status, cid = await self._run("create", conv_id, branch_id, tenant, "1" if external_id is not None else "0",
-                                      ext_key, _num(now), external_id or "")
+        status, cid = await self._run(
+            "create",
+            conv_id,
+            branch_id,
+            tenant,
+            "1" if external_id is not None else "0",
+            ext_key,
+            _num(now),
+            external_id or "",
+        )
         if status == "EXISTS":
             existing = self._conversation(await self.r.hgetall(self._k("conv", cid)))
             if existing is None:
@@ -655,12 +676,24 @@ class RedisStore:
     @_guarded
     async def append(self, start: Position, events: list[NewEvent], system_hash: str | None) -> Position:
         now = time.time()
-        args: list[Any] = [start.conversation_id, start.branch_id, start.seq,
-                           "1" if system_hash is not None else "0", system_hash or "", _num(now),
-                           secrets.token_hex(8)]
+        args: list[Any] = [
+            start.conversation_id,
+            start.branch_id,
+            start.seq,
+            "1" if system_hash is not None else "0",
+            system_hash or "",
+            _num(now),
+            secrets.token_hex(8),
+        ]
         for event in events:
-            payload = {"role": event.role, "message": event.message, "source": event.source,
-                       "tokens": event.tokens, "call_id": event.call_id, "created_at": now}
+            payload = {
+                "role": event.role,
+                "message": event.message,
+                "source": event.source,
+                "tokens": event.tokens,
+                "call_id": event.call_id,
+                "created_at": now,
+            }
             args.append(event.chain_hash)
             args.append(json.dumps(payload))
         reply = await self._run("append", *args)
@@ -687,9 +720,13 @@ class RedisStore:
     async def record_call(self, call: CallRecord) -> None:
         record = _call_dict(call)
         reply = await self._run(
-            "record_call", call.id, call.conversation_id or "", call.branch_id or "",
+            "record_call",
+            call.id,
+            call.conversation_id or "",
+            call.branch_id or "",
             self._last_call_key(call.branch_id, call.purpose) if call.branch_id is not None else "",
-            _num(call.started_at), json.dumps(record),
+            _num(call.started_at),
+            json.dumps(record),
         )
         if reply[0] == "GONE":
             raise ConversationGone(f"conversation {call.conversation_id} was deleted")
@@ -735,8 +772,9 @@ class RedisStore:
             key = getattr(call, column) if column else None
             cell = cells.get((key, call.purpose, call.status))
             if cell is None:
-                cell = UsageCell(key, call.purpose, call.status, 0, dict.fromkeys(_LEDGER_FIELDS),
-                                 dict.fromkeys(_LEDGER_FIELDS, 0))
+                cell = UsageCell(
+                    key, call.purpose, call.status, 0, dict.fromkeys(_LEDGER_FIELDS), dict.fromkeys(_LEDGER_FIELDS, 0)
+                )
                 cells[(key, call.purpose, call.status)] = cell
             cell.calls += 1
             values: dict[str, Any] = {k: call.usage.get(k) for k in _USAGE_COLUMNS}
@@ -762,8 +800,14 @@ class RedisStore:
     async def commit_checkpoint(self, candidate: CheckpointCandidate) -> StoredCheckpoint | None:
         checkpoint = _new_checkpoint(candidate, "active")
         reply = await self._run(
-            "commit", candidate.conversation_id, candidate.branch_id, candidate.parent_generation,
-            candidate.covered_through_seq, candidate.source_hash, checkpoint.id, _checkpoint_json(checkpoint),
+            "commit",
+            candidate.conversation_id,
+            candidate.branch_id,
+            candidate.parent_generation,
+            candidate.covered_through_seq,
+            candidate.source_hash,
+            checkpoint.id,
+            _checkpoint_json(checkpoint),
             "" if candidate.lease_token is None else str(candidate.lease_token),
         )
         if reply[0] == "GONE":
@@ -775,8 +819,15 @@ class RedisStore:
     @_guarded
     async def record_failed_checkpoint(self, candidate: CheckpointCandidate, error: str) -> None:
         failed = _new_checkpoint(candidate, "failed", error)
-        reply = await self._run("failed", candidate.conversation_id, candidate.branch_id, failed.id,
-                                _checkpoint_json(failed), candidate.covered_through_seq, _num(failed.created_at))
+        reply = await self._run(
+            "failed",
+            candidate.conversation_id,
+            candidate.branch_id,
+            failed.id,
+            _checkpoint_json(failed),
+            candidate.covered_through_seq,
+            _num(failed.created_at),
+        )
         if reply[0] == "GONE":
             raise ConversationGone(f"conversation {candidate.conversation_id} no longer exists")
 
@@ -837,8 +888,15 @@ class RedisStore:
                 pipe.hgetall(self._k("branch", bid))
             rows = await pipe.execute()
         return [
-            Branch(bid, row["conversation_id"], row.get("parent_id"), int(row["fork_seq"]), int(row["head_seq"]),
-                   float(row["created_at"]), float(row["updated_at"]))
+            Branch(
+                bid,
+                row["conversation_id"],
+                row.get("parent_id"),
+                int(row["fork_seq"]),
+                int(row["head_seq"]),
+                float(row["created_at"]),
+                float(row["updated_at"]),
+            )
             for bid, row in zip(ids, rows, strict=True)
             if row
         ]
@@ -851,8 +909,18 @@ class RedisStore:
         out: list[StoredEvent] = []
         for i in range(0, len(flat), 4):
             payload = json.loads(flat[i + 3])
-            out.append(StoredEvent(flat[i], int(flat[i + 1]), payload["role"], payload["message"], flat[i + 2],
-                                   payload["source"], payload["tokens"], payload["created_at"]))
+            out.append(
+                StoredEvent(
+                    flat[i],
+                    int(flat[i + 1]),
+                    payload["role"],
+                    payload["message"],
+                    flat[i + 2],
+                    payload["source"],
+                    payload["tokens"],
+                    payload["created_at"],
+                )
+            )
         return out
 
     @_guarded
@@ -902,22 +970,24 @@ def _new_checkpoint(candidate: CheckpointCandidate, status: str, error: str | No
 
 
 def _checkpoint_json(cp: StoredCheckpoint) -> str:
-    return json.dumps({
-        "id": cp.id,
-        "conversation_id": cp.conversation_id,
-        "branch_id": cp.branch_id,
-        # Like SQLite: a failed candidate does not hold a generation.
-        "generation": cp.generation if cp.status != "failed" else None,
-        "from_seq": cp.from_seq,
-        "covered_through_seq": cp.covered_through_seq,
-        "source_hash": cp.source_hash,
-        "summary": cp.summary,
-        "tokens": cp.tokens,
-        "model": cp.model,
-        "format_version": cp.format_version,
-        "created_at": cp.created_at,
-        "error": cp.error,
-    })
+    return json.dumps(
+        {
+            "id": cp.id,
+            "conversation_id": cp.conversation_id,
+            "branch_id": cp.branch_id,
+            # Like SQLite: a failed candidate does not hold a generation.
+            "generation": cp.generation if cp.status != "failed" else None,
+            "from_seq": cp.from_seq,
+            "covered_through_seq": cp.covered_through_seq,
+            "source_hash": cp.source_hash,
+            "summary": cp.summary,
+            "tokens": cp.tokens,
+            "model": cp.model,
+            "format_version": cp.format_version,
+            "created_at": cp.created_at,
+            "error": cp.error,
+        }
+    )
 
 
 def _checkpoint(payload: str, status: str) -> StoredCheckpoint:

@@ -373,9 +373,10 @@ class SqliteStore:
         saved = tokens_saved(call.purpose, call.projection)
 
         def insert(db: sqlite3.Connection) -> None:
-            if call.conversation_id is not None and db.execute(
-                "SELECT 1 FROM tombstones WHERE conversation_id = ?", (call.conversation_id,)
-            ).fetchone():
+            if (
+                call.conversation_id is not None
+                and db.execute("SELECT 1 FROM tombstones WHERE conversation_id = ?", (call.conversation_id,)).fetchone()
+            ):
                 raise ConversationGone(f"conversation {call.conversation_id} was deleted")
             db.execute(
                 "INSERT OR REPLACE INTO calls (id, conversation_id, branch_id, tenant, route, model, purpose, stream, "
@@ -533,19 +534,24 @@ class SqliteStore:
     async def renew_lease(self, branch_id: str, owner: str, token: int, ttl: float) -> bool:
         def renew(db: sqlite3.Connection) -> bool:
             now = time.time()
-            return db.execute(
-                "UPDATE leases SET expires_at = ? WHERE branch_id = ? AND owner = ? AND token = ? AND expires_at > ?",
-                (now + ttl, branch_id, owner, token, now),
-            ).rowcount > 0
+            return (
+                db.execute(
+                    "UPDATE leases SET expires_at = ? WHERE branch_id = ? AND owner = ? AND token = ? AND expires_at > ?",
+                    (now + ttl, branch_id, owner, token, now),
+                ).rowcount
+                > 0
+            )
 
         renewed: bool = self._write(renew)
         return renewed
 
     async def release_lease(self, branch_id: str, owner: str, token: int) -> None:
-        self._write(lambda db: db.execute(
-            "UPDATE leases SET owner = NULL, expires_at = 0 WHERE branch_id = ? AND owner = ? AND token = ?",
-            (branch_id, owner, token),
-        ))
+        self._write(
+            lambda db: db.execute(
+                "UPDATE leases SET owner = NULL, expires_at = 0 WHERE branch_id = ? AND owner = ? AND token = ?",
+                (branch_id, owner, token),
+            )
+        )
 
     async def list_checkpoints(self, conversation_id: str) -> list[StoredCheckpoint]:
         rows = self.db.execute(
@@ -611,8 +617,11 @@ class SqliteStore:
     async def usage_cells(self, query: UsageQuery) -> list[UsageCell]:
         where: list[str] = []
         args: list[Any] = []
-        for column, value in (("conversation_id", query.conversation_id), ("route", query.route),
-                              ("tenant", query.tenant)):
+        for column, value in (
+            ("conversation_id", query.conversation_id),
+            ("route", query.route),
+            ("tenant", query.tenant),
+        ):
             if value is not None:
                 where.append(f"{column} = ?")
                 args.append(value)
@@ -675,9 +684,13 @@ class SqliteStore:
         return count
 
     async def purge_checkpoints(self, before: float) -> int:
-        count: int = self._write(lambda db: db.execute(
-            "DELETE FROM checkpoints WHERE status IN ('superseded', 'failed') AND created_at < ?", (before,)
-        ).rowcount)
+        count: int = self._write(
+            lambda db: (
+                db.execute(
+                    "DELETE FROM checkpoints WHERE status IN ('superseded', 'failed') AND created_at < ?", (before,)
+                ).rowcount
+            )
+        )
         return count
 
     async def stale_conversations(self, before: float, limit: int) -> list[str]:

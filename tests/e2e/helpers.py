@@ -31,21 +31,19 @@ def without_usage(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def stream_raw(url: str, api_key: str, body: dict[str, Any],
-               headers: dict[str, str] | None = None,
-               timeout: float = 30) -> tuple[httpx.Response, list[str]]:
+def stream_raw(
+    url: str, api_key: str, body: dict[str, Any], headers: dict[str, str] | None = None, timeout: float = 30
+) -> tuple[httpx.Response, list[str]]:
     """POST a streaming request with plain httpx; returns the response and its raw lines."""
     h = {"Authorization": f"Bearer {api_key}"}
     h.update(headers or {})
-    with httpx.stream("POST", f"{url}/chat/completions", json=body, headers=h,
-                      timeout=timeout) as r:
+    with httpx.stream("POST", f"{url}/chat/completions", json=body, headers=h, timeout=timeout) as r:
         lines = list(r.iter_lines())
     return r, lines
 
 
 def assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, f"expected {status}, got {response.status_code}: " \
-                                           f"{response.text[:500]}"
+    assert response.status_code == status, f"expected {status}, got {response.status_code}: {response.text[:500]}"
     try:
         body = response.json()
     except ValueError:
@@ -59,8 +57,7 @@ def assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any]
 def view(message: dict[str, Any]) -> tuple[Any, ...]:
     """The parts of a message that must survive storage: role, text, tool ids/calls."""
     calls = tuple(
-        (c["id"], c["function"]["name"], c["function"]["arguments"])
-        for c in (message.get("tool_calls") or [])
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in (message.get("tool_calls") or [])
     )
     content = message.get("content")
     if content == "" and calls:

@@ -28,9 +28,11 @@ SMALL_POLICY = {
     "overflow_wait": 20,
     "summarizer": {"timeout": 5, "max_attempts": 2},
 }
-SUMMARY = ("## Goal\nMigrate the billing service to the new queue.\n## Constraints\nnone\n## Decisions\n"
-           "none\n## Key facts\nnone\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\n"
-           "Continue the migration.")
+SUMMARY = (
+    "## Goal\nMigrate the billing service to the new queue.\n## Constraints\nnone\n## Decisions\n"
+    "none\n## Key facts\nnone\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\n"
+    "Continue the migration."
+)
 CC = {"type": "ephemeral"}
 
 
@@ -52,11 +54,14 @@ def claude_up(anthropic_server: AnthropicUpstream) -> Iterator[AnthropicUpstream
 def _config(server: AnthropicUpstream, policy: dict[str, Any] | None = None) -> dict[str, Any]:
     timeouts = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
     return {
-        "routes": [{
-            "name": "claude", "match": {"model": "claude-*", "path": "/v1/messages"},
-            "upstream": {"base_url": server.url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
-            "policy": "default",
-        }],
+        "routes": [
+            {
+                "name": "claude",
+                "match": {"model": "claude-*", "path": "/v1/messages"},
+                "upstream": {"base_url": server.url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
+                "policy": "default",
+            }
+        ],
         "policies": {"default": policy or {"context_window": 200000, "max_output_tokens": 4096}},
     }
 
@@ -65,6 +70,7 @@ def _config(server: AnthropicUpstream, policy: dict[str, Any] | None = None) -> 
 def proxied(proxy, claude_up):
     def start(policy: dict[str, Any] | None = None):
         return proxy(**_config(claude_up, policy))
+
     return start
 
 
@@ -82,8 +88,14 @@ def records(p, conv: str, n: int) -> list[dict[str, Any]]:
 
 def expected_usage(raw: dict[str, int]) -> dict[str, Any]:
     read, write, uncached = raw["cache_read_input_tokens"], raw["cache_creation_input_tokens"], raw["input_tokens"]
-    return {"input_total": uncached + read + write, "input_uncached": uncached, "cache_read": read,
-            "cache_write": write, "output": raw["output_tokens"], "reasoning": None}
+    return {
+        "input_total": uncached + read + write,
+        "input_uncached": uncached,
+        "cache_read": read,
+        "cache_write": write,
+        "output": raw["output_tokens"],
+        "reasoning": None,
+    }
 
 
 def assert_anthropic_error(response: httpx.Response, status: int, kind: str) -> dict[str, Any]:
@@ -102,7 +114,8 @@ def test_non_stream_headers_body_and_usage(proxied, claude_up, api_key):
     claude_up.push(Reply(text="hello there", input_tokens=7, cache_read=100, cache_write=20, output_tokens=5))
     client = sdk(p, api_key)
     raw = client.messages.with_raw_response.create(
-        model=MODEL, max_tokens=64, messages=[user("hi")], extra_headers={"anthropic-beta": "some-beta-2025"})
+        model=MODEL, max_tokens=64, messages=[user("hi")], extra_headers={"anthropic-beta": "some-beta-2025"}
+    )
     message = raw.parse()
     assert [b.type for b in message.content] == ["text"] and message.content[0].text == "hello there"
     conv = raw.headers["x-conversation-id"]
@@ -112,8 +125,14 @@ def test_non_stream_headers_body_and_usage(proxied, claude_up, api_key):
     assert sent.headers["anthropic-beta"] == "some-beta-2025"
     assert sent.body == {"max_tokens": 64, "messages": [user("hi")], "model": MODEL}
     call = records(p, conv, 1)[0]
-    assert call["usage"] == {"input_total": 127, "input_uncached": 7, "cache_read": 100, "cache_write": 20,
-                             "output": 5, "reasoning": None}
+    assert call["usage"] == {
+        "input_total": 127,
+        "input_uncached": 7,
+        "cache_read": 100,
+        "cache_write": 20,
+        "output": 5,
+        "reasoning": None,
+    }
     assert call["usage_raw"] == claude_up.replies_sent[-1].usage
     assert call["status"] == "complete" and call["finish_reason"] == "end_turn" and call["route"] == "claude"
     assert call["response"]["role"] == "assistant" and call["response"]["content"] == "hello there"
@@ -121,12 +140,23 @@ def test_non_stream_headers_body_and_usage(proxied, claude_up, api_key):
 
 def test_stream_is_relayed_byte_for_byte_and_reassembled(proxied, claude_up, api_key):
     p = proxied()
-    reply = Reply(thinking="Let me look at the files.", text="Checking.", input_tokens=3, cache_read=50,
-                  cache_write=10, output_tokens=40,
-                  tool_uses=[{"name": "bash", "input": {"cmd": "ls -la", "n": [1, 2.5, None]}, "id": "toolu_1"}])
+    reply = Reply(
+        thinking="Let me look at the files.",
+        text="Checking.",
+        input_tokens=3,
+        cache_read=50,
+        cache_write=10,
+        output_tokens=40,
+        tool_uses=[{"name": "bash", "input": {"cmd": "ls -la", "n": [1, 2.5, None]}, "id": "toolu_1"}],
+    )
     claude_up.push(reply)
-    body = {"model": MODEL, "max_tokens": 2048, "stream": True, "messages": [user("list files")],
-            "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    body = {
+        "model": MODEL,
+        "max_tokens": 2048,
+        "stream": True,
+        "messages": [user("list files")],
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
     headers = {"x-api-key": api_key, "anthropic-version": "2023-06-01"}
     with httpx.stream("POST", f"{p.url}/v1/messages", json=body, headers=headers, timeout=30) as r:
         data = b"".join(r.iter_raw())
@@ -138,14 +168,23 @@ def test_stream_is_relayed_byte_for_byte_and_reassembled(proxied, claude_up, api
     assert call["usage"] == expected_usage(reply.usage)
     response = call["response"]
     assert response["content"] == "Checking."
-    assert response["tool_calls"] == [{"id": "toolu_1", "type": "function", "function": {
-        "name": "bash", "arguments": json.dumps({"cmd": "ls -la", "n": [1, 2.5, None]}, separators=(",", ":"))}}]
+    assert response["tool_calls"] == [
+        {
+            "id": "toolu_1",
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "arguments": json.dumps({"cmd": "ls -la", "n": [1, 2.5, None]}, separators=(",", ":")),
+            },
+        }
+    ]
     assert response["_anthropic"]["content"] == reply.message["content"]  # signature included
 
     # the SDK's own accumulation sees the same message
     claude_up.push(Reply(thinking="Again.", text="Sure.", tool_uses=[{"name": "bash", "input": {"cmd": "pwd"}}]))
-    with sdk(p, api_key).messages.stream(model=MODEL, max_tokens=2048, messages=[user("again")],
-                                         thinking={"type": "enabled", "budget_tokens": 1024}) as stream:
+    with sdk(p, api_key).messages.stream(
+        model=MODEL, max_tokens=2048, messages=[user("again")], thinking={"type": "enabled", "budget_tokens": 1024}
+    ) as stream:
         final = stream.get_final_message()
     assert [b.type for b in final.content] == ["thinking", "text", "tool_use"]
     assert final.content[0].signature == sign("Again.") and final.content[2].input == {"cmd": "pwd"}
@@ -153,8 +192,9 @@ def test_stream_is_relayed_byte_for_byte_and_reassembled(proxied, claude_up, api
 
 def test_duplicated_final_message_delta_adds_nothing(proxied, claude_up, api_key):
     p = proxied()
-    reply = Reply(text="twice", input_tokens=11, cache_read=200, cache_write=0, output_tokens=9,
-                  duplicate_final_delta=True)
+    reply = Reply(
+        text="twice", input_tokens=11, cache_read=200, cache_write=0, output_tokens=9, duplicate_final_delta=True
+    )
     claude_up.push(reply)
     with sdk(p, api_key).messages.stream(model=MODEL, max_tokens=64, messages=[user("dup")]) as stream:
         final = stream.get_final_message()
@@ -169,12 +209,23 @@ def test_duplicated_final_message_delta_adds_nothing(proxied, claude_up, api_key
 def test_client_disconnect_mid_stream_leaves_a_partial_record(proxied, claude_up, api_key):
     p = proxied()
     hold = threading.Event()
-    reply = Reply(text="a long answer that never finishes", input_tokens=13, cache_read=0, cache_write=64,
-                  hold=hold, hold_after_events=4)
+    reply = Reply(
+        text="a long answer that never finishes",
+        input_tokens=13,
+        cache_read=0,
+        cache_write=64,
+        hold=hold,
+        hold_after_events=4,
+    )
     claude_up.push(reply)
     body = {"model": MODEL, "max_tokens": 64, "stream": True, "messages": [user("hang up")]}
-    with httpx.stream("POST", f"{p.url}/v1/messages", json=body, timeout=30,
-                      headers={"x-api-key": api_key, "anthropic-version": "2023-06-01"}) as r:
+    with httpx.stream(
+        "POST",
+        f"{p.url}/v1/messages",
+        json=body,
+        timeout=30,
+        headers={"x-api-key": api_key, "anthropic-version": "2023-06-01"},
+    ) as r:
         conv = r.headers["x-conversation-id"]
         seen = b""
         for piece in r.iter_raw():
@@ -188,8 +239,14 @@ def test_client_disconnect_mid_stream_leaves_a_partial_record(proxied, claude_up
     call = records(p, conv, 1)[0]
     assert call["status"] == "partial", call
     # message_start's usage is known: input and cache fields; output is its running count (1)
-    assert call["usage"] == {"input_total": 77, "input_uncached": 13, "cache_read": 0, "cache_write": 64,
-                             "output": 1, "reasoning": None}
+    assert call["usage"] == {
+        "input_total": 77,
+        "input_uncached": 13,
+        "cache_read": 0,
+        "cache_write": 64,
+        "output": 1,
+        "reasoning": None,
+    }
     assert len(p.events(conv)) == 1  # the partial answer is not history
 
 
@@ -203,8 +260,12 @@ def test_errors_are_in_anthropic_shape(proxied, claude_up, api_key):
     assert_anthropic_error(r, 400, "invalid_request_error")
     r = httpx.post(f"{p.url}/v1/messages", json={"model": MODEL, "max_tokens": 5}, headers=headers, timeout=10)
     assert_anthropic_error(r, 400, "invalid_request_error")
-    r = httpx.post(f"{p.url}/v1/messages", json={"model": MODEL, "max_tokens": 5, "messages": [
-        {"role": "system", "content": "no"}]}, headers=headers, timeout=10)
+    r = httpx.post(
+        f"{p.url}/v1/messages",
+        json={"model": MODEL, "max_tokens": 5, "messages": [{"role": "system", "content": "no"}]},
+        headers=headers,
+        timeout=10,
+    )
     assert_anthropic_error(r, 400, "invalid_request_error")
 
     client = sdk(p, api_key)
@@ -219,8 +280,12 @@ def test_errors_are_in_anthropic_shape(proxied, claude_up, api_key):
     assert info.value.body == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 
     # an claude_up rejection is relayed as the claude_up said it
-    r = httpx.post(f"{p.url}/v1/messages", json={"model": MODEL, "max_tokens": 5, "messages": [
-        {"role": "assistant", "content": "first"}]}, headers=headers, timeout=10)
+    r = httpx.post(
+        f"{p.url}/v1/messages",
+        json={"model": MODEL, "max_tokens": 5, "messages": [{"role": "assistant", "content": "first"}]},
+        headers=headers,
+        timeout=10,
+    )
     body = assert_anthropic_error(r, 400, "invalid_request_error")
     assert body["error"]["message"] == 'messages: first message must use the "user" role'
 
@@ -260,15 +325,22 @@ def test_identity_across_turns_stream_and_not(proxied, claude_up, api_key):
     p = proxied()
     client = sdk(p, api_key)
     messages: list[dict[str, Any]] = [
-        {"role": "user", "content": [{"type": "text", "text": "start", "cache_control": CC}]}]
+        {"role": "user", "content": [{"type": "text", "text": "start", "cache_control": CC}]}
+    ]
     claude_up.push(Reply(text="one", tool_uses=[{"name": "read", "input": {"path": "a.py"}}]))
     raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=64, messages=messages, system="sys v1")
     first = raw.parse()
     conv = raw.headers["x-conversation-id"]
     messages[0] = {"role": "user", "content": [{"type": "text", "text": "start"}]}  # the marker moves on
     messages.append({"role": "assistant", "content": first.content})
-    messages.append({"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": first.content[1].id, "content": "print(1)", "cache_control": CC}]})
+    messages.append(
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": first.content[1].id, "content": "print(1)", "cache_control": CC}
+            ],
+        }
+    )
     claude_up.push(Reply(thinking="hmm", text="two"))
     with client.messages.stream(model=MODEL, max_tokens=64, messages=messages, system="sys v2") as stream:
         second = stream.get_final_message()
@@ -283,18 +355,27 @@ def test_identity_across_turns_stream_and_not(proxied, claude_up, api_key):
     assert len(p.conversation(conv)["branches"]) == 1
     # explicit ids are echoed and respected
     claude_up.push(Reply(text="explicit"))
-    raw = client.messages.with_raw_response.create(model=MODEL, max_tokens=64, messages=[user("x")],
-                                                    extra_headers={"X-Conversation-Id": "my-session-42"})
+    raw = client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=64, messages=[user("x")], extra_headers={"X-Conversation-Id": "my-session-42"}
+    )
     assert raw.headers["x-conversation-id"] == "my-session-42"
 
 
 # --------------------------------------------------------------------------- long sessions
 
 
-SYSTEM = [{"type": "text", "text": "You are a careful coding agent."},
-          {"type": "text", "text": "Never touch config/prod.yaml.", "cache_control": CC}]
-TOOLS = [{"name": "bash", "description": "Run a shell command.", "cache_control": CC,
-          "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
+SYSTEM = [
+    {"type": "text", "text": "You are a careful coding agent."},
+    {"type": "text", "text": "Never touch config/prod.yaml.", "cache_control": CC},
+]
+TOOLS = [
+    {
+        "name": "bash",
+        "description": "Run a shell command.",
+        "cache_control": CC,
+        "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+    }
+]
 OBJECTIVE = "Objective: migrate the billing service to the new queue. Constraint: never touch config/prod.yaml."
 
 
@@ -321,10 +402,12 @@ def test_long_tool_session_with_thinking_trimming_and_summaries(proxied, claude_
         turn["n"] += 1
         n = turn["n"]
         if n % 3:
-            return Reply(thinking=f"Step {n}: I should inspect more files.", redacted=n % 5 == 0,
-                         text=f"Looking at part {n}.",
-                         tool_uses=[{"name": "bash", "input": {"cmd": f"cat part_{n}_{k}.py"}}
-                                    for k in range(1 + n % 2)])
+            return Reply(
+                thinking=f"Step {n}: I should inspect more files.",
+                redacted=n % 5 == 0,
+                text=f"Looking at part {n}.",
+                tool_uses=[{"name": "bash", "input": {"cmd": f"cat part_{n}_{k}.py"}} for k in range(1 + n % 2)],
+            )
         return Reply(thinking=f"Step {n}: summarize progress.", text=f"Part {n} done.")
 
     claude_up.responder = respond
@@ -332,8 +415,14 @@ def test_long_tool_session_with_thinking_trimming_and_summaries(proxied, claude_
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": OBJECTIVE}]}]
     convs = set()
     for i in range(34):
-        kwargs = {"model": SMALL, "max_tokens": 2048, "system": SYSTEM, "tools": TOOLS,
-                  "thinking": {"type": "enabled", "budget_tokens": 1024}, "messages": with_moving_marker(messages)}
+        kwargs = {
+            "model": SMALL,
+            "max_tokens": 2048,
+            "system": SYSTEM,
+            "tools": TOOLS,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": with_moving_marker(messages),
+        }
         if i % 2:
             with client.messages.stream(**kwargs) as stream:
                 reply = stream.get_final_message()
@@ -344,11 +433,20 @@ def test_long_tool_session_with_thinking_trimming_and_summaries(proxied, claude_
             convs.add(raw.headers["x-conversation-id"])
         messages.append({"role": "assistant", "content": reply.content})
         if reply.stop_reason == "tool_use":
-            messages.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": b.id,
-                 "content": f"output of {b.input['cmd']}\n" + ("x" * (6000 if (i + k) % 4 == 0 else 500)),
-                 **({"is_error": True} if k else {})}
-                for k, b in enumerate(b for b in reply.content if b.type == "tool_use")]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": b.id,
+                            "content": f"output of {b.input['cmd']}\n" + ("x" * (6000 if (i + k) % 4 == 0 else 500)),
+                            **({"is_error": True} if k else {}),
+                        }
+                        for k, b in enumerate(b for b in reply.content if b.type == "tool_use")
+                    ],
+                }
+            )
         else:
             messages.append({"role": "user", "content": [{"type": "text", "text": f"turn {i}: continue"}]})
 
@@ -362,17 +460,29 @@ def test_long_tool_session_with_thinking_trimming_and_summaries(proxied, claude_
     for body in agent:
         sent = body["messages"]
         assert body["system"] == SYSTEM and body["tools"] == TOOLS
-        markers = sum(1 for m in sent for b in (m["content"] if isinstance(m["content"], list) else [])
-                      if isinstance(b, dict) and b.get("cache_control"))
+        markers = sum(
+            1
+            for m in sent
+            for b in (m["content"] if isinstance(m["content"], list) else [])
+            if isinstance(b, dict) and b.get("cache_control")
+        )
         assert markers == 1  # the client's breakpoint on its newest message survived every rewrite
         for m in sent:
-            if m["role"] == "assistant" and isinstance(m["content"], list) and any(
-                    b["type"] == "tool_use" for b in m["content"]):
+            if (
+                m["role"] == "assistant"
+                and isinstance(m["content"], list)
+                and any(b["type"] == "tool_use" for b in m["content"])
+            ):
                 assert m["content"][0]["type"] == "thinking"
                 assert m["content"][0]["signature"] == sign(m["content"][0]["thinking"])
     last = agent[-1]["messages"]
-    summary_blocks = [b for m in last if m["role"] == "user" and isinstance(m["content"], list)
-                      for b in m["content"] if b.get("type") == "text" and "<conversation_summary" in b["text"]]
+    summary_blocks = [
+        b
+        for m in last
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "text" and "<conversation_summary" in b["text"]
+    ]
     assert len(summary_blocks) == 1
     assert any("[trimmed: tool result of bash" in json.dumps(body) for body in agent)
     assert len(json.dumps(last)) < len(json.dumps(messages, default=lambda o: o.model_dump())) / 2

@@ -30,8 +30,7 @@ def conversation(proxy, upstream, api_key):
     """An existing two-turn conversation of this tenant, plus its events."""
     p = proxy()
     client = p.client(api_key)
-    raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[user("keep me intact")])
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[user("keep me intact")])
     conv = raw.headers["x-conversation-id"]
     a = raw.parse().choices[0].message.model_dump(exclude_none=True)
     history = [user("keep me intact"), a, user("second turn")]
@@ -60,8 +59,7 @@ def test_bad_message_after_valid_history_changes_nothing(conversation, upstream,
     n = len(upstream.requests)
     r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [*history, {"content": "no role"}]})
     assert_openai_error(r, 400)
-    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [*history, {"role": "user",
-                                                                          "content": 17}]})
+    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [*history, {"role": "user", "content": 17}]})
     assert_openai_error(r, 400)
     assert len(upstream.requests) == n
     assert p.events(conv) == before
@@ -69,8 +67,12 @@ def test_bad_message_after_valid_history_changes_nothing(conversation, upstream,
 
 def test_unknown_path_is_404(proxy, api_key):
     p = proxy()
-    r = httpx.post(f"{p.base_url}/completions_typo", json={"model": "gpt-4o"},
-                   headers={"Authorization": f"Bearer {api_key}"}, timeout=10)
+    r = httpx.post(
+        f"{p.base_url}/completions_typo",
+        json={"model": "gpt-4o"},
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=10,
+    )
     assert_openai_error(r, 404)
     r = httpx.get(f"{p.url}/nothing/here", timeout=10)
     assert_openai_error(r, 404)
@@ -79,8 +81,7 @@ def test_unknown_path_is_404(proxy, api_key):
 def test_oversized_body_is_413(proxy, upstream, api_key):
     p = proxy(limits={"max_body_bytes": 4096})
     client = p.client(api_key)
-    raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[user("small enough")])
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[user("small enough")])
     conv = raw.headers["x-conversation-id"]
     before = p.events(conv)
     a = raw.parse().choices[0].message.model_dump(exclude_none=True)
@@ -92,11 +93,14 @@ def test_oversized_body_is_413(proxy, upstream, api_key):
     def chunks():
         data = json.dumps(big).encode()
         for i in range(0, len(data), 1024):
-            yield data[i:i + 1024]
+            yield data[i : i + 1024]
 
-    r = httpx.post(f"{p.base_url}/chat/completions", content=chunks(), timeout=10,
-                   headers={"Authorization": f"Bearer {api_key}",
-                            "Content-Type": "application/json"})  # chunked, no length
+    r = httpx.post(
+        f"{p.base_url}/chat/completions",
+        content=chunks(),
+        timeout=10,
+        headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+    )  # chunked, no length
     assert_openai_error(r, 413)
     assert len(upstream.requests) == n
     assert p.events(conv) == before

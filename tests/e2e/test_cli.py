@@ -13,9 +13,14 @@ from tests.conftest import REPO, _subprocess_env, default_config
 def check_config(tmp_path, config: dict) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    return subprocess.run([sys.executable, "-m", "proxy.cli", "check-config", str(path)],
-                          cwd=REPO, env=_subprocess_env(), capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "check-config", str(path)],
+        cwd=REPO,
+        env=_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_check_config_valid_prints_routes_without_secrets(tmp_path):

@@ -15,8 +15,7 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "Current weather for a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]},
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
 
@@ -25,8 +24,7 @@ def test_nonstream_sync_equals_upstream_and_uses_upstream_key(proxy, upstream, a
     p = proxy()
     upstream.push(Reply(content="Hello from upstream", cached_tokens=3, reasoning_tokens=2))
     messages = [SYSTEM, user("hi sync")]
-    raw = p.client(api_key).chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=messages)
+    raw = p.client(api_key).chat.completions.with_raw_response.create(model="gpt-4o", messages=messages)
     res = raw.parse()
     assert res.to_dict() == upstream.last_reply.sent_json()
     assert raw.headers.get("x-conversation-id")
@@ -40,8 +38,7 @@ def test_nonstream_sync_equals_upstream_and_uses_upstream_key(proxy, upstream, a
 def test_stream_sync_chunks_equal_upstream(proxy, upstream, api_key):
     p = proxy()
     upstream.push(Reply(content="streaming reply text, five pieces", chunks=5))
-    stream = p.client(api_key).chat.completions.create(
-        model="gpt-4o", messages=[user("hi stream")], stream=True)
+    stream = p.client(api_key).chat.completions.create(model="gpt-4o", messages=[user("hi stream")], stream=True)
     got = [c.to_dict() for c in stream]
     assert got == without_usage(upstream.last_reply.sent_chunks())
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in got)
@@ -57,9 +54,11 @@ async def test_async_nonstream_and_stream(proxy, upstream, api_key):
 
         upstream.push(Reply(content="async streamed answer", chunks=4))
         stream = await client.chat.completions.create(
-            model="gpt-4o", stream=True, stream_options={"include_usage": True},
-            messages=[user("hi async"), res.choices[0].message.model_dump(exclude_none=True),
-                      user("again")])
+            model="gpt-4o",
+            stream=True,
+            stream_options={"include_usage": True},
+            messages=[user("hi async"), res.choices[0].message.model_dump(exclude_none=True), user("again")],
+        )
         got = [c.to_dict() async for c in stream]
     assert got == upstream.last_reply.sent_chunks()
     assert got[-1]["choices"] == [] and got[-1]["usage"]["prompt_tokens"] > 0
@@ -72,7 +71,8 @@ async def test_async_concurrent_conversations_stay_apart(proxy, upstream, api_ke
 
         async def one(i: int) -> tuple[str, str]:
             raw = await client.chat.completions.with_raw_response.create(
-                model="gpt-4o", messages=[user(f"concurrent question {i}")])
+                model="gpt-4o", messages=[user(f"concurrent question {i}")]
+            )
             return raw.headers["x-conversation-id"], raw.parse().choices[0].message.content
 
         results = await asyncio.gather(*(one(i) for i in range(4)))
@@ -86,18 +86,19 @@ def test_tool_call_round_trip_nonstream(proxy, upstream, api_key):
     call = tool_call("get_weather", {"city": "Paris"})
     upstream.push(Reply(tool_calls=[call]), Reply(content="It is sunny in Paris."))
     messages = [SYSTEM, user("weather in Paris?")]
-    raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=messages, tools=[WEATHER_TOOL])
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=messages, tools=[WEATHER_TOOL])
     res = raw.parse()
     conv = raw.headers["x-conversation-id"]
     msg = res.choices[0].message
     assert res.choices[0].finish_reason == "tool_calls"
     assert [(c.id, c.function.name, c.function.arguments) for c in msg.tool_calls] == [
-        (call["id"], "get_weather", '{"city": "Paris"}')]
-    messages += [msg.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call["id"], "content": '{"sky": "sunny"}'}]
-    raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=messages, tools=[WEATHER_TOOL])
+        (call["id"], "get_weather", '{"city": "Paris"}')
+    ]
+    messages += [
+        msg.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call["id"], "content": '{"sky": "sunny"}'},
+    ]
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=messages, tools=[WEATHER_TOOL])
     assert raw.parse().choices[0].message.content == "It is sunny in Paris."
     assert raw.headers["x-conversation-id"] == conv
     forwarded = upstream.last_chat.body["messages"]
@@ -118,8 +119,8 @@ def test_parallel_tool_calls_streamed_round_trip(proxy, upstream, api_key):
     upstream.push(Reply(tool_calls=calls, chunks=4), Reply(content="Three cities done.", chunks=3))
     messages = [user("weather in three cities")]
     raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=messages, tools=[WEATHER_TOOL], stream=True,
-        parallel_tool_calls=True)
+        model="gpt-4o", messages=messages, tools=[WEATHER_TOOL], stream=True, parallel_tool_calls=True
+    )
     conv = raw.headers["x-conversation-id"]
     acc: dict[int, dict] = {}
     finish = None
@@ -134,31 +135,29 @@ def test_parallel_tool_calls_streamed_round_trip(proxy, upstream, api_key):
                     slot["arguments"] += d.function.arguments or ""
     assert finish == "tool_calls"
     assert [acc[i] for i in sorted(acc)] == [
-        {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-        for c in calls]
+        {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in calls
+    ]
     assistant = {"role": "assistant", "content": None, "tool_calls": calls}
     messages += [assistant] + [
-        {"role": "tool", "tool_call_id": c["id"], "content": f"result {i}"}
-        for i, c in enumerate(calls)]
-    stream = client.chat.completions.create(model="gpt-4o", messages=messages,
-                                            tools=[WEATHER_TOOL], stream=True)
+        {"role": "tool", "tool_call_id": c["id"], "content": f"result {i}"} for i, c in enumerate(calls)
+    ]
+    stream = client.chat.completions.create(model="gpt-4o", messages=messages, tools=[WEATHER_TOOL], stream=True)
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == "Three cities done."
     assert upstream.chat_requests[-2].body["parallel_tool_calls"] is True
     calls_rec = p.wait_calls(conv, 2)
     first = calls_rec[0]["response"]
     assert [tc["id"] for tc in first["tool_calls"]] == [c["id"] for c in calls]
-    assert [tc["function"]["arguments"] for tc in first["tool_calls"]] == [
-        c["function"]["arguments"] for c in calls]
+    assert [tc["function"]["arguments"] for tc in first["tool_calls"]] == [c["function"]["arguments"] for c in calls]
     assert event_views(p.events(conv)) == [view(m) for m in messages] + [
-        view({"role": "assistant", "content": "Three cities done."})]
+        view({"role": "assistant", "content": "Three cities done."})
+    ]
 
 
 def test_n2_choices(proxy, upstream, api_key):
     p = proxy()
     upstream.push(Reply(contents=["first choice", "second choice"]))
-    res = p.client(api_key).chat.completions.create(
-        model="gpt-4o", n=2, messages=[user("two answers please")])
+    res = p.client(api_key).chat.completions.create(model="gpt-4o", n=2, messages=[user("two answers please")])
     assert [c.message.content for c in res.choices] == ["first choice", "second choice"]
     assert [c.index for c in res.choices] == [0, 1]
     assert upstream.last_chat.body["n"] == 2
@@ -167,10 +166,19 @@ def test_n2_choices(proxy, upstream, api_key):
 
 def test_request_fields_arrive_upstream_unchanged(proxy, upstream, api_key):
     p = proxy()
-    schema = {"type": "json_schema", "json_schema": {
-        "name": "answer", "strict": True,
-        "schema": {"type": "object", "properties": {"a": {"type": "string"}},
-                   "required": ["a"], "additionalProperties": False}}}
+    schema = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "answer",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "properties": {"a": {"type": "string"}},
+                "required": ["a"],
+                "additionalProperties": False,
+            },
+        },
+    }
     fields = {
         "tools": [WEATHER_TOOL],
         "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
@@ -184,7 +192,8 @@ def test_request_fields_arrive_upstream_unchanged(proxy, upstream, api_key):
     extra = {"foo": {"bar": [1, 2, {"baz": None}], "q": "ü"}, "vendor_flag": True}
     upstream.push(Reply(content='{"a": "x"}'))
     res = p.client(api_key).chat.completions.create(
-        model="gpt-4o", messages=[user("fields")], extra_body=extra, **fields)
+        model="gpt-4o", messages=[user("fields")], extra_body=extra, **fields
+    )
     body = upstream.last_chat.body
     for key, value in {**fields, **extra}.items():
         assert body.get(key) == value, f"{key}: sent {value!r}, upstream got {body.get(key)!r}"
@@ -192,9 +201,11 @@ def test_request_fields_arrive_upstream_unchanged(proxy, upstream, api_key):
 
     # the same through a stream; stream_options.include_usage is the only addition
     upstream.push(Reply(content='{"a": "y"}'))
-    list(p.client(api_key).chat.completions.create(
-        model="gpt-4o", messages=[user("fields stream")], extra_body=extra, stream=True,
-        **fields))
+    list(
+        p.client(api_key).chat.completions.create(
+            model="gpt-4o", messages=[user("fields stream")], extra_body=extra, stream=True, **fields
+        )
+    )
     body = upstream.last_chat.body
     for key, value in {**fields, **extra}.items():
         assert body.get(key) == value, f"stream {key}: upstream got {body.get(key)!r}"

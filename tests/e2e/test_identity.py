@@ -44,8 +44,7 @@ def test_twenty_turns_one_conversation_in_order(proxy, upstream, api_key):
         if turn % 5 == 2:
             call = tool_call("lookup", {"n": turn})
             upstream.push(Reply(tool_calls=[call]))
-            raw = client.chat.completions.with_raw_response.create(
-                model="gpt-4o", messages=[system, *history])
+            raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[system, *history])
             conv_ids.add(raw.headers["x-conversation-id"])
             msg = raw.parse().choices[0].message
             history.append(_assistant_variant(msg, turn))
@@ -53,8 +52,7 @@ def test_twenty_turns_one_conversation_in_order(proxy, upstream, api_key):
             history.append({"role": "tool", "tool_call_id": call["id"], "content": f"found {turn}"})
             expected.append(view(history[-1]))
         upstream.push(Reply(content=f"answer number {turn}"))
-        raw = client.chat.completions.with_raw_response.create(
-            model="gpt-4o", messages=[system, *history])
+        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[system, *history])
         conv_ids.add(raw.headers["x-conversation-id"])
         msg = raw.parse().choices[0].message
         assert msg.content == f"answer number {turn}"
@@ -72,16 +70,14 @@ def test_twenty_turns_one_conversation_in_order(proxy, upstream, api_key):
     assert {e["source"] for e in events} == {"request", "response"}
     assert all(e["role"] == e["message"]["role"] for e in events)
     # every assistant event came from a response, everything else from a request
-    assert [e["source"] for e in events] == [
-        "response" if e["role"] == "assistant" else "request" for e in events]
+    assert [e["source"] for e in events] == ["response" if e["role"] == "assistant" else "request" for e in events]
     assert len(p.wait_calls(conv, 24)) == 24  # 20 answers + 4 tool-call turns
 
 
 def test_identical_replay_adds_no_events(proxy, upstream, api_key):
     p = proxy()
     client = p.client(api_key)
-    r1 = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[user("replay me")])
+    r1 = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[user("replay me")])
     conv = r1.headers["x-conversation-id"]
     a1 = r1.parse().choices[0].message.model_dump(exclude_none=True)
     messages = [user("replay me"), a1, user("and again")]
@@ -124,7 +120,8 @@ def test_edited_history_forks_a_branch(proxy, upstream, api_key):
     # without ?branch the most recently active branch is shown, with its inherited prefix
     events = p.events(conv)
     assert event_views(events) == [view(m) for m in edited] + [
-        view({"role": "assistant", "content": "ok: step 1, but different"})]
+        view({"role": "assistant", "content": "ok: step 1, but different"})
+    ]
     assert [e["seq"] for e in events[:2]] == [e["seq"] for e in original[:2]]
     assert events[2]["branch_id"] == child[0]["id"] and events[2]["seq"] == original[2]["seq"]
     assert all(e["branch_id"] == root[0]["id"] for e in events[:2])
@@ -138,8 +135,7 @@ def test_two_tenants_same_messages_two_conversations(proxy, upstream, api_key):
     messages = [user(f"shared opening {uuid.uuid4().hex}")]
     ids = []
     for key in (api_key, api_key + "-other-tenant"):
-        raw = p.client(key).chat.completions.with_raw_response.create(
-            model="gpt-4o", messages=messages)
+        raw = p.client(key).chat.completions.with_raw_response.create(model="gpt-4o", messages=messages)
         ids.append(raw.headers["x-conversation-id"])
     assert ids[0] != ids[1]
     t0 = p.conversation(ids[0])["tenant"]
@@ -149,7 +145,8 @@ def test_two_tenants_same_messages_two_conversations(proxy, upstream, api_key):
     # continuing as tenant 2 stays in tenant 2's conversation
     a = p.events(ids[1])[-1]["message"]
     raw = p.client(api_key + "-other-tenant").chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[*messages, a, user("tenant two continues")])
+        model="gpt-4o", messages=[*messages, a, user("tenant two continues")]
+    )
     assert raw.headers["x-conversation-id"] == ids[1]
     assert len(p.events(ids[0])) == 2 and len(p.events(ids[1])) == 4
 
@@ -157,15 +154,16 @@ def test_two_tenants_same_messages_two_conversations(proxy, upstream, api_key):
 def test_explicit_conversation_header_wins_and_is_echoed(proxy, upstream, api_key):
     p = proxy()
     client = p.client(api_key)
-    raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[user("implicit start")])
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[user("implicit start")])
     implicit = raw.headers["x-conversation-id"]
     a = raw.parse().choices[0].message.model_dump(exclude_none=True)
     explicit = f"client-chosen-{uuid.uuid4().hex[:12]}"
     # this history continues the implicit conversation, but the header says otherwise
     raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[user("implicit start"), a, user("explicit next")],
-        extra_headers={"X-Conversation-Id": explicit})
+        model="gpt-4o",
+        messages=[user("implicit start"), a, user("explicit next")],
+        extra_headers={"X-Conversation-Id": explicit},
+    )
     assert raw.headers["x-conversation-id"] == explicit
     assert len(p.events(implicit)) == 2, "the implicit conversation must not grow"
     convs = p.admin_json("conversations")["data"]
@@ -175,11 +173,10 @@ def test_explicit_conversation_header_wins_and_is_echoed(proxy, upstream, api_ke
     assert view(events[-2]["message"]) == view(user("explicit next"))
     # the same header again lands in the same conversation
     raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[user("something else entirely")],
-        extra_headers={"X-Conversation-Id": explicit})
+        model="gpt-4o", messages=[user("something else entirely")], extra_headers={"X-Conversation-Id": explicit}
+    )
     assert raw.headers["x-conversation-id"] == explicit
-    again = [c for c in p.admin_json("conversations")["data"]
-             if c["external_id"] == explicit or c["id"] == explicit]
+    again = [c for c in p.admin_json("conversations")["data"] if c["external_id"] == explicit or c["id"] == explicit]
     assert [c["id"] for c in again] == [mine[0]["id"]]
 
 
@@ -187,8 +184,8 @@ def test_leading_system_and_developer_messages_are_not_events(proxy, upstream, a
     p = proxy()
     prefix = [{"role": "system", "content": "sys"}, {"role": "developer", "content": "dev"}]
     raw = p.client(api_key).chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[*prefix, user("only me")])
+        model="gpt-4o", messages=[*prefix, user("only me")]
+    )
     conv = raw.headers["x-conversation-id"]
     assert upstream.last_chat.body["messages"][:2] == prefix
-    assert event_views(p.events(conv)) == [
-        view(user("only me")), view({"role": "assistant", "content": "ok: only me"})]
+    assert event_views(p.events(conv)) == [view(user("only me")), view({"role": "assistant", "content": "ok: only me"})]

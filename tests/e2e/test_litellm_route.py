@@ -25,8 +25,12 @@ from tests.conftest import UPSTREAM_KEY
 from tests.e2e.helpers import assert_openai_error, json_chunks, sse_payloads, stream_raw, user
 from tests.upstream_server import Reply
 
-ANTHROPIC_USAGE = {"input_tokens": 50, "output_tokens": 9, "cache_read_input_tokens": 200,
-                   "cache_creation_input_tokens": 30}
+ANTHROPIC_USAGE = {
+    "input_tokens": 50,
+    "output_tokens": 9,
+    "cache_read_input_tokens": 200,
+    "cache_creation_input_tokens": 30,
+}
 
 
 class AnthropicEndpoint:
@@ -52,8 +56,9 @@ class AnthropicEndpoint:
         self.requests.append((scope["path"], headers, body))
 
         async def whole(status: int, obj: Any) -> None:
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", b"application/json")]})
+            await send(
+                {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+            )
             await send({"type": "http.response.body", "body": json.dumps(obj).encode()})
 
         if self.statuses:
@@ -61,28 +66,62 @@ class AnthropicEndpoint:
             await whole(status, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}})
             return
         if not body.get("stream"):
-            await whole(200, {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
-                              "content": [{"type": "text", "text": "hello from claude"}], "stop_reason": "end_turn",
-                              "stop_sequence": None, "usage": ANTHROPIC_USAGE})
+            await whole(
+                200,
+                {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body["model"],
+                    "content": [{"type": "text", "text": "hello from claude"}],
+                    "stop_reason": "end_turn",
+                    "stop_sequence": None,
+                    "usage": ANTHROPIC_USAGE,
+                },
+            )
             return
         events = [
-            ("message_start", {"type": "message_start", "message": {
-                "id": "msg_1", "type": "message", "role": "assistant", "model": body["model"], "content": [],
-                "stop_reason": None, "stop_sequence": None, "usage": {**ANTHROPIC_USAGE, "output_tokens": 1}}}),
-            ("content_block_start", {"type": "content_block_start", "index": 0,
-                                     "content_block": {"type": "text", "text": ""}}),
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_1",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": body["model"],
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {**ANTHROPIC_USAGE, "output_tokens": 1},
+                    },
+                },
+            ),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
             ("ping", {"type": "ping"}),
-            ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                     "delta": {"type": "text_delta", "text": "hello "}}),
-            ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                     "delta": {"type": "text_delta", "text": "from claude"}}),
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hello "}},
+            ),
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "from claude"}},
+            ),
             ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                               "usage": {"output_tokens": 9}}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 9},
+                },
+            ),
             ("message_stop", {"type": "message_stop"}),
         ]
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
         for name, obj in events:
             data = f"event: {name}\ndata: {json.dumps(obj)}\n\n".encode()
             await send({"type": "http.response.body", "body": data, "more_body": True})
@@ -93,8 +132,9 @@ class AnthropicEndpoint:
         sock.bind(("127.0.0.1", 0))
         sock.listen(64)
         self.port = sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="critical", lifespan="off",
-                                                    interface="asgi3", access_log=False))
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, log_level="critical", lifespan="off", interface="asgi3", access_log=False)
+        )
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 10
@@ -121,17 +161,41 @@ def lite(proxy: Any, upstream: Any, anthropic: AnthropicEndpoint, closed_port: i
     anthropic.statuses.clear()
     timeouts = {"connect": 5, "first_byte": 30, "idle": 30, "total": 60}
     routes = [
-        {"name": "lite-openai", "match": {"model": "lite-*"},
-         "upstream": {"model": "openai/gpt-4o-mini", "base_url": upstream.base_url, "api_key_env": "UPSTREAM_KEY",
-                      "timeouts": timeouts}},
-        {"name": "lite-claude", "match": {"model": "claude-*"},
-         "upstream": {"model": "anthropic/claude-haiku-4-5", "base_url": f"http://127.0.0.1:{anthropic.port}",
-                      "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts}},
-        {"name": "lite-refused", "match": {"model": "down-*"},
-         "upstream": {"model": "openai/gpt-4o-mini", "base_url": f"http://127.0.0.1:{closed_port}/v1",
-                      "api_key_env": "UPSTREAM_KEY", "timeouts": {**timeouts, "connect": 2}}},
-        {"name": "main", "match": {"model": "gpt-*"},
-         "upstream": {"base_url": upstream.base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts}},
+        {
+            "name": "lite-openai",
+            "match": {"model": "lite-*"},
+            "upstream": {
+                "model": "openai/gpt-4o-mini",
+                "base_url": upstream.base_url,
+                "api_key_env": "UPSTREAM_KEY",
+                "timeouts": timeouts,
+            },
+        },
+        {
+            "name": "lite-claude",
+            "match": {"model": "claude-*"},
+            "upstream": {
+                "model": "anthropic/claude-haiku-4-5",
+                "base_url": f"http://127.0.0.1:{anthropic.port}",
+                "api_key_env": "UPSTREAM_KEY",
+                "timeouts": timeouts,
+            },
+        },
+        {
+            "name": "lite-refused",
+            "match": {"model": "down-*"},
+            "upstream": {
+                "model": "openai/gpt-4o-mini",
+                "base_url": f"http://127.0.0.1:{closed_port}/v1",
+                "api_key_env": "UPSTREAM_KEY",
+                "timeouts": {**timeouts, "connect": 2},
+            },
+        },
+        {
+            "name": "main",
+            "match": {"model": "gpt-*"},
+            "upstream": {"base_url": upstream.base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
+        },
     ]
     return proxy(routes=routes)
 
@@ -141,13 +205,18 @@ def _price(model: str, usage: dict[str, int]) -> float:
     assert info is not None and info.input_cost_per_token and info.output_cost_per_token
     read = info.cache_read_cost_per_token or info.input_cost_per_token
     write = info.cache_write_cost_per_token or info.input_cost_per_token
-    return (usage["input_uncached"] * info.input_cost_per_token + usage["cache_read"] * read
-            + (usage["cache_write"] or 0) * write + usage["output"] * info.output_cost_per_token)
+    return (
+        usage["input_uncached"] * info.input_cost_per_token
+        + usage["cache_read"] * read
+        + (usage["cache_write"] or 0) * write
+        + usage["output"] * info.output_cost_per_token
+    )
 
 
 def test_openai_provider_non_stream(lite, upstream, api_key):
-    upstream.push(Reply(content="via litellm", prompt_tokens=120, completion_tokens=11, cached_tokens=20,
-                        reasoning_tokens=3))
+    upstream.push(
+        Reply(content="via litellm", prompt_tokens=120, completion_tokens=11, cached_tokens=20, reasoning_tokens=3)
+    )
     r = lite.post_chat(api_key, {"model": "lite-fast", "messages": [user("hello litellm")], "temperature": 0})
     assert r.status_code == 200, r.text
     body = r.json()
@@ -165,8 +234,14 @@ def test_openai_provider_non_stream(lite, upstream, api_key):
     call = lite.wait_calls(conv, 1)[0]
     assert call["status"] == "complete" and call["route"] == "lite-openai" and call["model"] == "lite-fast"
     assert call["upstream_status"] == 200 and call["stream"] is False
-    assert call["usage"] == {"input_total": 120, "input_uncached": 100, "cache_read": 20, "cache_write": None,
-                             "output": 11, "reasoning": 3}
+    assert call["usage"] == {
+        "input_total": 120,
+        "input_uncached": 100,
+        "cache_read": 20,
+        "cache_write": None,
+        "output": 11,
+        "reasoning": 3,
+    }
     assert call["cost_usd"] == pytest.approx(_price("gpt-4o-mini", call["usage"]))
     assert call["response"]["content"] == "via litellm"
     events = lite.events(conv)
@@ -176,10 +251,10 @@ def test_openai_provider_non_stream(lite, upstream, api_key):
 
 @pytest.mark.parametrize("client_wants_usage", [False, True])
 def test_openai_provider_stream(lite, upstream, api_key, client_wants_usage):
-    upstream.push(Reply(content="streamed through litellm", prompt_tokens=80, completion_tokens=6,
-                        cached_tokens=16, chunks=4))
-    body: dict[str, Any] = {"model": "lite-fast", "messages": [user(f"stream {client_wants_usage}")],
-                            "stream": True}
+    upstream.push(
+        Reply(content="streamed through litellm", prompt_tokens=80, completion_tokens=6, cached_tokens=16, chunks=4)
+    )
+    body: dict[str, Any] = {"model": "lite-fast", "messages": [user(f"stream {client_wants_usage}")], "stream": True}
     if client_wants_usage:
         body["stream_options"] = {"include_usage": True}
     r, lines = stream_raw(lite.base_url, api_key, body)
@@ -211,8 +286,11 @@ def test_openai_sdk_through_litellm_route(lite, upstream, api_key):
     client = lite.client(api_key)
     upstream.push(Reply(tool_calls=[{"name": "read_file", "arguments": {"path": "a.py"}, "id": "call_a1"}]))
     stream = client.chat.completions.create(
-        model="lite-fast", messages=[user("read a.py")], stream=True,
-        tools=[{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}])
+        model="lite-fast",
+        messages=[user("read a.py")],
+        stream=True,
+        tools=[{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}],
+    )
     calls: dict[int, dict[str, str]] = {}
     finish = None
     for chunk in stream:
@@ -254,9 +332,18 @@ def test_no_request_field_changes_the_provider(lite, upstream, api_key):
     catcher = Reply(content="configured host")
     upstream.push(catcher)
     evil = f"http://127.0.0.1:{upstream.port}/evil/v1"
-    body = {"model": "lite-fast", "messages": [user("where do you go?")], "api_base": evil, "base_url": evil,
-            "custom_llm_provider": "anthropic", "api_key": "sk-client-chosen", "extra_headers": {"x-evil": "1"},
-            "fallbacks": ["gpt-4o"], "mock_response": "mocked!", "metadata": {"a": "b"}}
+    body = {
+        "model": "lite-fast",
+        "messages": [user("where do you go?")],
+        "api_base": evil,
+        "base_url": evil,
+        "custom_llm_provider": "anthropic",
+        "api_key": "sk-client-chosen",
+        "extra_headers": {"x-evil": "1"},
+        "fallbacks": ["gpt-4o"],
+        "mock_response": "mocked!",
+        "metadata": {"a": "b"},
+    }
     r = lite.post_chat(api_key, body)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "configured host"
@@ -268,8 +355,14 @@ def test_no_request_field_changes_the_provider(lite, upstream, api_key):
 
 
 def test_anthropic_provider_non_stream(lite, anthropic, api_key):
-    r = lite.post_chat(api_key, {"model": "claude-fast", "messages": [
-        {"role": "system", "content": "Be brief."}, user("hi claude")], "max_tokens": 100})
+    r = lite.post_chat(
+        api_key,
+        {
+            "model": "claude-fast",
+            "messages": [{"role": "system", "content": "Be brief."}, user("hi claude")],
+            "max_tokens": 100,
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["choices"][0]["message"]["content"] == "hello from claude"
@@ -282,15 +375,22 @@ def test_anthropic_provider_non_stream(lite, anthropic, api_key):
     assert sent["system"] == [{"type": "text", "text": "Be brief."}]
     call = lite.wait_calls(r.headers["x-conversation-id"], 1)[0]
     # Anthropic's three disjoint input fields, each counted once
-    assert call["usage"] == {"input_total": 280, "input_uncached": 50, "cache_read": 200, "cache_write": 30,
-                             "output": 9, "reasoning": 0}
+    assert call["usage"] == {
+        "input_total": 280,
+        "input_uncached": 50,
+        "cache_read": 200,
+        "cache_write": 30,
+        "output": 9,
+        "reasoning": 0,
+    }
     assert call["cost_usd"] == pytest.approx(_price("anthropic/claude-haiku-4-5", call["usage"]))
 
 
 def test_anthropic_provider_stream(lite, anthropic, api_key):
     client = lite.client(api_key)
     raw = client.chat.completions.with_raw_response.create(
-        model="claude-fast", messages=[user("stream, claude")], stream=True, stream_options={"include_usage": True})
+        model="claude-fast", messages=[user("stream, claude")], stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(raw.parse())
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "hello from claude"
@@ -306,8 +406,7 @@ def test_anthropic_provider_stream(lite, anthropic, api_key):
 @pytest.mark.parametrize("stream", [False, True])
 def test_anthropic_error_keeps_its_status(lite, anthropic, api_key, stream):
     anthropic.statuses.append(429)
-    r = lite.post_chat(api_key, {"model": "claude-fast", "messages": [user(f"too fast {stream}")],
-                                 "stream": stream})
+    r = lite.post_chat(api_key, {"model": "claude-fast", "messages": [user(f"too fast {stream}")], "stream": stream})
     error = assert_openai_error(r, 429)
     assert error["message"] == "slow down" and error["type"] == "rate_limit_error"
     call = lite.wait_calls(r.headers["x-conversation-id"], 1)[0]

@@ -15,8 +15,9 @@ from tests.upstream_server import Reply
 @pytest.mark.parametrize("stream", [False, True])
 def test_usage_normalized_from_upstream(proxy, upstream, api_key, stream):
     p = proxy()
-    upstream.push(Reply(content="counted", prompt_tokens=1000, completion_tokens=120,
-                        cached_tokens=384, reasoning_tokens=64))
+    upstream.push(
+        Reply(content="counted", prompt_tokens=1000, completion_tokens=120, cached_tokens=384, reasoning_tokens=64)
+    )
     body = {"model": "gpt-4o", "messages": [user(f"usage {stream}")], "stream": stream}
     if stream:
         r, _ = stream_raw(p.base_url, api_key, body)
@@ -28,8 +29,14 @@ def test_usage_normalized_from_upstream(proxy, upstream, api_key, stream):
     sent = upstream.last_reply
     raw_usage = sent.sent_chunks()[-1]["usage"] if stream else sent.sent_json()["usage"]
     assert call["usage_raw"] == raw_usage
-    assert call["usage"] == {"input_total": 1000, "input_uncached": 616, "cache_read": 384,
-                             "cache_write": None, "output": 120, "reasoning": 64}
+    assert call["usage"] == {
+        "input_total": 1000,
+        "input_uncached": 616,
+        "cache_read": 384,
+        "cache_write": None,
+        "output": 120,
+        "reasoning": 64,
+    }
     assert call["status"] == "complete"
     assert call["stream"] is stream
     assert call["model"] == "gpt-4o" and call["route"] == "main"
@@ -51,17 +58,14 @@ def test_usage_default_estimate_matches_upstream_count(proxy, upstream, api_key)
     call = p.wait_calls(conv, 1)[0]
     assert call["usage"]["input_total"] == usage["prompt_tokens"]
     assert call["usage"]["output"] == usage["completion_tokens"]
-    assert call["usage"]["cache_read"] == 0 and call["usage"]["input_uncached"] == usage[
-        "prompt_tokens"]
+    assert call["usage"]["cache_read"] == 0 and call["usage"]["input_uncached"] == usage["prompt_tokens"]
 
 
 def test_persistence_survives_restart(proxy, upstream, api_key):
     p = proxy(fresh=True)
     client = p.client(api_key)
-    upstream.push(Reply(content="before restart", prompt_tokens=50, completion_tokens=5,
-                        cached_tokens=10))
-    raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[user("remember me")])
+    upstream.push(Reply(content="before restart", prompt_tokens=50, completion_tokens=5, cached_tokens=10))
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[user("remember me")])
     conv = raw.headers["x-conversation-id"]
     a = raw.parse().choices[0].message.model_dump(exclude_none=True)
     p.wait_calls(conv, 1)
@@ -75,7 +79,8 @@ def test_persistence_survives_restart(proxy, upstream, api_key):
     assert p.conversation(conv) == detail
     # identity survives too: the continued history lands in the same conversation
     raw = p.client(api_key).chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[user("remember me"), a, user("after restart")])
+        model="gpt-4o", messages=[user("remember me"), a, user("after restart")]
+    )
     assert raw.headers["x-conversation-id"] == conv
     assert event_views(p.events(conv))[:2] == event_views(events)
     assert len(p.events(conv)) == 4
@@ -85,10 +90,13 @@ def test_persistence_survives_restart(proxy, upstream, api_key):
 def test_admin_requires_token(proxy):
     p = proxy()
     for token in (None, "wrong-token", ADMIN_TOKEN + "x"):
-        for path, method in (("conversations", "GET"), ("conversations/abc", "GET"),
-                             ("conversations/abc/events", "GET"),
-                             ("conversations/abc/calls", "GET"),
-                             ("conversations/abc", "DELETE")):
+        for path, method in (
+            ("conversations", "GET"),
+            ("conversations/abc", "GET"),
+            ("conversations/abc/events", "GET"),
+            ("conversations/abc/calls", "GET"),
+            ("conversations/abc", "DELETE"),
+        ):
             assert_openai_error(p.admin(path, method=method, token=token), 401)
     assert p.admin("conversations").status_code == 200
 
@@ -104,8 +112,7 @@ def test_admin_delete_removes_everything(proxy, upstream, api_key):
     p = proxy()
     client = p.client(api_key)
     text = f"delete me {uuid.uuid4().hex}"
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o",
-                                                           messages=[user(text)])
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[user(text)])
     conv = raw.headers["x-conversation-id"]
     a = raw.parse().choices[0].message.model_dump(exclude_none=True)
     p.wait_calls(conv, 1)
@@ -120,7 +127,8 @@ def test_admin_delete_removes_everything(proxy, upstream, api_key):
     assert all(c["id"] != conv for c in p.admin_json("conversations")["data"])
     # the identity index is gone too: the same history starts a new conversation
     raw = client.chat.completions.with_raw_response.create(
-        model="gpt-4o", messages=[user(text), a, user("still there?")])
+        model="gpt-4o", messages=[user(text), a, user("still there?")]
+    )
     new = raw.headers["x-conversation-id"]
     assert new != conv
     assert len(p.events(new)) == 4  # the whole re-sent history, stored fresh
@@ -141,10 +149,8 @@ def test_admin_events_paging(proxy, upstream, api_key):
     page = p.admin_json(f"conversations/{conv}/events", params={"limit": 3})
     assert page["data"] == everything[:3]
     assert page["next_after"] == everything[2]["seq"]
-    page = p.admin_json(f"conversations/{conv}/events",
-                        params={"limit": 3, "after": page["next_after"]})
+    page = p.admin_json(f"conversations/{conv}/events", params={"limit": 3, "after": page["next_after"]})
     assert page["data"] == everything[3:6]
-    page = p.admin_json(f"conversations/{conv}/events",
-                        params={"limit": 5, "after": everything[5]["seq"]})
+    page = p.admin_json(f"conversations/{conv}/events", params={"limit": 5, "after": everything[5]["seq"]})
     assert page["data"] == everything[6:] and page["next_after"] is None
     assert httpx.get(f"{p.url}/healthz", timeout=5).json() == {"status": "ok"}

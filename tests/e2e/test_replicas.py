@@ -38,9 +38,23 @@ class PersistentRedis(RedisServer):
 
     def start(self) -> PersistentRedis:
         assert self.binary is not None
-        cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no",
-               "--dir", str(self.dir)]
+        cmd = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self.dir),
+        ]
         log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 -- closed with the process
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -108,8 +122,7 @@ def chat(p: Any, api_key: str, messages: list[dict[str, Any]], stream: bool) -> 
     """One turn; returns (assistant text, conversation id)."""
     client = p.client(api_key, timeout=60)
     if stream:
-        with client.chat.completions.with_streaming_response.create(
-                model=MODEL, messages=messages, stream=True) as raw:
+        with client.chat.completions.with_streaming_response.create(model=MODEL, messages=messages, stream=True) as raw:
             conv = raw.headers["x-conversation-id"]
             text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
         return text, conv
@@ -140,8 +153,9 @@ def settle(a: Any, b: Any, upstream: UpstreamServer, convs: list[str], timeout: 
     calls: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         sent = len(upstream.replies_sent)
-        calls = [c for conv in convs
-                 for c in a.admin_json(f"conversations/{conv}/calls", params={"limit": 1000})["data"]]
+        calls = [
+            c for conv in convs for c in a.admin_json(f"conversations/{conv}/calls", params={"limit": 1000})["data"]
+        ]
         if len(calls) == sent == len(upstream.chat_requests) and all(r.done.is_set() for r in upstream.replies_sent):
             time.sleep(0.5)  # nothing new started meanwhile?
             if len(upstream.replies_sent) == sent:
@@ -260,8 +274,11 @@ def test_redis_outage_503_then_conversations_continue(replicas, replica_redis, u
     upstream_before = len(upstream.chat_requests)
     for t in range(2):
         for i, p in enumerate((a, b, a)):
-            body = {"model": MODEL, "messages": histories[i] + [{"role": "user", "content": "during outage"}],
-                    "stream": t == 1}
+            body = {
+                "model": MODEL,
+                "messages": histories[i] + [{"role": "user", "content": "during outage"}],
+                "stream": t == 1,
+            }
             started = time.monotonic()
             r = p.post_chat(api_key, body, timeout=15)
             assert time.monotonic() - started < 5

@@ -29,10 +29,18 @@ SMALL_POLICY = {
 }
 INSTRUCTIONS = "You are a careful coding agent. Do not overwrite prod config."
 OBJECTIVE = {"role": "user", "content": "Objective: migrate billing to the new queue. Never touch config/prod.yaml."}
-SUMMARY = ("## Goal\nMigrate billing to the new queue.\n## Constraints\nnone\n## Decisions\nnone\n## Key facts\n"
-           "none\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\nContinue.")
-TOOLS = [{"type": "function", "name": "bash", "description": "run a shell command",
-          "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}]
+SUMMARY = (
+    "## Goal\nMigrate billing to the new queue.\n## Constraints\nnone\n## Decisions\nnone\n## Key facts\n"
+    "none\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\nContinue."
+)
+TOOLS = [
+    {
+        "type": "function",
+        "name": "bash",
+        "description": "run a shell command",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+    }
+]
 
 
 @pytest.fixture(scope="session")
@@ -51,9 +59,14 @@ def rup(responses_server: ResponsesServer) -> Iterator[ResponsesServer]:
 
 def routes(server: ResponsesServer) -> list[dict[str, Any]]:
     timeouts = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
-    return [{"name": "responses", "match": {"model": "resp-*"},
-             "upstream": {"base_url": server.base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
-             "policy": "default"}]
+    return [
+        {
+            "name": "responses",
+            "match": {"model": "resp-*"},
+            "upstream": {"base_url": server.base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
+            "policy": "default",
+        }
+    ]
 
 
 def is_summary(body: dict[str, Any]) -> bool:
@@ -66,14 +79,20 @@ def agent_bodies(server: ResponsesServer) -> list[dict[str, Any]]:
 
 def post(p: Any, api_key: str, body: Any, **kw: Any) -> httpx.Response:
     content = body if isinstance(body, bytes | str) else json.dumps(body)
-    return httpx.post(f"{p.base_url}/responses", content=content, timeout=30,
-                      headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}, **kw)
+    return httpx.post(
+        f"{p.base_url}/responses",
+        content=content,
+        timeout=30,
+        headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+        **kw,
+    )
 
 
 def test_non_stream_forwarded_and_recorded(proxy, rup, api_key):
     p = proxy(routes=routes(rup))
-    rup.push(ResponsesReply(text="hello there", cached_tokens=5, cache_write_tokens=2, reasoning_tokens=3,
-                            reasoning=True))
+    rup.push(
+        ResponsesReply(text="hello there", cached_tokens=5, cache_write_tokens=2, reasoning_tokens=3, reasoning=True)
+    )
     client = p.client(api_key)
     raw = client.responses.with_raw_response.create(model=MODEL, instructions=INSTRUCTIONS, input="hi", store=False)
     response = raw.parse()
@@ -87,8 +106,14 @@ def test_non_stream_forwarded_and_recorded(proxy, rup, api_key):
     usage = rup.last_reply.usage
     assert call["status"] == "complete" and call["finish_reason"] == "completed"
     assert call["usage_raw"] == usage
-    assert call["usage"] == {"input_total": usage["input_tokens"], "input_uncached": usage["input_tokens"] - 7,
-                             "cache_read": 5, "cache_write": 2, "output": usage["output_tokens"], "reasoning": 3}
+    assert call["usage"] == {
+        "input_total": usage["input_tokens"],
+        "input_uncached": usage["input_tokens"] - 7,
+        "cache_read": 5,
+        "cache_write": 2,
+        "output": usage["output_tokens"],
+        "reasoning": 3,
+    }
     assert call["response"]["content"] == "hello there"
     events = p.events(conv)
     assert [e["message"]["role"] for e in events] == ["user", "assistant"]
@@ -99,11 +124,15 @@ def test_non_stream_forwarded_and_recorded(proxy, rup, api_key):
 
 def test_stream_relayed_unchanged_and_recorded(proxy, rup, api_key):
     p = proxy(routes=routes(rup))
-    rup.push(ResponsesReply(text="streamed answer here", calls=[fcall("bash", {"command": "ls"}, "call_s1")],
-                            cached_tokens=7, chunks=4))
+    rup.push(
+        ResponsesReply(
+            text="streamed answer here", calls=[fcall("bash", {"command": "ls"}, "call_s1")], cached_tokens=7, chunks=4
+        )
+    )
     client = p.client(api_key)
-    with client.responses.with_streaming_response.create(model=MODEL, input=[OBJECTIVE], tools=TOOLS,
-                                                         stream=True) as raw:
+    with client.responses.with_streaming_response.create(
+        model=MODEL, input=[OBJECTIVE], tools=TOOLS, stream=True
+    ) as raw:
         conv = raw.headers["x-conversation-id"]
         lines = list(raw.iter_lines())
     sent = rup.last_reply.sent_events
@@ -117,7 +146,8 @@ def test_stream_relayed_unchanged_and_recorded(proxy, rup, api_key):
     assert call["usage_raw"] == rup.last_reply.usage and call["usage"]["cache_read"] == 7
     assert call["response"]["content"] == "streamed answer here"
     assert call["response"]["tool_calls"] == [
-        {"id": "call_s1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
+        {"id": "call_s1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    ]
 
     # the SDK's own streaming iterator works through the proxy too
     rup.push(ResponsesReply(text="second"))
@@ -134,8 +164,9 @@ def test_continuation_matches_stored_response(proxy, rup, api_key, stream):
 
     def create(items: list[Any]) -> tuple[Any, str]:
         if stream:
-            with client.responses.with_streaming_response.create(model=MODEL, instructions=INSTRUCTIONS,
-                                                                 input=items, stream=True) as raw:
+            with client.responses.with_streaming_response.create(
+                model=MODEL, instructions=INSTRUCTIONS, input=items, stream=True
+            ) as raw:
                 conv = raw.headers["x-conversation-id"]
                 final = None
                 for line in raw.iter_lines():
@@ -184,8 +215,9 @@ def test_long_function_call_session_small_window(proxy, rup, api_key, monkeypatc
     convs = set()
     for i in range(36):
         request_items = list(items)
-        raw = client.responses.with_raw_response.create(model=SMALL_MODEL, instructions=INSTRUCTIONS,
-                                                        input=request_items, tools=TOOLS, store=False)
+        raw = client.responses.with_raw_response.create(
+            model=SMALL_MODEL, instructions=INSTRUCTIONS, input=request_items, tools=TOOLS, store=False
+        )
         response = raw.parse()
         convs.add(raw.headers["x-conversation-id"])
         sent = agent_bodies(rup)[-1]
@@ -222,16 +254,24 @@ def test_long_function_call_session_small_window(proxy, rup, api_key, monkeypatc
     block = next(x for x in summarized[-1]["input"] if "<conversation_summary" in json.dumps(x))
     assert block["role"] == "user"
     # a trimmed output keeps its call_id and carries the marker
-    assert any("[trimmed: tool result of bash" in str(x.get("output")) for b in bodies for x in b["input"]
-               if isinstance(x, dict) and x.get("type") == "function_call_output")
+    assert any(
+        "[trimmed: tool result of bash" in str(x.get("output"))
+        for b in bodies
+        for x in b["input"]
+        if isinstance(x, dict) and x.get("type") == "function_call_output"
+    )
 
 
 def test_previous_response_id_passed_through(proxy, rup, api_key):
     p = proxy(routes=routes(rup), policies={"default": SMALL_POLICY})
     client = p.client(api_key)
     first = client.responses.create(model=MODEL, input="remember 42")
-    body = {"model": MODEL, "previous_response_id": first.id, "input": [{"role": "user", "content": "what number?"}],
-            "context_management": [{"type": "compaction", "compact_threshold": 1000}]}
+    body = {
+        "model": MODEL,
+        "previous_response_id": first.id,
+        "input": [{"role": "user", "content": "what number?"}],
+        "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+    }
     raw = json.dumps(body, indent=1).encode()  # unusual spacing: forwarded byte for byte
     r = post(p, api_key, raw)
     assert r.status_code == 200, r.text
@@ -264,13 +304,16 @@ def test_ledger_equals_upstream_usage(proxy, rup, api_key):
     calls = p.wait_calls(conv, 4)
     reported = [r.usage for r in rup.replies_sent]
     assert sum(c["usage"]["input_total"] for c in calls) == sum(u["input_tokens"] for u in reported)
-    assert sum(c["usage"]["cache_read"] for c in calls) == sum(u["input_tokens_details"]["cached_tokens"]
-                                                              for u in reported)
+    assert sum(c["usage"]["cache_read"] for c in calls) == sum(
+        u["input_tokens_details"]["cached_tokens"] for u in reported
+    )
     assert sum(c["usage"]["input_uncached"] for c in calls) == sum(
-        u["input_tokens"] - u["input_tokens_details"]["cached_tokens"] for u in reported)
+        u["input_tokens"] - u["input_tokens_details"]["cached_tokens"] for u in reported
+    )
     assert sum(c["usage"]["output"] for c in calls) == sum(u["output_tokens"] for u in reported)
-    assert sum(c["usage"]["reasoning"] for c in calls) == sum(u["output_tokens_details"]["reasoning_tokens"]
-                                                             for u in reported)
+    assert sum(c["usage"]["reasoning"] for c in calls) == sum(
+        u["output_tokens_details"]["reasoning_tokens"] for u in reported
+    )
 
 
 def test_disconnect_mid_stream_records_partial(proxy, rup, api_key):
@@ -279,8 +322,13 @@ def test_disconnect_mid_stream_records_partial(proxy, rup, api_key):
     reply = ResponsesReply(text="a long answer that never finishes", hold=hold, hold_after_events=4)
     rup.push(reply)
     try:
-        with httpx.stream("POST", f"{p.base_url}/responses", json={"model": MODEL, "input": "go", "stream": True},
-                          headers={"Authorization": f"Bearer {api_key}"}, timeout=30) as r:
+        with httpx.stream(
+            "POST",
+            f"{p.base_url}/responses",
+            json={"model": MODEL, "input": "go", "stream": True},
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=30,
+        ) as r:
             conv = r.headers["x-conversation-id"]
             seen = 0
             for line in r.iter_lines():
@@ -300,16 +348,26 @@ def test_disconnect_mid_stream_records_partial(proxy, rup, api_key):
 def test_upstream_drop_and_failed_response(proxy, rup, api_key):
     p = proxy(routes=routes(rup))
     rup.push(ResponsesReply(text="cut short", drop_after_events=3))
-    with httpx.stream("POST", f"{p.base_url}/responses", json={"model": MODEL, "input": "drop", "stream": True},
-                      headers={"Authorization": f"Bearer {api_key}"}, timeout=30) as r:
+    with httpx.stream(
+        "POST",
+        f"{p.base_url}/responses",
+        json={"model": MODEL, "input": "drop", "stream": True},
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=30,
+    ) as r:
         conv = r.headers["x-conversation-id"]
         list(r.iter_lines())
     call = p.wait_calls(conv, 1)[0]
     assert call["status"] == "partial"
 
     rup.push(ResponsesReply(end="failed"))
-    with httpx.stream("POST", f"{p.base_url}/responses", json={"model": MODEL, "input": "fail", "stream": True},
-                      headers={"Authorization": f"Bearer {api_key}"}, timeout=30) as r:
+    with httpx.stream(
+        "POST",
+        f"{p.base_url}/responses",
+        json={"model": MODEL, "input": "fail", "stream": True},
+        headers={"Authorization": f"Bearer {api_key}"},
+        timeout=30,
+    ) as r:
         conv = r.headers["x-conversation-id"]
         lines = list(r.iter_lines())
     assert any(line == "event: response.failed" for line in lines)
@@ -351,8 +409,15 @@ def test_unknown_model_and_upstream_errors(proxy, rup, api_key):
     assert error["code"] == "model_not_found"
     # an upstream 400 (output without its call, sent with previous_response_id: not rewritten) is relayed
     first = p.client(api_key).responses.create(model=MODEL, input="hello")
-    r = post(p, api_key, {"model": MODEL, "previous_response_id": first.id,
-                          "input": [{"type": "function_call_output", "call_id": "call_missing", "output": "x"}]})
+    r = post(
+        p,
+        api_key,
+        {
+            "model": MODEL,
+            "previous_response_id": first.id,
+            "input": [{"type": "function_call_output", "call_id": "call_missing", "output": "x"}],
+        },
+    )
     error = assert_openai_error(r, 400)
     assert "No tool call found for function call output with call_id call_missing" in error["message"]
     client = p.client(api_key)

@@ -28,8 +28,10 @@ SMALL_POLICY = {
     "summarizer": {"timeout": 5, "max_attempts": 2},
 }
 SYSTEM = {"role": "system", "content": "You are a careful coding agent. Do not overwrite prod config."}
-OBJECTIVE = {"role": "user", "content": "Objective: migrate the billing service to the new queue. "
-                                        "Constraint: never touch config/prod.yaml."}
+OBJECTIVE = {
+    "role": "user",
+    "content": "Objective: migrate the billing service to the new queue. Constraint: never touch config/prod.yaml.",
+}
 
 
 def is_summary_request(body: dict[str, Any]) -> bool:
@@ -37,9 +39,11 @@ def is_summary_request(body: dict[str, Any]) -> bool:
     return bool(messages) and str(messages[0].get("content", "")).startswith("You compress the history")
 
 
-SUMMARY = ("## Goal\nMigrate the billing service to the new queue.\n## Constraints\nnone\n## Decisions\n"
-           "none\n## Key facts\nnone\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\n"
-           "Continue the migration.")
+SUMMARY = (
+    "## Goal\nMigrate the billing service to the new queue.\n## Constraints\nnone\n## Decisions\n"
+    "none\n## Key facts\nnone\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\n"
+    "Continue the migration."
+)
 
 
 def wait_checkpoints(p: Any, conv: str, timeout: float = 10) -> list[dict[str, Any]]:
@@ -52,8 +56,9 @@ def wait_checkpoints(p: Any, conv: str, timeout: float = 10) -> list[dict[str, A
         time.sleep(0.1)
 
 
-def drive(client: Any, model: str, messages: list[dict[str, Any]], turns: int, words: int = 150,
-          after: Any = None) -> str:
+def drive(
+    client: Any, model: str, messages: list[dict[str, Any]], turns: int, words: int = 150, after: Any = None
+) -> str:
     """Send `turns` user turns of filler text, appending each answer as the SDK returned it;
     `after(i)` runs after each turn and may return True to stop early. The conversation id."""
     conv = ""
@@ -68,8 +73,7 @@ def drive(client: Any, model: str, messages: list[dict[str, Any]], turns: int, w
 
 
 def agent_requests(upstream: UpstreamServer, model: str) -> list[dict[str, Any]]:
-    return [r.body for r in upstream.chat_requests
-            if r.body.get("model") == model and not is_summary_request(r.body)]
+    return [r.body for r in upstream.chat_requests if r.body.get("model") == model and not is_summary_request(r.body)]
 
 
 def summary_requests(upstream: UpstreamServer) -> list[dict[str, Any]]:
@@ -104,8 +108,12 @@ def test_generated_300_turn_session_never_overflows(proxy, upstream, api_key, mo
         turn["n"] += 1
         n = turn["n"]
         if n % 3 == 1:  # parallel tool calls
-            return Reply(content=None, tool_calls=[
-                tool_call("bash", {"command": f"cat file_{n}_{k}.py"}, id=f"call_{n}_{k}") for k in range(1 + n % 4)])
+            return Reply(
+                content=None,
+                tool_calls=[
+                    tool_call("bash", {"command": f"cat file_{n}_{k}.py"}, id=f"call_{n}_{k}") for k in range(1 + n % 4)
+                ],
+            )
         return Reply(content=f"step {n} done")
 
     upstream.responder = respond
@@ -120,15 +128,19 @@ def test_generated_300_turn_session_never_overflows(proxy, upstream, api_key, mo
         if message.tool_calls:
             for k, call in enumerate(message.tool_calls):
                 size = 30_000 if (i + k) % 11 == 0 else 600
-                messages.append({"role": "tool", "tool_call_id": call.id,
-                                 "content": f"output of {call.function.arguments}\n" + "x" * size})
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call.id,
+                        "content": f"output of {call.function.arguments}\n" + "x" * size,
+                    }
+                )
         else:
             messages.append({"role": "user", "content": f"turn {i}: continue with the next part"})
 
     sent = agent_requests(upstream, model)
     assert len(sent) == 320
-    conv = client.chat.completions.with_raw_response.create(model=model, messages=messages).headers[
-        "x-conversation-id"]
+    conv = client.chat.completions.with_raw_response.create(model=model, messages=messages).headers["x-conversation-id"]
     checkpoints = p.admin_json(f"conversations/{conv}/checkpoints")["data"]
     active = [c for c in checkpoints if c["status"] == "active"]
     assert len(active) == 1 and active[0]["generation"] >= 2, checkpoints
@@ -150,10 +162,13 @@ def _transcript(name: str) -> dict[str, Any]:
     return json.loads((TRANSCRIPTS / name).read_text())
 
 
-@pytest.mark.parametrize("name,window", [
-    ("mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json", 16000),
-    ("tau-bench__gpt-4o-airline__task33__trial0.json", 7000),
-])
+@pytest.mark.parametrize(
+    "name,window",
+    [
+        ("mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json", 16000),
+        ("tau-bench__gpt-4o-airline__task33__trial0.json", 7000),
+    ],
+)
 def test_real_transcript_through_the_proxy(proxy, upstream, api_key, monkeypatch, name, window):
     """A real agent transcript replayed through the proxy: the upstream answers with the
     transcript's own assistant turns and rejects anything over its window or mis-paired."""
@@ -163,8 +178,13 @@ def test_real_transcript_through_the_proxy(proxy, upstream, api_key, monkeypatch
     data = _transcript(name)
     model = f"gpt-rewrite-{window}"
     monkeypatch.setitem(upstream.context_windows, model, window)
-    policy = {"context_window": window, "max_output_tokens": 1000, "keep_recent_tokens": window // 4,
-              "summary_chunk_tokens": max(2000, window // 2), "overflow_wait": 20}
+    policy = {
+        "context_window": window,
+        "max_output_tokens": 1000,
+        "keep_recent_tokens": window // 4,
+        "summary_chunk_tokens": max(2000, window // 2),
+        "overflow_wait": 20,
+    }
     p = proxy(policies={"default": policy})
     script = [m for m in data["messages"] if m["role"] == "assistant"]
     position = {"i": 0}
@@ -174,8 +194,7 @@ def test_real_transcript_through_the_proxy(proxy, upstream, api_key, monkeypatch
             return Reply(content=SUMMARY)
         message = script[position["i"]]
         position["i"] += 1
-        return Reply(content=message.get("content") or None, tool_calls=message.get("tool_calls"),
-                     completion_tokens=5)
+        return Reply(content=message.get("content") or None, tool_calls=message.get("tool_calls"), completion_tokens=5)
 
     upstream.responder = respond
     client = p.client(api_key)
@@ -212,8 +231,13 @@ def test_summary_failure_keeps_serving_and_does_not_loop(proxy, upstream, api_ke
     client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
     started = time.monotonic()
-    conv = drive(client, model, messages, 40,
-                 after=lambda i: assert_protocol_and_pins(agent_requests(upstream, model)[-1], messages[:-1]))
+    conv = drive(
+        client,
+        model,
+        messages,
+        40,
+        after=lambda i: assert_protocol_and_pins(agent_requests(upstream, model)[-1], messages[:-1]),
+    )
     # bounded: each failed job makes max_attempts=2 calls, then backs off 30 s; never one per request
     jobs_possible = 1 + int((time.monotonic() - started) // 30)
     assert 1 <= len(summary_requests(upstream)) <= 2 * jobs_possible
@@ -231,8 +255,9 @@ def test_summary_failure_keeps_serving_and_does_not_loop(proxy, upstream, api_ke
 def test_summarizer_timeout_leaves_previous_state(proxy, upstream, api_key, monkeypatch):
     model = "gpt-rewrite-timeout"
     monkeypatch.setitem(upstream.context_windows, model, WINDOW)
-    p = proxy(policies={"default": {**SMALL_POLICY, "overflow_wait": 3,
-                                    "summarizer": {"timeout": 1, "max_attempts": 1}}})
+    p = proxy(
+        policies={"default": {**SMALL_POLICY, "overflow_wait": 3, "summarizer": {"timeout": 1, "max_attempts": 1}}}
+    )
 
     def respond(body: dict[str, Any]) -> Reply:
         if is_summary_request(body):
@@ -283,7 +308,7 @@ def test_delete_during_compaction_stays_deleted(proxy, upstream, api_key, monkey
 
 
 def test_projection_endpoint_shows_exactly_what_is_sent(proxy, upstream, api_key, monkeypatch):
-    """"Print what is actually sent each turn": the admin projection equals the next request's
+    """ "Print what is actually sent each turn": the admin projection equals the next request's
     messages for the stored history, and every call record carries its projection record."""
     model = "gpt-rewrite-inspect"
     monkeypatch.setitem(upstream.context_windows, model, WINDOW)
@@ -306,7 +331,7 @@ def test_projection_endpoint_shows_exactly_what_is_sent(proxy, upstream, api_key
     # stored responses are shown as the upstream sent them; the client re-sends them with its own
     # null/absent conventions: equal up to the documented canonicalization
     assert [canonical(m) for m in sent[: len(view["messages"])]] == [canonical(m) for m in view["messages"]]
-    assert sent[len(view["messages"]):] == [messages[-1]]
+    assert sent[len(view["messages"]) :] == [messages[-1]]
     calls = p.admin_json(f"conversations/{conv}/calls", params={"limit": 1000})["data"]
     last_main = [c for c in calls if c["purpose"] == "main"][-1]
     assert last_main["projection"]["sent_tokens"] == last_main["usage"]["input_total"]
@@ -319,8 +344,12 @@ def test_summarizer_through_litellm(proxy, upstream, api_key, monkeypatch):
     server by `openai/NAME` + `base_url`); it is recorded with that model and purpose summary."""
     model = "gpt-rewrite-litellm"
     monkeypatch.setitem(upstream.context_windows, model, WINDOW)
-    summarizer = {"model": "openai/gpt-summarizer", "base_url": upstream.base_url, "api_key_env": "UPSTREAM_KEY",
-                  "timeout": 30}
+    summarizer = {
+        "model": "openai/gpt-summarizer",
+        "base_url": upstream.base_url,
+        "api_key_env": "UPSTREAM_KEY",
+        "timeout": 30,
+    }
     p = proxy(policies={"default": {**SMALL_POLICY, "summarizer": summarizer}})
     upstream.responder = lambda body: Reply(content=SUMMARY) if is_summary_request(body) else None
     client = p.client(api_key)
@@ -331,7 +360,10 @@ def test_summarizer_through_litellm(proxy, upstream, api_key, monkeypatch):
     assert checkpoints[0]["model"] == "openai/gpt-summarizer"
     summaries = summary_requests(upstream)
     assert summaries and all(body["model"] == "gpt-summarizer" for body in summaries)
-    assert all(r.headers.get("authorization") == "Bearer sk-upstream-secret-0123456789"
-               for r in upstream.chat_requests if is_summary_request(r.body))
+    assert all(
+        r.headers.get("authorization") == "Bearer sk-upstream-secret-0123456789"
+        for r in upstream.chat_requests
+        if is_summary_request(r.body)
+    )
     calls = [c for c in p.calls(conv) if c["purpose"] == "summary"]
     assert calls and calls[0]["model"] == "openai/gpt-summarizer" and calls[0]["usage"]["input_total"]

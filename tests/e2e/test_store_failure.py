@@ -88,9 +88,13 @@ def test_passthrough_mode_relays_unrewritten_and_recovers(proxy, upstream, redis
     assert "x-conversation-id" not in {k.lower() for k in sent.headers}
     # Streaming too.
     upstream.push(Reply(content="streamed without a store", chunks=3))
-    with httpx.stream("POST", f"{p.base_url}/chat/completions", timeout=30,
-                      headers={"Authorization": f"Bearer {api_key}"},
-                      json={"model": "gpt-4o", "messages": outage, "stream": True}) as resp:
+    with httpx.stream(
+        "POST",
+        f"{p.base_url}/chat/completions",
+        timeout=30,
+        headers={"Authorization": f"Bearer {api_key}"},
+        json={"model": "gpt-4o", "messages": outage, "stream": True},
+    ) as resp:
         assert resp.status_code == 200
         assert resp.headers["x-ctxproxy-degraded"] == "store-unavailable"
         body = "".join(resp.iter_text())
@@ -106,5 +110,3 @@ def test_passthrough_mode_relays_unrewritten_and_recovers(proxy, upstream, redis
     calls = p.wait_calls(conv, 1)
     assert len(calls) == 1 and calls[0]["status"] == "complete"
     assert _passthrough_count(p) == 2
-
-

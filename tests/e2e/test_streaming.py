@@ -38,8 +38,12 @@ def test_usage_hidden_from_client_that_did_not_ask(proxy, upstream, api_key, str
 def test_usage_chunk_relayed_to_client_that_asked(proxy, upstream, api_key):
     p = proxy()
     upstream.push(Reply(content="usage for you", chunks=3, cached_tokens=2, reasoning_tokens=1))
-    body = {"model": "gpt-4o", "stream": True, "stream_options": {"include_usage": True},
-            "messages": [user("visible usage")]}
+    body = {
+        "model": "gpt-4o",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [user("visible usage")],
+    }
     r, lines = stream_raw(p.base_url, api_key, body)
     assert r.status_code == 200
     payloads = sse_payloads(lines)
@@ -59,9 +63,13 @@ def test_incremental_delivery(proxy, upstream, api_key):
     upstream.push(reply)
     body = {"model": "gpt-4o", "stream": True, "messages": [user("incremental")]}
     try:
-        with httpx.stream("POST", f"{p.base_url}/chat/completions", json=body,
-                          headers={"Authorization": f"Bearer {api_key}"},
-                          timeout=httpx.Timeout(30, read=10)) as r:
+        with httpx.stream(
+            "POST",
+            f"{p.base_url}/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(30, read=10),
+        ) as r:
             assert r.status_code == 200
             lines = r.iter_lines()
             first = next(line for line in lines if line.startswith("data:"))
@@ -73,8 +81,7 @@ def test_incremental_delivery(proxy, upstream, api_key):
     finally:
         hold.set()
     assert rest[-1] == "[DONE]"
-    text = "".join(c["choices"][0]["delta"].get("content") or ""
-                   for c in json_chunks(rest) if c["choices"])
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in json_chunks(rest) if c["choices"])
     assert text == "first then the rest"
 
 
@@ -87,9 +94,13 @@ def test_client_disconnect_mid_stream_records_partial(proxy, upstream, api_key):
     upstream.push(reply)
     body = {"model": "gpt-4o", "stream": True, "messages": [user("disconnect me")]}
     try:
-        with httpx.stream("POST", f"{p.base_url}/chat/completions", json=body,
-                          headers={"Authorization": f"Bearer {api_key}"},
-                          timeout=httpx.Timeout(30, read=10)) as r:
+        with httpx.stream(
+            "POST",
+            f"{p.base_url}/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(30, read=10),
+        ) as r:
             conv = r.headers["x-conversation-id"]
             seen = []
             for line in r.iter_lines():
@@ -118,20 +129,24 @@ def test_upstream_drops_mid_stream(proxy, upstream, api_key):
     lines: list[str] = []
     conv = None
     try:
-        with httpx.stream("POST", f"{p.base_url}/chat/completions", json=body,
-                          headers={"Authorization": f"Bearer {api_key}"},
-                          timeout=httpx.Timeout(30, read=15)) as r:
+        with httpx.stream(
+            "POST",
+            f"{p.base_url}/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(30, read=15),
+        ) as r:
             conv = r.headers["x-conversation-id"]
             for line in r.iter_lines():
                 lines.append(line)
     except httpx.RemoteProtocolError:
         pass  # an aborted relay is acceptable; a hang is not (read timeout fails the test)
     assert conv
-    chunks = [c for c in json_chunks([x for x in sse_payloads(lines) if x != "[DONE]"])
-              if "choices" in c]
+    chunks = [c for c in json_chunks([x for x in sse_payloads(lines) if x != "[DONE]"]) if "choices" in c]
     assert chunks[:3] == without_usage(upstream.last_reply.sent_chunks())[:3]
-    assert not any(c["choices"] and c["choices"][0].get("finish_reason") for c in chunks), \
+    assert not any(c["choices"] and c["choices"][0].get("finish_reason") for c in chunks), (
         "proxy invented a finish_reason for a truncated stream"
+    )
     call = p.wait_calls(conv, 1, until=lambda cs: cs[-1]["status"] != "pending")[-1]
     assert call["status"] == "partial", call
     assert call["response"]["content"] == "".join(_split(content, 4)[:2])
@@ -148,9 +163,13 @@ def test_idle_timeout_mid_stream_records_partial(proxy, upstream, api_key):
     lines: list[str] = []
     try:
         try:
-            with httpx.stream("POST", f"{p.base_url}/chat/completions", json=body,
-                              headers={"Authorization": f"Bearer {api_key}"},
-                              timeout=httpx.Timeout(30, read=15)) as r:
+            with httpx.stream(
+                "POST",
+                f"{p.base_url}/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {api_key}"},
+                timeout=httpx.Timeout(30, read=15),
+            ) as r:
                 conv = r.headers["x-conversation-id"]
                 for line in r.iter_lines():
                     lines.append(line)
@@ -161,7 +180,6 @@ def test_idle_timeout_mid_stream_records_partial(proxy, upstream, api_key):
         hold.set()
     assert call["status"] == "partial", call
     assert call["response"]["content"] == _split(content, 4)[0]
-    chunks = [c for c in json_chunks([x for x in sse_payloads(lines) if x != "[DONE]"])
-              if "choices" in c]
+    chunks = [c for c in json_chunks([x for x in sse_payloads(lines) if x != "[DONE]"]) if "choices" in c]
     assert chunks[:2] == without_usage(reply.sent_chunks())
     assert not any(c["choices"] and c["choices"][0].get("finish_reason") for c in chunks)

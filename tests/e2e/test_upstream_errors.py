@@ -12,8 +12,7 @@ import pytest
 from tests.e2e.helpers import assert_openai_error, stream_raw, user
 from tests.upstream_server import Reply
 
-HOP_BY_HOP = ("keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-              "upgrade")
+HOP_BY_HOP = ("keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "upgrade")
 
 
 def _start_conversation(p, api_key: str, text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -26,18 +25,33 @@ def _start_conversation(p, api_key: str, text: str) -> tuple[str, list[dict[str,
 
 def test_rate_limit_relayed_with_body_and_headers(proxy, upstream, api_key):
     p = proxy()
-    body = {"error": {"message": "Rate limit reached for gpt-4o in organization org-x on "
-                                 "requests per min (RPM): Limit 3, Used 3, Requested 1.",
-                      "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
-    upstream.push(Reply(status=429, error_body=body, headers={
-        "retry-after": "7", "x-ratelimit-remaining-requests": "0",
-        "x-ratelimit-reset-requests": "20s"}))
+    body = {
+        "error": {
+            "message": "Rate limit reached for gpt-4o in organization org-x on "
+            "requests per min (RPM): Limit 3, Used 3, Requested 1.",
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
+    }
+    upstream.push(
+        Reply(
+            status=429,
+            error_body=body,
+            headers={"retry-after": "7", "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "20s"},
+        )
+    )
     r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user("too fast")]})
     assert r.status_code == 429
     assert r.json() == body
     sent = upstream.last_reply.sent_headers
-    for h in ("x-request-id", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
-              "x-ratelimit-limit-requests", "retry-after"):
+    for h in (
+        "x-request-id",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-limit-requests",
+        "retry-after",
+    ):
         assert r.headers.get(h) == sent[h], h
     # and the SDK sees a proper RateLimitError
     upstream.push(Reply(status=429, error_body=body))
@@ -48,8 +62,12 @@ def test_rate_limit_relayed_with_body_and_headers(proxy, upstream, api_key):
 
 def test_success_headers_relayed_hop_by_hop_dropped(proxy, upstream, api_key):
     p = proxy()
-    extra = {"keep-alive": "timeout=5, max=100", "proxy-authenticate": "Basic realm=up",
-             "upgrade": "h2c", "x-ratelimit-remaining-tokens": "1234"}
+    extra = {
+        "keep-alive": "timeout=5, max=100",
+        "proxy-authenticate": "Basic realm=up",
+        "upgrade": "h2c",
+        "x-ratelimit-remaining-tokens": "1234",
+    }
     upstream.push(Reply(content="with headers", headers=extra))
     r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user("headers")]})
     assert r.status_code == 200
@@ -62,8 +80,9 @@ def test_success_headers_relayed_hop_by_hop_dropped(proxy, upstream, api_key):
     assert r.json() == upstream.last_reply.sent_json()
 
     upstream.push(Reply(content="streamed with headers", headers=extra))
-    resp, lines = stream_raw(p.base_url, api_key, {
-        "model": "gpt-4o", "stream": True, "messages": [user("headers stream")]})
+    resp, lines = stream_raw(
+        p.base_url, api_key, {"model": "gpt-4o", "stream": True, "messages": [user("headers stream")]}
+    )
     sent = upstream.last_reply.sent_headers
     assert resp.headers["x-request-id"] == sent["x-request-id"]
     for h in HOP_BY_HOP:
@@ -116,8 +135,7 @@ def test_upstream_hang_is_504_and_recorded(proxy, upstream, api_key, stream):
     reply = Reply(hang=True)
     upstream.push(reply)
     t0 = time.monotonic()
-    r = p.post_chat(api_key, {"model": "slow-model", "messages": history, "stream": stream},
-                    timeout=httpx.Timeout(30))
+    r = p.post_chat(api_key, {"model": "slow-model", "messages": history, "stream": stream}, timeout=httpx.Timeout(30))
     elapsed = time.monotonic() - t0
     assert_openai_error(r, 504)
     assert elapsed < 15, f"first_byte is 1 s but the proxy answered after {elapsed:.1f} s"

@@ -23,12 +23,21 @@ def price(model: str, usage: dict[str, Any]) -> float:
     info = ModelCatalog().info(model)
     assert info is not None and info.input_cost_per_token is not None and info.output_cost_per_token is not None
     read = info.cache_read_cost_per_token if info.cache_read_cost_per_token is not None else info.input_cost_per_token
-    return (usage["input_uncached"] * info.input_cost_per_token + usage["cache_read"] * read
-            + usage["output"] * info.output_cost_per_token)
+    return (
+        usage["input_uncached"] * info.input_cost_per_token
+        + usage["cache_read"] * read
+        + usage["output"] * info.output_cost_per_token
+    )
 
 
-def turn(p: Any, api_key: str, messages: list[dict[str, Any]], stream: bool, client_usage: bool = False,
-         model: str = "gpt-4o") -> httpx.Response:
+def turn(
+    p: Any,
+    api_key: str,
+    messages: list[dict[str, Any]],
+    stream: bool,
+    client_usage: bool = False,
+    model: str = "gpt-4o",
+) -> httpx.Response:
     """One request; the conversation is found from the history (its id is in the response)."""
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
     if client_usage:
@@ -59,15 +68,27 @@ def run_script(p: Any, upstream: Any, api_key: str) -> tuple[str, list[dict[str,
     reported = []
     conv = ""
     for i, (stream, client_usage, prompt, completion, cached, reasoning) in enumerate(SCRIPT):
-        upstream.push(Reply(content=f"answer {i}", prompt_tokens=prompt, completion_tokens=completion,
-                            cached_tokens=cached, reasoning_tokens=reasoning))
+        upstream.push(
+            Reply(
+                content=f"answer {i}",
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cached_tokens=cached,
+                reasoning_tokens=reasoning,
+            )
+        )
         messages.append(user(f"question {i} of {api_key}"))
         conv = turn(p, api_key, list(messages), stream, client_usage).headers["x-conversation-id"]
         sent = upstream.last_reply
         raw = sent.sent_chunks()[-1]["usage"] if stream else sent.sent_json()["usage"]
-        reported.append({"input_total": raw["prompt_tokens"], "cached": raw["prompt_tokens_details"]["cached_tokens"],
-                         "output": raw["completion_tokens"],
-                         "reasoning": raw["completion_tokens_details"]["reasoning_tokens"]})
+        reported.append(
+            {
+                "input_total": raw["prompt_tokens"],
+                "cached": raw["prompt_tokens_details"]["cached_tokens"],
+                "output": raw["completion_tokens"],
+                "reasoning": raw["completion_tokens_details"]["reasoning_tokens"],
+            }
+        )
         messages.append({"role": "assistant", "content": f"answer {i}"})
     return conv, reported
 
@@ -93,15 +114,23 @@ def test_ledger_equals_what_the_upstream_reported(proxy, upstream, api_key):
     # OpenAI chat reports no cache writes: unknown, not 0
     assert totals["cache_write"] is None and totals["unknown"]["cache_write"] == 4
     assert totals["unknown"]["input_total"] == 0 and totals["unknown"]["cost_usd"] == 0
-    expected_cost = sum(price("gpt-4o", {"input_uncached": u["input_total"] - u["cached"],
-                                         "cache_read": u["cached"], "output": u["output"]}) for u in reported)
+    expected_cost = sum(
+        price(
+            "gpt-4o",
+            {"input_uncached": u["input_total"] - u["cached"], "cache_read": u["cached"], "output": u["output"]},
+        )
+        for u in reported
+    )
     assert totals["cost_usd"] == pytest.approx(expected_cost)
     assert sum(c["cost_usd"] for c in calls) == pytest.approx(expected_cost)
     for call in calls:
         assert call["cost_usd"] == pytest.approx(price("gpt-4o", call["usage"]))
     # nothing was rewritten in a conversation this small
-    assert totals["tokens_saved"] == sum(c["projection"]["client_tokens"] - c["projection"]["sent_tokens"]
-                                         for c in calls) == 0
+    assert (
+        totals["tokens_saved"]
+        == sum(c["projection"]["client_tokens"] - c["projection"]["sent_tokens"] for c in calls)
+        == 0
+    )
 
     # the ledger is read from the records (one per call id): asking again books nothing twice
     assert usage_of(p, conversation=internal)["totals"] == totals
@@ -179,8 +208,11 @@ def test_summary_calls_in_ledger_and_metrics(proxy, upstream, api_key):
     """Compaction's summarizer calls are in the ledger with purpose summary, in the token and
     cost counters, and the compaction itself in ctxproxy_compactions_total."""
     p = proxy(fresh=True, policies={"default": SMALL_POLICY})
-    upstream.responder = lambda body: Reply(content=SUMMARY, prompt_tokens=900, completion_tokens=70,
-                                            cached_tokens=100) if is_summary_request(body) else None
+    upstream.responder = lambda body: (
+        Reply(content=SUMMARY, prompt_tokens=900, completion_tokens=70, cached_tokens=100)
+        if is_summary_request(body)
+        else None
+    )
     client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
     conv = None
@@ -255,8 +287,11 @@ def test_metrics_after_n_requests(proxy, upstream, api_key):
     assert value("ctxproxy_requests_total", route="refused", wire="openai_chat", status="error") == 1
     assert value("ctxproxy_upstream_errors_total", route="main", kind="http_429") == 1
     assert value("ctxproxy_upstream_errors_total", route="refused", kind="connect") == 1
-    assert value("ctxproxy_upstream_errors_total", route="main", kind="broken") + value(
-        "ctxproxy_upstream_errors_total", route="main", kind="truncated") == 1
+    assert (
+        value("ctxproxy_upstream_errors_total", route="main", kind="broken")
+        + value("ctxproxy_upstream_errors_total", route="main", kind="truncated")
+        == 1
+    )
     assert value("ctxproxy_tokens_total", route="main", kind="input") == sum(u["input_total"] for u in reported)
     assert value("ctxproxy_tokens_total", route="main", kind="cache_read") == sum(u["cached"] for u in reported)
     assert value("ctxproxy_tokens_total", route="main", kind="output") == sum(u["output"] for u in reported)
@@ -267,8 +302,11 @@ def test_metrics_after_n_requests(proxy, upstream, api_key):
     assert value("ctxproxy_request_duration_seconds_count", route="main", wire="openai_chat") == 6
     assert value("ctxproxy_request_duration_seconds_bucket", route="main", wire="openai_chat", le="+Inf") == 6
     assert value("ctxproxy_ttfb_seconds_count", route="main", wire="openai_chat") >= 5
-    buckets = sorted((float(dict(labels)["le"]), v) for (name, labels), v in metrics.items()
-                     if name == "ctxproxy_request_duration_seconds_bucket" and dict(labels)["route"] == "main")
+    buckets = sorted(
+        (float(dict(labels)["le"]), v)
+        for (name, labels), v in metrics.items()
+        if name == "ctxproxy_request_duration_seconds_bucket" and dict(labels)["route"] == "main"
+    )
     assert [v for _, v in buckets] == sorted(v for _, v in buckets)  # cumulative
     assert value("ctxproxy_compactions_total", result="committed") == 0
 

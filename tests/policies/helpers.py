@@ -21,8 +21,7 @@ def calls(*ids: str, name: str = "bash") -> dict[str, Any]:
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": i, "type": "function", "function": {"name": name, "arguments": f'{{"id": "{i}"}}'}}
-            for i in ids
+            {"id": i, "type": "function", "function": {"name": name, "arguments": f'{{"id": "{i}"}}'}} for i in ids
         ],
     }
 

@@ -33,9 +33,7 @@ def results_for(message: Message, draw: st.DrawFn) -> list[dict[str, Any]]:
     """Results (some, maybe reordered, maybe huge) for the calls of `message`."""
     ids = [call["id"] for call in message.get("tool_calls") or []]
     chosen = draw(st.lists(st.sampled_from(ids), unique=True, max_size=len(ids))) if ids else []
-    return [
-        result(i, make_text(f"late {i}", draw(st.sampled_from((5, 900, 12_000))))) for i in chosen
-    ]
+    return [result(i, make_text(f"late {i}", draw(st.sampled_from((5, 900, 12_000))))) for i in chosen]
 
 
 def checkpoint_at(covered: int, generation: int, size: int) -> Checkpoint:

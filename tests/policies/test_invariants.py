@@ -9,8 +9,14 @@ from tests.policies.helpers import assistant, calls, items, result, user
 
 def record(**kw: object) -> ProjectionRecord:
     base: dict[str, object] = dict(
-        client_tokens=0, sent_tokens=0, checkpoint_generation=None, covered_through_seq=0, trimmed=(),
-        pruned_seqs=(), over_trigger=False, compaction=None,
+        client_tokens=0,
+        sent_tokens=0,
+        checkpoint_generation=None,
+        covered_through_seq=0,
+        trimmed=(),
+        pruned_seqs=(),
+        over_trigger=False,
+        compaction=None,
     )
     base.update(kw)
     return ProjectionRecord(**base)  # type: ignore[arg-type]

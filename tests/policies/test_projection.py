@@ -18,13 +18,15 @@ BIG = Budget(200_000, 4_000, 100)
 
 def test_layout_prefix_pins_summary_tail() -> None:
     history = items(
-        user("objective: fix it"),          # 1 pinned (first user)
-        assistant("looking"),               # 2
-        calls("a"), result("a", "out"),     # 3, 4
-        user("MUST keep API"),              # 5 pinned by pattern
-        assistant("ok"),                    # 6
-        calls("b"), result("b", "out2"),    # 7, 8
-        user("latest"),                     # 9
+        user("objective: fix it"),  # 1 pinned (first user)
+        assistant("looking"),  # 2
+        calls("a"),
+        result("a", "out"),  # 3, 4
+        user("MUST keep API"),  # 5 pinned by pattern
+        assistant("ok"),  # 6
+        calls("b"),
+        result("b", "out2"),  # 7, 8
+        user("latest"),  # 9
     )
     checkpoint = Checkpoint(3, 6, "## Goal\nfix it", 20)
     config = PolicyConfig(pins=PinsConfig(patterns=(r"MUST",)))
@@ -69,9 +71,7 @@ def test_orphans_are_dropped_and_missing_results_repaired_with_records() -> None
 
 def test_deterministic_with_a_real_counter_and_output_is_read_only() -> None:
     counter = TokenCounter.for_model("gpt-4o")
-    history = [
-        *items(user("go"), *[m for i in range(30) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
-    ]
+    history = [*items(user("go"), *[m for i in range(30) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])]
     config = PolicyConfig(keep_recent_tokens=1000)
     budget = Budget(16_000, 2_000, 50)
     first = project(SYSTEM, history, None, budget, config, counter)

@@ -135,9 +135,7 @@ def test_prefix_is_stable_between_batch_steps(case: Case, data: st.DataObject) -
     old_now = position < trim_boundary(n_new, settings_)
     cap = settings_.old_max_chars if old_now else settings_.recent_max_chars
     if not last.missing_ids and all(
-        len(str(item.message.get("content") or "")) <= cap
-        for item in last.items
-        if item.message.get("role") == "tool"
+        len(str(item.message.get("content") or "")) <= cap for item in last.items if item.message.get("role") == "tool"
     ):
         assert json.dumps(new.messages[: len(old.messages)]) == json.dumps(old.messages)
         event("full previous projection is a prefix")
@@ -189,9 +187,7 @@ def test_compaction_plan_is_well_formed_and_applying_it_keeps_invariants(case: C
         case.budget,
         case.config,
         previous_summary_tokens=case.checkpoint.tokens if case.checkpoint else 0,
-        pinned_tokens=sum(
-            i.tokens for i in case.items if i.seq in _pins(case)
-        ),
+        pinned_tokens=sum(i.tokens for i in case.items if i.seq in _pins(case)),
     )
     for chunk in plan.chunks:
         # over the limit only when one group (with the orphan results inside its span) is
@@ -206,9 +202,7 @@ def test_compaction_plan_is_well_formed_and_applying_it_keeps_invariants(case: C
         summary = fake_summarize(summary, chunk)
     assert summary is not None
     generation = case.checkpoint.generation + 1 if case.checkpoint else 1
-    checkpoint = Checkpoint(
-        generation, plan.through_seq, summary, fake_count(summary_block(summary, plan.through_seq))
-    )
+    checkpoint = Checkpoint(generation, plan.through_seq, summary, fake_count(summary_block(summary, plan.through_seq)))
     after = replace(case, checkpoint=checkpoint)
     assert_valid(after, run(after))
 
@@ -225,5 +219,3 @@ def test_overflow_message_carries_the_numbers() -> None:
     text = str(result)
     assert "even after dropping all unpinned history the request needs" in text
     assert "3,000 input tokens (window 4,000 − max output 1,000)" in text
-
-

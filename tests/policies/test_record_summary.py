@@ -27,7 +27,8 @@ def test_summary_dict_counts_instead_of_listing() -> None:
     assert summary["trimmed"] == 199 and summary["trimmed_chars"] == [199 * 5000, 199 * 400]
     assert summary["pruned_seqs"] == [[5, 7], [9, 9]]
     assert summary["sent"] == 400 and summary["orphans"] == 1 and summary["repaired"] == 1
-    assert {k: summary[k] for k in ("client_tokens", "sent_tokens", "checkpoint_generation", "covered_through_seq")} \
-        == {"client_tokens": 90_000, "sent_tokens": 20_000, "checkpoint_generation": 3, "covered_through_seq": 120}
+    assert {
+        k: summary[k] for k in ("client_tokens", "sent_tokens", "checkpoint_generation", "covered_through_seq")
+    } == {"client_tokens": 90_000, "sent_tokens": 20_000, "checkpoint_generation": 3, "covered_through_seq": 120}
     # the full record still has every entry
     assert len(record.to_dict()["trimmed"]) == 199

@@ -21,8 +21,13 @@ def history(turns: int, size: int = 4000) -> list[Item]:
 def plan(history_: list[Item], config: PolicyConfig, checkpoint: Checkpoint | None = None, **kw: int):  # type: ignore[no-untyped-def]
     total = sum(i.tokens for i in history_)
     return plan_compaction(
-        history_, checkpoint, BUDGET, config,
-        projected_tokens=kw.get("projected", total), overhead_tokens=kw.get("overhead", 0), count=fake_count,
+        history_,
+        checkpoint,
+        BUDGET,
+        config,
+        projected_tokens=kw.get("projected", total),
+        overhead_tokens=kw.get("overhead", 0),
+        count=fake_count,
     )
 
 

@@ -53,9 +53,7 @@ def test_offline_cache_dir_points_at_litellm_without_importing_it() -> None:
     )
     env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"}
     env.update({"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"})  # no network
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "2"
 

@@ -71,8 +71,12 @@ def _replay(path: Path, counter: TokenCounter, window: int = 16_000) -> dict[str
 
 
 def _project(
-    prefix: list[Any], items: list[Item], checkpoint: Checkpoint | None, budget: Budget,
-    config: PolicyConfig, counter: TokenCounter,
+    prefix: list[Any],
+    items: list[Item],
+    checkpoint: Checkpoint | None,
+    budget: Budget,
+    config: PolicyConfig,
+    counter: TokenCounter,
 ) -> Projection | ContextOverflow:
     try:
         return project(prefix, items, checkpoint, budget, config, counter)
@@ -81,8 +85,13 @@ def _project(
 
 
 def _compact(
-    result: Projection, prefix: list[Any], items: list[Item], checkpoint: Checkpoint | None,
-    budget: Budget, config: PolicyConfig, counter: TokenCounter,
+    result: Projection,
+    prefix: list[Any],
+    items: list[Item],
+    checkpoint: Checkpoint | None,
+    budget: Budget,
+    config: PolicyConfig,
+    counter: TokenCounter,
 ) -> Checkpoint:
     plan = result.record.compaction
     assert plan is not None

@@ -25,9 +25,10 @@ def test_boundary_advances_in_batches(n_groups: int, expected: int) -> None:
 
 def test_marker_names_tool_size_kept_chars_and_event() -> None:
     text = "H" * 200 + "x" * 47_810 + "T" * 200
-    trimmed, entry = trim_message(
-        result("c1", text), max_chars=400, head_ratio=0.5, tool_name="grep", seq=57
-    ) or (None, None)
+    trimmed, entry = trim_message(result("c1", text), max_chars=400, head_ratio=0.5, tool_name="grep", seq=57) or (
+        None,
+        None,
+    )
     assert trimmed is not None and entry is not None
     assert trimmed["content"] == (
         "H" * 200
@@ -50,10 +51,14 @@ def test_old_trimmed_recent_capped_excluded_and_latest_untouched() -> None:
     big = "y" * 20_000
     history = items(
         user("task"),
-        calls("a", name="bash"), result("a", big),
-        calls("b", name="search"), result("b", big),
-        calls("c", name="bash"), result("c", big),
-        calls("d", name="bash"), result("d", big),
+        calls("a", name="bash"),
+        result("a", big),
+        calls("b", name="search"),
+        result("b", big),
+        calls("c", name="bash"),
+        result("c", big),
+        calls("d", name="bash"),
+        result("d", big),
     )
     before = copy.deepcopy([i.message for i in history])
     config = PolicyConfig(
@@ -72,9 +77,7 @@ def test_old_trimmed_recent_capped_excluded_and_latest_untouched() -> None:
 
 def test_pinned_tool_results_are_never_trimmed() -> None:
     history = items(user("task"), calls("a"), result("a", "z" * 5000), user("next"))
-    config = PolicyConfig(
-        pins=PinsConfig(roles=("tool",)), tool_results=ToolResultsConfig(keep_recent_groups=0)
-    )
+    config = PolicyConfig(pins=PinsConfig(roles=("tool",)), tool_results=ToolResultsConfig(keep_recent_groups=0))
     draft, ctx = _draft(history, config)
     out = trim_tool_results(draft, ctx)
     assert out.messages()[2]["content"] == "z" * 5000

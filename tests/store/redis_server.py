@@ -45,8 +45,21 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         assert self.binary is not None
-        cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--daemonize", "no", "--dir", str(self.dir)]
+        cmd = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self.dir),
+        ]
         if self.password:
             cmd += ["--requirepass", self.password]
         log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 -- closed with the process

@@ -138,8 +138,16 @@ async def tick() -> None:
     await asyncio.sleep(0.002)
 
 
-U1, A1, U2, A2, U3, A3, U4, U5 = (user("u1"), assistant("a1"), user("u2"), assistant("a2"), user("u3"),
-                                  assistant("a3"), user("u4"), user("u5"))
+U1, A1, U2, A2, U3, A3, U4, U5 = (
+    user("u1"),
+    assistant("a1"),
+    user("u2"),
+    assistant("a2"),
+    user("u3"),
+    assistant("a3"),
+    user("u4"),
+    user("u5"),
+)
 
 
 # -- lifecycle ------------------------------------------------------------------------------------
@@ -179,7 +187,11 @@ async def test_create_and_find_by_id(store: Store) -> None:
     assert await store.find_conversation(T1, "c_does_not_exist") is None
     (main,) = await store.list_branches(conv.id)
     assert (main.id, main.conversation_id, main.parent_id, main.fork_seq, main.head_seq) == (
-        conv.main_branch_id, conv.id, None, 0, 0,
+        conv.main_branch_id,
+        conv.id,
+        None,
+        0,
+        0,
     )
 
 
@@ -233,7 +245,9 @@ async def test_append_continues_from_head(store: Store) -> None:
     pos = await store.append(pos, new_events(T1, [U1, A1, U2], start=2), None)
     assert pos == Position(conv.id, conv.main_branch_id, 3)
     assert await lineage(store, conv.main_branch_id) == [
-        (conv.main_branch_id, 1, "u1"), (conv.main_branch_id, 2, "a1"), (conv.main_branch_id, 3, "u2"),
+        (conv.main_branch_id, 1, "u1"),
+        (conv.main_branch_id, 2, "a1"),
+        (conv.main_branch_id, 3, "u2"),
     ]
     assert len(await store.list_branches(conv.id)) == 1
 
@@ -319,16 +333,30 @@ async def test_lineage_of_a_grandchild(store: Store) -> None:
 
 async def test_append_stores_message_and_metadata_verbatim(store: Store) -> None:
     conv = await store.create_conversation(T1, None)
-    message = {"role": "assistant", "content": None, "refusal": None,
-               "tool_calls": [{"id": "call_1", "type": "function",
-                               "function": {"name": "ls", "arguments": '{"path": "./ü"}'}}]}
-    event = NewEvent(role="assistant", message=message, chain_hash=identify.chain(T1, [message])[0],
-                     source="response", tokens=None, call_id="call-record-1")
+    message = {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "./ü"}'}}
+        ],
+    }
+    event = NewEvent(
+        role="assistant",
+        message=message,
+        chain_hash=identify.chain(T1, [message])[0],
+        source="response",
+        tokens=None,
+        call_id="call-record-1",
+    )
     await store.append(origin(conv), [event], None)
     (stored,) = await store.lineage_events(conv.main_branch_id, 0, 10)
     assert stored.message == message
     assert (stored.role, stored.source, stored.tokens, stored.chain_hash) == (
-        "assistant", "response", None, event.chain_hash,
+        "assistant",
+        "response",
+        None,
+        event.chain_hash,
     )
     assert stored.created_at >= conv.created_at
 
@@ -353,8 +381,9 @@ async def test_find_longest_prefix(store: Store) -> None:
     conv = await store.create_conversation(T1, None)
     await store.append(origin(conv), new_events(T1, [U1, A1, U2]), "sys-1")
     longer = identify.chain(T1, [U1, A1, U2, A2, U3])
-    assert await store.find_longest(longer, T1, None) == HashMatch(Position(conv.id, conv.main_branch_id, 3), 3,
-                                                                   "sys-1")
+    assert await store.find_longest(longer, T1, None) == HashMatch(
+        Position(conv.id, conv.main_branch_id, 3), 3, "sys-1"
+    )
     diverged = identify.chain(T1, [U1, A1, U4])
     match = await store.find_longest(diverged, T1, None)
     assert match is not None
@@ -475,13 +504,21 @@ def call_record(conv_id: str | None, branch_id: str | None, call_id: str, starte
         error=None,
         latency_ms=812.5,
         ttfb_ms=95.25,
-        response={"role": "assistant", "content": "héllo", "tool_calls": [{"id": "c1", "type": "function",
-                                                                          "function": {"name": "f",
-                                                                                       "arguments": "{}"}}]},
+        response={
+            "role": "assistant",
+            "content": "héllo",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
         finish_reason="tool_calls",
         usage_raw={"prompt_tokens": 120, "completion_tokens": 30, "prompt_tokens_details": {"cached_tokens": 100}},
-        usage={"input_total": 120, "input_uncached": 20, "cache_read": 100, "cache_write": None, "output": 30,
-               "reasoning": None},
+        usage={
+            "input_total": 120,
+            "input_uncached": 20,
+            "cache_read": 100,
+            "cache_write": None,
+            "output": 30,
+            "reasoning": None,
+        },
         request_id="req_abc",
         system_hash="sys-hash",
         tools_hash="tools-hash",
@@ -495,11 +532,33 @@ async def test_record_and_list_calls_round_trip(store: Store) -> None:
     conv = await store.create_conversation(T1, None)
     first = call_record(conv.id, conv.main_branch_id, "call-1", 1000.5)
     second = call_record(
-        conv.id, conv.main_branch_id, "call-2", 1001.0, stream=False, status="error", upstream_status=None,
-        error="upstream timed out", latency_ms=None, ttfb_ms=None, response=None, finish_reason=None, usage_raw=None,
-        usage={"input_total": None, "input_uncached": None, "cache_read": None, "cache_write": None, "output": None,
-               "reasoning": None},
-        request_id=None, system_hash=None, tools_hash=None, projection=None, purpose="summary", model=None,
+        conv.id,
+        conv.main_branch_id,
+        "call-2",
+        1001.0,
+        stream=False,
+        status="error",
+        upstream_status=None,
+        error="upstream timed out",
+        latency_ms=None,
+        ttfb_ms=None,
+        response=None,
+        finish_reason=None,
+        usage_raw=None,
+        usage={
+            "input_total": None,
+            "input_uncached": None,
+            "cache_read": None,
+            "cache_write": None,
+            "output": None,
+            "reasoning": None,
+        },
+        request_id=None,
+        system_hash=None,
+        tools_hash=None,
+        projection=None,
+        purpose="summary",
+        model=None,
     )
     await store.record_call(second)
     await store.record_call(first)
@@ -511,8 +570,7 @@ async def test_record_and_list_calls_round_trip(store: Store) -> None:
 
 async def test_record_call_usage_zero_is_not_none(store: Store) -> None:
     conv = await store.create_conversation(T1, None)
-    usage = {"input_total": 0, "input_uncached": 0, "cache_read": 0, "cache_write": None, "output": 0,
-             "reasoning": 0}
+    usage = {"input_total": 0, "input_uncached": 0, "cache_read": 0, "cache_write": None, "output": 0, "reasoning": 0}
     await store.record_call(call_record(conv.id, conv.main_branch_id, "z", 1.0, usage=usage))
     (got,) = await store.list_calls(conv.id, 10, 0)
     assert got.usage == usage
@@ -556,11 +614,21 @@ async def test_last_call_by_branch_and_purpose(store: Store) -> None:
 # -- checkpoints ----------------------------------------------------------------------------------
 
 
-def candidate(conv: Any, branch_id: str, parent: int, through: int, source_hash: str, summary: str = "s",
-              from_seq: int = 1) -> CheckpointCandidate:
-    return CheckpointCandidate(conversation_id=conv.id, branch_id=branch_id, parent_generation=parent,
-                               from_seq=from_seq, covered_through_seq=through, source_hash=source_hash,
-                               summary=summary, tokens=42, model="summarizer-x", format_version=1)
+def candidate(
+    conv: Any, branch_id: str, parent: int, through: int, source_hash: str, summary: str = "s", from_seq: int = 1
+) -> CheckpointCandidate:
+    return CheckpointCandidate(
+        conversation_id=conv.id,
+        branch_id=branch_id,
+        parent_generation=parent,
+        from_seq=from_seq,
+        covered_through_seq=through,
+        source_hash=source_hash,
+        summary=summary,
+        tokens=42,
+        model="summarizer-x",
+        format_version=1,
+    )
 
 
 HISTORY = [U1, A1, U2, A2, U3]
@@ -575,16 +643,27 @@ async def test_checkpoint_commit_and_supersede(store: Store) -> None:
     first = await store.commit_checkpoint(candidate(conv, main, 0, 2, hashes[1], "first"))
     assert first is not None
     assert (first.generation, first.status, first.covered_through_seq, first.source_hash, first.summary) == (
-        1, "active", 2, hashes[1], "first",
+        1,
+        "active",
+        2,
+        hashes[1],
+        "first",
     )
-    assert (first.conversation_id, first.branch_id, first.from_seq, first.tokens, first.model,
-            first.format_version) == (conv.id, main, 1, 42, "summarizer-x", 1)
+    assert (
+        first.conversation_id,
+        first.branch_id,
+        first.from_seq,
+        first.tokens,
+        first.model,
+        first.format_version,
+    ) == (conv.id, main, 1, 42, "summarizer-x", 1)
     assert await store.active_checkpoint(main) == first
     second = await store.commit_checkpoint(candidate(conv, main, 1, 4, hashes[3], "second"))
     assert second is not None and second.generation == 2
     assert await store.active_checkpoint(main) == second
     assert [(c.generation, c.status) for c in await store.list_checkpoints(conv.id)] == [
-        (1, "superseded"), (2, "active"),
+        (1, "superseded"),
+        (2, "active"),
     ]
 
 

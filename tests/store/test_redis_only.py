@@ -54,9 +54,19 @@ def origin(conv: Any) -> Position:
 
 
 def call(conv_id: str, branch_id: str, call_id: str, purpose: str = "main") -> CallRecord:
-    return CallRecord(id=call_id, tenant=T1, route="main", model="m", purpose=purpose, stream=False,
-                      started_at=time.time(), conversation_id=conv_id, branch_id=branch_id, status="complete",
-                      response={"role": "assistant", "content": "r"})
+    return CallRecord(
+        id=call_id,
+        tenant=T1,
+        route="main",
+        model="m",
+        purpose=purpose,
+        stream=False,
+        started_at=time.time(),
+        conversation_id=conv_id,
+        branch_id=branch_id,
+        status="complete",
+        response={"role": "assistant", "content": "r"},
+    )
 
 
 @pytest.fixture
@@ -111,8 +121,7 @@ def dump(client: sync_redis.Redis, key: str) -> str:
 # -- delete ---------------------------------------------------------------------------------------
 
 
-async def test_delete_leaves_no_key_or_index_entry_behind(open_stores: Any, raw: sync_redis.Redis,
-                                                           prefix: str) -> None:
+async def test_delete_leaves_no_key_or_index_entry_behind(open_stores: Any, raw: sync_redis.Redis, prefix: str) -> None:
     (store,) = await open_stores()
     await store.tenant_salt()
     keep = await store.create_conversation(T1, "keep")
@@ -132,8 +141,7 @@ async def test_delete_leaves_no_key_or_index_entry_behind(open_stores: Any, raw:
     hashes = identify.chain(T1, shared)
     first = await store.commit_checkpoint(CheckpointCandidate(conv.id, main, 0, 1, 2, hashes[1], "sum", 5, None, 1))
     assert first is not None
-    await store.record_failed_checkpoint(CheckpointCandidate(conv.id, main, 1, 1, 3, hashes[2], "x", 5, None, 1),
-                                         "bad")
+    await store.record_failed_checkpoint(CheckpointCandidate(conv.id, main, 1, 1, 3, hashes[2], "x", 5, None, 1), "bad")
     assert await store.acquire_lease(main, "replica-a", 30) is not None
     assert await store.acquire_lease(child.branch_id, "replica-a", 30) is not None
     branches = [b.id for b in await store.list_branches(conv.id)]
@@ -164,8 +172,9 @@ async def test_delete_leaves_no_key_or_index_entry_behind(open_stores: Any, raw:
     assert {k for k in raw.scan_iter(match=prefix + "*")} == set(after)
 
 
-async def test_late_writes_from_another_replica_do_not_recreate_keys(open_stores: Any, raw: sync_redis.Redis,
-                                                                      prefix: str) -> None:
+async def test_late_writes_from_another_replica_do_not_recreate_keys(
+    open_stores: Any, raw: sync_redis.Redis, prefix: str
+) -> None:
     one, two = await open_stores(2)
     conv = await one.create_conversation(T1, None)
     hashes = identify.chain(T1, history(4))
@@ -174,11 +183,13 @@ async def test_late_writes_from_another_replica_do_not_recreate_keys(open_stores
     with pytest.raises(ConversationGone):
         await one.append(pos, events_of(history(5), start=4), "sys")
     with pytest.raises(ConversationGone):
-        await one.commit_checkpoint(CheckpointCandidate(conv.id, conv.main_branch_id, 0, 1, 2, hashes[1], "s", 1,
-                                                        None, 1))
+        await one.commit_checkpoint(
+            CheckpointCandidate(conv.id, conv.main_branch_id, 0, 1, 2, hashes[1], "s", 1, None, 1)
+        )
     with pytest.raises(ConversationGone):
-        await one.record_failed_checkpoint(CheckpointCandidate(conv.id, conv.main_branch_id, 0, 1, 2, hashes[1], "s",
-                                                               1, None, 1), "late")
+        await one.record_failed_checkpoint(
+            CheckpointCandidate(conv.id, conv.main_branch_id, 0, 1, 2, hashes[1], "s", 1, None, 1), "late"
+        )
     assert list(raw.scan_iter(match=f"*{conv.id}*")) == []
     assert list(raw.scan_iter(match=f"*{conv.main_branch_id}*")) == []
 
@@ -186,8 +197,9 @@ async def test_late_writes_from_another_replica_do_not_recreate_keys(open_stores
 # -- concurrency ----------------------------------------------------------------------------------
 
 
-async def test_concurrent_identical_appends_store_one_set_of_events(open_stores: Any, raw: sync_redis.Redis,
-                                                                   prefix: str) -> None:
+async def test_concurrent_identical_appends_store_one_set_of_events(
+    open_stores: Any, raw: sync_redis.Redis, prefix: str
+) -> None:
     stores = await open_stores(8)
     conv = await stores[0].create_conversation(T1, None)
     messages = history(120)
@@ -252,10 +264,12 @@ async def test_checkpoint_commit_race_has_exactly_one_winner(open_stores: Any) -
     await one.append(origin(conv), events_of(messages), None)
     for generation in range(12):
         through = generation + 2
-        a = CheckpointCandidate(conv.id, main, generation, 1, through, hashes[through - 1], f"a{generation}", 9,
-                                None, 1)
-        b = CheckpointCandidate(conv.id, main, generation, 1, through, hashes[through - 1], f"b{generation}", 9,
-                                None, 1)
+        a = CheckpointCandidate(
+            conv.id, main, generation, 1, through, hashes[through - 1], f"a{generation}", 9, None, 1
+        )
+        b = CheckpointCandidate(
+            conv.id, main, generation, 1, through, hashes[through - 1], f"b{generation}", 9, None, 1
+        )
         results = await asyncio.gather(one.commit_checkpoint(a), two.commit_checkpoint(b))
         winners = [r for r in results if r is not None]
         assert len(winners) == 1
@@ -314,25 +328,47 @@ async def test_usage_cells_agree_with_the_reference_and_sqlite(open_stores: Any,
         for i in range(40):
             n = i % 37  # three ids are recorded twice (new status, usage, cost): the last write wins
             conv_id = [conv.id, other.id, None][n % 3]
-            usage = {"input_total": 100 + i, "input_uncached": None if i % 4 == 0 else 10 + i, "cache_read": 90,
-                     "cache_write": None, "output": i, "reasoning": None if i % 2 else 0}
-            records.append(CallRecord(
-                id=f"call-{n}", tenant=T1 if conv_id != other.id else "t_two", route=["main", "side"][n % 2],
-                model=["gpt-a", None, "gpt-b"][n % 3], purpose="summary" if n % 5 == 0 else "main",
-                stream=bool(i % 2), started_at=1000.0 + n, conversation_id=conv_id,
-                branch_id=None, status=["complete", "partial", "error"][i % 3], usage=usage,
-                cost_usd=None if i % 7 == 0 else 0.001 * i,
-                projection={"client_tokens": 500 + i, "sent_tokens": 300} if i % 6 else None,
-            ))
+            usage = {
+                "input_total": 100 + i,
+                "input_uncached": None if i % 4 == 0 else 10 + i,
+                "cache_read": 90,
+                "cache_write": None,
+                "output": i,
+                "reasoning": None if i % 2 else 0,
+            }
+            records.append(
+                CallRecord(
+                    id=f"call-{n}",
+                    tenant=T1 if conv_id != other.id else "t_two",
+                    route=["main", "side"][n % 2],
+                    model=["gpt-a", None, "gpt-b"][n % 3],
+                    purpose="summary" if n % 5 == 0 else "main",
+                    stream=bool(i % 2),
+                    started_at=1000.0 + n,
+                    conversation_id=conv_id,
+                    branch_id=None,
+                    status=["complete", "partial", "error"][i % 3],
+                    usage=usage,
+                    cost_usd=None if i % 7 == 0 else 0.001 * i,
+                    projection={"client_tokens": 500 + i, "sent_tokens": 300} if i % 6 else None,
+                )
+            )
         for record in records:
             await store.record_call(record)
             await sqlite.record_call(record)
         (got,) = [c for c in await store.list_calls(conv.id, 100, 0) if c.id == "call-3"]
         assert got.cost_usd == pytest.approx(0.003)
-        queries = [UsageQuery(), UsageQuery(group_by="route"), UsageQuery(group_by="model"),
-                   UsageQuery(group_by="conversation"), UsageQuery(conversation_id=conv.id),
-                   UsageQuery(route="side", since=1005.0, until=1030.0), UsageQuery(tenant="t_two", group_by="route"),
-                   UsageQuery(until=1000.0), UsageQuery(conversation_id="c_unknown")]
+        queries = [
+            UsageQuery(),
+            UsageQuery(group_by="route"),
+            UsageQuery(group_by="model"),
+            UsageQuery(group_by="conversation"),
+            UsageQuery(conversation_id=conv.id),
+            UsageQuery(route="side", since=1005.0, until=1030.0),
+            UsageQuery(tenant="t_two", group_by="route"),
+            UsageQuery(until=1000.0),
+            UsageQuery(conversation_id="c_unknown"),
+        ]
         for query in queries:
             reference = _cells(cells_from_calls(records, query))
             assert _cells(await store.usage_cells(query)) == reference, query
@@ -348,8 +384,7 @@ async def test_usage_cells_agree_with_the_reference_and_sqlite(open_stores: Any,
 # -- URLs, prefix, scripts ------------------------------------------------------------------------
 
 
-async def test_url_prefix_and_every_key_under_it(redis_server: RedisServer, raw: sync_redis.Redis,
-                                                 prefix: str) -> None:
+async def test_url_prefix_and_every_key_under_it(redis_server: RedisServer, raw: sync_redis.Redis, prefix: str) -> None:
     store = make_store(f"{redis_server.url}?prefix={prefix}")
     assert isinstance(store, RedisStore) and store.prefix == prefix
     await store.open()
@@ -477,9 +512,9 @@ async def test_open_against_no_server_fails_fast() -> None:
 # -- the proxy on Redis -----------------------------------------------------------------------------
 
 
-def test_proxy_serves_records_and_deletes_on_redis(proxy: Any, upstream: Any, api_key: str,
-                                                  redis_server: RedisServer, raw: sync_redis.Redis,
-                                                  prefix: str) -> None:
+def test_proxy_serves_records_and_deletes_on_redis(
+    proxy: Any, upstream: Any, api_key: str, redis_server: RedisServer, raw: sync_redis.Redis, prefix: str
+) -> None:
     from tests.upstream_server import Reply
 
     p = proxy(fresh=True, store=f"{redis_server.url}?prefix={prefix}")

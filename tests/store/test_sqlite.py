@@ -22,9 +22,19 @@ async def test_deleted_content_is_not_left_in_the_files(tmp_path: Path) -> None:
         message = {"role": "user", "content": "SECRET-MARKER " + "x" * 200}
         event = NewEvent("user", message, identify.chain("t_x", [message])[0], "request")
         await store.append(Position(conv.id, conv.main_branch_id, 0), [event], None)
-        await store.record_call(CallRecord(id="k", tenant="t_x", route="r", model=None, purpose="main", stream=False,
-                                           started_at=1.0, conversation_id=conv.id,
-                                           response={"role": "assistant", "content": "RESPONSE-MARKER"}))
+        await store.record_call(
+            CallRecord(
+                id="k",
+                tenant="t_x",
+                route="r",
+                model=None,
+                purpose="main",
+                stream=False,
+                started_at=1.0,
+                conversation_id=conv.id,
+                response={"role": "assistant", "content": "RESPONSE-MARKER"},
+            )
+        )
         assert b"SECRET-MARKER" in _file_bytes(path)
         assert await store.delete_conversation(conv.id) is True
         data = _file_bytes(path)

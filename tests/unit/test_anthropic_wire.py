@@ -32,7 +32,7 @@ CC = {"type": "ephemeral"}
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12)
 markers = st.one_of(st.none(), st.just(CC), st.just({"type": "ephemeral", "ttl": "1h"}))
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), texts),
+    st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), texts),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(texts, inner, max_size=3)),
     max_leaves=6,
 )
@@ -72,8 +72,12 @@ def assistant_message(draw: Any, ids: Any) -> dict[str, Any]:
     blocks.extend(draw(st.lists(text_block(), max_size=2)))
     for _ in range(draw(st.integers(0, 3))):
         tool_id = f"toolu_{next(ids)}"
-        block = {"type": "tool_use", "id": tool_id, "name": draw(st.sampled_from(["bash", "read"])),
-                 "input": draw(st.dictionaries(texts, json_values, max_size=3))}
+        block = {
+            "type": "tool_use",
+            "id": tool_id,
+            "name": draw(st.sampled_from(["bash", "read"])),
+            "input": draw(st.dictionaries(texts, json_values, max_size=3)),
+        }
         blocks.append(_marked(block, draw(markers), False))
     if not blocks:
         blocks.append({"type": "text", "text": "x"})
@@ -154,8 +158,9 @@ def test_native_common_native_is_identity(body):
 @given(conversations())
 def test_identity_ignores_moving_cache_breakpoints(body):
     moved = without_markers(body)
-    assert chain("t", to_common(body)[1 if "system" in body else 0:]) == chain(
-        "t", to_common(moved)[1 if "system" in moved else 0:])
+    assert chain("t", to_common(body)[1 if "system" in body else 0 :]) == chain(
+        "t", to_common(moved)[1 if "system" in moved else 0 :]
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -170,27 +175,50 @@ def test_common_messages_are_protocol_valid(body):
                 back -= 1
             ids = [c["id"] for c in common[back].get("tool_calls") or []]
             assert common[back]["role"] == "assistant" and message["tool_call_id"] in ids
-    uses = [b for m in body["messages"] if m["role"] == "assistant" and isinstance(m["content"], list)
-            for b in m["content"] if b["type"] == "tool_use"]
-    results = [b for m in body["messages"] if m["role"] == "user" and isinstance(m["content"], list)
-               for b in m["content"] if b["type"] == "tool_result"]
+    uses = [
+        b
+        for m in body["messages"]
+        if m["role"] == "assistant" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_use"
+    ]
+    results = [
+        b
+        for m in body["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    ]
     assert [c["id"] for m in common for c in m.get("tool_calls") or []] == [b["id"] for b in uses]
     assert [m["tool_call_id"] for m in common if m["role"] == "tool"] == [b["tool_use_id"] for b in results]
 
 
 def test_conversion_shapes():
-    body = {"model": "m", "max_tokens": 5, "system": [{"type": "text", "text": "sys", "cache_control": CC}],
-            "messages": [
-                {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": [
+    body = {
+        "model": "m",
+        "max_tokens": 5,
+        "system": [{"type": "text", "text": "sys", "cache_control": CC}],
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": [
                     {"type": "thinking", "thinking": "hmm", "signature": "s1"},
                     {"type": "text", "text": "let me"},
                     {"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "ls"}},
-                    {"type": "tool_use", "id": "t2", "name": "bash", "input": {}}]},
-                {"role": "user", "content": [
+                    {"type": "tool_use", "id": "t2", "name": "bash", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
                     {"type": "tool_result", "tool_use_id": "t1", "content": "a.py", "is_error": True},
                     {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": "/"}]},
-                    {"type": "text", "text": "go on"}]}]}
+                    {"type": "text", "text": "go on"},
+                ],
+            },
+        ],
+    }
     common = to_common(body)
     assert common[0] == {"role": "system", "content": body["system"]}
     assert common[1] == {"role": "user", "content": "hi"}
@@ -198,7 +226,8 @@ def test_conversion_shapes():
     assert assistant["content"] == "let me"
     assert assistant["tool_calls"] == [
         {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd":"ls"}'}},
-        {"id": "t2", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]
+        {"id": "t2", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
+    ]
     assert [m["role"] for m in common[3:]] == ["tool", "tool", "user"]
     assert common[3]["tool_call_id"] == "t1" and common[3]["content"] == "a.py"
     assert common[5]["content"] == [{"type": "text", "text": "go on"}]
@@ -207,45 +236,81 @@ def test_conversion_shapes():
 
 
 def test_trimmed_tool_result_keeps_its_other_fields():
-    body = {"model": "m", "max_tokens": 5, "messages": [
-        {"role": "user", "content": "start"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "x" * 900}],
-             "is_error": True, "cache_control": CC},
-            {"type": "text", "text": "next"}]}]}
+    body = {
+        "model": "m",
+        "max_tokens": 5,
+        "messages": [
+            {"role": "user", "content": "start"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [{"type": "text", "text": "x" * 900}],
+                        "is_error": True,
+                        "cache_control": CC,
+                    },
+                    {"type": "text", "text": "next"},
+                ],
+            },
+        ],
+    }
     common = to_common(body)
     common[2] = with_content(common[2], "xxx\n[trimmed]\nxxx")
     native = to_native(common)
-    assert native[2] == {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t1", "content": "xxx\n[trimmed]\nxxx", "is_error": True,
-         "cache_control": CC},
-        {"type": "text", "text": "next"}]}
+    assert native[2] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "t1",
+                "content": "xxx\n[trimmed]\nxxx",
+                "is_error": True,
+                "cache_control": CC,
+            },
+            {"type": "text", "text": "next"},
+        ],
+    }
 
 
 def test_merge_rules_summary_synthetic_results_and_first_user():
-    body = {"model": "m", "max_tokens": 5, "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "objective"}]},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "t", "signature": "s"},
-            {"type": "tool_use", "id": "a", "name": "bash", "input": {}},
-            {"type": "tool_use", "id": "b", "name": "bash", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "ra"},
-                                     {"type": "text", "text": "and then"}]},
-        {"role": "assistant", "content": "done"},
-    ]}
+    body = {
+        "model": "m",
+        "max_tokens": 5,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "objective"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "t", "signature": "s"},
+                    {"type": "tool_use", "id": "a", "name": "bash", "input": {}},
+                    {"type": "tool_use", "id": "b", "name": "bash", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "a", "content": "ra"},
+                    {"type": "text", "text": "and then"},
+                ],
+            },
+            {"role": "assistant", "content": "done"},
+        ],
+    }
     objective, assistant, result_a, rest, done = to_common(body)
     summary = summary_block("## Goal\nx", 9)
     synthetic = {"role": "tool", "tool_call_id": "b", "content": "[no result recorded]"}
     native = to_native([objective, summary, assistant, result_a, synthetic, rest, done])
     assert [m["role"] for m in native] == ["user", "assistant", "user", "assistant"]
-    assert native[0]["content"] == [{"type": "text", "text": "objective"},
-                                    {"type": "text", "text": summary["content"]}]
+    assert native[0]["content"] == [{"type": "text", "text": "objective"}, {"type": "text", "text": summary["content"]}]
     assert native[1] == body["messages"][1]  # thinking blocks untouched
     assert native[2]["content"] == [
         {"type": "tool_result", "tool_use_id": "a", "content": "ra"},
         {"type": "tool_result", "tool_use_id": "b", "content": "[no result recorded]"},
-        {"type": "text", "text": "and then"}]
+        {"type": "text", "text": "and then"},
+    ]
     assert native[3] == {"role": "assistant", "content": "done"}
     # history pruned down to an assistant turn: the API needs a user message first
     native = to_native([assistant, result_a, synthetic, rest])
@@ -253,19 +318,26 @@ def test_merge_rules_summary_synthetic_results_and_first_user():
 
 
 def test_changed_assistant_turn_keeps_its_thinking():
-    native = {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
-                                               {"type": "text", "text": "old"}]}
+    native = {
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "text", "text": "old"}],
+    }
     common = to_common({"messages": [native]})[0]
     rebuilt = to_native([{"role": "user", "content": "u"}, with_content(common, "new")])[1]
-    assert rebuilt["content"] == [{"type": "thinking", "thinking": "t", "signature": "s"},
-                                  {"type": "text", "text": "new"}]
+    assert rebuilt["content"] == [
+        {"type": "thinking", "thinking": "t", "signature": "s"},
+        {"type": "text", "text": "new"},
+    ]
 
 
 def test_cache_control_cap_drops_the_oldest_message_markers():
-    body = {"model": "m", "tools": [{"name": "x", "cache_control": CC}],
-            "system": [{"type": "text", "text": "s", "cache_control": CC}], "messages": []}
-    messages = [{"role": "user", "content": [{"type": "text", "text": str(i), "cache_control": CC}]}
-                for i in range(4)]
+    body = {
+        "model": "m",
+        "tools": [{"name": "x", "cache_control": CC}],
+        "system": [{"type": "text", "text": "s", "cache_control": CC}],
+        "messages": [],
+    }
+    messages = [{"role": "user", "content": [{"type": "text", "text": str(i), "cache_control": CC}]} for i in range(4)]
     original = copy.deepcopy(messages)
     assert cache_markers(body, messages) == 6
     capped_body, capped = cap_cache_control(body, messages)
@@ -288,8 +360,12 @@ def test_validation_errors():
         except BadRequest:
             continue
         raise AssertionError(f"accepted {body}")
-    for messages in ([{"role": "system", "content": "x"}], [{"role": "user", "content": 5}],
-                     [{"role": "user", "content": [{"type": "tool_result"}]}], ["x"]):
+    for messages in (
+        [{"role": "system", "content": "x"}],
+        [{"role": "user", "content": 5}],
+        [{"role": "user", "content": [{"type": "tool_result"}]}],
+        ["x"],
+    ):
         try:
             WIRE.messages({"model": "m", "messages": messages})
         except BadRequest:
@@ -315,45 +391,94 @@ def _sse(events: list[tuple[str, dict[str, Any]]]) -> bytes:
     return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
 
 
-USAGE_START = {"input_tokens": 10, "cache_creation_input_tokens": 5, "cache_read_input_tokens": 100,
-               "output_tokens": 1}
-FINAL_DELTA = ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                                 "usage": {"output_tokens": 42}})
+USAGE_START = {"input_tokens": 10, "cache_creation_input_tokens": 5, "cache_read_input_tokens": 100, "output_tokens": 1}
+FINAL_DELTA = (
+    "message_delta",
+    {
+        "type": "message_delta",
+        "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+        "usage": {"output_tokens": 42},
+    },
+)
 STREAM = [
-    ("message_start", {"type": "message_start", "message": {
-        "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "m",
-        "stop_reason": None, "stop_sequence": None, "usage": USAGE_START}}),
+    (
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "model": "m",
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": USAGE_START,
+            },
+        },
+    ),
     ("ping", {"type": "ping"}),
-    ("content_block_start", {"type": "content_block_start", "index": 0,
-                             "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                             "delta": {"type": "thinking_delta", "thinking": "Let me "}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                             "delta": {"type": "thinking_delta", "thinking": "think."}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                             "delta": {"type": "signature_delta", "signature": "SIG"}}),
+    (
+        "content_block_start",
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+        },
+    ),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me "}},
+    ),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "think."}},
+    ),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "SIG"}},
+    ),
     ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-    ("content_block_start", {"type": "content_block_start", "index": 1,
-                             "content_block": {"type": "text", "text": ""}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 1,
-                             "delta": {"type": "text_delta", "text": "Sure"}}),
+    ("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Sure"}},
+    ),
     ("content_block_stop", {"type": "content_block_stop", "index": 1}),
-    ("content_block_start", {"type": "content_block_start", "index": 2, "content_block": {
-        "type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 2,
-                             "delta": {"type": "input_json_delta", "partial_json": ""}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 2,
-                             "delta": {"type": "input_json_delta", "partial_json": '{"cmd": "l'}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 2,
-                             "delta": {"type": "input_json_delta", "partial_json": 's"}'}}),
+    (
+        "content_block_start",
+        {
+            "type": "content_block_start",
+            "index": 2,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}},
+        },
+    ),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": ""}},
+    ),
+    (
+        "content_block_delta",
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "input_json_delta", "partial_json": '{"cmd": "l'},
+        },
+    ),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": 's"}'}},
+    ),
     ("content_block_stop", {"type": "content_block_stop", "index": 2}),
     FINAL_DELTA,
     FINAL_DELTA,  # duplicated: adds nothing
     ("message_stop", {"type": "message_stop"}),
 ]
-FINAL_CONTENT = [{"type": "thinking", "thinking": "Let me think.", "signature": "SIG"},
-                 {"type": "text", "text": "Sure"},
-                 {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}}]
+FINAL_CONTENT = [
+    {"type": "thinking", "thinking": "Let me think.", "signature": "SIG"},
+    {"type": "text", "text": "Sure"},
+    {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}},
+]
 
 
 def _observe(data: bytes, piece: int = 7) -> tuple[MessageStream, bytes]:
@@ -361,7 +486,7 @@ def _observe(data: bytes, piece: int = 7) -> tuple[MessageStream, bytes]:
     splitter = SseSplitter()
     relayed = b""
     for start in range(0, len(data), piece):
-        for event in splitter.feed(data[start:start + piece]):
+        for event in splitter.feed(data[start : start + piece]):
             relayed += observer(event) or b""
     return observer, relayed
 
@@ -379,11 +504,21 @@ def test_stream_is_relayed_unchanged_and_reassembled():
 
 
 def test_cumulative_message_delta_replaces_and_keeps_unreported_fields():
-    later = ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                               "usage": {"output_tokens": 50, "input_tokens": 12, "cache_read_input_tokens": None}})
+    later = (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 50, "input_tokens": 12, "cache_read_input_tokens": None},
+        },
+    )
     observer, _ = _observe(_sse([STREAM[0], FINAL_DELTA, later]))
-    assert observer.usage_raw() == {"input_tokens": 12, "cache_creation_input_tokens": 5,
-                                    "cache_read_input_tokens": 100, "output_tokens": 50}
+    assert observer.usage_raw() == {
+        "input_tokens": 12,
+        "cache_creation_input_tokens": 5,
+        "cache_read_input_tokens": 100,
+        "output_tokens": 50,
+    }
     assert not observer.done
 
 
@@ -396,29 +531,51 @@ def test_cut_stream_keeps_what_arrived():
 
 
 def test_error_event_is_a_failure():
-    observer, _ = _observe(_sse([STREAM[0], ("error", {"type": "error", "error": {
-        "type": "overloaded_error", "message": "Overloaded"}})]))
+    observer, _ = _observe(
+        _sse([STREAM[0], ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})])
+    )
     assert observer.failure() == "overloaded_error: Overloaded"
 
 
 def test_usage_normalization():
-    assert from_anthropic({"input_tokens": 10, "cache_creation_input_tokens": 5, "cache_read_input_tokens": 100,
-                           "output_tokens": 7}).to_dict() == {
-        "input_total": 115, "input_uncached": 10, "cache_read": 100, "cache_write": 5, "output": 7,
-        "reasoning": None}
+    assert from_anthropic(
+        {"input_tokens": 10, "cache_creation_input_tokens": 5, "cache_read_input_tokens": 100, "output_tokens": 7}
+    ).to_dict() == {
+        "input_total": 115,
+        "input_uncached": 10,
+        "cache_read": 100,
+        "cache_write": 5,
+        "output": 7,
+        "reasoning": None,
+    }
     assert from_anthropic({"output_tokens": 3}).to_dict() == {
-        "input_total": None, "input_uncached": None, "cache_read": None, "cache_write": None, "output": 3,
-        "reasoning": None}
+        "input_total": None,
+        "input_uncached": None,
+        "cache_read": None,
+        "cache_write": None,
+        "output": 3,
+        "reasoning": None,
+    }
     assert from_anthropic({"input_tokens": 4, "output_tokens": 1}).input_total == 4
     assert from_anthropic(None).to_dict() == {k: None for k in from_anthropic(None).to_dict()}
 
 
 def test_summarizer_request_and_text():
-    path, body = WIRE.summary_request("claude-x", [{"role": "system", "content": "rules"},
-                                                   {"role": "user", "content": "data"}], 512)
+    path, body = WIRE.summary_request(
+        "claude-x", [{"role": "system", "content": "rules"}, {"role": "user", "content": "data"}], 512
+    )
     assert path == "/v1/messages"
-    assert body == {"model": "claude-x", "max_tokens": 512, "temperature": 0, "system": "rules",
-                    "messages": [{"role": "user", "content": "data"}]}
-    text, usage = WIRE.summary_text({"content": [{"type": "thinking", "thinking": "x", "signature": "s"},
-                                                 {"type": "text", "text": "## Goal"}], "usage": {"output_tokens": 2}})
+    assert body == {
+        "model": "claude-x",
+        "max_tokens": 512,
+        "temperature": 0,
+        "system": "rules",
+        "messages": [{"role": "user", "content": "data"}],
+    }
+    text, usage = WIRE.summary_text(
+        {
+            "content": [{"type": "thinking", "thinking": "x", "signature": "s"}, {"type": "text", "text": "## Goal"}],
+            "usage": {"output_tokens": 2},
+        }
+    )
     assert text == "## Goal" and usage == {"output_tokens": 2}

@@ -36,12 +36,25 @@ def test_happy_path() -> None:
             "store": "sqlite:///tmp/x.db",
             "conversation_header": "X-Session",
             "routes": [
-                {"name": "main", "match": {"model": "gpt-*"}, "policy": "tight",
-                 "upstream": {"base_url": "https://api.openai.com/v1/", "api_key_env": "OPENAI_KEY",
-                              "timeouts": {"connect": 2, "idle": 30}}},
+                {
+                    "name": "main",
+                    "match": {"model": "gpt-*"},
+                    "policy": "tight",
+                    "upstream": {
+                        "base_url": "https://api.openai.com/v1/",
+                        "api_key_env": "OPENAI_KEY",
+                        "timeouts": {"connect": 2, "idle": 30},
+                    },
+                },
             ],
-            "policies": {"tight": {"context_window": 32000, "trigger": 0.7, "target": 0.4,
-                                   "tool_results": {"exclude_tools": ["read_file"]}}},
+            "policies": {
+                "tight": {
+                    "context_window": 32000,
+                    "trigger": 0.7,
+                    "target": 0.4,
+                    "tool_results": {"exclude_tools": ["read_file"]},
+                }
+            },
             "limits": {"max_body_bytes": 1000},
         },
         "cfg.yaml",
@@ -80,8 +93,10 @@ def test_config_is_frozen() -> None:
 
 def test_env_interpolation() -> None:
     config = parse_config(
-        {"store": "sqlite:///${DATA}/ctx.db",
-         "routes": [{"name": "r", "upstream": {"base_url": "https://${HOST}:${PORT}/v1"}}]},
+        {
+            "store": "sqlite:///${DATA}/ctx.db",
+            "routes": [{"name": "r", "upstream": {"base_url": "https://${HOST}:${PORT}/v1"}}],
+        },
         "cfg.yaml",
         {"DATA": "/var/lib", "HOST": "llm.internal", "PORT": "8443"},
     )
@@ -153,10 +168,9 @@ def test_target_not_below_trigger(trigger: float, target: float) -> None:
 
 
 def test_max_output_not_below_window() -> None:
-    assert problems({"routes": [route("r")],
-                     "policies": {"default": {"context_window": 1000, "max_output_tokens": 1000}}}) == [
-        "cfg.yaml: policies.default: max_output_tokens must be smaller than context_window"
-    ]
+    assert problems(
+        {"routes": [route("r")], "policies": {"default": {"context_window": 1000, "max_output_tokens": 1000}}}
+    ) == ["cfg.yaml: policies.default: max_output_tokens must be smaller than context_window"]
 
 
 def test_unknown_keys_rejected() -> None:
@@ -235,7 +249,11 @@ def check_config(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CTXTEST_")}
     return subprocess.run(
         [sys.executable, "-m", "proxy.cli", "check-config", str(path)],
-        cwd=REPO, env={**clean, **env}, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -285,10 +303,7 @@ def test_check_config_missing_key_env(tmp_path: Path) -> None:
 
 def test_check_config_problems(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(
-        "routes:\n"
-        "  - name: a\n    upstream: {base_url: 'https://${CTXTEST_MISSING}/v1'}\n"
-    )
+    path.write_text("routes:\n  - name: a\n    upstream: {base_url: 'https://${CTXTEST_MISSING}/v1'}\n")
     result = check_config(path, {})
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
@@ -297,9 +312,7 @@ def test_check_config_problems(tmp_path: Path) -> None:
     path.write_text("routes:\n  - name: a\n    upstream: {base_url: 'https://x.test'}\n    policy: nope\n")
     result = check_config(path, {})
     assert result.returncode == 1
-    assert result.stderr.splitlines() == [
-        f"{path}: routes.0.policy: unknown policy 'nope' (defined: default)"
-    ]
+    assert result.stderr.splitlines() == [f"{path}: routes.0.policy: unknown policy 'nope' (defined: default)"]
 
 
 def test_check_config_unreadable_and_invalid_yaml(tmp_path: Path) -> None:

@@ -26,47 +26,117 @@ ASSISTANT = {"role": "assistant", "content": "hi", "tool_calls": [CALL]}
 # -- re-serializations that must hash equal -------------------------------------------------------
 
 EQUAL_PAIRS = [
-    pytest.param({"role": "assistant", "content": None, "tool_calls": [CALL]},
-                 {"role": "assistant", "content": "", "tool_calls": [CALL]}, id="content-null-vs-empty"),
-    pytest.param({"role": "assistant", "content": None, "tool_calls": [CALL]},
-                 {"role": "assistant", "tool_calls": [CALL]}, id="content-null-vs-absent"),
-    pytest.param({"role": "assistant", "content": "", "tool_calls": [CALL]},
-                 {"role": "assistant", "tool_calls": [CALL]}, id="content-empty-vs-absent"),
-    pytest.param({"role": "assistant", "content": "hi", "refusal": None},
-                 {"role": "assistant", "content": "hi"}, id="refusal-null"),
-    pytest.param({"role": "assistant", "content": "hi", "annotations": []},
-                 {"role": "assistant", "content": "hi"}, id="annotations-empty"),
-    pytest.param({"role": "assistant", "content": "hi", "annotations": None},
-                 {"role": "assistant", "content": "hi"}, id="annotations-null"),
-    pytest.param({"role": "assistant", "content": "hi",
-                  "annotations": [{"type": "url_citation", "url_citation": {"url": "https://x.test"}}]},
-                 {"role": "assistant", "content": "hi"}, id="annotations-always-ignored"),
-    pytest.param({"role": "assistant", "content": "hi", "audio": None},
-                 {"role": "assistant", "content": "hi"}, id="audio-null"),
-    pytest.param({"role": "assistant", "content": "hi", "function_call": None},
-                 {"role": "assistant", "content": "hi"}, id="function_call-null"),
-    pytest.param({"role": "assistant", "content": "hi", "tool_calls": []},
-                 {"role": "assistant", "content": "hi"}, id="tool_calls-empty-vs-absent"),
-    pytest.param({"role": "assistant", "content": "hi", "tool_calls": None},
-                 {"role": "assistant", "content": "hi"}, id="tool_calls-null-vs-absent"),
-    pytest.param({"role": "assistant", "tool_calls": [{**CALL, "index": 0}]},
-                 {"role": "assistant", "tool_calls": [CALL]}, id="tool_call-index-ignored"),
-    pytest.param({"role": "assistant", "tool_calls": [{**CALL, "index": 0}]},
-                 {"role": "assistant", "tool_calls": [{**CALL, "index": 3}]}, id="tool_call-index-value-ignored"),
-    pytest.param({"tool_calls": [{"function": {"arguments": '{"path": "."}', "name": "ls"}, "type": "function",
-                                  "id": "call_1"}], "content": "hi", "role": "assistant"},
-                 ASSISTANT, id="key-order"),
-    pytest.param({"role": "user", "content": "hi"},
-                 {"role": "user", "content": [{"type": "text", "text": "hi"}]}, id="text-string-vs-one-part"),
-    pytest.param({"role": "user", "content": [{"text": "hi", "type": "text"}]},
-                 {"role": "user", "content": "hi"}, id="one-part-key-order"),
-    pytest.param({"role": "user", "content": "hi", "name": None},
-                 {"role": "user", "content": "hi", "name": ""}, id="null-vs-empty-field"),
-    pytest.param({"role": "assistant", "content": [], "tool_calls": [CALL]},
-                 {"role": "assistant", "tool_calls": [CALL]}, id="content-empty-list-vs-absent"),
-    pytest.param({"role": "assistant", "content": None, "refusal": None, "annotations": [], "audio": None,
-                  "function_call": None, "tool_calls": [{**CALL, "index": 0}]},
-                 {"role": "assistant", "tool_calls": [CALL]}, id="all-at-once"),
+    pytest.param(
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "assistant", "content": "", "tool_calls": [CALL]},
+        id="content-null-vs-empty",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "assistant", "tool_calls": [CALL]},
+        id="content-null-vs-absent",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "", "tool_calls": [CALL]},
+        {"role": "assistant", "tool_calls": [CALL]},
+        id="content-empty-vs-absent",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "hi", "refusal": None},
+        {"role": "assistant", "content": "hi"},
+        id="refusal-null",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "hi", "annotations": []},
+        {"role": "assistant", "content": "hi"},
+        id="annotations-empty",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "hi", "annotations": None},
+        {"role": "assistant", "content": "hi"},
+        id="annotations-null",
+    ),
+    pytest.param(
+        {
+            "role": "assistant",
+            "content": "hi",
+            "annotations": [{"type": "url_citation", "url_citation": {"url": "https://x.test"}}],
+        },
+        {"role": "assistant", "content": "hi"},
+        id="annotations-always-ignored",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "hi", "audio": None}, {"role": "assistant", "content": "hi"}, id="audio-null"
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "hi", "function_call": None},
+        {"role": "assistant", "content": "hi"},
+        id="function_call-null",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "hi", "tool_calls": []},
+        {"role": "assistant", "content": "hi"},
+        id="tool_calls-empty-vs-absent",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "hi", "tool_calls": None},
+        {"role": "assistant", "content": "hi"},
+        id="tool_calls-null-vs-absent",
+    ),
+    pytest.param(
+        {"role": "assistant", "tool_calls": [{**CALL, "index": 0}]},
+        {"role": "assistant", "tool_calls": [CALL]},
+        id="tool_call-index-ignored",
+    ),
+    pytest.param(
+        {"role": "assistant", "tool_calls": [{**CALL, "index": 0}]},
+        {"role": "assistant", "tool_calls": [{**CALL, "index": 3}]},
+        id="tool_call-index-value-ignored",
+    ),
+    pytest.param(
+        {
+            "tool_calls": [
+                {"function": {"arguments": '{"path": "."}', "name": "ls"}, "type": "function", "id": "call_1"}
+            ],
+            "content": "hi",
+            "role": "assistant",
+        },
+        ASSISTANT,
+        id="key-order",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        id="text-string-vs-one-part",
+    ),
+    pytest.param(
+        {"role": "user", "content": [{"text": "hi", "type": "text"}]},
+        {"role": "user", "content": "hi"},
+        id="one-part-key-order",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi", "name": None},
+        {"role": "user", "content": "hi", "name": ""},
+        id="null-vs-empty-field",
+    ),
+    pytest.param(
+        {"role": "assistant", "content": [], "tool_calls": [CALL]},
+        {"role": "assistant", "tool_calls": [CALL]},
+        id="content-empty-list-vs-absent",
+    ),
+    pytest.param(
+        {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "annotations": [],
+            "audio": None,
+            "function_call": None,
+            "tool_calls": [{**CALL, "index": 0}],
+        },
+        {"role": "assistant", "tool_calls": [CALL]},
+        id="all-at-once",
+    ),
 ]
 
 
@@ -82,25 +152,40 @@ DIFFERENT_PAIRS = [
     pytest.param({"role": "user", "content": "hi"}, {"role": "user", "content": "hi!"}, id="other-text"),
     pytest.param({"role": "user", "content": "hi"}, {"role": "assistant", "content": "hi"}, id="other-role"),
     pytest.param(ASSISTANT, {**ASSISTANT, "tool_calls": [{**CALL, "id": "call_2"}]}, id="other-tool-id"),
-    pytest.param(ASSISTANT, {**ASSISTANT, "tool_calls": [{**CALL, "function": {"name": "ls",
-                                                                              "arguments": '{"path":"."}'}}]},
-                 id="other-argument-string"),
-    pytest.param(ASSISTANT, {**ASSISTANT, "tool_calls": [{**CALL, "function": {"name": "cat",
-                                                                              "arguments": '{"path": "."}'}}]},
-                 id="other-tool-name"),
+    pytest.param(
+        ASSISTANT,
+        {**ASSISTANT, "tool_calls": [{**CALL, "function": {"name": "ls", "arguments": '{"path":"."}'}}]},
+        id="other-argument-string",
+    ),
+    pytest.param(
+        ASSISTANT,
+        {**ASSISTANT, "tool_calls": [{**CALL, "function": {"name": "cat", "arguments": '{"path": "."}'}}]},
+        id="other-tool-name",
+    ),
     pytest.param(ASSISTANT, {**ASSISTANT, "tool_calls": [CALL, {**CALL, "id": "call_2"}]}, id="extra-tool-call"),
-    pytest.param({"role": "user", "content": "hi"}, {"role": "user", "content": "hi", "name": "bob"},
-                 id="extra-non-empty-field"),
-    pytest.param({"role": "assistant", "content": "hi"}, {"role": "assistant", "content": "hi", "refusal": "no"},
-                 id="non-null-refusal"),
-    pytest.param({"role": "tool", "tool_call_id": "call_1", "content": "ok"},
-                 {"role": "tool", "tool_call_id": "call_2", "content": "ok"}, id="other-tool_call_id"),
-    pytest.param({"role": "user", "content": "hi"},
-                 {"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]},
-                 id="two-parts-are-not-one-string"),
-    pytest.param({"role": "user", "content": "hi"},
-                 {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]},
-                 id="image-part"),
+    pytest.param(
+        {"role": "user", "content": "hi"}, {"role": "user", "content": "hi", "name": "bob"}, id="extra-non-empty-field"
+    ),
+    pytest.param(
+        {"role": "assistant", "content": "hi"},
+        {"role": "assistant", "content": "hi", "refusal": "no"},
+        id="non-null-refusal",
+    ),
+    pytest.param(
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "ok"},
+        id="other-tool_call_id",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]},
+        id="two-parts-are-not-one-string",
+    ),
+    pytest.param(
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]},
+        id="image-part",
+    ),
     pytest.param({"role": "user", "content": "0"}, {"role": "user", "content": 0}, id="string-vs-number"),
 ]
 
@@ -111,8 +196,12 @@ def test_real_differences_hash_different(a: dict[str, Any], b: dict[str, Any]) -
 
 
 def test_canonical_exact_form() -> None:
-    message = {"role": "assistant", "content": [{"type": "text", "text": "hi"}], "refusal": None,
-               "tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]}
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hi"}],
+        "refusal": None,
+        "tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}],
+    }
     assert canonical(message) == {
         "role": "assistant",
         "content": "hi",
@@ -207,9 +296,11 @@ _scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_si
 _message = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "assistant", "tool"])},
     optional={
-        "content": st.one_of(st.none(), st.text(max_size=10),
-                             st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=5)}),
-                                      max_size=2)),
+        "content": st.one_of(
+            st.none(),
+            st.text(max_size=10),
+            st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=5)}), max_size=2),
+        ),
         "name": _scalar,
         "tool_call_id": st.text(max_size=4),
     },
@@ -223,6 +314,7 @@ def test_chain_prefix_property(history: list[dict[str, Any]], k: int, tenant: st
 
 
 # -- split_prefix ---------------------------------------------------------------------------------
+
 
 def test_split_prefix_leading_system_and_developer() -> None:
     sys_ = {"role": "system", "content": "s"}
@@ -252,8 +344,9 @@ def test_split_prefix_returns_new_lists() -> None:
 def test_prefix_hash_is_canonical_and_ordered() -> None:
     s1 = {"role": "system", "content": "one"}
     s2 = {"role": "developer", "content": "two"}
-    assert identify.prefix_hash([s1, s2]) == identify.prefix_hash([{"content": "one", "role": "system"},
-                                                                   {**s2, "name": None}])
+    assert identify.prefix_hash([s1, s2]) == identify.prefix_hash(
+        [{"content": "one", "role": "system"}, {**s2, "name": None}]
+    )
     assert identify.prefix_hash([s1, s2]) != identify.prefix_hash([s2, s1])
     assert identify.prefix_hash([]) != identify.prefix_hash([s1])
 

@@ -16,13 +16,20 @@ from proxy.store.sqlite import SqliteStore
 from proxy.usage import Usage, from_openai_chat
 
 CATALOG = ModelCatalog()
-PRICED = ModelInfo(context_window=1000, max_output_tokens=100, input_cost_per_token=2e-6,
-                   output_cost_per_token=8e-6, cache_read_cost_per_token=5e-7, cache_write_cost_per_token=2.5e-6)
+PRICED = ModelInfo(
+    context_window=1000,
+    max_output_tokens=100,
+    input_cost_per_token=2e-6,
+    output_cost_per_token=8e-6,
+    cache_read_cost_per_token=5e-7,
+    cache_write_cost_per_token=2.5e-6,
+)
 
 
 def test_openai_cached_tokens_are_inside_the_input_total() -> None:
-    usage = from_openai_chat({"prompt_tokens": 1000, "completion_tokens": 100,
-                              "prompt_tokens_details": {"cached_tokens": 400}}).to_dict()
+    usage = from_openai_chat(
+        {"prompt_tokens": 1000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 400}}
+    ).to_dict()
     info = CATALOG.info("gpt-4o")
     assert info is not None and info.cache_read_cost_per_token is not None
     expected = 600 * info.input_cost_per_token + 400 * info.cache_read_cost_per_token + 100 * info.output_cost_per_token
@@ -37,18 +44,28 @@ def test_anthropic_fields_are_disjoint() -> None:
     info = CATALOG.info("anthropic/claude-haiku-4-5")
     assert info is not None and info.cache_write_cost_per_token is not None
     assert info.cache_read_cost_per_token is not None
-    expected = (50 * info.input_cost_per_token + 200 * info.cache_read_cost_per_token
-                + 30 * info.cache_write_cost_per_token + 9 * info.output_cost_per_token)
+    expected = (
+        50 * info.input_cost_per_token
+        + 200 * info.cache_read_cost_per_token
+        + 30 * info.cache_write_cost_per_token
+        + 9 * info.output_cost_per_token
+    )
     assert call_cost(usage, info) == pytest.approx(expected)
 
 
 def test_litellm_usage_moves_cache_writes_out_of_the_uncached_input() -> None:
     """litellm reports Anthropic usage in OpenAI's shape: prompt_tokens includes reads and writes."""
-    raw = {"prompt_tokens": 280, "completion_tokens": 9, "total_tokens": 289,
-           "prompt_tokens_details": {"cached_tokens": 200, "cache_creation_tokens": 30},
-           "cache_creation_input_tokens": 30, "cache_read_input_tokens": 200}
-    assert usage_from_litellm(raw) == Usage(input_total=280, input_uncached=50, cache_read=200, cache_write=30,
-                                            output=9, reasoning=None)
+    raw = {
+        "prompt_tokens": 280,
+        "completion_tokens": 9,
+        "total_tokens": 289,
+        "prompt_tokens_details": {"cached_tokens": 200, "cache_creation_tokens": 30},
+        "cache_creation_input_tokens": 30,
+        "cache_read_input_tokens": 200,
+    }
+    assert usage_from_litellm(raw) == Usage(
+        input_total=280, input_uncached=50, cache_read=200, cache_write=30, output=9, reasoning=None
+    )
     # an OpenAI usage through litellm stays what from_openai_chat says
     openai_raw = {"prompt_tokens": 100, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 40}}
     assert usage_from_litellm(openai_raw) == from_openai_chat(openai_raw)
@@ -67,12 +84,15 @@ def test_breakdown_missing_uses_the_total() -> None:
     assert call_cost(usage, PRICED) == pytest.approx(60 * 2e-6 + 40 * 5e-7 + 10 * 8e-6)
 
 
-@pytest.mark.parametrize("usage", [
-    {},
-    {"input_total": None, "output": None},
-    {"input_total": 100, "output": None},
-    {"input_total": None, "input_uncached": None, "output": 5},
-])
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {},
+        {"input_total": None, "output": None},
+        {"input_total": 100, "output": None},
+        {"input_total": None, "input_uncached": None, "output": 5},
+    ],
+)
 def test_unknown_usage_has_unknown_cost(usage: dict[str, int | None]) -> None:
     assert call_cost(usage, PRICED) is None
 
@@ -89,26 +109,73 @@ def test_zero_usage_costs_zero_not_none() -> None:
 
 
 def _call(id: str, **kw: object) -> CallRecord:
-    fields: dict[str, object] = dict(id=id, tenant="t_a", route="main", model="gpt-4o", purpose="main",
-                                     stream=False, started_at=100.0, conversation_id="c_1", status="complete")
+    fields: dict[str, object] = dict(
+        id=id,
+        tenant="t_a",
+        route="main",
+        model="gpt-4o",
+        purpose="main",
+        stream=False,
+        started_at=100.0,
+        conversation_id="c_1",
+        status="complete",
+    )
     fields.update(kw)
     return CallRecord(**fields)  # type: ignore[arg-type]
 
 
 CALLS = [
-    _call("a", usage={"input_total": 1000, "input_uncached": 600, "cache_read": 400, "cache_write": None,
-                      "output": 100, "reasoning": 10}, cost_usd=0.0025,
-          projection={"client_tokens": 1500, "sent_tokens": 1000}),
-    _call("b", route="other", model="unknown-model", started_at=200.0, conversation_id="c_2",
-          usage={"input_total": 50, "input_uncached": 20, "cache_read": 20, "cache_write": 10, "output": 5,
-                 "reasoning": None}, projection={"client_tokens": 50, "sent_tokens": 50}),
-    _call("c", purpose="summary", started_at=300.0, usage={"input_total": 300, "input_uncached": 300,
-                                                           "cache_read": 0, "cache_write": None, "output": 40,
-                                                           "reasoning": None}, cost_usd=0.001,
-          projection={"summarized_seqs": [1, 4]}),
-    _call("d", status="error", started_at=400.0, upstream_status=429,
-          usage={k: None for k in ("input_total", "input_uncached", "cache_read", "cache_write", "output",
-                                   "reasoning")}),
+    _call(
+        "a",
+        usage={
+            "input_total": 1000,
+            "input_uncached": 600,
+            "cache_read": 400,
+            "cache_write": None,
+            "output": 100,
+            "reasoning": 10,
+        },
+        cost_usd=0.0025,
+        projection={"client_tokens": 1500, "sent_tokens": 1000},
+    ),
+    _call(
+        "b",
+        route="other",
+        model="unknown-model",
+        started_at=200.0,
+        conversation_id="c_2",
+        usage={
+            "input_total": 50,
+            "input_uncached": 20,
+            "cache_read": 20,
+            "cache_write": 10,
+            "output": 5,
+            "reasoning": None,
+        },
+        projection={"client_tokens": 50, "sent_tokens": 50},
+    ),
+    _call(
+        "c",
+        purpose="summary",
+        started_at=300.0,
+        usage={
+            "input_total": 300,
+            "input_uncached": 300,
+            "cache_read": 0,
+            "cache_write": None,
+            "output": 40,
+            "reasoning": None,
+        },
+        cost_usd=0.001,
+        projection={"summarized_seqs": [1, 4]},
+    ),
+    _call(
+        "d",
+        status="error",
+        started_at=400.0,
+        upstream_status=429,
+        usage={k: None for k in ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")},
+    ),
 ]
 
 
@@ -159,9 +226,15 @@ async def test_sqlite_ledger_agrees_with_the_reference(tmp_path: Path) -> None:
         for call in CALLS:
             await store.record_call(call)
         await store.record_call(CALLS[0])  # written again: replaces, adds nothing
-        for query in (UsageQuery(), UsageQuery(group_by="route"), UsageQuery(group_by="conversation"),
-                      UsageQuery(group_by="model"), UsageQuery(route="main", since=100, until=301),
-                      UsageQuery(conversation_id="c_2"), UsageQuery(tenant="t_nobody")):
+        for query in (
+            UsageQuery(),
+            UsageQuery(group_by="route"),
+            UsageQuery(group_by="conversation"),
+            UsageQuery(group_by="model"),
+            UsageQuery(route="main", since=100, until=301),
+            UsageQuery(conversation_id="c_2"),
+            UsageQuery(tenant="t_nobody"),
+        ):
             expected = summarize(cells_from_calls(CALLS, query), query)
             got = summarize(await store.usage_cells(query), query)
             assert _approx(got) == _approx(expected), query
@@ -206,7 +279,7 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], flo
                     chars.append(rest[i])
                 i += 1
             labels.append((key, "".join(chars)))
-            rest = rest[i + 1:].lstrip(",")
+            rest = rest[i + 1 :].lstrip(",")
         base = name
         for suffix in ("_bucket", "_sum", "_count"):
             if name.endswith(suffix) and name[: -len(suffix)] in typed:
@@ -219,9 +292,18 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], flo
 def test_metrics_text_format() -> None:
     metrics = Metrics()
     weird = 'ro"ute\\\n'
-    metrics.observe_call(_call("x", route=weird, latency_ms=250.0, ttfb_ms=40.0, cost_usd=0.5,
-                               usage={"input_total": 10, "output": 2, "cache_read": 4},
-                               projection={"client_tokens": 30, "sent_tokens": 10}), "openai_chat")
+    metrics.observe_call(
+        _call(
+            "x",
+            route=weird,
+            latency_ms=250.0,
+            ttfb_ms=40.0,
+            cost_usd=0.5,
+            usage={"input_total": 10, "output": 2, "cache_read": 4},
+            projection={"client_tokens": 30, "sent_tokens": 10},
+        ),
+        "openai_chat",
+    )
     metrics.observe_call(_call("y", status="error", upstream_status=429, latency_ms=1.0), "openai_chat", "http_429")
     metrics.observe_call(_call("z", purpose="summary", usage={"input_total": 7, "output": 1}), "openai_chat")
     metrics.observe_compaction("committed")
@@ -232,8 +314,10 @@ def test_metrics_text_format() -> None:
 
     assert value("ctxproxy_requests_total", route=weird, wire="openai_chat", status="complete") == 1
     assert value("ctxproxy_requests_total", route="main", wire="openai_chat", status="error") == 1
-    assert ("ctxproxy_requests_total", frozenset({("route", "main"), ("wire", "openai_chat"),
-                                                  ("status", "complete")})) not in parsed  # summary: no request
+    assert (
+        "ctxproxy_requests_total",
+        frozenset({("route", "main"), ("wire", "openai_chat"), ("status", "complete")}),
+    ) not in parsed  # summary: no request
     assert value("ctxproxy_upstream_errors_total", route="main", kind="http_429") == 1
     assert value("ctxproxy_tokens_total", route=weird, kind="input") == 10
     assert value("ctxproxy_tokens_total", route=weird, kind="cache_read") == 4

@@ -20,13 +20,13 @@ from proxy.upstream import relayed_response_headers, upstream_request_headers
 Message = dict[str, object]
 
 
-def make_request(chunks: list[bytes], content_length: str | None = None, delay: float = 0.0,
-                 disconnect_after: int | None = None) -> tuple[Request, list[int]]:
+def make_request(
+    chunks: list[bytes], content_length: str | None = None, delay: float = 0.0, disconnect_after: int | None = None
+) -> tuple[Request, list[int]]:
     headers = [(b"content-type", b"application/json")]
     if content_length is not None:
         headers.append((b"content-length", content_length.encode()))
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers,
-             "query_string": b""}
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers, "query_string": b""}
     reads: list[int] = []
 
     async def receive() -> Message:
@@ -147,17 +147,29 @@ def test_request_headers_with_route_key() -> None:
 
 def test_request_headers_without_route_key_keep_clients_credentials() -> None:
     out = upstream_request_headers(CLIENT, None, CONV)
-    assert out == {**KEPT, "Authorization": "Bearer sk-client", "X-Api-Key": "sk-client-x",
-                   "Api-Key": "sk-client-azure"}
+    assert out == {
+        **KEPT,
+        "Authorization": "Bearer sk-client",
+        "X-Api-Key": "sk-client-x",
+        "Api-Key": "sk-client-azure",
+    }
 
 
 def test_request_headers_case_insensitive_and_starlette_headers() -> None:
-    headers = Headers(raw=[(b"host", b"p"), (b"authorization", b"Bearer sk-client"), (b"x-conversation-id", b"c"),
-                           (b"content-length", b"5"), (b"openai-beta", b"x")])
-    assert upstream_request_headers(headers, {"Authorization": "Bearer sk-route"}, CONV) == {"openai-beta": "x",
-                                                                    "Authorization": "Bearer sk-route"}
-    assert upstream_request_headers(headers, None, CONV) == {"authorization": "Bearer sk-client",
-                                                              "openai-beta": "x"}
+    headers = Headers(
+        raw=[
+            (b"host", b"p"),
+            (b"authorization", b"Bearer sk-client"),
+            (b"x-conversation-id", b"c"),
+            (b"content-length", b"5"),
+            (b"openai-beta", b"x"),
+        ]
+    )
+    assert upstream_request_headers(headers, {"Authorization": "Bearer sk-route"}, CONV) == {
+        "openai-beta": "x",
+        "Authorization": "Bearer sk-route",
+    }
+    assert upstream_request_headers(headers, None, CONV) == {"authorization": "Bearer sk-client", "openai-beta": "x"}
 
 
 def test_request_headers_conversation_header_is_configurable() -> None:

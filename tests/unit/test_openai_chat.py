@@ -50,12 +50,19 @@ USER = {"role": "user", "content": "hi"}
 
 
 def test_validate_happy_path() -> None:
-    messages = [{"role": "system", "content": "s"}, USER,
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
-                                                                      "function": {"name": "f", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "ok"}]}]
-    model, got, stream = validate_request({"model": "gpt-4o", "messages": messages, "stream": True,
-                                           "stream_options": {"include_usage": True}})
+    messages = [
+        {"role": "system", "content": "s"},
+        USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "ok"}]},
+    ]
+    model, got, stream = validate_request(
+        {"model": "gpt-4o", "messages": messages, "stream": True, "stream_options": {"include_usage": True}}
+    )
     assert (model, got, stream) == ("gpt-4o", messages, True)
     assert got is messages
 
@@ -87,37 +94,77 @@ def _err(body: dict[str, Any]) -> BadRequest:
         pytest.param({"model": "m", "messages": "hi"}, "messages", "invalid_type", id="messages-string"),
         pytest.param({"model": "m", "messages": []}, "messages", "empty_array", id="messages-empty"),
         pytest.param({"model": "m", "messages": ["hi"]}, "messages[0]", "invalid_type", id="message-not-object"),
-        pytest.param({"model": "m", "messages": [USER, {"content": "x"}]}, "messages[1].role",
-                     "missing_required_parameter", id="role-missing"),
-        pytest.param({"model": "m", "messages": [{"role": 1, "content": "x"}]}, "messages[0].role",
-                     "missing_required_parameter", id="role-not-string"),
-        pytest.param({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role",
-                     "invalid_value", id="role-unknown"),
-        pytest.param({"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages[0].content",
-                     "invalid_type", id="content-number"),
-        pytest.param({"model": "m", "messages": [{"role": "user", "content": {"text": "x"}}]},
-                     "messages[0].content", "invalid_type", id="content-object"),
-        pytest.param({"model": "m", "messages": [{"role": "assistant", "tool_calls": {"id": "c"}}]},
-                     "messages[0].tool_calls", "invalid_type", id="tool_calls-object"),
-        pytest.param({"model": "m", "messages": [{"role": "assistant", "tool_calls": ["c"]}]},
-                     "messages[0].tool_calls", "invalid_type", id="tool_calls-item-not-object"),
-        pytest.param({"model": "m", "messages": [USER, {"role": "tool", "content": "r"}]},
-                     "messages[1].tool_call_id", "missing_required_parameter", id="tool-without-id"),
-        pytest.param({"model": "m", "messages": [{"role": "tool", "content": "r", "tool_call_id": 7}]},
-                     "messages[0].tool_call_id", "missing_required_parameter", id="tool-id-not-string"),
-        pytest.param({"model": "m", "messages": [USER], "stream": "yes"}, "stream", "invalid_type",
-                     id="stream-string"),
+        pytest.param(
+            {"model": "m", "messages": [USER, {"content": "x"}]},
+            "messages[1].role",
+            "missing_required_parameter",
+            id="role-missing",
+        ),
+        pytest.param(
+            {"model": "m", "messages": [{"role": 1, "content": "x"}]},
+            "messages[0].role",
+            "missing_required_parameter",
+            id="role-not-string",
+        ),
+        pytest.param(
+            {"model": "m", "messages": [{"role": "robot", "content": "x"}]},
+            "messages[0].role",
+            "invalid_value",
+            id="role-unknown",
+        ),
+        pytest.param(
+            {"model": "m", "messages": [{"role": "user", "content": 5}]},
+            "messages[0].content",
+            "invalid_type",
+            id="content-number",
+        ),
+        pytest.param(
+            {"model": "m", "messages": [{"role": "user", "content": {"text": "x"}}]},
+            "messages[0].content",
+            "invalid_type",
+            id="content-object",
+        ),
+        pytest.param(
+            {"model": "m", "messages": [{"role": "assistant", "tool_calls": {"id": "c"}}]},
+            "messages[0].tool_calls",
+            "invalid_type",
+            id="tool_calls-object",
+        ),
+        pytest.param(
+            {"model": "m", "messages": [{"role": "assistant", "tool_calls": ["c"]}]},
+            "messages[0].tool_calls",
+            "invalid_type",
+            id="tool_calls-item-not-object",
+        ),
+        pytest.param(
+            {"model": "m", "messages": [USER, {"role": "tool", "content": "r"}]},
+            "messages[1].tool_call_id",
+            "missing_required_parameter",
+            id="tool-without-id",
+        ),
+        pytest.param(
+            {"model": "m", "messages": [{"role": "tool", "content": "r", "tool_call_id": 7}]},
+            "messages[0].tool_call_id",
+            "missing_required_parameter",
+            id="tool-id-not-string",
+        ),
+        pytest.param({"model": "m", "messages": [USER], "stream": "yes"}, "stream", "invalid_type", id="stream-string"),
         pytest.param({"model": "m", "messages": [USER], "stream": 1}, "stream", "invalid_type", id="stream-int"),
-        pytest.param({"model": "m", "messages": [USER], "stream_options": [1]}, "stream_options", "invalid_type",
-                     id="stream_options-list"),
+        pytest.param(
+            {"model": "m", "messages": [USER], "stream_options": [1]},
+            "stream_options",
+            "invalid_type",
+            id="stream_options-list",
+        ),
     ],
 )
 def test_validate_errors(body: dict[str, Any], param: str, code: str | None) -> None:
     err = _err(body)
     assert err.param == param
     assert err.code == code
-    assert err.openai_body() == {"error": {"message": err.message, "type": "invalid_request_error",
-                                           "param": param, "code": code}}
+    assert err.openai_body() == {
+        "error": {"message": err.message, "type": "invalid_request_error", "param": param, "code": code}
+    }
 
 
 def test_validate_role_error_lists_supported_roles() -> None:
@@ -141,8 +188,11 @@ def test_client_wants_usage() -> None:
 def test_with_usage_requested_keeps_other_options_and_does_not_mutate() -> None:
     body = {"model": "m", "stream": True, "stream_options": {"include_obfuscation": False}}
     out = with_usage_requested(body)
-    assert out == {"model": "m", "stream": True,
-                   "stream_options": {"include_obfuscation": False, "include_usage": True}}
+    assert out == {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_obfuscation": False, "include_usage": True},
+    }
     assert body == {"model": "m", "stream": True, "stream_options": {"include_obfuscation": False}}
     assert with_usage_requested({"model": "m"}) == {"model": "m", "stream_options": {"include_usage": True}}
     assert with_usage_requested({"stream_options": None})["stream_options"] == {"include_usage": True}
@@ -159,10 +209,21 @@ def test_response_message() -> None:
 # -- StreamAccumulator ----------------------------------------------------------------------------
 
 
-def chunk(delta: dict[str, Any] | None = None, *, index: int = 0, finish: str | None = None,
-          usage: Any = "absent", **extra: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
-                           "choices": [{"index": index, "delta": delta or {}, "finish_reason": finish}]}
+def chunk(
+    delta: dict[str, Any] | None = None,
+    *,
+    index: int = 0,
+    finish: str | None = None,
+    usage: Any = "absent",
+    **extra: Any,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-x",
+        "choices": [{"index": index, "delta": delta or {}, "finish_reason": finish}],
+    }
     if usage != "absent":
         out["usage"] = usage
     out.update(extra)
@@ -195,11 +256,25 @@ def test_empty_stream_has_no_message() -> None:
 def test_parallel_tool_calls_with_split_arguments() -> None:
     acc = StreamAccumulator()
     acc.feed(chunk({"role": "assistant", "content": None}))
-    acc.feed(chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
-                                    "function": {"name": "read", "arguments": ""}}]}))
+    acc.feed(
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "call_a", "type": "function", "function": {"name": "read", "arguments": ""}}
+                ]
+            }
+        )
+    )
     acc.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"pa'}}]}))
-    acc.feed(chunk({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
-                                    "function": {"name": "grep", "arguments": '{"q":'}}]}))
+    acc.feed(
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 1, "id": "call_b", "type": "function", "function": {"name": "grep", "arguments": '{"q":'}}
+                ]
+            }
+        )
+    )
     acc.feed(chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'th": "a.py"}'}}]}))
     acc.feed(chunk({"tool_calls": [{"index": 1, "function": {"arguments": ' "x"}'}}]}))
     acc.feed(chunk({}, finish="tool_calls"))
@@ -243,8 +318,12 @@ def test_refusal_and_reasoning_are_concatenated() -> None:
     acc.feed(chunk({"reasoning_content": "more"}))
     acc.feed(chunk({"refusal": "I can"}))
     acc.feed(chunk({"refusal": "not."}))
-    assert acc.message() == {"role": "assistant", "content": None, "refusal": "I cannot.",
-                             "reasoning_content": "think more"}
+    assert acc.message() == {
+        "role": "assistant",
+        "content": None,
+        "refusal": "I cannot.",
+        "reasoning_content": "think more",
+    }
 
 
 def test_usage_last_snapshot_wins() -> None:
@@ -279,16 +358,24 @@ def test_accumulator_ignores_non_dict_choices() -> None:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        pytest.param(b'data: {"id":"x","choices":[],"usage":null}\n\n', b'data: {"id":"x","choices":[]}\n\n',
-                     id="compact-last"),
+        pytest.param(
+            b'data: {"id":"x","choices":[],"usage":null}\n\n', b'data: {"id":"x","choices":[]}\n\n', id="compact-last"
+        ),
         pytest.param(b'data: {"usage":null,"id":"x"}\n\n', b'data: {"id":"x"}\n\n', id="compact-first"),
-        pytest.param(b'data: {"id":"x","usage":null,"model":"m"}\n\n', b'data: {"id":"x","model":"m"}\n\n',
-                     id="compact-middle"),
-        pytest.param(b'data: {"id": "x", "choices": [], "usage": null}\n\n', b'data: {"id": "x", "choices": []}\n\n',
-                     id="spaced-last"),
+        pytest.param(
+            b'data: {"id":"x","usage":null,"model":"m"}\n\n', b'data: {"id":"x","model":"m"}\n\n', id="compact-middle"
+        ),
+        pytest.param(
+            b'data: {"id": "x", "choices": [], "usage": null}\n\n',
+            b'data: {"id": "x", "choices": []}\n\n',
+            id="spaced-last",
+        ),
         pytest.param(b'data: {"usage": null, "id": "x"}\n\n', b'data: {"id": "x"}\n\n', id="spaced-first"),
-        pytest.param(b'data: {"id": "x", "usage": null, "model": "m"}\r\n\r\n',
-                     b'data: {"id": "x", "model": "m"}\r\n\r\n', id="spaced-middle-crlf"),
+        pytest.param(
+            b'data: {"id": "x", "usage": null, "model": "m"}\r\n\r\n',
+            b'data: {"id": "x", "model": "m"}\r\n\r\n',
+            id="spaced-middle-crlf",
+        ),
     ],
 )
 def test_strip_null_usage(raw: bytes, expected: bytes) -> None:
@@ -304,8 +391,10 @@ def test_strip_null_usage_keeps_text_that_merely_mentions_usage() -> None:
     body = {"id": "x", "choices": [{"index": 0, "delta": {"content": content}}], "usage": None}
     raw = b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
     out = strip_null_usage(raw, body)
-    assert json.loads(parse_event(out).data or "") == {"id": "x",
-                                                       "choices": [{"index": 0, "delta": {"content": content}}]}
+    assert json.loads(parse_event(out).data or "") == {
+        "id": "x",
+        "choices": [{"index": 0, "delta": {"content": content}}],
+    }
 
 
 def test_strip_null_usage_leaves_other_chunks_alone() -> None:
@@ -347,26 +436,39 @@ def run(filter_: StreamFilter, stream: bytes) -> bytes:
 
 def upstream_stream(spaced: bool = False) -> bytes:
     """What an upstream sends when the proxy asked for include_usage."""
-    return b"".join([
-        b": OPENROUTER PROCESSING\n\n",
-        sse(chunk({"role": "assistant", "content": ""}, usage=None), spaced),
-        sse(chunk({"content": "Hi"}, usage=None), spaced),
-        sse(chunk({}, finish="stop", usage=None), spaced),
-        sse({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-x",
-             "choices": [], "usage": USAGE}, spaced),
-        b"data: [DONE]\n\n",
-    ])
+    return b"".join(
+        [
+            b": OPENROUTER PROCESSING\n\n",
+            sse(chunk({"role": "assistant", "content": ""}, usage=None), spaced),
+            sse(chunk({"content": "Hi"}, usage=None), spaced),
+            sse(chunk({}, finish="stop", usage=None), spaced),
+            sse(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": "gpt-x",
+                    "choices": [],
+                    "usage": USAGE,
+                },
+                spaced,
+            ),
+            b"data: [DONE]\n\n",
+        ]
+    )
 
 
 def client_view(spaced: bool = False) -> bytes:
     """What the same upstream sends when nobody asked for usage."""
-    return b"".join([
-        b": OPENROUTER PROCESSING\n\n",
-        sse(chunk({"role": "assistant", "content": ""}), spaced),
-        sse(chunk({"content": "Hi"}), spaced),
-        sse(chunk({}, finish="stop"), spaced),
-        b"data: [DONE]\n\n",
-    ])
+    return b"".join(
+        [
+            b": OPENROUTER PROCESSING\n\n",
+            sse(chunk({"role": "assistant", "content": ""}), spaced),
+            sse(chunk({"content": "Hi"}), spaced),
+            sse(chunk({}, finish="stop"), spaced),
+            b"data: [DONE]\n\n",
+        ]
+    )
 
 
 @pytest.mark.parametrize("spaced", [False, True])
@@ -417,8 +519,14 @@ def test_filter_forwards_choiceless_chunk_that_carries_no_usage() -> None:
     # Azure OpenAI opens every stream with a `"choices": []` chunk holding prompt_filter_results. With
     # include_usage the upstream adds `"usage": null` to it; it is not the usage chunk, and a client
     # that did not ask must still receive it, minus the null usage.
-    azure_first = {"id": "", "object": "", "created": 0, "model": "", "choices": [],
-                   "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]}
+    azure_first = {
+        "id": "",
+        "object": "",
+        "created": 0,
+        "model": "",
+        "choices": [],
+        "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}],
+    }
     f = StreamFilter(client_wants_usage=False)
     out = f(parse_event(sse({**azure_first, "usage": None})))
     assert out == sse(azure_first)

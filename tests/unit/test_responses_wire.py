@@ -82,8 +82,12 @@ def turn(draw: Any) -> list[dict[str, Any]]:
     calls = []
     for k in range(draw(st.integers(0, 3))):
         call_id = f"call_{draw(ids)}_{k}"
-        call: dict[str, Any] = {"type": "function_call", "call_id": call_id, "name": "bash",
-                                "arguments": json.dumps({"c": draw(text)})}
+        call: dict[str, Any] = {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": "bash",
+            "arguments": json.dumps({"c": draw(text)}),
+        }
         if draw(st.booleans()):
             call = {"id": "fc_" + draw(ids), **call, "status": "completed"}
         calls.append(call)
@@ -149,11 +153,14 @@ def test_string_input_and_instructions() -> None:
 
 
 def test_equal_items_keep_their_own_spelling_when_earlier_ones_are_dropped() -> None:
-    body = {"model": "m", "input": [
-        {"role": "user", "content": "same"},
-        {"role": "assistant", "content": "a"},
-        {"type": "message", "role": "user", "content": "same"},
-    ]}
+    body = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "same"},
+            {"role": "assistant", "content": "a"},
+            {"type": "message", "role": "user", "content": "same"},
+        ],
+    }
     messages = request_messages(body)
     assert messages[0] == messages[2]
     assert encode(body, messages[1:])["input"] == body["input"][1:]
@@ -165,7 +172,7 @@ def test_parallel_calls_form_one_assistant_turn_with_reasoning_first() -> None:
         {"role": "user", "content": "go"},
         {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "ENC"},
         {"type": "function_call", "id": "fc_1", "call_id": "a", "name": "bash", "arguments": "{}"},
-        {"type": "function_call", "id": "fc_2", "call_id": "b", "name": "grep", "arguments": "{\"x\":1}"},
+        {"type": "function_call", "id": "fc_2", "call_id": "b", "name": "grep", "arguments": '{"x":1}'},
         {"type": "function_call_output", "call_id": "a", "output": "A"},
         {"type": "function_call_output", "call_id": "b", "output": "B"},
     ]
@@ -219,11 +226,18 @@ def test_changed_arguments_and_text_are_rebuilt() -> None:
     ]
     body = {"model": "m", "input": items}
     messages = request_messages(body)
-    cut = {**messages[1], "content": "short", "tool_calls": [
-        {"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}
+    cut = {
+        **messages[1],
+        "content": "short",
+        "tool_calls": [{"id": "a", "type": "function", "function": {"name": "bash", "arguments": "{}"}}],
+    }
     sent = encode(body, [messages[0], cut, messages[2]])["input"]
-    assert sent[1] == {"type": "message", "id": "m1", "role": "assistant",
-                       "content": [{"type": "output_text", "text": "short", "annotations": []}]}
+    assert sent[1] == {
+        "type": "message",
+        "id": "m1",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "short", "annotations": []}],
+    }
     assert sent[2] == {"type": "function_call", "call_id": "a", "name": "bash", "arguments": "{}"}
 
 
@@ -232,8 +246,13 @@ def test_changed_arguments_and_text_are_rebuilt() -> None:
 
 OUTPUT: list[dict[str, Any]] = [
     {"id": "rs_9", "type": "reasoning", "summary": [], "encrypted_content": "ENC9", "status": None},
-    {"id": "msg_9", "type": "message", "status": "completed", "role": "assistant",
-     "content": [{"type": "output_text", "text": "done", "annotations": [], "logprobs": []}]},
+    {
+        "id": "msg_9",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "done", "annotations": [], "logprobs": []}],
+    },
     {"id": "fc_9", "type": "function_call", "status": "completed", "call_id": "c9", "name": "ls", "arguments": "{}"},
 ]
 
@@ -243,8 +262,11 @@ OUTPUT: list[dict[str, Any]] = [
     [
         OUTPUT,
         [{k: v for k, v in i.items() if v is not None} for i in OUTPUT],
-        [OUTPUT[0], {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
-         {"type": "function_call", "call_id": "c9", "name": "ls", "arguments": "{}"}],
+        [
+            OUTPUT[0],
+            {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+            {"type": "function_call", "call_id": "c9", "name": "ls", "arguments": "{}"},
+        ],
         [OUTPUT[0], {"role": "assistant", "content": "done"}, {**OUTPUT[2], "id": "other"}],
     ],
 )
@@ -275,11 +297,15 @@ def test_different_content_or_reasoning_is_a_different_turn() -> None:
         ({"model": "m", "input": "hi"}, True),
         ({"model": "m", "input": "hi", "previous_response_id": "resp_1"}, False),
         ({"model": "m", "input": "hi", "conversation": "conv_1"}, False),
-        ({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}, {"role": "user", "content": "x"}]},
-         False),
+        ({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}, {"role": "user", "content": "x"}]}, False),
         ({"model": "m", "input": [{"type": "computer_call_output", "call_id": "c", "output": {}}]}, False),
-        ({"model": "m", "input": [{"type": "compaction", "encrypted_content": "E"},
-                                  {"role": "user", "content": "x"}]}, True),
+        (
+            {
+                "model": "m",
+                "input": [{"type": "compaction", "encrypted_content": "E"}, {"role": "user", "content": "x"}],
+            },
+            True,
+        ),
         ({"model": "m", "input": []}, False),
         ({"model": "m"}, False),
         ({"model": "m", "input": "x", "context_management": [{"type": "compaction"}]}, True),
@@ -291,11 +317,14 @@ def test_rewrite_allowed(body: dict[str, Any], allowed: bool) -> None:
 
 
 def test_unmappable_items_ride_along_and_round_trip() -> None:
-    body = {"model": "m", "input": [
-        {"type": "item_reference", "id": "msg_1"},
-        {"role": "user", "content": "x"},
-        {"type": "computer_call_output", "call_id": "c", "output": {"type": "computer_screenshot"}},
-    ]}
+    body = {
+        "model": "m",
+        "input": [
+            {"type": "item_reference", "id": "msg_1"},
+            {"role": "user", "content": "x"},
+            {"type": "computer_call_output", "call_id": "c", "output": {"type": "computer_screenshot"}},
+        ],
+    }
     messages = request_messages(body)
     assert [m["role"] for m in messages] == ["user"]
     assert encode(body, messages) == body
@@ -331,8 +360,13 @@ def test_registered_on_both_paths() -> None:
 
 
 def test_usage_normalization() -> None:
-    raw: dict[str, Any] = {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 384}, "output_tokens": 120,
-           "output_tokens_details": {"reasoning_tokens": 64}, "total_tokens": 1120}
+    raw: dict[str, Any] = {
+        "input_tokens": 1000,
+        "input_tokens_details": {"cached_tokens": 384},
+        "output_tokens": 120,
+        "output_tokens_details": {"reasoning_tokens": 64},
+        "total_tokens": 1120,
+    }
     assert from_openai_responses(raw) == Usage(1000, 616, 384, None, 120, 64)
     raw["input_tokens_details"]["cache_write_tokens"] = 100
     assert from_openai_responses(raw) == Usage(1000, 516, 384, 100, 120, 64)
@@ -361,20 +395,34 @@ def run_observer(events: list[dict[str, Any]]) -> tuple[ResponsesObserver, list[
     return observer, relayed
 
 
-USAGE = {"input_tokens": 50, "input_tokens_details": {"cached_tokens": 10}, "output_tokens": 7,
-         "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 57}
+USAGE = {
+    "input_tokens": 50,
+    "input_tokens_details": {"cached_tokens": 10},
+    "output_tokens": 7,
+    "output_tokens_details": {"reasoning_tokens": 2},
+    "total_tokens": 57,
+}
 
 
 def stream_events(end: str = "response.completed") -> list[dict[str, Any]]:
     msg = {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}
-    fc = {"id": "fc_1", "type": "function_call", "status": "in_progress", "call_id": "c1", "name": "ls",
-          "arguments": ""}
-    done_msg = {**msg, "status": "completed",
-                "content": [{"type": "output_text", "text": "Hello", "annotations": []}]}
+    fc = {
+        "id": "fc_1",
+        "type": "function_call",
+        "status": "in_progress",
+        "call_id": "c1",
+        "name": "ls",
+        "arguments": "",
+    }
+    done_msg = {**msg, "status": "completed", "content": [{"type": "output_text", "text": "Hello", "annotations": []}]}
     done_fc = {**fc, "status": "completed", "arguments": '{"a":1}'}
     rs = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "E"}
-    final: dict[str, Any] = {"id": "resp_1", "status": end.split(".")[1], "output": [rs, done_msg, done_fc],
-                             "usage": USAGE}
+    final: dict[str, Any] = {
+        "id": "resp_1",
+        "status": end.split(".")[1],
+        "output": [rs, done_msg, done_fc],
+        "usage": USAGE,
+    }
     if end == "response.failed":
         final = {**final, "output": [], "error": {"code": "server_error", "message": "boom"}}
     if end == "response.incomplete":
@@ -403,7 +451,8 @@ def test_observer_reassembles_and_relays_unchanged() -> None:
     assert message is not None
     assert message["content"] == "Hello"
     assert message["tool_calls"] == [
-        {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"a":1}'}}]
+        {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"a":1}'}}
+    ]
     assert [i["type"] for i in message[PRIVATE]["items"]] == ["reasoning", "message", "function_call"]
     assert observer.usage_raw() == USAGE and observer.finish_reason() == "completed"
     # equal to the non-streamed conversion of the same output
@@ -435,11 +484,21 @@ def test_observer_failed_incomplete_and_error() -> None:
 
 
 def test_summary_request_and_text() -> None:
-    path, body = WIRE.summary_request("gpt-4o", [{"role": "system", "content": "You compress"},
-                                                 {"role": "user", "content": "data"}], 800)
+    path, body = WIRE.summary_request(
+        "gpt-4o", [{"role": "system", "content": "You compress"}, {"role": "user", "content": "data"}], 800
+    )
     assert path == "/responses"
     assert body == {"model": "gpt-4o", "instructions": "You compress", "input": "data", "max_output_tokens": 800}
-    parsed = {"output": [{"type": "reasoning", "summary": []}, {"type": "message", "role": "assistant", "content": [
-        {"type": "output_text", "text": "## Goal"}, {"type": "output_text", "text": "\nx"}]}], "usage": USAGE}
+    parsed = {
+        "output": [
+            {"type": "reasoning", "summary": []},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "## Goal"}, {"type": "output_text", "text": "\nx"}],
+            },
+        ],
+        "usage": USAGE,
+    }
     assert WIRE.summary_text(parsed) == ("## Goal\nx", USAGE)
     assert WIRE.summary_text({"output": []}) == (None, None)

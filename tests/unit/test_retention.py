@@ -15,8 +15,18 @@ from proxy.store.sqlite import SqliteStore
 
 
 def _call(conv_id: str, branch_id: str, call_id: str, started_at: float) -> CallRecord:
-    return CallRecord(id=call_id, tenant="t", route="main", model="m", purpose="main", stream=False,
-                      started_at=started_at, conversation_id=conv_id, branch_id=branch_id, status="complete")
+    return CallRecord(
+        id=call_id,
+        tenant="t",
+        route="main",
+        model="m",
+        purpose="main",
+        stream=False,
+        started_at=started_at,
+        conversation_id=conv_id,
+        branch_id=branch_id,
+        status="complete",
+    )
 
 
 async def test_purge_once(tmp_path: Path) -> None:
@@ -25,16 +35,25 @@ async def test_purge_once(tmp_path: Path) -> None:
     try:
         now = time.time()
         conv = await store.create_conversation("t", None)
-        history = [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"},
-                   {"role": "user", "content": "u2"}]
+        history = [
+            {"role": "user", "content": "u1"},
+            {"role": "assistant", "content": "a1"},
+            {"role": "user", "content": "u2"},
+        ]
         hashes = identify.chain("t", history)
-        await store.append(Position(conv.id, conv.main_branch_id, 0),
-                           [NewEvent(m["role"], m, h, "request") for m, h in zip(history, hashes, strict=True)], None)
+        await store.append(
+            Position(conv.id, conv.main_branch_id, 0),
+            [NewEvent(m["role"], m, h, "request") for m, h in zip(history, hashes, strict=True)],
+            None,
+        )
         await store.record_call(_call(conv.id, conv.main_branch_id, "old", now - 10 * DAY))
         await store.record_call(_call(conv.id, conv.main_branch_id, "new", now - 1 * DAY))
         for parent, through in ((0, 1), (1, 2)):
-            await store.commit_checkpoint(CheckpointCandidate(conv.id, conv.main_branch_id, parent, 1, through,
-                                                              hashes[through - 1], "s", 1, None, 1))
+            await store.commit_checkpoint(
+                CheckpointCandidate(
+                    conv.id, conv.main_branch_id, parent, 1, through, hashes[through - 1], "s", 1, None, 1
+                )
+            )
 
         # Nothing configured: nothing deleted.
         assert not enabled(Retention())
@@ -65,7 +84,10 @@ def test_retention_config() -> None:
     assert config.retention.interval_seconds == 3600
     config = parse_config({**base, "retention": {"events_days": 90, "calls_days": 30, "interval_seconds": 60}})
     assert (config.retention.events_days, config.retention.checkpoints_days, config.retention.calls_days) == (
-        90, None, 30)
+        90,
+        None,
+        30,
+    )
     with pytest.raises(ConfigError):
         parse_config({**base, "retention": {"events_days": 0}})
     with pytest.raises(ConfigError):

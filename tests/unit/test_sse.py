@@ -28,6 +28,7 @@ def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
 
 # -- fixed cases ----------------------------------------------------------------------------------
 
+
 def test_lf_boundaries() -> None:
     stream = b'data: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n'
     events, rest = feed_all([stream])
@@ -96,7 +97,7 @@ def test_event_name_and_unknown_fields() -> None:
 
 def test_rest_returns_unterminated_event() -> None:
     splitter = SseSplitter()
-    assert splitter.feed(b"data: a\n\ndata: {\"partial\"") == [parse_event(b"data: a\n\n")]
+    assert splitter.feed(b'data: a\n\ndata: {"partial"') == [parse_event(b"data: a\n\n")]
     assert splitter.rest() == b'data: {"partial"'
     assert splitter.feed(b": 1}\n") == []
     assert splitter.rest() == b'data: {"partial": 1}\n'
@@ -159,9 +160,7 @@ _event_lines = st.lists(_line, min_size=1, max_size=4)
     tail=st.one_of(st.just(""), st.builds(lambda v: "data: " + v, _text)),
     cuts=st.lists(st.integers(0, 400), max_size=12),
 )
-def test_arbitrary_splits_yield_same_events(
-    events: list[list[str]], newline: str, tail: str, cuts: list[int]
-) -> None:
+def test_arbitrary_splits_yield_same_events(events: list[list[str]], newline: str, tail: str, cuts: list[int]) -> None:
     raws = [(newline.join(lines) + newline + newline).encode() for lines in events]
     stream = b"".join(raws) + tail.encode()
 

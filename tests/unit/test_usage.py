@@ -53,8 +53,9 @@ def test_unusable_cached_details_are_none(details: Any) -> None:
 
 
 def test_reasoning_from_completion_details() -> None:
-    u = from_openai_chat({"prompt_tokens": 1, "completion_tokens": 50,
-                          "completion_tokens_details": {"reasoning_tokens": 40}})
+    u = from_openai_chat(
+        {"prompt_tokens": 1, "completion_tokens": 50, "completion_tokens_details": {"reasoning_tokens": 40}}
+    )
     assert (u.output, u.reasoning) == (50, 40)
     u = from_openai_chat({"prompt_tokens": 1, "completion_tokens": 50, "completion_tokens_details": {}})
     assert u.reasoning is None
@@ -69,8 +70,12 @@ def test_missing_prompt_tokens_leaves_uncached_unknown() -> None:
 def test_no_usage_is_all_none(raw: Any) -> None:
     assert from_openai_chat(raw) == Usage()
     assert from_openai_chat(raw).to_dict() == {
-        "input_total": None, "input_uncached": None, "cache_read": None,
-        "cache_write": None, "output": None, "reasoning": None,
+        "input_total": None,
+        "input_uncached": None,
+        "cache_read": None,
+        "cache_write": None,
+        "output": None,
+        "reasoning": None,
     }
 
 
@@ -83,5 +88,10 @@ def test_non_integer_counts_are_none() -> None:
 
 def test_to_dict_exact() -> None:
     assert Usage(1, 2, 3, None, 5, None).to_dict() == {
-        "input_total": 1, "input_uncached": 2, "cache_read": 3, "cache_write": None, "output": 5, "reasoning": None,
+        "input_total": 1,
+        "input_uncached": 2,
+        "cache_read": 3,
+        "cache_write": None,
+        "output": 5,
+        "reasoning": None,
     }

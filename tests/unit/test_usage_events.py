@@ -15,8 +15,12 @@ def sse(data: dict, event: str | None = None) -> bytes:
     return (head + "data: " + json.dumps(data) + "\n\n").encode()
 
 
-OPENAI_USAGE = {"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127,
-                "prompt_tokens_details": {"cached_tokens": 100}}
+OPENAI_USAGE = {
+    "prompt_tokens": 120,
+    "completion_tokens": 7,
+    "total_tokens": 127,
+    "prompt_tokens_details": {"cached_tokens": 100},
+}
 
 
 def test_openai_usage_before_finish_and_duplicated_counts_once() -> None:
@@ -36,8 +40,20 @@ def test_openai_usage_before_finish_and_duplicated_counts_once() -> None:
 
 def test_anthropic_message_delta_is_cumulative_and_replaces() -> None:
     stream = MessageStream()
-    start = {"type": "message_start", "message": {"id": "m", "role": "assistant", "content": [], "usage": {
-        "input_tokens": 50, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 200, "output_tokens": 1}}}
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "m",
+            "role": "assistant",
+            "content": [],
+            "usage": {
+                "input_tokens": 50,
+                "cache_read_input_tokens": 1000,
+                "cache_creation_input_tokens": 200,
+                "output_tokens": 1,
+            },
+        },
+    }
     events = [
         sse(start, "message_start"),
         sse({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
