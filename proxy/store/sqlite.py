@@ -536,7 +536,8 @@ class SqliteStore:
             now = time.time()
             return (
                 db.execute(
-                    "UPDATE leases SET expires_at = ? WHERE branch_id = ? AND owner = ? AND token = ? AND expires_at > ?",
+                    "UPDATE leases SET expires_at = ?"
+                    " WHERE branch_id = ? AND owner = ? AND token = ? AND expires_at > ?",
                     (now + ttl, branch_id, owner, token, now),
                 ).rowcount
                 > 0
