@@ -73,7 +73,7 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     from proxy.config import Policy, Route, Upstream
     from proxy.identify import chain, split_prefix
     from proxy.ingest import ingest
-    from proxy.models import ModelCatalog
+    from proxy.catalog import ModelCatalog
     from proxy.projection import Projector
     from proxy.protocols import OPENAI_CHAT
     from proxy.store import make_store

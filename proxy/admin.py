@@ -6,28 +6,22 @@ Without a configured token every /admin path answers 404, as if it did not exist
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
 
 from starlette.requests import Request
 from starlette.routing import Route
 
-from .errors import BadRequest, NotFound, Unauthorized
+from .errors import BadRequest, NotFound
+from .http import RawResponse, json_response, require_token
 from .ledger import GROUP_BY, summarize
-from .responses import RawResponse, json_response
-from .state import AppState
+from .services import Services
 from .store.base import UsageQuery
 
 
-def _state(request: Request) -> AppState:
-    state: AppState = request.app.state.ctx
-    if not state.admin_token:
-        raise NotFound(f"Unknown path {request.url.path}: the admin API is disabled (set admin_token_env).")
-    given = request.headers.get("authorization", "")
-    token = given[7:] if given.lower().startswith("bearer ") else ""
-    if not hmac.compare_digest(token.encode(), state.admin_token.encode()):
-        raise Unauthorized("The admin API needs 'Authorization: Bearer <admin token>'.", code="invalid_admin_token")
+def _state(request: Request) -> Services:
+    state: Services = request.app.state.ctx
+    require_token(request, state.admin_token, "the admin API", "admin_token_env", "invalid_admin_token")
     return state
 
 
@@ -44,7 +38,7 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     return value
 
 
-async def _conversation_or_404(state: AppState, conversation_id: str) -> Any:
+async def _conversation_or_404(state: Services, conversation_id: str) -> Any:
     conversation = await state.store.get_conversation(conversation_id)
     if conversation is None:
         raise NotFound(f"No conversation {conversation_id!r}.", param="id")
@@ -93,7 +87,7 @@ async def list_calls(request: Request) -> RawResponse:
     return json_response({"data": [c.to_dict() for c in calls]})
 
 
-async def _branch_or_default(state: AppState, request: Request, conversation_id: str) -> str:
+async def _branch_or_default(state: Services, request: Request, conversation_id: str) -> str:
     branches = await state.store.list_branches(conversation_id)
     branch_id = request.query_params.get("branch")
     if branch_id is None:

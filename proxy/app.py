@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -16,21 +15,21 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from . import admin, retention
+from .catalog import ModelCatalog
+from .chat import endpoint
 from .compaction import Compactor
 from .config import Config
-from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, Unauthorized, openai_error_bytes
-from .litellm_upstream import RoutedUpstream, uses_litellm
+from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, openai_error_bytes
+from .http import RawResponse, json_response, require_token
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .models import ModelCatalog
-from .pipeline import endpoint
 from .projection import Projector
 from .protocols import WIRES, wire_for_path
 from .protocols.anthropic import count_tokens as anthropic_count_tokens
-from .responses import RawResponse, json_response
-from .state import AppState, resolve_secrets
+from .services import Services, resolve_secrets
 from .store import StoreError, make_store
 from .summarizer import Summarizer
-from .upstream import upstream_request_headers
+from .upstream.http import upstream_request_headers
+from .upstream.litellm import RoutedUpstream, uses_litellm
 
 log = logging.getLogger("ctxproxy")
 
@@ -73,7 +72,7 @@ async def _unexpected(request: Request, exc: Exception) -> RawResponse:
 
 
 async def healthz(request: Request) -> RawResponse:
-    state: AppState = request.app.state.ctx
+    state: Services = request.app.state.ctx
     try:
         await state.store.ping()
     except Exception:
@@ -84,22 +83,17 @@ async def healthz(request: Request) -> RawResponse:
 async def metrics(request: Request) -> RawResponse:
     """Prometheus text format. Open unless `metrics_token_env` is configured: then a bearer token
     is required (and while that variable is unset the path answers 404, like the admin API)."""
-    state: AppState = request.app.state.ctx
+    state: Services = request.app.state.ctx
     if state.config.metrics_token_env:
-        if not state.metrics_token:
-            name = state.config.metrics_token_env
-            raise NotFound(f"Unknown path {request.url.path}: metrics are disabled (set ${name}).")
-        given = request.headers.get("authorization", "")
-        token = given[7:] if given.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), state.metrics_token.encode()):
-            raise Unauthorized("/metrics needs 'Authorization: Bearer <metrics token>'.", code="invalid_metrics_token")
+        name = f"${state.config.metrics_token_env}"
+        require_token(request, state.metrics_token, "/metrics", name, "invalid_metrics_token")
     return RawResponse(state.metrics.render(), 200, [("content-type", METRICS_CONTENT_TYPE)])
 
 
 async def list_models(request: Request) -> RawResponse:
     """The models of the first OpenAI-compatible route's upstream, as the client would list them
     directly; with only litellm routes, their models."""
-    state: AppState = request.app.state.ctx
+    state: Services = request.app.state.ctx
     route = next((r for r in state.config.routes if not r.upstream.model), None)
     if route is None:
         data = [
@@ -137,7 +131,7 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         summarizer = Summarizer(upstream, env)
         compactor = Compactor(store, summarizer, projector)
         compactor.lease_ttl = config.compaction_lease_seconds
-        state = AppState(config, store, upstream, upstream_keys, admin_token or None, projector, compactor)
+        state = Services(config, store, upstream, upstream_keys, admin_token or None, projector, compactor)
         state.salt = await store.tenant_salt()
         state.metrics_token = metrics_token or None
         compactor.metrics = state.metrics

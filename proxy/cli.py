@@ -7,7 +7,7 @@ import logging
 import sys
 
 from .config import Config, ConfigError, Route, load_config
-from .state import resolve_secrets
+from .services import resolve_secrets
 
 
 def _target(route: Route) -> str:
@@ -83,7 +83,7 @@ def serve(args: argparse.Namespace) -> int:
 def replay_command(args: argparse.Namespace) -> int:
     import json
 
-    from .models import ModelCatalog
+    from .catalog import ModelCatalog
     from .projection import Projector
     from .replay import load_transcript, render_report, replay
 

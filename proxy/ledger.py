@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .models import ModelInfo
+from .catalog import ModelInfo
 from .store.base import USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
 
 TOKEN_FIELDS = ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")

@@ -24,10 +24,10 @@ from policies.index import ProjectionCache
 from policies.projection import project
 from policies.tokens import TokenCounter, encoding_name_for_model
 
+from .catalog import ModelCatalog
 from .config import Policy
 from .errors import ContextLengthExceeded
 from .history_cache import Remembered
-from .models import ModelCatalog
 from .store.base import StoredCheckpoint
 from .types import Json, Message
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from .config import Policy, Route
 from .errors import ProxyError, UpstreamError, UpstreamTimeout
-from .litellm_upstream import load_litellm, usage_from_litellm
 from .protocols.base import Wire
 from .types import Message
-from .upstream import UpstreamClient
+from .upstream.http import UpstreamClient
+from .upstream.litellm import load_litellm, usage_from_litellm
 from .usage import Usage
 
 

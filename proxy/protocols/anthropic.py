@@ -735,9 +735,8 @@ WIRE = AnthropicWire()
 async def count_tokens(request: Any) -> Any:
     """`POST /v1/messages/count_tokens`: relayed to the upstream of the route serving the body's
     model, unchanged and unrecorded; errors in Anthropic's shape."""
-    from ..limits import read_body
-    from ..responses import RawResponse
-    from ..upstream import upstream_request_headers
+    from ..http import RawResponse, read_body
+    from ..upstream.http import upstream_request_headers
 
     try:
         state = request.app.state.ctx

@@ -20,7 +20,7 @@ import openai
 import pytest
 import uvicorn
 
-from proxy.models import ModelCatalog
+from proxy.catalog import ModelCatalog
 from tests.conftest import UPSTREAM_KEY
 from tests.e2e.helpers import assert_openai_error, json_chunks, sse_payloads, stream_raw, user
 from tests.upstream_server import Reply

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.models import ModelCatalog
+from proxy.catalog import ModelCatalog
 from tests.conftest import ADMIN_TOKEN
 from tests.e2e.helpers import stream_raw, user
 from tests.e2e.test_rewriting import OBJECTIVE, SMALL_POLICY, SUMMARY, SYSTEM, is_summary_request, wait_checkpoints

@@ -12,8 +12,8 @@ from starlette.requests import Request
 
 from proxy.config import Limits
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout
-from proxy.limits import read_body
-from proxy.upstream import relayed_response_headers, upstream_request_headers
+from proxy.http import read_body
+from proxy.upstream.http import relayed_response_headers, upstream_request_headers
 
 # -- read_body ------------------------------------------------------------------------------------
 

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from .config import Route
-from .errors import UpstreamError, UpstreamTimeout
+from ..config import Route
+from ..errors import UpstreamError, UpstreamTimeout
 
 T = TypeVar("T")
 

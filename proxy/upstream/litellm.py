@@ -28,10 +28,11 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from .config import Route
-from .errors import Unauthorized, UpstreamError, UpstreamTimeout
-from .upstream import UpstreamClient, UpstreamResponse, within_deadlines
-from .usage import Usage, from_openai_chat
+from ..config import Route
+from ..errors import Unauthorized, UpstreamError, UpstreamTimeout
+from ..http import client_api_key
+from ..usage import Usage, from_openai_chat
+from .http import UpstreamClient, UpstreamResponse, within_deadlines
 
 # OpenAI chat-completions request fields passed to litellm; everything else in the body is dropped.
 ALLOWED_FIELDS = frozenset(
@@ -241,13 +242,7 @@ def _where(route: Route) -> str:
 
 
 def _api_key(headers: Mapping[str, str]) -> str | None:
-    for name, value in headers.items():
-        lower = name.lower()
-        if lower == "authorization" and value.lower().startswith("bearer "):
-            return value[7:].strip() or None
-        if lower in ("x-api-key", "api-key") and value:
-            return value
-    return None
+    return client_api_key({name.lower(): value for name, value in headers.items()})
 
 
 class LitellmResponse(UpstreamResponse):

@@ -12,7 +12,7 @@ from .history_cache import HistoryCache
 from .metrics import Metrics
 from .projection import Projector
 from .store.base import Store
-from .upstream import UpstreamClient
+from .upstream.http import UpstreamClient
 
 
 def resolve_secrets(config: Config, env: dict[str, str] | None = None) -> dict[str, str]:
@@ -53,7 +53,7 @@ class BoundedSet:
 
 
 @dataclass
-class AppState:
+class Services:
     config: Config
     store: Store
     upstream: UpstreamClient

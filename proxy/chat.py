@@ -22,27 +22,19 @@ from .compaction import CompactionJob
 from .config import Policy, Route
 from .errors import NotFound, ProxyError, UpstreamTimeout
 from .history_cache import Remembered
+from .http import RawResponse, client_api_key, read_body
 from .ingest import Ingested, append_response, ingest
 from .ledger import call_cost
-from .limits import read_body
-from .litellm_upstream import usage_from_litellm
 from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome, StreamRelay
-from .responses import RawResponse
-from .state import AppState
+from .services import Services
 from .store.base import CallRecord, ConversationGone, StoreError
-from .upstream import CREDENTIAL_HEADERS, UpstreamResponse, upstream_request_headers
+from .upstream.http import CREDENTIAL_HEADERS, UpstreamResponse, upstream_request_headers
+from .upstream.litellm import usage_from_litellm
 
 log = logging.getLogger("ctxproxy")
 
 DEGRADED_HEADER = "X-Ctxproxy-Degraded"
-
-
-def client_api_key(headers: Any) -> str | None:
-    auth = headers.get("authorization")
-    if auth and auth.lower().startswith("bearer "):
-        return str(auth[7:].strip()) or None
-    return headers.get("x-api-key") or headers.get("api-key") or None
 
 
 def endpoint(wire: Wire) -> Callable[[Request], Awaitable[Any]]:
@@ -53,7 +45,7 @@ def endpoint(wire: Wire) -> Callable[[Request], Awaitable[Any]]:
 
 
 async def handle(request: Request, wire: Wire) -> Any:
-    state: AppState = request.app.state.ctx
+    state: Services = request.app.state.ctx
     config = state.config
     t0 = time.monotonic()
     started = time.time()
@@ -153,7 +145,7 @@ async def handle(request: Request, wire: Wire) -> Any:
 
 
 async def _passthrough(
-    state: AppState,
+    state: Services,
     wire: Wire,
     route: Route,
     request: Request,
@@ -198,7 +190,7 @@ def _never() -> None:
     return None
 
 
-def _summary_auth(state: AppState, wire: Wire, route: Route, request: Request) -> dict[str, str]:
+def _summary_auth(state: Services, wire: Wire, route: Route, request: Request) -> dict[str, str]:
     """Credentials for a summarizer call on the route's upstream: the route's key, else the
     client's own (held in memory for the job only, never stored)."""
     key = state.upstream_key(route)
@@ -215,7 +207,7 @@ def _rewritten(projection: Projection) -> bool:
 
 
 async def _project(
-    state: AppState,
+    state: Services,
     wire: Wire,
     route: Route,
     policy: Policy,
@@ -263,7 +255,7 @@ async def _project(
     return state.projector.project(*args, committed, identity.branch_id)
 
 
-def _calibrate(state: AppState, call: CallRecord) -> None:
+def _calibrate(state: Services, call: CallRecord) -> None:
     """Feed what the upstream billed back into the estimate for the next call on this branch."""
     if call.projection is None or call.branch_id is None:
         return
@@ -276,7 +268,7 @@ def _calibrate(state: AppState, call: CallRecord) -> None:
 
 
 async def _relay_whole(
-    state: AppState,
+    state: Services,
     wire: Wire,
     call: CallRecord,
     ingested: Ingested,
@@ -321,7 +313,7 @@ async def _relay_whole(
 
 
 async def _finish_stream(
-    state: AppState,
+    state: Services,
     wire: Wire,
     call: CallRecord,
     ingested: Ingested,
@@ -364,7 +356,7 @@ async def _finish_stream(
             await _append_response(state, ingested, call.response, call.id)
 
 
-async def _append_response(state: AppState, ingested: Ingested, message: dict[str, Any], call_id: str) -> None:
+async def _append_response(state: Services, ingested: Ingested, message: dict[str, Any], call_id: str) -> None:
     try:
         await append_response(state.store, ingested, message, call_id)
     except StoreError as exc:
@@ -383,7 +375,7 @@ def _error_kind(exc: ProxyError, answering: bool = False) -> str:
     return f"http_{exc.status}"
 
 
-async def _record(state: AppState, call: CallRecord, wire: Wire | None = None, error_kind: str | None = None) -> None:
+async def _record(state: Services, call: CallRecord, wire: Wire | None = None, error_kind: str | None = None) -> None:
     """The one place a main call's record is finalized: cost, metrics, then the store."""
     route = next((r for r in state.config.routes if r.name == call.route), None)
     provider_model = route.upstream.model if route is not None else None
@@ -398,7 +390,7 @@ async def _record(state: AppState, call: CallRecord, wire: Wire | None = None, e
         log.error("call record %s not stored: %s", call.id, exc)
 
 
-async def _store_blob(state: AppState, value: Any, digest: str | None = None) -> str | None:
+async def _store_blob(state: Services, value: Any, digest: str | None = None) -> str | None:
     """System prefixes and tool definitions are stored once by content, referenced by calls."""
     if not value:
         return None

@@ -1,0 +1,112 @@
+"""The HTTP edge, below the handlers: plain ASGI responses, request body reading with its limits,
+and the credentials a request carries.
+
+Responses keep upstream headers as a list, so repeated names survive. uvicorn and starlette enforce
+no body limits: a 50 MB body would otherwise be read whole into memory, and a client sending one
+byte every two seconds would hold a worker forever. The body is refused (413) from its
+Content-Length before any of it is read, or as soon as the bytes read pass the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive, Scope, Send
+
+from .config import Limits
+from .errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout, Unauthorized
+
+
+class RawResponse:
+    """`after` runs once the body is sent (bookkeeping that the client need not wait for); it is
+    shielded, so a client that hangs up cannot cancel it."""
+
+    def __init__(
+        self,
+        body: bytes,
+        status: int,
+        headers: list[tuple[str, str]],
+        after: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.body = body
+        self.status = status
+        self.headers = headers
+        self.after = after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
+        headers.append((b"content-length", str(len(self.body)).encode()))
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send({"type": "http.response.body", "body": self.body})
+        finally:
+            if self.after is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.after()
+
+
+def json_response(data: Any, status: int = 200, headers: list[tuple[str, str]] | None = None) -> RawResponse:
+    body = json.dumps(data).encode()
+    return RawResponse(body, status, [("content-type", "application/json"), *(headers or [])])
+
+
+async def read_body(request: Request, limits: Limits) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise BadRequest("The Content-Length header is not a number.")
+        if int(declared) > limits.max_body_bytes:
+            raise PayloadTooLarge(_too_large(int(declared), limits))
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(limits.receive_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limits.max_body_bytes:
+                    raise PayloadTooLarge(_too_large(size, limits))
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"The request body was not received within {limits.receive_timeout:g} s "
+            f"({size} bytes arrived). Send the whole body promptly."
+        ) from None
+    except ClientDisconnect:
+        raise BadRequest("The client disconnected before the request body was complete.") from None
+    return b"".join(chunks)
+
+
+def _too_large(size: int, limits: Limits) -> str:
+    return (
+        f"The request body is {size:,} bytes or more; this proxy accepts at most {limits.max_body_bytes:,} bytes "
+        "(limits.max_body_bytes). Shorten the request or raise the limit."
+    )
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer ...` header, or None."""
+    auth = headers.get("authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return None
+
+
+def client_api_key(headers: Mapping[str, str]) -> str | None:
+    """The client's own key in any of the three ways the APIs take it (OpenAI, Anthropic, Azure)."""
+    return bearer_token(headers) or headers.get("x-api-key") or headers.get("api-key") or None
+
+
+def require_token(request: Request, expected: str | None, what: str, setting: str, code: str) -> None:
+    """The gate of the operator's own endpoints (admin API, metrics): 404 while the token is not
+    configured, as if the path did not exist; 401 unless the bearer token matches (constant time)."""
+    if not expected:
+        raise NotFound(f"Unknown path {request.url.path}: {what} is disabled (set {setting}).")
+    given = bearer_token(request.headers) or ""
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise Unauthorized(f"{what} needs 'Authorization: Bearer <token>'.", code=code)
