@@ -12,8 +12,8 @@ from bench.stats import r
 def run_savings(
     windows: list[int], files_limit: int | None, sessions: list[tuple[int, int]], log: Any
 ) -> dict[str, Any]:
-    from proxy.config import Policy
     from proxy.catalog import ModelCatalog
+    from proxy.config import Policy
     from proxy.projection import Projector
     from proxy.replay import load_transcript, replay
 

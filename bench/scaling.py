@@ -69,13 +69,15 @@ def run_scaling(
 
 async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, log: Any) -> dict[str, Any]:
     from bench.mock_upstream import SUMMARY_TEXT, USAGE
+    from proxy.catalog import ModelCatalog
     from proxy.compaction import CompactionJob, Compactor
     from proxy.config import Policy, Route, Upstream
-    from proxy.identify import chain, split_prefix
+    from proxy.history_cache import HistoryCache
     from proxy.ingest import ingest
-    from proxy.catalog import ModelCatalog
+    from proxy.metrics import Metrics
     from proxy.projection import Projector
     from proxy.protocols import OPENAI_CHAT
+    from proxy.record import Recorder
     from proxy.store import make_store
     from proxy.summarizer import SummaryResult
     from proxy.usage import from_openai_chat
@@ -93,8 +95,9 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     store = make_store(f"sqlite:///{db}")
     await store.open()
     projector = Projector(ModelCatalog())
-    compactor = Compactor(store, StubSummarizer(), projector)  # type: ignore[arg-type]
     route = Route(name="bench", upstream=Upstream(base_url="http://127.0.0.1:9/v1"))
+    recorder = Recorder(store, Metrics(), projector.catalog, [route])
+    compactor = Compactor(store, StubSummarizer(), projector, recorder)  # type: ignore[arg-type]
     model = "gpt-4o"
     out = []
     try:
@@ -103,8 +106,8 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
             session = generated_session(turns)
             messages = session["messages"][:-1]
             tenant = f"t_compaction_{window}"
-            prefix, history = split_prefix(messages)
-            ingested = await ingest(store, tenant, prefix, history, chain(tenant, history), None)
+            ingested = await ingest(store, HistoryCache(), OPENAI_CHAT, tenant, messages, None, 0)
+            prefix, history = ingested.prefix, ingested.history
             hashes = ingested.hashes
             branch = ingested.identity.branch_id
             counter = projector.counter(model)

@@ -21,7 +21,7 @@ from .store.base import UsageQuery
 
 def _state(request: Request) -> Services:
     state: Services = request.app.state.ctx
-    require_token(request, state.admin_token, "the admin API", "admin_token_env", "invalid_admin_token")
+    require_token(request, state.keys.admin_token, "the admin API", "admin_token_env", "invalid_admin_token")
     return state
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,22 +13,24 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Route
 
-from . import admin, retention
+from . import admin, endpoints, retention
 from .catalog import ModelCatalog
 from .chat import endpoint
 from .compaction import Compactor
 from .config import Config
 from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, openai_error_bytes
-from .http import RawResponse, json_response, require_token
-from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .history_cache import HistoryCache
+from .http import RawResponse
+from .keys import resolve_keys
+from .metrics import Metrics
 from .projection import Projector
 from .protocols import WIRES, wire_for_path
 from .protocols.anthropic import count_tokens as anthropic_count_tokens
-from .services import Services, resolve_secrets
+from .record import Recorder
+from .services import Services
 from .store import StoreError, make_store
 from .summarizer import Summarizer
-from .upstream.http import upstream_request_headers
-from .upstream.litellm import RoutedUpstream, uses_litellm
+from .upstream import RoutedUpstream, uses_litellm
 
 log = logging.getLogger("ctxproxy")
 
@@ -71,53 +72,8 @@ async def _unexpected(request: Request, exc: Exception) -> RawResponse:
     )
 
 
-async def healthz(request: Request) -> RawResponse:
-    state: Services = request.app.state.ctx
-    try:
-        await state.store.ping()
-    except Exception:
-        return json_response({"status": "store unavailable"}, 503)
-    return json_response({"status": "ok"})
-
-
-async def metrics(request: Request) -> RawResponse:
-    """Prometheus text format. Open unless `metrics_token_env` is configured: then a bearer token
-    is required (and while that variable is unset the path answers 404, like the admin API)."""
-    state: Services = request.app.state.ctx
-    if state.config.metrics_token_env:
-        name = f"${state.config.metrics_token_env}"
-        require_token(request, state.metrics_token, "/metrics", name, "invalid_metrics_token")
-    return RawResponse(state.metrics.render(), 200, [("content-type", METRICS_CONTENT_TYPE)])
-
-
-async def list_models(request: Request) -> RawResponse:
-    """The models of the first OpenAI-compatible route's upstream, as the client would list them
-    directly; with only litellm routes, their models."""
-    state: Services = request.app.state.ctx
-    route = next((r for r in state.config.routes if not r.upstream.model), None)
-    if route is None:
-        data = [
-            {"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
-            for r in state.config.routes
-        ]
-        return json_response({"object": "list", "data": data})
-    key = state.upstream_key(route)
-    headers = upstream_request_headers(
-        request.headers, {"Authorization": f"Bearer {key}"} if key else None, frozenset()
-    )
-    upstream = await state.upstream.send(route, "GET", "/models", None, headers)
-    try:
-        body = await upstream.read()
-    finally:
-        upstream.close()
-    return RawResponse(body, upstream.status, upstream.headers)
-
-
 def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
-    env = dict(os.environ) if env is None else env
-    upstream_keys = resolve_secrets(config, env)
-    admin_token = env.get(config.admin_token_env) if config.admin_token_env else None
-    metrics_token = env.get(config.metrics_token_env) if config.metrics_token_env else None
+    keys = resolve_keys(config, env)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -127,15 +83,17 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         await upstream.start()
         if uses_litellm(config.routes) or any(p.summarizer.model for p in config.policies.values()):
             upstream.litellm.warm_up()  # import litellm now, not in the first call's way
-        projector = Projector(ModelCatalog())
-        summarizer = Summarizer(upstream, env)
-        compactor = Compactor(store, summarizer, projector)
+        catalog = ModelCatalog()
+        projector = Projector(catalog)
+        metrics = Metrics()
+        recorder = Recorder(store, metrics, catalog, config.routes)
+        compactor = Compactor(store, Summarizer(upstream, keys), projector, recorder)
         compactor.lease_ttl = config.compaction_lease_seconds
-        state = Services(config, store, upstream, upstream_keys, admin_token or None, projector, compactor)
-        state.salt = await store.tenant_salt()
-        state.metrics_token = metrics_token or None
-        compactor.metrics = state.metrics
-        app.state.ctx = state
+        salt = await store.tenant_salt()
+        services = Services(
+            config, keys, store, upstream, projector, compactor, recorder, metrics, HistoryCache(), salt
+        )
+        app.state.ctx = services
         purger = None
         if retention.enabled(config.retention):
             purger = asyncio.create_task(retention.run_forever(store, config.retention), name="retention")
@@ -152,10 +110,10 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
 
     routes = [
         *(Route(path, endpoint(wire), methods=["POST"]) for wire in WIRES for path in wire.paths),
-        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models", endpoints.list_models, methods=["GET"]),
         Route("/v1/messages/count_tokens", anthropic_count_tokens, methods=["POST"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
+        Route("/healthz", endpoints.healthz, methods=["GET"]),
+        Route("/metrics", endpoints.metrics, methods=["GET"]),
         *admin.routes,
     ]
     # starlette types handlers as returning its Response; ours return plain ASGI responses

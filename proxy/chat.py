@@ -1,14 +1,15 @@
 """The orchestrator of every proxied model call, whatever the client API (the `Wire`).
-Reads as DESIGN's steps, one call per step: route, identify + ingest, project, forward, relay,
-record (compaction is started from project).
+
+`handle` reads as DESIGN's steps, one call each: route (`routing`), identify + ingest (`ingest`),
+project (`projection`, which may start a compaction: `compaction`), forward (`upstream`), relay
+(`relay` for streams, `http.RawResponse` for whole bodies), record (`record`). The response turn
+is appended and the call record written after the client has its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,20 +18,18 @@ from starlette.requests import Request
 
 from policies.base import Projection
 
-from . import identify
+from . import identify, record, routing
 from .compaction import CompactionJob
 from .config import Policy, Route
-from .errors import NotFound, ProxyError, UpstreamTimeout
-from .history_cache import Remembered
+from .endpoints import relay_unchanged
+from .errors import ProxyError
 from .http import RawResponse, client_api_key, read_body
 from .ingest import Ingested, append_response, ingest
-from .ledger import call_cost
-from .protocols.base import StreamObserver, Wire
+from .protocols.base import Wire
 from .relay import StreamOutcome, StreamRelay
 from .services import Services
 from .store.base import CallRecord, ConversationGone, StoreError
-from .upstream.http import CREDENTIAL_HEADERS, UpstreamResponse, upstream_request_headers
-from .upstream.litellm import usage_from_litellm
+from .upstream.base import UpstreamResponse
 
 log = logging.getLogger("ctxproxy")
 
@@ -45,8 +44,8 @@ def endpoint(wire: Wire) -> Callable[[Request], Awaitable[Any]]:
 
 
 async def handle(request: Request, wire: Wire) -> Any:
-    state: Services = request.app.state.ctx
-    config = state.config
+    services: Services = request.app.state.ctx
+    config = services.config
     t0 = time.monotonic()
     started = time.time()
 
@@ -54,160 +53,66 @@ async def handle(request: Request, wire: Wire) -> Any:
     body = wire.parse(raw)
     model, stream = wire.envelope(body)
     messages = wire.messages(body)
-
-    route = config.route_for(wire.path, model)
-    if route is None:
-        raise NotFound(
-            f"No route serves model {model!r} on {wire.path}. Configured routes: "
-            + ", ".join(f"{r.name} (model {r.match.model})" for r in config.routes)
-            + ".",
-            param="model",
-            code="model_not_found",
-        )
-
-    tenant = identify.tenant_of(client_api_key(request.headers), state.salt)
-    prefix, history = identify.split_prefix(messages)
-    # Messages equal to an earlier accepted request were validated, hashed and counted then.
-    known = state.history.lookup(tenant, history)
-    wire.validate(messages, 0, len(prefix))
-    wire.validate(messages, len(prefix) + (len(known.messages) if known else 0))
-    hashes = state.history.hashes(tenant, history, known)
-    remembered = Remembered(history, hashes, 2 * len(raw))  # the bodies and their encodings
+    route, policy = routing.route_for(config, wire.path, model)
+    tenant = identify.tenant_of(client_api_key(request.headers), services.salt)
     header = config.conversation_header
-    policy = config.policy_for(route)
     try:
-        ingested = await ingest(state.store, tenant, prefix, history, hashes, request.headers.get(header))
-        state.history.remember(tenant, remembered)
-        identity = ingested.identity
-        call = CallRecord(
-            id="call_" + secrets.token_hex(10),
-            tenant=tenant,
-            route=route.name,
-            model=model,
-            purpose="main",
-            stream=stream,
-            started_at=started,
-            conversation_id=identity.conversation_id,
-            branch_id=identity.branch_id,
-            system_hash=ingested.system_hash,
-            tools_hash=await _store_blob(state, body.get("tools")),
+        ingested = await ingest(
+            services.store, services.history, wire, tenant, messages, request.headers.get(header), len(raw)
         )
-        await _store_blob(state, ingested.prefix, ingested.system_hash)
-
-        sent_messages = messages
+        call = await _open_call(services, route, model, stream, body, ingested, started)
+        sent = messages
         if policy.rewrite and getattr(wire, "rewrite_allowed", _always)(body):
+            # A litellm route's window and prices are its provider model's, whatever the client calls it.
+            auth = routing.summary_auth(services.keys, wire, route, request.headers)
             projection = await _project(
-                # A litellm route's window and prices are its provider model's, whatever the client calls it.
-                state,
-                wire,
-                route,
-                policy,
-                route.upstream.model or model,
-                body,
-                ingested,
-                _summary_auth(state, wire, route, request),
-                known,
-                remembered,
+                services, wire, route, policy, route.upstream.model or model, body, ingested, auth
             )
             call.projection = projection.record.summary_dict()
             if _rewritten(projection):
-                sent_messages = projection.messages
+                sent = projection.messages
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
             raise
-        return await _passthrough(state, wire, route, request, raw, body, stream, exc)
-    encoded, remembered.encoded = wire.encode(
-        body, None if sent_messages is messages else sent_messages, stream, known.encoded if known else None
-    )
+        return await _passthrough(services, wire, route, request, raw, body, stream, exc)
+    known = ingested.known.encoded if ingested.known else None
+    encoded, ingested.remembered.encoded = wire.encode(body, None if sent is messages else sent, stream, known)
     payload = raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
-    key = state.upstream_key(route)
-    headers = upstream_request_headers(
-        request.headers, wire.auth_headers(key) if key else None, frozenset({header.lower()})
-    )
-    echo = [(header, identity.external_id or identity.conversation_id)]
+    echo = [(header, ingested.identity.external_id or ingested.identity.conversation_id)]
 
     try:
-        upstream = await state.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+        headers = routing.upstream_headers(services.keys, wire, route, request.headers, frozenset({header.lower()}))
+        upstream = await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
     except ProxyError as exc:
-        call.error = exc.message
-        call.latency_ms = _ms(time.monotonic() - t0)
-        await _record(state, call, wire, _error_kind(exc))
+        record.failed(call, exc, t0)
+        await services.recorder.finish(call, wire.name, record.error_kind(exc))
         raise
 
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         observer = wire.observer(body)
 
         async def finish(outcome: StreamOutcome) -> None:
-            await _finish_stream(state, wire, call, ingested, upstream, observer, outcome, t0)
+            kind = record.streamed(call, wire, upstream, observer, outcome, t0)
+            await _close_call(services, wire, call, ingested, kind)
 
         return StreamRelay(upstream, observer, finish, echo)
-    return await _relay_whole(state, wire, call, ingested, upstream, t0, echo)
+    return await _relay_whole(services, wire, call, ingested, upstream, t0, echo)
 
 
-async def _passthrough(
-    state: Services,
-    wire: Wire,
-    route: Route,
-    request: Request,
-    raw: bytes,
-    body: dict[str, Any],
-    stream: bool,
-    exc: StoreError,
-) -> Any:
-    """`store_failure: passthrough`: the store is down, so relay the client's request unrewritten,
-    record nothing, and say so in a response header."""
-    log.warning("store unavailable on %s (route %s); relaying unrewritten: %s", wire.path, route.name, exc)
-    state.metrics.observe_store_passthrough(route.name)
-    encoded, _ = wire.encode(body, None, stream, None)
-    key = state.upstream_key(route)
-    headers = upstream_request_headers(
-        request.headers,
-        wire.auth_headers(key) if key else None,
-        frozenset({state.config.conversation_header.lower()}),
-    )
-    degraded = [(DEGRADED_HEADER, "store-unavailable")]
-    upstream = await state.upstream.send(
-        route, "POST", wire.upstream_path, raw if encoded is None else encoded, headers
-    )
-    if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
-        return StreamRelay(upstream, wire.observer(body), _unrecorded, degraded)
-    try:
-        data = await upstream.read()
-    finally:
-        upstream.close()
-    return RawResponse(data, upstream.status, [*upstream.headers, *degraded])
-
-
-async def _unrecorded(outcome: StreamOutcome) -> None:
-    return None
-
-
-def _always(body: Any) -> bool:
-    return True
-
-
-def _never() -> None:
-    return None
-
-
-def _summary_auth(state: Services, wire: Wire, route: Route, request: Request) -> dict[str, str]:
-    """Credentials for a summarizer call on the route's upstream: the route's key, else the
-    client's own (held in memory for the job only, never stored)."""
-    key = state.upstream_key(route)
-    if key is not None:
-        return wire.auth_headers(key)
-    return {k: v for k, v in request.headers.items() if k.lower() in CREDENTIAL_HEADERS}
-
-
-def _rewritten(projection: Projection) -> bool:
-    record = projection.record
-    return bool(
-        record.covered_through_seq or record.trimmed or record.pruned_seqs or record.orphan_seqs or record.repaired
-    )
+async def _open_call(
+    services: Services, route: Route, model: str, stream: bool, body: dict[str, Any], ingested: Ingested, started: float
+) -> CallRecord:
+    identity = ingested.identity
+    call = services.recorder.open(identity.tenant, route, model, "main", stream, started)
+    call.conversation_id, call.branch_id = identity.conversation_id, identity.branch_id
+    call.system_hash = ingested.system_hash
+    call.tools_hash = await services.recorder.blob(body.get("tools"))
+    await services.recorder.blob(ingested.prefix, ingested.system_hash)
+    return call
 
 
 async def _project(
-    state: Services,
+    services: Services,
     wire: Wire,
     route: Route,
     policy: Policy,
@@ -215,16 +120,17 @@ async def _project(
     body: dict[str, Any],
     ingested: Ingested,
     auth: dict[str, str],
-    known: Remembered | None,
-    remembered: Remembered,
 ) -> Projection:
     """Project with the active checkpoint; start a compaction when the plan asks for one, and
     wait for it (bounded) only when the request could not be served without dropping history."""
     identity = ingested.identity
-    checkpoint = await state.store.active_checkpoint(identity.branch_id)
-    items = state.projector.items(ingested.history, ingested.hashes, state.projector.counter(model), known, remembered)
+    projector = services.projector
+    checkpoint = await services.store.active_checkpoint(identity.branch_id)
+    items = projector.items(
+        ingested.history, ingested.hashes, projector.counter(model), ingested.known, ingested.remembered
+    )
     args = (policy, model, body, ingested.prefix, items)
-    projection = state.projector.project(*args, checkpoint, identity.branch_id)
+    projection = projector.project(*args, checkpoint, identity.branch_id)
     plan = projection.record.compaction
     if plan is None:
         return projection
@@ -243,7 +149,7 @@ async def _project(
         client_auth=auth,
         wire=wire,
     )
-    task = state.compactor.request(job)
+    task = services.compactor.request(job)
     if task is None or not projection.record.pruned_seqs or policy.on_overflow != "wait":
         return projection
     try:
@@ -252,23 +158,11 @@ async def _project(
         committed = None
     if committed is None:
         return projection
-    return state.projector.project(*args, committed, identity.branch_id)
-
-
-def _calibrate(state: Services, call: CallRecord) -> None:
-    """Feed what the upstream billed back into the estimate for the next call on this branch."""
-    if call.projection is None or call.branch_id is None:
-        return
-    state.projector.calibrate(
-        call.branch_id,
-        call.projection.get("checkpoint_generation") or 0,
-        call.projection.get("sent_tokens") or 0,
-        call.usage.get("input_total"),
-    )
+    return projector.project(*args, committed, identity.branch_id)
 
 
 async def _relay_whole(
-    state: Services,
+    services: Services,
     wire: Wire,
     call: CallRecord,
     ingested: Ingested,
@@ -278,136 +172,83 @@ async def _relay_whole(
 ) -> RawResponse:
     call.upstream_status = upstream.status
     call.request_id = upstream.request_id
-    call.ttfb_ms = _ms(time.monotonic() - t0)
+    call.ttfb_ms = record.ms(time.monotonic() - t0)
     try:
         data = await upstream.read()
     except ProxyError as exc:
-        call.error = exc.message
-        call.latency_ms = _ms(time.monotonic() - t0)
-        await _record(state, call, wire, _error_kind(exc, answering=True))
+        record.failed(call, exc, t0)
+        await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
         raise
     finally:
         upstream.close()
-    call.latency_ms = _ms(time.monotonic() - t0)
+    call.latency_ms = record.ms(time.monotonic() - t0)
     status = upstream.status
 
     async def bookkeeping() -> None:
         # After the client has its answer: parse, store the response turn, write the record.
-        parsed = _json_object(data)
-        if status == 200 and parsed is not None:
-            message, call.finish_reason, call.usage_raw = wire.response(parsed)
-            call.response = message
-            call.usage = wire.usage(call.usage_raw).to_dict()
-            call.status = "complete"
-            _calibrate(state, call)
-            if message is not None:
-                await _append_response(state, ingested, message, call.id)
-        else:
-            call.status = "error"
-            call.error = data[:4000].decode("utf-8", errors="replace")
-            call.usage = wire.usage(None).to_dict()
-        kind = None if call.status == "complete" else (f"http_{status}" if status != 200 else "malformed")
-        await _record(state, call, wire, kind)
+        await _close_call(services, wire, call, ingested, record.answered(call, wire, status, data))
 
     return RawResponse(data, status, [*upstream.headers, *echo], after=bookkeeping)
 
 
-async def _finish_stream(
-    state: Services,
-    wire: Wire,
-    call: CallRecord,
-    ingested: Ingested,
-    upstream: UpstreamResponse,
-    observer: StreamObserver,
-    outcome: StreamOutcome,
-    t0: float,
+async def _close_call(
+    services: Services, wire: Wire, call: CallRecord, ingested: Ingested, error_kind: str | None
 ) -> None:
-    chunks = observer.chunks
-    call.upstream_status = upstream.status
-    call.request_id = upstream.request_id
-    call.ttfb_ms = _ms(outcome.first_byte_at - t0) if outcome.first_byte_at else None
-    call.latency_ms = _ms((outcome.ended_at or time.monotonic()) - t0)
-    call.response = observer.message()
-    call.finish_reason = observer.finish_reason()
-    call.usage_raw = observer.usage_raw()
-    call.usage = wire.usage(call.usage_raw).to_dict()
-    failure = getattr(observer, "failure", _never)()
-    if failure is not None and outcome.error is None:
-        call.status, call.error = "error", failure
-    elif observer.done and outcome.error is None:
-        # The end reached the client; a disconnect after it is the client hanging up, not a loss.
-        call.status = "complete"
-    elif outcome.client_disconnected:
-        call.status, call.error = "partial", f"client disconnected after {chunks} chunks"
-    elif outcome.error is not None:
-        call.status, call.error = ("partial" if chunks else "error"), outcome.error.message
-    else:
-        call.status = "partial"
-        call.error = f"upstream closed the stream after {chunks} chunks without its end event"
-    kind = None
-    if outcome.error is not None:
-        kind = _error_kind(outcome.error, answering=True)
-    elif call.status != "complete" and not outcome.client_disconnected:
-        kind = "stream_error" if failure is not None else "truncated"
-    await _record(state, call, wire, kind)
-    if call.status == "complete":
-        _calibrate(state, call)
-        if call.response is not None:
-            await _append_response(state, ingested, call.response, call.id)
-
-
-async def _append_response(state: Services, ingested: Ingested, message: dict[str, Any], call_id: str) -> None:
+    """Write the record; a complete answer also calibrates the estimate and joins the history."""
+    await services.recorder.finish(call, wire.name, error_kind)
+    if call.status != "complete":
+        return
+    if call.projection is not None and call.branch_id is not None:
+        # What the upstream billed feeds the estimate of the next call on this branch.
+        services.projector.calibrate(
+            call.branch_id,
+            call.projection.get("checkpoint_generation") or 0,
+            call.projection.get("sent_tokens") or 0,
+            call.usage.get("input_total"),
+        )
+    if call.response is None:
+        return
     try:
-        await append_response(state.store, ingested, message, call_id)
+        await append_response(services.store, ingested, call.response, call.id)
     except StoreError as exc:
         # The conversation was deleted while the call ran, or the store failed after the answer
         # was already relayed: the client has its answer, the call record says what happened.
-        log.warning("response of call %s not stored: %s", call_id, exc)
+        log.warning("response of call %s not stored: %s", call.id, exc)
 
 
-def _error_kind(exc: ProxyError, answering: bool = False) -> str:
-    """The `kind` label of ctxproxy_upstream_errors_total for a failure raised by the hop:
-    `timeout`, `connect` (no answer), `broken` (the answer broke off), else `http_<status>`."""
-    if isinstance(exc, UpstreamTimeout):
-        return "timeout"
-    if exc.status == 502:
-        return "broken" if answering else "connect"
-    return f"http_{exc.status}"
+async def _passthrough(
+    services: Services,
+    wire: Wire,
+    route: Route,
+    request: Request,
+    raw: bytes,
+    body: dict[str, Any],
+    stream: bool,
+    exc: StoreError,
+) -> Any:
+    """`store_failure: passthrough`: the store is down, so relay the client's request unrewritten,
+    record nothing, and say so in a response header."""
+    log.warning("store unavailable on %s (route %s); relaying unrewritten: %s", wire.path, route.name, exc)
+    services.metrics.observe_store_passthrough(route.name)
+    encoded, _ = wire.encode(body, None, stream, None)
+    drop = frozenset({services.config.conversation_header.lower()})
+    headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop)
+    degraded = [(DEGRADED_HEADER, "store-unavailable")]
+    payload = raw if encoded is None else encoded
+    upstream = await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+    if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
+        return StreamRelay(upstream, wire.observer(body), _unrecorded, degraded)
+    return await relay_unchanged(upstream, degraded)
 
 
-async def _record(state: Services, call: CallRecord, wire: Wire | None = None, error_kind: str | None = None) -> None:
-    """The one place a main call's record is finalized: cost, metrics, then the store."""
-    route = next((r for r in state.config.routes if r.name == call.route), None)
-    provider_model = route.upstream.model if route is not None else None
-    if provider_model and call.usage_raw is not None:
-        call.usage = usage_from_litellm(call.usage_raw).to_dict()  # litellm's cache writes are inside the input
-    price_model = provider_model or call.model
-    call.cost_usd = call_cost(call.usage, state.projector.catalog.info(price_model)) if price_model else None
-    state.metrics.observe_call(call, wire.name if wire is not None else "unknown", error_kind)
-    try:
-        await state.store.record_call(call)
-    except StoreError as exc:
-        log.error("call record %s not stored: %s", call.id, exc)
+async def _unrecorded(outcome: StreamOutcome) -> None:
+    return None
 
 
-async def _store_blob(state: Services, value: Any, digest: str | None = None) -> str | None:
-    """System prefixes and tool definitions are stored once by content, referenced by calls."""
-    if not value:
-        return None
-    data = json.dumps(value, sort_keys=True)
-    digest = digest or identify.blob_hash(data)
-    if state.known_blobs.add(digest):
-        await state.store.put_blob(digest, data)
-    return digest
+def _always(body: Any) -> bool:
+    return True
 
 
-def _json_object(data: bytes) -> dict[str, Any] | None:
-    try:
-        parsed = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
+def _rewritten(projection: Projection) -> bool:
+    done = projection.record
+    return bool(done.covered_through_seq or done.trimmed or done.pruned_seqs or done.orphan_seqs or done.repaired)

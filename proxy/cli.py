@@ -7,7 +7,7 @@ import logging
 import sys
 
 from .config import Config, ConfigError, Route, load_config
-from .services import resolve_secrets
+from .keys import resolve_keys
 
 
 def _target(route: Route) -> str:
@@ -38,7 +38,7 @@ def _load(path: str, secrets: bool = True) -> Config | None:
         config = load_config(path)
         if secrets:
             try:
-                resolve_secrets(config)
+                resolve_keys(config)
             except ConfigError as exc:
                 raise ConfigError([f"{path}: {p}" for p in exc.problems]) from None
     except ConfigError as exc:

@@ -33,11 +33,10 @@ from policies.summary_prompt import build_summary_messages, check_summary, summa
 from policies.text import message_text
 
 from .config import Policy, Route
-from .ledger import call_cost
-from .metrics import Metrics
 from .projection import Projector
 from .protocols.base import Wire
-from .store.base import CallRecord, CheckpointCandidate, ConversationGone, Store, StoredCheckpoint, StoreError
+from .record import Recorder
+from .store.base import CheckpointCandidate, ConversationGone, Store, StoredCheckpoint, StoreError
 from .summarizer import Summarizer, SummaryResult
 from .types import Message
 
@@ -65,15 +64,15 @@ class CompactionJob:
 
 
 class Compactor:
-    def __init__(self, store: Store, summarizer: Summarizer, projector: Projector) -> None:
+    def __init__(self, store: Store, summarizer: Summarizer, projector: Projector, recorder: Recorder) -> None:
         self.store = store
         self.summarizer = summarizer
         self.projector = projector
+        self.recorder = recorder
         self._jobs: dict[str, asyncio.Task[StoredCheckpoint | None]] = {}
         self._backoff: dict[str, tuple[float, int]] = {}
         self.completed = 0
         self.failed = 0
-        self.metrics: Metrics | None = None
         self.owner = "cmp_" + secrets.token_hex(8)
         """This process's lease owner id."""
         self.lease_ttl = LEASE_TTL
@@ -122,8 +121,7 @@ class Compactor:
         self._count("failed")
 
     def _count(self, result: str) -> None:
-        if self.metrics is not None:
-            self.metrics.observe_compaction(result)
+        self.recorder.metrics.observe_compaction(result)
 
     async def _run(self, job: CompactionJob) -> StoredCheckpoint | None:
         try:
@@ -234,31 +232,15 @@ class Compactor:
         return None, error
 
     async def _record(self, job: CompactionJob, model: str, result: SummaryResult, chunk: tuple[Item, ...]) -> None:
-        call = CallRecord(
-            id="call_" + secrets.token_hex(10),
-            tenant=job.tenant,
-            route=job.route.name,
-            model=model,
-            purpose="summary",
-            stream=False,
-            started_at=time.time() - result.latency_ms / 1000,
-            conversation_id=job.conversation_id,
-            branch_id=job.branch_id,
-            status="complete" if result.text is not None else "error",
-            upstream_status=result.upstream_status,
-            error=result.error,
-            latency_ms=result.latency_ms,
-            response={"role": "assistant", "content": result.text} if result.text is not None else None,
-            usage_raw=result.usage_raw,
-            usage=result.usage.to_dict(),
-            projection={"summarized_seqs": [chunk[0].seq, chunk[-1].seq] if chunk else []},
+        call = self.recorder.open(job.tenant, job.route, model, "summary", stream=False)
+        call.started_at -= result.latency_ms / 1000
+        call.conversation_id, call.branch_id = job.conversation_id, job.branch_id
+        call.status = "complete" if result.text is not None else "error"
+        call.upstream_status, call.error, call.latency_ms = result.upstream_status, result.error, result.latency_ms
+        call.response = {"role": "assistant", "content": result.text} if result.text is not None else None
+        call.usage_raw, call.usage = result.usage_raw, result.usage.to_dict()
+        call.projection = {"summarized_seqs": [chunk[0].seq, chunk[-1].seq] if chunk else []}
+        status = result.upstream_status
+        await self.recorder.finish(
+            call, job.wire.name, f"http_{status}" if status is not None and status >= 400 else None
         )
-        call.cost_usd = call_cost(call.usage, self.projector.catalog.info(model))
-        if self.metrics is not None:
-            status = result.upstream_status
-            kind = f"http_{status}" if status is not None and status >= 400 else None
-            self.metrics.observe_call(call, job.wire.name, kind)
-        try:
-            await self.store.record_call(call)
-        except StoreError as exc:
-            log.warning("summary call record not stored: %s", exc)

@@ -1,6 +1,9 @@
 """Identify the conversation a request continues and append what is new (DESIGN steps 2-3).
 
-The hashing rules live in `identify` (pure); this module asks the store. Resolution:
+This step owns "which known history is this": the per-process history cache says which leading
+messages an earlier accepted request already had (they were validated, hashed and token-counted
+then), the wire validates only the rest, the identity chain (`identify`, pure) is extended over the
+new messages, and the store resolves the conversation and appends. Resolution:
 
 * explicit `X-Conversation-Id`: the tenant's conversation with that id (internal or the client's
   own), created on first use; the longest stored prefix inside it decides the branch.
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 
 from . import identify
 from .errors import BadRequest
+from .history_cache import HistoryCache, Remembered
+from .protocols.base import Wire
 from .store.base import NewEvent, Position, Store
 from .types import Identity, Message
 
@@ -34,18 +39,42 @@ class Ingested:
     history: list[Message]
     hashes: list[str]
     system_hash: str
+    known: Remembered | None
+    """The remembered history this request starts with (None: nothing of it was remembered)."""
+    remembered: Remembered
+    """This request's history as remembered for the next one (the wire adds its encodings)."""
 
 
 async def ingest(
     store: Store,
+    cache: HistoryCache,
+    wire: Wire,
     tenant: str,
-    prefix: list[Message],
+    messages: list[Message],
+    explicit: str | None,
+    body_size: int,
+) -> Ingested:
+    """Validate what is new in `messages`, resolve the conversation and append the new events."""
+    prefix, history = identify.split_prefix(messages)
+    known = cache.lookup(tenant, history)
+    wire.validate(messages, 0, len(prefix))
+    wire.validate(messages, len(prefix) + (len(known.messages) if known else 0))
+    hashes = cache.hashes(tenant, history, known)
+    remembered = Remembered(history, hashes, 2 * body_size)  # the bodies and their encodings
+    system_hash = identify.prefix_hash(prefix)
+    position, identity = await _append_request(store, tenant, system_hash, history, hashes, explicit)
+    cache.remember(tenant, remembered)
+    return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered)
+
+
+async def _append_request(
+    store: Store,
+    tenant: str,
+    system_hash: str,
     history: list[Message],
     hashes: list[str],
     explicit: str | None,
-) -> Ingested:
-    """`prefix`/`history` as split by `identify.split_prefix`; `hashes` is their identity chain."""
-    system_hash = identify.prefix_hash(prefix)
+) -> tuple[Position, Identity]:
     created = False
     if explicit is not None:
         if not _EXTERNAL_ID.match(explicit):
@@ -83,7 +112,7 @@ async def ingest(
         created=created,
         forked=position.branch_id != start.branch_id,
     )
-    return Ingested(identity, position, prefix, history, hashes, system_hash)
+    return position, identity
 
 
 async def append_response(store: Store, ingested: Ingested, message: Message, call_id: str) -> Position:

@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from .errors import ProxyError, sse_error_event
 from .sse import SseEvent, SseSplitter
-from .upstream.http import UpstreamResponse
+from .upstream.base import UpstreamResponse
 
 
 @dataclass

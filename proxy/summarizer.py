@@ -1,10 +1,10 @@
 """The one LLM call of a compaction: summarize a chunk of history.
 
-Two paths. With no `summarizer.model` in the policy, the route's own upstream is called with the
-request's model over the proxy's raw HTTP hop (same key rules as the request itself). With a
-`summarizer.model`, the call goes through litellm, so any provider works (`anthropic/...`,
-`gemini/...`, or `openai/NAME` plus `base_url` for any OpenAI-compatible server); litellm is
-imported on first use only, in a worker thread, with the bundled price map (no download).
+Both go through the app's hop (`proxy.upstream`). With no `summarizer.model` in the policy, the
+route's own upstream is called with the request's model in the route's own API (same key rules as
+the request itself). With a `summarizer.model`, the call is an OpenAI chat request on a litellm
+route of its own, so any provider works (`anthropic/...`, `gemini/...`, or `openai/NAME` plus
+`base_url` for any OpenAI-compatible server), with the key named by `summarizer.api_key_env`.
 
 Either way the result is a `SummaryResult` carrying the text and the usage, which the caller
 records as a call with purpose `summary` (it goes to the ledger, never to the context baseline).
@@ -18,12 +18,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import Policy, Route
-from .errors import ProxyError, UpstreamError, UpstreamTimeout
+from .config import Policy, Route, Timeouts, Upstream
+from .config import Summarizer as SummarizerSettings
+from .errors import ProxyError
+from .keys import Keys
+from .protocols import OPENAI_CHAT
 from .protocols.base import Wire
 from .types import Message
-from .upstream.http import UpstreamClient
-from .upstream.litellm import load_litellm, usage_from_litellm
+from .upstream.base import Hop
+from .upstream.litellm import usage_from_litellm
 from .usage import Usage
 
 
@@ -39,9 +42,9 @@ class SummaryResult:
 
 
 class Summarizer:
-    def __init__(self, upstream: UpstreamClient, env: dict[str, str]) -> None:
+    def __init__(self, upstream: Hop, keys: Keys) -> None:
         self.upstream = upstream
-        self.env = env
+        self.keys = keys
 
     async def summarize(
         self,
@@ -55,24 +58,26 @@ class Summarizer:
         settings = policy.summarizer
         started = time.monotonic()
         if settings.model:
-            result = await self._via_litellm(policy, messages)
-        else:
-            result = await self._via_route(wire, route, policy, model, messages, client_auth)
+            # Any provider through litellm: an OpenAI chat request on a route of its own.
+            key = self.keys.get(settings.api_key_env)
+            route = _litellm_route(route, settings)
+            model, wire, client_auth = settings.model, OPENAI_CHAT, {"Authorization": f"Bearer {key}"} if key else {}
+        path, body = wire.summary_request(model, messages, settings.max_tokens)
+        result = await self._call(wire, route, policy, model, path, body, client_auth)
         result.latency_ms = round((time.monotonic() - started) * 1000, 3)
         return result
 
-    async def _via_route(
+    async def _call(
         self,
         wire: Wire,
         route: Route,
         policy: Policy,
         model: str,
-        messages: list[Message],
-        client_auth: dict[str, str],
+        path: str,
+        body: dict[str, Any],
+        auth: dict[str, str],
     ) -> SummaryResult:
-        """In the route's own API (the summary prompt converted to the wire's format)."""
-        path, body = wire.summary_request(model, messages, policy.summarizer.max_tokens)
-        headers = {"Content-Type": "application/json", **client_auth}
+        headers = {"Content-Type": "application/json", **auth}
         try:
             async with asyncio.timeout(policy.summarizer.timeout):
                 response = await self.upstream.send(route, "POST", path, json.dumps(body).encode(), headers)
@@ -82,7 +87,7 @@ class Summarizer:
                     response.close()
         except TimeoutError:
             return SummaryResult(None, model, error=f"summarizer timed out after {policy.summarizer.timeout:g} s")
-        except (UpstreamError, UpstreamTimeout, ProxyError) as exc:
+        except ProxyError as exc:
             return SummaryResult(None, model, error=exc.message)
         try:
             parsed = json.loads(data)
@@ -96,57 +101,20 @@ class Summarizer:
                 error=f"summarizer answered {response.status}: {data[:500].decode(errors='replace')}",
             )
         text, usage_raw = wire.summary_text(parsed)
+        usage = usage_from_litellm(usage_raw) if route.upstream.model else wire.usage(usage_raw)
         return SummaryResult(
-            text,
-            model,
-            usage_raw,
-            wire.usage(usage_raw),
-            response.status,
-            None if text else "summarizer returned no text",
+            text, model, usage_raw, usage, response.status, None if text else "summarizer returned no text"
         )
 
-    async def _via_litellm(self, policy: Policy, messages: list[Message]) -> SummaryResult:
-        settings = policy.summarizer
-        model = settings.model or ""
-        litellm = await load_litellm()
-        kwargs: dict[str, Any] = {
-            "model": model,
-            "messages": messages,
-            "max_tokens": settings.max_tokens,
-            "temperature": 0,
-            "timeout": settings.timeout,
-        }
-        if settings.base_url:
-            kwargs["api_base"] = settings.base_url
-        if settings.api_key_env:
-            kwargs["api_key"] = self.env.get(settings.api_key_env)
-        try:
-            async with asyncio.timeout(settings.timeout):
-                response = await litellm.acompletion(**kwargs)
-        except TimeoutError:
-            return SummaryResult(None, model, error=f"summarizer timed out after {settings.timeout:g} s")
-        except Exception as exc:  # litellm raises its own tree; translate here, at the boundary
-            status = getattr(exc, "status_code", None)
-            detail = str(exc)[:300]
-            if kwargs.get("api_key"):
-                detail = detail.replace(kwargs["api_key"], "***")
-            return SummaryResult(
-                None,
-                model,
-                upstream_status=status if isinstance(status, int) else None,
-                error=f"summarizer call failed: {type(exc).__name__}: {detail}",
-            )
-        data = response.model_dump() if hasattr(response, "model_dump") else dict(response)
-        usage_raw = data.get("usage")
-        text = None
-        choices = data.get("choices") or []
-        if choices:
-            text = (choices[0].get("message") or {}).get("content")
-        return SummaryResult(
-            text if isinstance(text, str) else None,
-            model,
-            usage_raw,
-            usage_from_litellm(usage_raw),
-            200,
-            None if text else "summarizer returned no text",
-        )
+
+def _litellm_route(route: Route, settings: SummarizerSettings) -> Route:
+    """The summarizer's own litellm route: its model, `base_url` and key, under the request's
+    route name (records and metrics stay with the route); the whole call within its timeout."""
+    timeout = settings.timeout
+    upstream = Upstream(
+        model=settings.model,
+        base_url=settings.base_url,
+        api_key_env=settings.api_key_env,
+        timeouts=Timeouts(connect=timeout, first_byte=timeout, idle=timeout, total=timeout),
+    )
+    return Route(name=route.name, upstream=upstream)

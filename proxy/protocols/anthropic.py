@@ -736,7 +736,7 @@ async def count_tokens(request: Any) -> Any:
     """`POST /v1/messages/count_tokens`: relayed to the upstream of the route serving the body's
     model, unchanged and unrecorded; errors in Anthropic's shape."""
     from ..http import RawResponse, read_body
-    from ..upstream.http import upstream_request_headers
+    from ..upstream.base import upstream_request_headers
 
     try:
         state = request.app.state.ctx

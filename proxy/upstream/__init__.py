@@ -1,2 +1,35 @@
 """The forward step: one hop to the route's upstream, raw HTTP (`http`) or through litellm
-(`litellm`), behind the same `UpstreamClient.send` and `UpstreamResponse`."""
+(`litellm`), behind one `Hop` protocol and one `UpstreamResponse` (`base`)."""
+
+from __future__ import annotations
+
+from ..config import Route
+from .base import CREDENTIAL_HEADERS, Hop, UpstreamResponse, upstream_request_headers
+from .http import HttpHop
+from .litellm import LitellmHop, uses_litellm
+
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "Hop",
+    "RoutedUpstream",
+    "UpstreamResponse",
+    "upstream_request_headers",
+    "uses_litellm",
+]
+
+
+class RoutedUpstream(HttpHop):
+    """The upstream client of the app: raw HTTP for OpenAI-compatible routes, litellm for routes
+    whose upstream names a `model`. One object, so every caller (requests, summaries) picks the
+    route's own hop without knowing there are two."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.litellm = LitellmHop()
+
+    async def send(
+        self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> UpstreamResponse:
+        if route.upstream.model:
+            return await self.litellm.send(route, method, path, body, headers)
+        return await super().send(route, method, path, body, headers)

@@ -14,74 +14,27 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TypeVar
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import aiohttp
 
 from ..config import Route
 from ..errors import UpstreamError, UpstreamTimeout
-
-T = TypeVar("T")
-
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-# Never forwarded upstream: our own routing and identity headers, the client's credentials
-# (replaced when the route has its own key), and what aiohttp sets itself.
-_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "cookie", "x-forwarded-for"}
-# Never relayed to the client: framing the proxy redoes, and cookies of the upstream's edge.
-_RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "server", "set-cookie"}
+from .base import UpstreamResponse, relayed_response_headers, within_deadlines
 
 
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
-
-
-def upstream_request_headers(
-    client_headers: Mapping[str, str], auth: dict[str, str] | None, drop: frozenset[str]
-) -> dict[str, str]:
-    """The client's headers minus hop-by-hop ones and our own; with `auth` (the route's key in
-    the wire's header) the client's credentials are replaced, without it they are forwarded."""
-    out: dict[str, str] = {}
-    # Fields named in Connection are hop-by-hop too (RFC 9110 7.6.1).
-    named = {t.strip().lower() for k, v in client_headers.items() if k.lower() == "connection" for t in v.split(",")}
-    for name, value in client_headers.items():
-        lower = name.lower()
-        if lower in _REQUEST_DROP or lower in drop or lower in named:
-            continue
-        if auth is not None and lower in CREDENTIAL_HEADERS:
-            continue
-        out[name] = value
-    if auth is not None:
-        out.update(auth)
-    return out
-
-
-def relayed_response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in headers.items() if k.lower() not in _RESPONSE_DROP]
-
-
-@dataclass
-class UpstreamResponse:
-    status: int
-    headers: list[tuple[str, str]]
-    content_type: str
-    request_id: str | None
-    started: float
-    _response: aiohttp.ClientResponse
-    _route: Route
+class HttpResponse(UpstreamResponse):
+    def __init__(self, response: aiohttp.ClientResponse, route: Route, started: float) -> None:
+        super().__init__(
+            status=response.status,
+            headers=relayed_response_headers(response.headers),
+            content_type=response.headers.get("content-type", ""),
+            request_id=response.headers.get("x-request-id") or response.headers.get("request-id"),
+            started=started,
+        )
+        self._response = response
+        self._route = route
 
     async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
         timeouts = self._route.upstream.timeouts
@@ -113,25 +66,11 @@ class UpstreamResponse:
         self._response.close()
 
 
-async def within_deadlines(route: Route, started: float, fetch: Callable[[], Awaitable[T]], where: str) -> T:
-    """One await of `fetch` (the next piece of an answer) bounded by the idle deadline and by what
-    is left of the total one; UpstreamTimeout naming `where` otherwise."""
-    timeouts = route.upstream.timeouts
-    remaining = timeouts.total - (time.monotonic() - started)
-    if remaining <= 0:
-        raise UpstreamTimeout(where + f" exceeded the total deadline of {timeouts.total:g} s")
-    try:
-        async with asyncio.timeout(min(timeouts.idle, remaining)):
-            return await fetch()
-    except TimeoutError:
-        raise UpstreamTimeout(where + f" sent nothing for {min(timeouts.idle, remaining):g} s mid-stream") from None
-
-
 def _where(route: Route) -> str:
     return f"upstream {urlsplit(route.upstream.base_url or '').netloc} (route {route.name!r})"
 
 
-class UpstreamClient:
+class HttpHop:
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
 
@@ -172,12 +111,4 @@ class UpstreamClient:
             raise UpstreamError(_where(route) + f" refused or could not be reached: {exc.strerror or exc}") from None
         except aiohttp.ClientError as exc:
             raise UpstreamError(_where(route) + f" failed before answering: {type(exc).__name__}") from None
-        return UpstreamResponse(
-            status=response.status,
-            headers=relayed_response_headers(response.headers),
-            content_type=response.headers.get("content-type", ""),
-            request_id=response.headers.get("x-request-id") or response.headers.get("request-id"),
-            started=started,
-            _response=response,
-            _route=route,
-        )
+        return HttpResponse(response, route, started)

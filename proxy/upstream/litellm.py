@@ -29,10 +29,10 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from ..config import Route
-from ..errors import Unauthorized, UpstreamError, UpstreamTimeout
+from ..errors import UpstreamError, UpstreamTimeout
 from ..http import client_api_key
 from ..usage import Usage, from_openai_chat
-from .http import UpstreamClient, UpstreamResponse, within_deadlines
+from .base import UpstreamResponse, within_deadlines
 
 # OpenAI chat-completions request fields passed to litellm; everything else in the body is dropped.
 ALLOWED_FIELDS = frozenset(
@@ -81,10 +81,6 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 
-_litellm: Any = None
-_loading: asyncio.Future[Any] | None = None
-_closing: set[asyncio.Task[Any]] = set()  # stream closes in flight (the loop keeps only weak references)
-
 
 def _import() -> Any:
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # the bundled map: no download at import
@@ -96,15 +92,21 @@ def _import() -> Any:
     return module
 
 
-async def load_litellm() -> Any:
-    """The litellm module, imported once in a worker thread (concurrent callers share the import)."""
-    global _litellm, _loading
-    if _litellm is not None:
-        return _litellm
-    if _loading is None:
-        _loading = asyncio.ensure_future(asyncio.to_thread(_import))
-    _litellm = await asyncio.shield(_loading)
-    return _litellm
+class LitellmModule:
+    """The litellm module, imported once in a worker thread (concurrent callers share the import);
+    one per app, so nothing about it lives at module level."""
+
+    def __init__(self) -> None:
+        self._module: Any = None
+        self._loading: asyncio.Future[Any] | None = None
+
+    async def load(self) -> Any:
+        if self._module is not None:
+            return self._module
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(asyncio.to_thread(_import))
+        self._module = await asyncio.shield(self._loading)
+        return self._module
 
 
 def uses_litellm(routes: list[Route]) -> bool:
@@ -257,17 +259,12 @@ class LitellmResponse(UpstreamResponse):
         stream: Any = None,
         request_id: str | None = None,
         secret: str | None = None,
+        closing: set[asyncio.Task[Any]] | None = None,
     ) -> None:
         content_type = "text/event-stream; charset=utf-8" if stream is not None else "application/json"
-        super().__init__(
-            status=status,
-            headers=[("content-type", content_type)],
-            content_type=content_type,
-            request_id=request_id,
-            started=started,
-            _response=None,  # type: ignore[arg-type]
-            _route=route,
-        )
+        super().__init__(status, [("content-type", content_type)], content_type, request_id, started)
+        self._route = route
+        self._closing = closing
         self._body = body
         self._stream = stream
         self._secret = secret
@@ -306,19 +303,23 @@ class LitellmResponse(UpstreamResponse):
                 task = asyncio.get_running_loop().create_task(stream.aclose())
             except RuntimeError:
                 return
-            _closing.add(task)
-            task.add_done_callback(_closing.discard)
+            if self._closing is not None:  # the loop keeps only weak references to tasks
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
 
 
-class LitellmClient:
+class LitellmHop:
     """`send` with the raw hop's signature; the request must be an OpenAI chat-completions body."""
 
     def __init__(self) -> None:
+        self.module = LitellmModule()
         self._warmup: asyncio.Future[Any] | None = None
+        self._closing: set[asyncio.Task[Any]] = set()
+        """Stream closes in flight."""
 
     def warm_up(self) -> None:
         """Start the import now, in a worker thread, not in the first request's way."""
-        self._warmup = asyncio.ensure_future(load_litellm())
+        self._warmup = asyncio.ensure_future(self.module.load())
 
     async def send(
         self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
@@ -332,13 +333,8 @@ class LitellmClient:
             request = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise UpstreamError(f"{_where(route)}: the request body is not JSON") from None
-        key = _api_key(headers)
-        if key is None and route.upstream.api_key_env is None:
-            raise Unauthorized(
-                "This route forwards your API key to its provider, and the request carries none. "
-                "Send 'Authorization: Bearer <key>'."
-            )
-        litellm = await load_litellm()
+        key = _api_key(headers)  # None: litellm's own provider default (its env var)
+        litellm = await self.module.load()
         stream = bool(request.get("stream"))
         timeouts = route.upstream.timeouts
         kwargs: dict[str, Any] = {k: v for k, v in request.items() if k in ALLOWED_FIELDS}
@@ -367,23 +363,6 @@ class LitellmClient:
             status, error_body = _provider_error(exc, key)
             return LitellmResponse(route, status, started, body=json.dumps(error_body).encode())
         if stream:
-            return LitellmResponse(route, 200, started, stream=response, secret=key)
+            return LitellmResponse(route, 200, started, stream=response, secret=key, closing=self._closing)
         data = _completion_json(response)
         return LitellmResponse(route, 200, started, body=json.dumps(data).encode(), request_id=data.get("id"))
-
-
-class RoutedUpstream(UpstreamClient):
-    """The upstream client of the app: raw HTTP for OpenAI-compatible routes, litellm for routes
-    whose upstream names a `model`. One object, so every caller (requests, summaries) picks the
-    route's own hop without knowing there are two."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.litellm = LitellmClient()
-
-    async def send(
-        self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
-    ) -> UpstreamResponse:
-        if route.upstream.model:
-            return await self.litellm.send(route, method, path, body, headers)
-        return await super().send(route, method, path, body, headers)

@@ -8,8 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from proxy.catalog import ModelCatalog
 from proxy.compaction import Compactor
 from proxy.metrics import Metrics
+from proxy.record import Recorder
 from proxy.store.base import StoredCheckpoint
 from proxy.store.sqlite import SqliteStore
 
@@ -25,11 +27,11 @@ async def test_a_branch_leased_elsewhere_is_skipped(tmp_path: Path) -> None:
     store, branch = await _store(tmp_path)
     try:
         assert await store.acquire_lease(branch, "other-replica", 30) is not None
-        compactor = Compactor(store, None, None)  # type: ignore[arg-type]
-        compactor.metrics = Metrics()
+        metrics = Metrics()
+        compactor = Compactor(store, None, None, Recorder(store, metrics, ModelCatalog({}), []))  # type: ignore[arg-type]
         job: Any = SimpleNamespace(branch_id=branch)
         assert await compactor._run(job) is None
-        assert compactor.metrics.compactions.values[("skipped",)] == 1
+        assert metrics.compactions.values[("skipped",)] == 1
         assert compactor.failed == 0
     finally:
         await store.close()
@@ -37,7 +39,7 @@ async def test_a_branch_leased_elsewhere_is_skipped(tmp_path: Path) -> None:
 
 class _Recording(Compactor):
     def __init__(self, store: SqliteStore, hold: float) -> None:
-        super().__init__(store, None, None)  # type: ignore[arg-type]
+        super().__init__(store, None, None, Recorder(store, Metrics(), ModelCatalog({}), []))  # type: ignore[arg-type]
         self.hold = hold
         self.tokens: list[int] = []
         self.held_by_us: list[bool] = []

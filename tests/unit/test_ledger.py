@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from proxy.ledger import call_cost, cells_from_calls, summarize
-from proxy.upstream.litellm import usage_from_litellm
-from proxy.metrics import Metrics
 from proxy.catalog import ModelCatalog, ModelInfo
+from proxy.ledger import call_cost, cells_from_calls, summarize
+from proxy.metrics import Metrics
 from proxy.store.base import CallRecord, UsageQuery
 from proxy.store.sqlite import SqliteStore
+from proxy.upstream.litellm import usage_from_litellm
 from proxy.usage import Usage, from_openai_chat
 
 CATALOG = ModelCatalog()

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from proxy.config import Limits
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout
 from proxy.http import read_body
-from proxy.upstream.http import relayed_response_headers, upstream_request_headers
+from proxy.upstream.base import relayed_response_headers, upstream_request_headers
 
 # -- read_body ------------------------------------------------------------------------------------
 

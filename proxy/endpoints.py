@@ -1,0 +1,59 @@
+"""The endpoints beside the model calls: the model list, health, metrics (and Anthropic's
+count_tokens). None of them is recorded; the ones that reach the upstream relay it unchanged."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from .http import RawResponse, json_response, require_token
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .services import Services
+from .upstream.base import UpstreamResponse, upstream_request_headers
+
+
+async def relay_unchanged(
+    upstream: UpstreamResponse, extra_headers: list[tuple[str, str]] | None = None
+) -> RawResponse:
+    """The upstream's whole answer as it came: status, headers, body."""
+    try:
+        body = await upstream.read()
+    finally:
+        upstream.close()
+    return RawResponse(body, upstream.status, [*upstream.headers, *(extra_headers or [])])
+
+
+async def healthz(request: Request) -> RawResponse:
+    services: Services = request.app.state.ctx
+    try:
+        await services.store.ping()
+    except Exception:
+        return json_response({"status": "store unavailable"}, 503)
+    return json_response({"status": "ok"})
+
+
+async def metrics(request: Request) -> RawResponse:
+    """Prometheus text format. Open unless `metrics_token_env` is configured: then a bearer token
+    is required (and while that variable is unset the path answers 404, like the admin API)."""
+    services: Services = request.app.state.ctx
+    if services.config.metrics_token_env:
+        name = f"${services.config.metrics_token_env}"
+        require_token(request, services.keys.metrics_token, "/metrics", name, "invalid_metrics_token")
+    return RawResponse(services.metrics.render(), 200, [("content-type", METRICS_CONTENT_TYPE)])
+
+
+async def list_models(request: Request) -> RawResponse:
+    """The models of the first OpenAI-compatible route's upstream, as the client would list them
+    directly; with only litellm routes, their models."""
+    services: Services = request.app.state.ctx
+    route = next((r for r in services.config.routes if not r.upstream.model), None)
+    if route is None:
+        data = [
+            {"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
+            for r in services.config.routes
+        ]
+        return json_response({"object": "list", "data": data})
+    key = services.upstream_key(route)
+    headers = upstream_request_headers(
+        request.headers, {"Authorization": f"Bearer {key}"} if key else None, frozenset()
+    )
+    return await relay_unchanged(await services.upstream.send(route, "GET", "/models", None, headers))

@@ -1,0 +1,62 @@
+"""The operator's secrets, read once at start-up from the environment variables the config names.
+
+Every `*_env` setting is resolved here and nowhere else: route upstream keys
+(`routes[].upstream.api_key_env`) and summarizer keys (`policies.*.summarizer.api_key_env`) must be
+set, or the proxy refuses to start with one line per missing variable, rather than failing with a
+401 at the first request or the first compaction. The admin and metrics tokens are optional by
+design: while a named variable is unset, its endpoints answer 404, as if they did not exist.
+Values are never logged or stored; only the names appear in messages.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .config import Config, ConfigError, Route
+
+
+@dataclass(frozen=True)
+class Keys:
+    values: Mapping[str, str] = field(default_factory=dict)
+    """Resolved secrets by environment variable name."""
+    routes: Mapping[str, str] = field(default_factory=dict)
+    """Upstream keys by route name."""
+    admin_token: str | None = None
+    metrics_token: str | None = None
+
+    def upstream_key(self, route: Route) -> str | None:
+        return self.routes.get(route.name)
+
+    def get(self, env_name: str | None) -> str | None:
+        return self.values.get(env_name) if env_name else None
+
+
+def resolve_keys(config: Config, env: Mapping[str, str] | None = None) -> Keys:
+    env = os.environ if env is None else env
+    values: dict[str, str] = {}
+    routes: dict[str, str] = {}
+    problems: list[str] = []
+
+    def need(name: str, where: str) -> str | None:
+        value = env.get(name)
+        if not value:
+            problems.append(f"{where}: environment variable {name} is not set")
+            return None
+        values[name] = value
+        return value
+
+    for index, route in enumerate(config.routes):
+        if route.upstream.api_key_env:
+            key = need(route.upstream.api_key_env, f"routes.{index}.upstream.api_key_env")
+            if key is not None:
+                routes[route.name] = key
+    for name, policy in config.policies.items():
+        if policy.summarizer.api_key_env:
+            need(policy.summarizer.api_key_env, f"policies.{name}.summarizer.api_key_env")
+    if problems:
+        raise ConfigError(problems)
+    admin = env.get(config.admin_token_env) if config.admin_token_env else None
+    metrics = env.get(config.metrics_token_env) if config.metrics_token_env else None
+    return Keys(values, routes, admin or None, metrics or None)

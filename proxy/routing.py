@@ -1,0 +1,53 @@
+"""Route (DESIGN step 1): which configured route serves a request, and with which credentials.
+
+A route is matched by path and model (glob), first match wins. The credentials sent upstream
+are the route's own key in the wire's header when the route names one (`api_key_env`), else the
+client's own key, forwarded as it came; no request field or header can choose the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .config import Config, Policy, Route
+from .errors import NotFound, Unauthorized
+from .http import client_api_key
+from .keys import Keys
+from .protocols.base import Wire
+from .upstream.base import CREDENTIAL_HEADERS, upstream_request_headers
+
+
+def route_for(config: Config, path: str, model: str) -> tuple[Route, Policy]:
+    route = config.route_for(path, model)
+    if route is None:
+        raise NotFound(
+            f"No route serves model {model!r} on {path}. Configured routes: "
+            + ", ".join(f"{r.name} (model {r.match.model})" for r in config.routes)
+            + ".",
+            param="model",
+            code="model_not_found",
+        )
+    return route, config.policy_for(route)
+
+
+def upstream_headers(
+    keys: Keys, wire: Wire, route: Route, client_headers: Mapping[str, str], drop: frozenset[str]
+) -> dict[str, str]:
+    """The headers of the upstream request: the client's, minus hop-by-hop and our own, with the
+    route's key in place of the client's credentials when the route has one."""
+    key = keys.upstream_key(route)
+    if key is None and route.upstream.model and client_api_key(client_headers) is None:
+        raise Unauthorized(
+            "This route forwards your API key to its provider, and the request carries none. "
+            "Send 'Authorization: Bearer <key>'."
+        )
+    return upstream_request_headers(client_headers, wire.auth_headers(key) if key else None, drop)
+
+
+def summary_auth(keys: Keys, wire: Wire, route: Route, client_headers: Mapping[str, str]) -> dict[str, str]:
+    """Credentials for a summarizer call on the route's upstream: the route's key, else the
+    client's own (held in memory for the job only, never stored)."""
+    key = keys.upstream_key(route)
+    if key is not None:
+        return wire.auth_headers(key)
+    return {k: v for k, v in client_headers.items() if k.lower() in CREDENTIAL_HEADERS}

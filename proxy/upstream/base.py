@@ -1,0 +1,110 @@
+"""The forward step's vocabulary: what a hop is, what it answers, and which headers cross it.
+
+A hop (`Hop.send`) takes a route, a method, a path, body bytes and headers, and answers once the
+response headers are in, as an `UpstreamResponse` whose body is read whole (`read`) or piece by
+piece (`pieces`) within the route's deadlines. Two hops implement it: raw HTTP for
+OpenAI-compatible upstreams (`http`) and litellm for any other provider (`litellm`); `RoutedUpstream`
+(in `__init__`) picks one per route, for requests and summarizer calls alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Protocol, TypeVar
+
+from ..config import Route
+from ..errors import UpstreamTimeout
+
+T = TypeVar("T")
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# Never forwarded upstream: our own routing and identity headers, the client's credentials
+# (replaced when the route has its own key), and what aiohttp sets itself.
+_REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "cookie", "x-forwarded-for"}
+# Never relayed to the client: framing the proxy redoes, and cookies of the upstream's edge.
+_RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "server", "set-cookie"}
+
+
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
+
+
+def upstream_request_headers(
+    client_headers: Mapping[str, str], auth: dict[str, str] | None, drop: frozenset[str]
+) -> dict[str, str]:
+    """The client's headers minus hop-by-hop ones and our own; with `auth` (the route's key in
+    the wire's header) the client's credentials are replaced, without it they are forwarded."""
+    out: dict[str, str] = {}
+    # Fields named in Connection are hop-by-hop too (RFC 9110 7.6.1).
+    named = {t.strip().lower() for k, v in client_headers.items() if k.lower() == "connection" for t in v.split(",")}
+    for name, value in client_headers.items():
+        lower = name.lower()
+        if lower in _REQUEST_DROP or lower in drop or lower in named:
+            continue
+        if auth is not None and lower in CREDENTIAL_HEADERS:
+            continue
+        out[name] = value
+    if auth is not None:
+        out.update(auth)
+    return out
+
+
+def relayed_response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in headers.items() if k.lower() not in _RESPONSE_DROP]
+
+
+class UpstreamResponse:
+    """An upstream's answer once its headers are in; the body is read by the hop's subclass."""
+
+    def __init__(
+        self, status: int, headers: list[tuple[str, str]], content_type: str, request_id: str | None, started: float
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.content_type = content_type
+        self.request_id = request_id
+        self.started = started
+
+    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        raise NotImplementedError
+
+    def pieces(self) -> AsyncIterator[bytes]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Hop(Protocol):
+    async def send(
+        self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
+    ) -> UpstreamResponse:
+        """Send and wait for the response headers. Raises UpstreamError / UpstreamTimeout."""
+        ...
+
+
+async def within_deadlines(route: Route, started: float, fetch: Callable[[], Awaitable[T]], where: str) -> T:
+    """One await of `fetch` (the next piece of an answer) bounded by the idle deadline and by what
+    is left of the total one; UpstreamTimeout naming `where` otherwise."""
+    timeouts = route.upstream.timeouts
+    remaining = timeouts.total - (time.monotonic() - started)
+    if remaining <= 0:
+        raise UpstreamTimeout(where + f" exceeded the total deadline of {timeouts.total:g} s")
+    try:
+        async with asyncio.timeout(min(timeouts.idle, remaining)):
+            return await fetch()
+    except TimeoutError:
+        raise UpstreamTimeout(where + f" sent nothing for {min(timeouts.idle, remaining):g} s mid-stream") from None
