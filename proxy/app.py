@@ -18,7 +18,7 @@ from starlette.routing import Route
 from . import admin, retention
 from .compaction import Compactor
 from .config import Config
-from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, Unauthorized, openai_error_bytes
+from .errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable, Unauthorized, openai_error_bytes
 from .litellm_upstream import RoutedUpstream, uses_litellm
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .models import ModelCatalog
@@ -28,7 +28,7 @@ from .protocols import WIRES, wire_for_path
 from .protocols.anthropic import count_tokens as anthropic_count_tokens
 from .responses import RawResponse, json_response
 from .state import AppState, resolve_secrets
-from .store import StoreError, make_store
+from .store import make_store
 from .summarizer import Summarizer
 from .upstream import upstream_request_headers
 

@@ -33,11 +33,12 @@ from policies.summary_prompt import build_summary_messages, check_summary, summa
 from policies.text import message_text
 
 from .config import Policy, Route
+from .errors import ConversationGone, StoreError
 from .ledger import call_cost
 from .metrics import Metrics
 from .projection import Projector
 from .protocols.base import Wire
-from .store.base import CallRecord, CheckpointCandidate, ConversationGone, Store, StoredCheckpoint, StoreError
+from .store.base import CallRecord, CheckpointCandidate, Store, StoredCheckpoint
 from .summarizer import Summarizer, SummaryResult
 from .types import Message
 

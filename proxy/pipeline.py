@@ -20,7 +20,7 @@ from policies.base import Projection
 from . import identify
 from .compaction import CompactionJob
 from .config import Policy, Route
-from .errors import NotFound, ProxyError, UpstreamTimeout
+from .errors import ConversationGone, NotFound, ProxyError, StoreError, UpstreamTimeout
 from .history_cache import Remembered
 from .ingest import Ingested, append_response, ingest
 from .ledger import call_cost
@@ -30,7 +30,7 @@ from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome, StreamRelay
 from .responses import RawResponse
 from .state import AppState
-from .store.base import CallRecord, ConversationGone, StoreError
+from .store.base import CallRecord
 from .upstream import CREDENTIAL_HEADERS, UpstreamResponse, upstream_request_headers
 
 log = logging.getLogger("ctxproxy")

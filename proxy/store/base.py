@@ -14,14 +14,6 @@ from typing import Any, Protocol
 from ..types import Message
 
 
-class StoreError(Exception):
-    """The backend failed; the request is answered 503 and nothing is half-written."""
-
-
-class ConversationGone(StoreError):
-    """The conversation was deleted; late writes (a finishing stream, a compaction) are refused."""
-
-
 @dataclass(frozen=True)
 class NewEvent:
     role: str

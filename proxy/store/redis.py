@@ -63,19 +63,18 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from ..errors import ConversationGone, StoreError
 from .base import (
     USAGE_GROUP_COLUMNS,
     Branch,
     CallRecord,
     CheckpointCandidate,
     Conversation,
-    ConversationGone,
     HashMatch,
     NewEvent,
     Position,
     StoredCheckpoint,
     StoredEvent,
-    StoreError,
     UsageCell,
     UsageQuery,
     tokens_saved,

@@ -16,19 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConversationGone, StoreError
 from .base import (
     USAGE_GROUP_COLUMNS,
     Branch,
     CallRecord,
     CheckpointCandidate,
     Conversation,
-    ConversationGone,
     HashMatch,
     NewEvent,
     Position,
     StoredCheckpoint,
     StoredEvent,
-    StoreError,
     UsageCell,
     UsageQuery,
     tokens_saved,
