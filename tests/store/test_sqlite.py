@@ -6,7 +6,8 @@ from pathlib import Path
 
 from proxy import identify
 from proxy.store.base import CallRecord, NewEvent, Position
-from proxy.store.sqlite import MIGRATIONS, SqliteStore
+from proxy.store.migrations import MIGRATIONS
+from proxy.store.sqlite import SqliteStore
 
 
 def _file_bytes(path: Path) -> bytes:
