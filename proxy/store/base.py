@@ -3,6 +3,9 @@
 Conversations own branches; a branch owns the events appended to it after its fork point and
 inherits its parent's events up to that point (`fork_seq`). Events are append-only. Every backend
 passes the same contract suite (tests/store/).
+
+A failing backend raises `proxy.errors.StoreError` from any method (each backend translates its
+library's errors at one boundary), and a write to a deleted conversation `ConversationGone`.
 """
 
 from __future__ import annotations

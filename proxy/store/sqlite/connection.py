@@ -1,10 +1,11 @@
 """The SQLite connection and the one boundary where sqlite3's errors become ours.
 
 Calls are synchronous on the event loop on purpose: each is a handful of indexed statements
-(tens to hundreds of microseconds), cheaper than a hop to a worker thread. Every statement runs
-inside `_read` or `_write`, and nowhere else: a failing file ("database is locked", "unable to
+(tens to hundreds of microseconds), cheaper than a hop to a worker thread. Every statement of a
+Store method runs inside `_read` or `_write`: a failing file ("database is locked", "unable to
 open", a disk I/O error, a connection closed underneath) leaves the store as StoreError, which the
-app answers 503 or relays under `store_failure: passthrough`, exactly like a Redis outage. Every
+app answers 503 or relays under `store_failure: passthrough`, exactly like a Redis outage. (`open`
+and `close` stay outside: a file that cannot be opened at startup stops the server loudly.) Every
 write is one `BEGIN IMMEDIATE` transaction, so concurrent requests on one conversation serialize
 and a crash leaves either all or none of an append.
 """
