@@ -18,7 +18,7 @@ from .catalog import ModelCatalog
 from .chat import endpoint
 from .compaction import Compactor
 from .config import Config
-from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, openai_error_bytes
+from .errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable, openai_error_bytes
 from .history_cache import HistoryCache
 from .http import RawResponse
 from .keys import resolve_keys
@@ -28,7 +28,7 @@ from .protocols import WIRES, wire_for_path
 from .protocols.anthropic import count_tokens as anthropic_count_tokens
 from .record import Recorder
 from .services import Services
-from .store import StoreError, make_store
+from .store import make_store
 from .summarizer import Summarizer
 from .upstream import RoutedUpstream, uses_litellm
 

@@ -22,13 +22,13 @@ from . import identify, record, routing
 from .compaction import CompactionJob
 from .config import Policy, Route
 from .endpoints import relay_unchanged
-from .errors import ProxyError
+from .errors import ConversationGone, ProxyError, StoreError
 from .http import RawResponse, client_api_key, read_body
 from .ingest import Ingested, append_response, ingest
 from .protocols.base import Wire
 from .relay import StreamOutcome, StreamRelay
 from .services import Services
-from .store.base import CallRecord, ConversationGone, StoreError
+from .store.base import CallRecord
 from .upstream.base import UpstreamResponse
 
 log = logging.getLogger("ctxproxy")

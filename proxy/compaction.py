@@ -33,10 +33,11 @@ from policies.summary_prompt import build_summary_messages, check_summary, summa
 from policies.text import message_text
 
 from .config import Policy, Route
+from .errors import ConversationGone, StoreError
 from .projection import Projector
 from .protocols.base import Wire
 from .record import Recorder
-from .store.base import CheckpointCandidate, ConversationGone, Store, StoredCheckpoint, StoreError
+from .store.base import CheckpointCandidate, Store, StoredCheckpoint
 from .summarizer import Summarizer, SummaryResult
 from .types import Message
 

@@ -9,9 +9,14 @@
     ├── RequestTimeout              408 invalid_request_error / request_timeout
     ├── UpstreamError               502 upstream_error (refused, reset, malformed answer)
     ├── UpstreamTimeout             504 upstream_error / upstream_timeout
-    └── StoreUnavailable            503 service_unavailable
+    └── StoreUnavailable            503 service_unavailable / store_unavailable
+        └── StoreError              raised by a store backend (proxy/store/); the message is for the
+            │                       log: the app answers with StoreUnavailable's own message
+            └── ConversationGone    the conversation was deleted; late writes are refused
 
-Messages say what happened, what was expected and what to do; they never carry secrets.
+Messages say what happened, what was expected and what to do; they never carry secrets. Store
+backends translate their library's failures (sqlite3.Error, RedisError, socket errors) into
+StoreError at one boundary each, so callers catch one type whatever the backend.
 """
 
 from __future__ import annotations
@@ -84,6 +89,14 @@ class StoreUnavailable(ProxyError):
     status = 503
     type = "service_unavailable"
     code = "store_unavailable"
+
+
+class StoreError(StoreUnavailable):
+    """The backend failed; the request is answered 503 and nothing is half-written."""
+
+
+class ConversationGone(StoreError):
+    """The conversation was deleted; late writes (a finishing stream, a compaction) are refused."""
 
 
 def openai_error_bytes(exc: ProxyError) -> bytes:

@@ -16,7 +16,7 @@ of the known values, and `unknown` counts the records that did not know it. Reco
 once per call id (a rewrite replaces, never adds), so replays and duplicated final events add
 nothing. Backends aggregate into `UsageCell`s (one per key, purpose and status); `summarize` turns
 cells into the JSON the admin API returns, and `cells_from_calls` is the reference aggregation
-the SQL of a backend must agree with.
+the SQL of a backend must agree with (the Redis backend aggregates with it directly).
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .catalog import ModelInfo
-from .store.base import USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
+from .store.base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
+from .usage import TOKEN_FIELDS
 
-TOKEN_FIELDS = ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")
-SUMMED_FIELDS = (*TOKEN_FIELDS, "cost_usd", "tokens_saved")
 GROUP_BY = USAGE_GROUP_COLUMNS
 
 
@@ -98,7 +97,7 @@ def _totals(cells: list[UsageCell]) -> dict[str, Any]:
     out["calls_by_purpose"] = dict(sorted(by_purpose.items()))
     out["calls_by_status"] = dict(sorted(by_status.items()))
     unknown: dict[str, int] = {}
-    for name in SUMMED_FIELDS:
+    for name in LEDGER_FIELDS:
         total: float | int | None = None
         known = 0
         # tokens_saved only exists for main calls: summary calls are not "unknown" there.

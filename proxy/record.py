@@ -24,13 +24,13 @@ from typing import Any
 
 from .catalog import ModelCatalog
 from .config import Route
-from .errors import ProxyError, UpstreamTimeout
+from .errors import ProxyError, StoreError, UpstreamTimeout
 from .identify import blob_hash
 from .ledger import call_cost
 from .metrics import Metrics
 from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome
-from .store.base import CallRecord, Store, StoreError
+from .store.base import CallRecord, Store
 from .upstream.base import UpstreamResponse
 from .upstream.litellm import usage_from_litellm
 

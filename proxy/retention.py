@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 
 from .config import Retention
-from .store.base import Store, StoreError
+from .errors import StoreError
+from .store.base import Store
 
 log = logging.getLogger("ctxproxy.retention")
 

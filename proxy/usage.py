@@ -8,7 +8,7 @@ here and everything downstream reads only `Usage`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 
@@ -23,6 +23,10 @@ class Usage:
 
     def to_dict(self) -> dict[str, int | None]:
         return asdict(self)
+
+
+TOKEN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage))
+"""The normalized token fields, in this order everywhere: call records, store columns, the ledger."""
 
 
 def _int(value: Any) -> int | None:

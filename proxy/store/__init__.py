@@ -1,8 +1,9 @@
-"""Storage backends behind the `Store` protocol; `open_store` picks one by URL."""
+"""Storage backends behind the `Store` protocol; `make_store` picks one by URL."""
 
 from __future__ import annotations
 
-from .base import Store, StoreError
+from ..errors import StoreError
+from .base import Store
 
 
 def make_store(url: str) -> Store:
@@ -19,4 +20,4 @@ def make_store(url: str) -> Store:
     )
 
 
-__all__ = ["Store", "StoreError", "make_store"]
+__all__ = ["Store", "make_store"]

@@ -3,23 +3,36 @@
 Conversations own branches; a branch owns the events appended to it after its fork point and
 inherits its parent's events up to that point (`fork_seq`). Events are append-only. Every backend
 passes the same contract suite (tests/store/).
+
+A failing backend raises `proxy.errors.StoreError` from any method (each backend translates its
+library's errors at one boundary), and a write to a deleted conversation `ConversationGone`.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Protocol
 
 from ..types import Message
+from ..usage import TOKEN_FIELDS
 
 
-class StoreError(Exception):
-    """The backend failed; the request is answered 503 and nothing is half-written."""
+class PublicRecord:
+    """A stored record as the admin API shows it: `dataclasses.asdict` of the record, keeping the
+    fields named in `public` in that order (internal ids, tenants and hashes stay out)."""
+
+    public: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)  # type: ignore[call-overload]
+        return {name: values[name] for name in self.public}
 
 
-class ConversationGone(StoreError):
-    """The conversation was deleted; late writes (a finishing stream, a compaction) are refused."""
+def new_id(prefix: str) -> str:
+    """A fresh random record id, ``{prefix}_{16 hex digits}``."""
+    return f"{prefix}_{secrets.token_hex(8)}"
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,7 @@ class HashMatch:
 
 
 @dataclass(frozen=True)
-class Conversation:
+class Conversation(PublicRecord):
     id: str
     tenant: str
     external_id: str | None
@@ -59,18 +72,11 @@ class Conversation:
     updated_at: float
     main_branch_id: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "tenant": self.tenant,
-            "external_id": self.external_id,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        }
+    public = ("id", "tenant", "external_id", "created_at", "updated_at")
 
 
 @dataclass(frozen=True)
-class Branch:
+class Branch(PublicRecord):
     id: str
     conversation_id: str
     parent_id: str | None
@@ -79,19 +85,11 @@ class Branch:
     created_at: float
     updated_at: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "parent_id": self.parent_id,
-            "fork_seq": self.fork_seq,
-            "head_seq": self.head_seq,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        }
+    public = ("id", "parent_id", "fork_seq", "head_seq", "created_at", "updated_at")
 
 
 @dataclass(frozen=True)
-class StoredEvent:
+class StoredEvent(PublicRecord):
     branch_id: str
     seq: int
     role: str
@@ -101,20 +99,11 @@ class StoredEvent:
     tokens: int | None
     created_at: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "branch_id": self.branch_id,
-            "role": self.role,
-            "message": self.message,
-            "source": self.source,
-            "tokens": self.tokens,
-            "created_at": self.created_at,
-        }
+    public = ("seq", "branch_id", "role", "message", "source", "tokens", "created_at")
 
 
 @dataclass
-class CallRecord:
+class CallRecord(PublicRecord):
     """One upstream call, written once when it ends (complete, partial or error)."""
 
     id: str
@@ -142,29 +131,28 @@ class CallRecord:
     cost_usd: float | None = None
     """At litellm's prices for the normalized usage (`proxy/ledger.py`); None when unknown."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "conversation_id": self.conversation_id,
-            "branch_id": self.branch_id,
-            "route": self.route,
-            "model": self.model,
-            "purpose": self.purpose,
-            "stream": self.stream,
-            "status": self.status,
-            "upstream_status": self.upstream_status,
-            "error": self.error,
-            "started_at": self.started_at,
-            "latency_ms": self.latency_ms,
-            "ttfb_ms": self.ttfb_ms,
-            "response": self.response,
-            "finish_reason": self.finish_reason,
-            "usage_raw": self.usage_raw,
-            "usage": self.usage,
-            "request_id": self.request_id,
-            "projection": self.projection,
-            "cost_usd": self.cost_usd,
-        }
+    public = (
+        "id",
+        "conversation_id",
+        "branch_id",
+        "route",
+        "model",
+        "purpose",
+        "stream",
+        "status",
+        "upstream_status",
+        "error",
+        "started_at",
+        "latency_ms",
+        "ttfb_ms",
+        "response",
+        "finish_reason",
+        "usage_raw",
+        "usage",
+        "request_id",
+        "projection",
+        "cost_usd",
+    )
 
 
 def tokens_saved(purpose: str, projection: Mapping[str, Any] | None) -> int | None:
@@ -179,6 +167,9 @@ def tokens_saved(purpose: str, projection: Mapping[str, Any] | None) -> int | No
 
 USAGE_GROUP_COLUMNS = {"route": "route", "conversation": "conversation_id", "model": "model"}
 """`/admin/usage?group_by=` values and the call field each groups by."""
+
+LEDGER_FIELDS: tuple[str, ...] = (*TOKEN_FIELDS, "cost_usd", "tokens_saved")
+"""What a `UsageCell` sums for its calls: the normalized token fields, the cost and the tokens saved."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +215,7 @@ class UsageCell:
 
 
 @dataclass(frozen=True)
-class StoredCheckpoint:
+class StoredCheckpoint(PublicRecord):
     id: str
     conversation_id: str
     branch_id: str
@@ -241,21 +232,20 @@ class StoredCheckpoint:
     created_at: float
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "branch_id": self.branch_id,
-            "generation": self.generation,
-            "from_seq": self.from_seq,
-            "covered_through_seq": self.covered_through_seq,
-            "summary": self.summary,
-            "tokens": self.tokens,
-            "model": self.model,
-            "format_version": self.format_version,
-            "status": self.status,
-            "created_at": self.created_at,
-            "error": self.error,
-        }
+    public = (
+        "id",
+        "branch_id",
+        "generation",
+        "from_seq",
+        "covered_through_seq",
+        "summary",
+        "tokens",
+        "model",
+        "format_version",
+        "status",
+        "created_at",
+        "error",
+    )
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,16 @@
 """`store_failure`: what a request gets while the proxy's store (here a private redis-server) is
 down -- a 503 in the API's shape (`fail`, the default) or the upstream's answer relayed
 unrewritten and unrecorded with `X-Ctxproxy-Degraded` (`passthrough`) -- and recovery once the
-store is back."""
+store is back. A SQLite file that fails under the running proxy (its tables gone) does the same."""
 
 from __future__ import annotations
 
 import re
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -110,3 +113,49 @@ def test_passthrough_mode_relays_unrewritten_and_recovers(proxy, upstream, redis
     calls = p.wait_calls(conv, 1)
     assert len(calls) == 1 and calls[0]["status"] == "complete"
     assert _passthrough_count(p) == 2
+
+
+@contextmanager
+def _sqlite_tables_gone(path: Path) -> Iterator[None]:
+    """Another process renames the tables identity reads away under the running proxy, so its
+    reads fail with sqlite3.OperationalError ("no such table"); they are back afterwards."""
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("ALTER TABLE events RENAME TO events_away")
+        try:
+            yield
+        finally:
+            db.execute("ALTER TABLE events_away RENAME TO events")
+    finally:
+        db.close()
+
+
+def test_sqlite_read_failure_answers_503_and_recovers(proxy, upstream, api_key):
+    p = proxy(fresh=True)
+    requests_before = len(upstream.chat_requests)
+    with _sqlite_tables_gone(p.db_path):
+        r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user("while the file fails")]})
+        error = assert_openai_error(r, 503)
+        assert error["type"] == "service_unavailable" and error["code"] == "store_unavailable"
+        assert "store" in error["message"]
+        assert "x-ctxproxy-degraded" not in r.headers
+        assert len(upstream.chat_requests) == requests_before  # nothing went upstream
+
+    upstream.push(Reply(content="after"))
+    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user("after the failure")]})
+    assert r.status_code == 200, r.text
+    assert len(p.wait_calls(r.headers["x-conversation-id"], 1)) == 1
+
+
+def test_sqlite_read_failure_with_passthrough_relays_unrewritten(proxy, upstream, api_key):
+    p = proxy(fresh=True, policies={"default": {"store_failure": "passthrough"}})
+    messages = [{"role": "system", "content": "Be brief."}, user("while the file fails")]
+    with _sqlite_tables_gone(p.db_path):
+        upstream.push(Reply(content="served without a store"))
+        r = p.post_chat(api_key, {"model": "gpt-4o", "messages": messages})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-ctxproxy-degraded"] == "store-unavailable"
+        assert "x-conversation-id" not in r.headers
+        assert r.json() == upstream.last_reply.sent_json()
+        assert upstream.last_chat.body["messages"] == messages
+    assert _passthrough_count(p) == 1

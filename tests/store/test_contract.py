@@ -18,16 +18,15 @@ from typing import Any
 import pytest
 
 from proxy import identify
+from proxy.errors import ConversationGone, StoreError
 from proxy.store.base import (
     Branch,
     CallRecord,
     CheckpointCandidate,
-    ConversationGone,
     HashMatch,
     NewEvent,
     Position,
     Store,
-    StoreError,
     UsageQuery,
 )
 from proxy.store.redis import RedisStore

@@ -16,15 +16,14 @@ import pytest
 import redis as sync_redis
 
 from proxy import identify
+from proxy.errors import ConversationGone, StoreError
 from proxy.ledger import cells_from_calls
 from proxy.store import make_store
 from proxy.store.base import (
     CallRecord,
     CheckpointCandidate,
-    ConversationGone,
     NewEvent,
     Position,
-    StoreError,
     UsageCell,
     UsageQuery,
 )

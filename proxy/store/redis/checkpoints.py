@@ -1,0 +1,105 @@
+"""Checkpoints (compare-and-set commits by Lua, inheritance across forks) and compaction leases."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+from ...errors import ConversationGone
+from ..base import CheckpointCandidate, StoredCheckpoint, new_id
+from .connection import RedisConnection, guarded, num
+
+
+class Checkpoints(RedisConnection):
+    @guarded
+    async def active_checkpoint(self, branch_id: str) -> StoredCheckpoint | None:
+        reply = await self._run("active", branch_id)
+        if not reply or reply[0] is None:
+            return None
+        return _checkpoint(reply[0], reply[1])
+
+    @guarded
+    async def commit_checkpoint(self, candidate: CheckpointCandidate) -> StoredCheckpoint | None:
+        checkpoint = _new_checkpoint(candidate, "active")
+        reply = await self._run(
+            "commit",
+            candidate.conversation_id,
+            candidate.branch_id,
+            candidate.parent_generation,
+            candidate.covered_through_seq,
+            candidate.source_hash,
+            checkpoint.id,
+            _checkpoint_json(checkpoint),
+            "" if candidate.lease_token is None else str(candidate.lease_token),
+        )
+        if reply[0] == "GONE":
+            raise ConversationGone(f"conversation {candidate.conversation_id} no longer exists")
+        if reply[0] != "OK":
+            return None
+        return checkpoint
+
+    @guarded
+    async def record_failed_checkpoint(self, candidate: CheckpointCandidate, error: str) -> None:
+        failed = _new_checkpoint(candidate, "failed", error)
+        reply = await self._run(
+            "failed",
+            candidate.conversation_id,
+            candidate.branch_id,
+            failed.id,
+            _checkpoint_json(failed),
+            candidate.covered_through_seq,
+            num(failed.created_at),
+        )
+        if reply[0] == "GONE":
+            raise ConversationGone(f"conversation {candidate.conversation_id} no longer exists")
+
+    @guarded
+    async def list_checkpoints(self, conversation_id: str) -> list[StoredCheckpoint]:
+        ids = await self.r.lrange(self._k("conv-cks", conversation_id), 0, -1)
+        if not ids:
+            return []
+        async with self.r.pipeline(transaction=False) as pipe:
+            for ck in ids:
+                pipe.hmget(self._k("ck", ck), "json", "status")
+            rows = await pipe.execute()
+        return [_checkpoint(payload, status) for payload, status in rows if payload is not None]
+
+    @guarded
+    async def purge_checkpoints(self, before: float) -> int:
+        return await self._purge("purge_cks", before)
+
+    # -- leases ------------------------------------------------------------------------------
+    @guarded
+    async def acquire_lease(self, branch_id: str, owner: str, ttl: float) -> int | None:
+        reply = await self._run("acquire", branch_id, owner, _ms(ttl))
+        return int(reply[1]) if reply[0] == "OK" else None
+
+    @guarded
+    async def renew_lease(self, branch_id: str, owner: str, token: int, ttl: float) -> bool:
+        return bool(await self._run("renew", branch_id, owner, str(token), _ms(ttl)))
+
+    @guarded
+    async def release_lease(self, branch_id: str, owner: str, token: int) -> None:
+        await self._run("release", branch_id, owner, str(token))
+
+
+def _new_checkpoint(candidate: CheckpointCandidate, status: str, error: str | None = None) -> StoredCheckpoint:
+    return candidate.stored(new_id("ck"), status, time.time(), error)
+
+
+def _checkpoint_json(cp: StoredCheckpoint) -> str:
+    """The record without its status (the `ck:` hash keeps that apart, the scripts change it)."""
+    record = asdict(cp)
+    del record["status"]
+    if cp.status == "failed":
+        record["generation"] = None  # like SQLite: a failed candidate does not hold a generation
+    return json.dumps(record)
+
+
+def _checkpoint(payload: str, status: str) -> StoredCheckpoint:
+    return StoredCheckpoint(status=status, **json.loads(payload))
+
+
+def _ms(seconds: float) -> str:
+    return str(max(1, int(seconds * 1000)))

@@ -1,0 +1,25 @@
+"""SQLite backend: the embedded default, one file, WAL.
+
+One class, `SqliteStore`, assembled from one module per concern over a shared connection:
+
+    connection.py   the file, its pragmas and migrations (../migrations.py), and `_read`/`_write`:
+                    the one boundary where sqlite3's errors become StoreError
+    history.py      conversations, branches, events, blobs; identity lookups; deletes
+    checkpoints.py  checkpoint commits (compare-and-set) and compaction leases
+    calls.py        call records and the ledger's SQL aggregation
+"""
+
+from __future__ import annotations
+
+from .calls import Calls
+from .checkpoints import Checkpoints
+from .history import History
+
+
+class SqliteStore(History, Checkpoints, Calls):
+    @classmethod
+    def from_url(cls, url: str) -> SqliteStore:
+        return cls(url.removeprefix("sqlite:///") or "ctxproxy.db")
+
+
+__all__ = ["SqliteStore"]

@@ -1,0 +1,232 @@
+"""Conversations, branches and their events: identity lookups, appends and forks, deletes."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ...errors import ConversationGone, StoreError
+from ..base import Branch, Conversation, HashMatch, NewEvent, Position, StoredEvent, new_id
+from .connection import Db, SqliteConnection
+
+_CONV_COLS = "id, tenant, external_id, created_at, updated_at, main_branch_id"
+_BRANCH_COLS = "id, conversation_id, parent_id, fork_seq, head_seq, created_at, updated_at"
+
+
+class History(SqliteConnection):
+    # -- identity ----------------------------------------------------------------------------
+    async def find_longest(self, hashes: list[str], tenant: str, conversation_id: str | None) -> HashMatch | None:
+        if not hashes:
+            return None
+        # Most requests continue the stored history by one or two messages: try the tail first.
+        tail = hashes[-4:]
+        match = self._read(_find, tail, len(hashes) - len(tail), tenant, conversation_id)
+        if match is None and len(hashes) > len(tail):
+            match = self._read(_find, hashes[: -len(tail)], 0, tenant, conversation_id)
+        return match
+
+    async def find_conversation(self, tenant: str, ref: str) -> Conversation | None:
+        row = self._read(
+            lambda db: db.execute(
+                f"SELECT {_CONV_COLS} FROM conversations WHERE tenant = ? AND (id = ? OR external_id = ?) "
+                "ORDER BY id = ? DESC LIMIT 1",
+                (tenant, ref, ref, ref),
+            ).fetchone()
+        )
+        return Conversation(*row) if row else None
+
+    async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation:
+        now = time.time()
+        conv_id, branch_id = new_id("c"), new_id("b")
+
+        def create(db: Db) -> None:
+            db.execute(
+                "INSERT INTO conversations (id, tenant, external_id, main_branch_id, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (conv_id, tenant, external_id, branch_id, now, now),
+            )
+            db.execute(
+                "INSERT INTO branches (id, conversation_id, parent_id, fork_seq, head_seq, created_at, updated_at) "
+                "VALUES (?, ?, NULL, 0, 0, ?, ?)",
+                (branch_id, conv_id, now, now),
+            )
+
+        try:
+            self._write(create)
+        except StoreError:
+            # Two requests raced to create the same external id: the other one won, use it.
+            if external_id is not None:
+                existing = await self.find_conversation(tenant, external_id)
+                if existing is not None:
+                    return existing
+            raise
+        return Conversation(conv_id, tenant, external_id, now, now, branch_id)
+
+    async def append(self, start: Position, events: list[NewEvent], system_hash: str | None) -> Position:
+        return self._write(_append, start, events, system_hash, time.time())
+
+    # -- blobs -------------------------------------------------------------------------------
+    async def put_blob(self, digest: str, data: str) -> None:
+        self._write(lambda db: db.execute("INSERT OR IGNORE INTO blobs (digest, data) VALUES (?, ?)", (digest, data)))
+
+    async def get_blob(self, digest: str) -> str | None:
+        row = self._read(lambda db: db.execute("SELECT data FROM blobs WHERE digest = ?", (digest,)).fetchone())
+        return str(row[0]) if row else None
+
+    # -- admin -------------------------------------------------------------------------------
+    async def list_conversations(self, limit: int, before: float | None) -> list[Conversation]:
+        sql = f"SELECT {_CONV_COLS} FROM conversations"
+        params: list[Any] = []
+        if before is not None:
+            sql += " WHERE updated_at < ?"
+            params.append(before)
+        sql += " ORDER BY updated_at DESC LIMIT ?"
+        params.append(limit)
+        return [Conversation(*r) for r in self._read(lambda db: db.execute(sql, params).fetchall())]
+
+    async def get_conversation(self, conversation_id: str) -> Conversation | None:
+        row = self._read(
+            lambda db: db.execute(f"SELECT {_CONV_COLS} FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        )
+        return Conversation(*row) if row else None
+
+    async def list_branches(self, conversation_id: str) -> list[Branch]:
+        rows = self._read(
+            lambda db: db.execute(
+                f"SELECT {_BRANCH_COLS} FROM branches WHERE conversation_id = ? ORDER BY created_at, rowid",
+                (conversation_id,),
+            ).fetchall()
+        )
+        return [Branch(*r) for r in rows]
+
+    async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
+        return self._read(_lineage_events, branch_id, after_seq, limit)
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        found = self._write(_delete, conversation_id, time.time())
+        if found:
+            # secure_delete zeroes freed pages; the checkpoint moves them out of the WAL too.
+            self._read(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+        return found
+
+    async def stale_conversations(self, before: float, limit: int) -> list[str]:
+        rows = self._read(
+            lambda db: db.execute(
+                "SELECT id FROM conversations WHERE updated_at < ? ORDER BY updated_at LIMIT ?", (before, limit)
+            ).fetchall()
+        )
+        return [str(r[0]) for r in rows]
+
+
+def _find(db: Db, hashes: list[str], offset: int, tenant: str, conversation_id: str | None) -> HashMatch | None:
+    index = {h: i for i, h in enumerate(hashes)}
+    best: tuple[int, float, Any] | None = None
+    for start in range(0, len(hashes), 900):
+        batch = hashes[start : start + 900]
+        marks = ",".join("?" * len(batch))
+        sql = (
+            "SELECT e.chain_hash, e.conversation_id, e.branch_id, e.seq, c.updated_at, b.system_hash "
+            "FROM events e JOIN conversations c ON c.id = e.conversation_id "
+            "JOIN branches b ON b.id = e.branch_id "
+            f"WHERE e.chain_hash IN ({marks}) AND c.tenant = ?"
+        )
+        params: list[Any] = [*batch, tenant]
+        if conversation_id is not None:
+            sql += " AND e.conversation_id = ?"
+            params.append(conversation_id)
+        for row in db.execute(sql, params):
+            key = (index[row[0]], row[4], row)
+            if best is None or key[:2] > best[:2]:
+                best = key
+    if best is None:
+        return None
+    row = best[2]
+    return HashMatch(Position(row[1], row[2], row[3]), offset + best[0] + 1, row[5])
+
+
+def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | None, now: float) -> Position:
+    if db.execute("SELECT 1 FROM conversations WHERE id = ?", (start.conversation_id,)).fetchone() is None:
+        raise ConversationGone(f"conversation {start.conversation_id} no longer exists")
+    branch, seq = start.branch_id, start.seq
+    for event in events:
+        row = db.execute(
+            "SELECT branch_id, seq FROM events WHERE chain_hash = ? AND conversation_id = ?",
+            (event.chain_hash, start.conversation_id),
+        ).fetchone()
+        if row is not None:
+            branch, seq = row[0], row[1]
+            continue
+        head = db.execute("SELECT head_seq FROM branches WHERE id = ?", (branch,)).fetchone()[0]
+        if seq != head:
+            child = new_id("b")
+            db.execute(
+                "INSERT INTO branches (id, conversation_id, parent_id, fork_seq, head_seq, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (child, start.conversation_id, branch, seq, seq, now, now),
+            )
+            branch = child
+        seq += 1
+        db.execute(
+            "INSERT INTO events (branch_id, seq, conversation_id, role, message, chain_hash, source, "
+            "tokens, call_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                branch,
+                seq,
+                start.conversation_id,
+                event.role,
+                json.dumps(event.message),
+                event.chain_hash,
+                event.source,
+                event.tokens,
+                event.call_id,
+                now,
+            ),
+        )
+        db.execute("UPDATE branches SET head_seq = ?, updated_at = ? WHERE id = ?", (seq, now, branch))
+    if system_hash is not None:
+        db.execute("UPDATE branches SET system_hash = ?, updated_at = ? WHERE id = ?", (system_hash, now, branch))
+    else:
+        db.execute("UPDATE branches SET updated_at = ? WHERE id = ?", (now, branch))
+    db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, start.conversation_id))
+    return Position(start.conversation_id, branch, seq)
+
+
+def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
+    # Walk up to the root: each ancestor contributes its events up to the child's fork point.
+    segments: list[tuple[str, int]] = []
+    current: str | None = branch_id
+    upto = 1 << 62
+    while current is not None:
+        row = db.execute("SELECT parent_id, fork_seq FROM branches WHERE id = ?", (current,)).fetchone()
+        if row is None:
+            break
+        segments.append((current, upto))
+        upto = row[1]
+        current = row[0]
+    out: list[StoredEvent] = []
+    for seg_branch, seg_upto in reversed(segments):
+        rows = db.execute(
+            "SELECT branch_id, seq, role, message, chain_hash, source, tokens, created_at FROM events "
+            "WHERE branch_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            (seg_branch, after_seq, seg_upto, limit - len(out)),
+        )
+        out.extend(StoredEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], r[7]) for r in rows)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _delete(db: Db, conversation_id: str, now: float) -> bool:
+    found = db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
+    # Branches and events cascade; calls and tombstone are explicit.
+    db.execute("DELETE FROM events WHERE conversation_id = ?", (conversation_id,))
+    db.execute("DELETE FROM branches WHERE conversation_id = ?", (conversation_id,))
+    db.execute("DELETE FROM calls WHERE conversation_id = ?", (conversation_id,))
+    db.execute("DELETE FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
+    db.execute("DELETE FROM leases WHERE conversation_id = ?", (conversation_id,))
+    if found:
+        db.execute(
+            "INSERT OR REPLACE INTO tombstones (conversation_id, deleted_at) VALUES (?, ?)", (conversation_id, now)
+        )
+    return found
