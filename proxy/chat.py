@@ -95,7 +95,7 @@ async def handle(request: Request, wire: Wire) -> Any:
         await _store_blob(state, ingested.prefix, ingested.system_hash)
 
         sent_messages = messages
-        if policy.rewrite and getattr(wire, "rewrite_allowed", _always)(body):
+        if policy.rewrite and wire.rewrite_allowed(body):
             projection = await _project(
                 # A litellm route's window and prices are its provider model's, whatever the client calls it.
                 state,
@@ -179,14 +179,6 @@ async def _passthrough(
 
 
 async def _unrecorded(outcome: StreamOutcome) -> None:
-    return None
-
-
-def _always(body: Any) -> bool:
-    return True
-
-
-def _never() -> None:
     return None
 
 
@@ -331,7 +323,7 @@ async def _finish_stream(
     call.finish_reason = observer.finish_reason()
     call.usage_raw = observer.usage_raw()
     call.usage = wire.usage(call.usage_raw).to_dict()
-    failure = getattr(observer, "failure", _never)()
+    failure = observer.failure()
     if failure is not None and outcome.error is None:
         call.status, call.error = "error", failure
     elif observer.done and outcome.error is None:

@@ -60,6 +60,7 @@ from ..errors import BadRequest, NotFound, ProxyError
 from ..sse import SseEvent
 from ..types import Json, Message
 from ..usage import Usage, from_anthropic
+from .base import BaseObserver, BaseWire
 
 PRIVATE = "_anthropic"
 MAX_CACHE_CONTROL = 4
@@ -546,7 +547,7 @@ def cap_cache_control(body: Json, messages: list[Json], limit: int = MAX_CACHE_C
 # --------------------------------------------------------------------------- streams
 
 
-class MessageStream:
+class MessageStream(BaseObserver):
     """Relays every event unchanged and reassembles the message like the SDK's final message."""
 
     def __init__(self) -> None:
@@ -662,7 +663,7 @@ class MessageStream:
 # --------------------------------------------------------------------------- the wire
 
 
-class AnthropicWire:
+class AnthropicWire(BaseWire):
     name = "anthropic"
     path = "/v1/messages"
     paths: tuple[str, ...] = ("/v1/messages",)
@@ -677,9 +678,6 @@ class AnthropicWire:
     def messages(self, body: Json) -> list[Message]:
         return to_common(body)
 
-    def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
-        """The native messages were validated while converting (`messages`)."""
-
     def encode(
         self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
     ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
@@ -692,9 +690,6 @@ class AnthropicWire:
 
     def observer(self, body: Json) -> MessageStream:
         return MessageStream()
-
-    def is_stream(self, content_type: str) -> bool:
-        return "text/event-stream" in content_type
 
     def response(self, parsed: Json) -> tuple[Message | None, str | None, Any]:
         content = parsed.get("content")

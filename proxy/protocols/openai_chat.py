@@ -16,6 +16,7 @@ from ..history_cache import encode_body
 from ..sse import SseEvent
 from ..types import Json, Message
 from ..usage import Usage, from_openai_chat
+from .base import BaseObserver, BaseWire
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
@@ -217,7 +218,7 @@ def response_message(body: Json) -> tuple[Message | None, str | None]:
     return (message if isinstance(message, dict) else None), choices[0].get("finish_reason")
 
 
-class StreamFilter:
+class StreamFilter(BaseObserver):
     """Looks at each SSE event on its way to the client: reassembles, and hides the usage the
     proxy asked for when the client did not."""
 
@@ -259,7 +260,7 @@ class StreamFilter:
         return strip_null_usage(event.raw, chunk)
 
 
-class OpenAIChatWire:
+class OpenAIChatWire(BaseWire):
     """The chat-completions API: native messages are the common message model."""
 
     name = "openai_chat"
@@ -292,9 +293,6 @@ class OpenAIChatWire:
 
     def observer(self, body: Json) -> StreamFilter:
         return StreamFilter(client_wants_usage(body))
-
-    def is_stream(self, content_type: str) -> bool:
-        return "text/event-stream" in content_type
 
     def response(self, parsed: Json) -> tuple[Message | None, str | None, Any]:
         message, finish = response_message(parsed)

@@ -51,6 +51,7 @@ from ..errors import BadRequest, ProxyError, openai_error_bytes
 from ..sse import SseEvent
 from ..types import Json, Message
 from ..usage import Usage, from_openai_responses
+from .base import BaseObserver, BaseWire
 from .openai_chat import parse_body
 
 PRIVATE = "_responses"
@@ -473,7 +474,7 @@ def output_text(response: Json) -> str | None:
     return "".join(texts) if texts else None
 
 
-class ResponsesObserver:
+class ResponsesObserver(BaseObserver):
     """Relays every event unchanged; reassembles the output items, usage and how it ended."""
 
     def __init__(self) -> None:
@@ -591,7 +592,7 @@ class ExactItems:
         return candidates[0][1]
 
 
-class ResponsesWire:
+class ResponsesWire(BaseWire):
     name = "openai_responses"
     path = "/v1/responses"
     paths: tuple[str, ...] = ("/v1/responses", "/responses")
@@ -618,9 +619,6 @@ class ResponsesWire:
             return False
         return all(isinstance(i, dict) and is_mappable(i) for i in data)
 
-    def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
-        """Items were validated (and converted) by `envelope`/`messages`."""
-
     def encode(
         self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
     ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
@@ -642,9 +640,6 @@ class ResponsesWire:
 
     def observer(self, body: Json) -> ResponsesObserver:
         return ResponsesObserver()
-
-    def is_stream(self, content_type: str) -> bool:
-        return "text/event-stream" in content_type
 
     def response(self, parsed: Json) -> tuple[Message | None, str | None, Any]:
         message = output_message(parsed.get("output")) if parsed.get("status") != "failed" else None
