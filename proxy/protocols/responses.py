@@ -52,7 +52,7 @@ from ..sse import SseEvent
 from ..types import Json, Message
 from ..usage import Usage, from_openai_responses
 from .base import BaseObserver, BaseWire
-from .openai_chat import parse_body
+from .openai_chat.validate import parse_body
 
 PRIVATE = "_responses"
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
