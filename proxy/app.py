@@ -19,12 +19,12 @@ from .catalog import ModelCatalog
 from .chat import endpoint
 from .compaction import Compactor
 from .config import Config
+from .endpoints import count_tokens as anthropic_count_tokens
 from .errors import BadRequest, NotFound, ProxyError, StoreUnavailable, openai_error_bytes
 from .http import RawResponse, json_response, require_token
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .projection import Projector
 from .protocols import WIRES, wire_for_path
-from .protocols.anthropic import count_tokens as anthropic_count_tokens
 from .services import Services, resolve_secrets
 from .store import StoreError, make_store
 from .summarizer import Summarizer
