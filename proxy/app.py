@@ -18,14 +18,13 @@ from .catalog import ModelCatalog
 from .chat import endpoint
 from .compaction import Compactor
 from .config import Config
-from .errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable, openai_error_bytes
+from .errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable
 from .history_cache import HistoryCache
-from .http import RawResponse
+from .http import RawResponse, error_response
 from .keys import resolve_keys
 from .metrics import Metrics
 from .projection import Projector
 from .protocols import WIRES, wire_for_path
-from .protocols.anthropic import count_tokens as anthropic_count_tokens
 from .record import Recorder
 from .services import Services
 from .store import make_store
@@ -36,10 +35,7 @@ log = logging.getLogger("ctxproxy")
 
 
 def _error_response(request: Request, exc: ProxyError) -> RawResponse:
-    """In the error shape of the API the client called (OpenAI's by default)."""
-    wire = wire_for_path(request.url.path)
-    body = wire.error_body(exc) if wire is not None else openai_error_bytes(exc)
-    return RawResponse(body, exc.status, [("content-type", "application/json")])
+    return error_response(exc, wire_for_path(request.url.path))
 
 
 async def _proxy_error(request: Request, exc: Exception) -> RawResponse:
@@ -111,7 +107,7 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
     routes = [
         *(Route(path, endpoint(wire), methods=["POST"]) for wire in WIRES for path in wire.paths),
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
-        Route("/v1/messages/count_tokens", anthropic_count_tokens, methods=["POST"]),
+        Route("/v1/messages/count_tokens", endpoints.count_tokens, methods=["POST"]),
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         *admin.routes,

@@ -62,7 +62,7 @@ async def handle(request: Request, wire: Wire) -> Any:
         )
         call = await _open_call(services, route, model, stream, body, ingested, started)
         sent = messages
-        if policy.rewrite and getattr(wire, "rewrite_allowed", _always)(body):
+        if policy.rewrite and wire.rewrite_allowed(body):
             # A litellm route's window and prices are its provider model's, whatever the client calls it.
             auth = routing.summary_auth(services.keys, wire, route, request.headers)
             projection = await _project(
@@ -243,10 +243,6 @@ async def _passthrough(
 
 async def _unrecorded(outcome: StreamOutcome) -> None:
     return None
-
-
-def _always(body: Any) -> bool:
-    return True
 
 
 def _rewritten(projection: Projection) -> bool:

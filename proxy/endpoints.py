@@ -1,12 +1,16 @@
-"""The endpoints beside the model calls: the model list, health, metrics (and Anthropic's
-count_tokens). None of them is recorded; the ones that reach the upstream relay it unchanged."""
+"""The endpoints beside the model calls: the model list, Anthropic's count_tokens, health and
+metrics. None of them is recorded; the ones that reach the upstream relay its answer unchanged."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 
-from .http import RawResponse, json_response, require_token
+from . import routing
+from .errors import NotFound
+from .http import RawResponse, json_response, read_body, require_token
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .protocols.anthropic import WIRE as ANTHROPIC
+from .protocols.anthropic.validate import parse_body, require_model
 from .services import Services
 from .upstream.base import UpstreamResponse, upstream_request_headers
 
@@ -57,3 +61,19 @@ async def list_models(request: Request) -> RawResponse:
         request.headers, {"Authorization": f"Bearer {key}"} if key else None, frozenset()
     )
     return await relay_unchanged(await services.upstream.send(route, "GET", "/models", None, headers))
+
+
+async def count_tokens(request: Request) -> RawResponse:
+    """`POST /v1/messages/count_tokens`: relayed to the upstream of the route serving the body's
+    model; errors in Anthropic's shape (the app's error boundary knows the path is Anthropic's)."""
+    services: Services = request.app.state.ctx
+    config = services.config
+    raw = await read_body(request, config.limits)
+    model = require_model(parse_body(raw))
+    route = config.route_for(ANTHROPIC.path, model)
+    if route is None:
+        raise NotFound(f"No route serves model {model!r} on {ANTHROPIC.path}.", param="model")
+    drop = frozenset({config.conversation_header.lower()})
+    headers = routing.upstream_headers(services.keys, ANTHROPIC, route, request.headers, drop)
+    path = ANTHROPIC.upstream_path + "/count_tokens"
+    return await relay_unchanged(await services.upstream.send(route, "POST", path, raw, headers))

@@ -18,11 +18,9 @@ Memory is bounded by the approximate bytes of the remembered bodies (LRU).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from policies.base import Item
 
@@ -39,7 +37,8 @@ class Remembered:
     """Token-counted items of the same messages, by tokenizer encoding name."""
     encoded: dict[int, tuple[Message, str]] = field(default_factory=dict)
     """JSON of the messages last sent upstream, by object identity (the object is held, so its id
-    cannot be reused while the entry lives)."""
+    cannot be reused while the entry lives); written and reused by the chat wire's `encode_body`
+    (`protocols/openai_chat/encode.py`)."""
 
 
 class HistoryCache:
@@ -107,23 +106,3 @@ class HistoryCache:
 def _extends(longer: Remembered, shorter: Remembered) -> bool:
     n = len(shorter.hashes)
     return n <= len(longer.hashes) and (n == 0 or longer.hashes[n - 1] == shorter.hashes[-1])
-
-
-def encode_body(
-    body: dict[str, Any], messages: list[Message], known: dict[int, tuple[Message, str]] | None
-) -> tuple[bytes, dict[int, tuple[Message, str]]]:
-    """`body` with `messages` as its messages, as JSON bytes, re-encoding only the messages that
-    were not sent (as these very objects) last time: the projection hands back the remembered
-    message objects for everything it did not change. Returns the bytes and the encodings to
-    remember for next time (only those of this request, so nothing accumulates)."""
-    fresh: dict[int, tuple[Message, str]] = {}
-    parts: list[str] = []
-    for message in messages:
-        key = id(message)
-        hit = known.get(key) if known is not None else None
-        text = hit[1] if hit is not None and hit[0] is message else json.dumps(message)
-        fresh[key] = (message, text)
-        parts.append(text)
-    rest = json.dumps({k: v for k, v in body.items() if k != "messages"})
-    head = '{"messages":[' + ",".join(parts) + "]"
-    return (head + ("}" if rest == "{}" else "," + rest[1:])).encode(), fresh

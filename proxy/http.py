@@ -20,7 +20,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from .config import Limits
-from .errors import BadRequest, NotFound, PayloadTooLarge, RequestTimeout, Unauthorized
+from .errors import BadRequest, NotFound, PayloadTooLarge, ProxyError, RequestTimeout, Unauthorized, openai_error_bytes
+from .protocols.base import Wire
 
 
 class RawResponse:
@@ -110,3 +111,10 @@ def require_token(request: Request, expected: str | None, what: str, setting: st
     given = bearer_token(request.headers) or ""
     if not hmac.compare_digest(given.encode(), expected.encode()):
         raise Unauthorized(f"{what} needs 'Authorization: Bearer <token>'.", code=code)
+
+
+def error_response(exc: ProxyError, wire: Wire | None) -> RawResponse:
+    """The one rendering of an error answer: in the shape of the API the client called (`wire`),
+    OpenAI's when the path belongs to none."""
+    body = wire.error_body(exc) if wire is not None else openai_error_bytes(exc)
+    return RawResponse(body, exc.status, [("content-type", "application/json")])

@@ -93,7 +93,7 @@ def streamed(
     call.finish_reason = observer.finish_reason()
     call.usage_raw = observer.usage_raw()
     call.usage = wire.usage(call.usage_raw).to_dict()
-    failure = getattr(observer, "failure", lambda: None)()
+    failure = observer.failure()
     if failure is not None and outcome.error is None:
         call.status, call.error = "error", failure
     elif observer.done and outcome.error is None:

@@ -8,8 +8,8 @@ is handed to `finish` inside a shielded scope, whatever happened: complete, upst
 time-out mid-stream (the client gets one error event, the record says `partial`), or the client
 going away.
 
-Each complete SSE event is forwarded as soon as it is complete; `transform` may rewrite or drop it
-(the usage chunk a client did not ask for).
+Each complete SSE event is forwarded as soon as it is complete; the wire's observer reads it on the
+side and may rewrite or drop it (the usage chunk a client did not ask for).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from .errors import ProxyError, sse_error_event
-from .sse import SseEvent, SseSplitter
+from .errors import ProxyError
+from .protocols.base import StreamObserver
+from .sse import SseSplitter
 from .upstream.base import UpstreamResponse
 
 
@@ -42,12 +43,12 @@ class StreamRelay:
     def __init__(
         self,
         upstream: UpstreamResponse,
-        transform: Callable[[SseEvent], bytes | None],
+        observer: StreamObserver,
         finish: Callable[[StreamOutcome], Awaitable[None]],
         extra_headers: list[tuple[str, str]],
     ) -> None:
         self.upstream = upstream
-        self.transform = transform
+        self.observer = observer
         self.finish = finish
         self.headers = [*upstream.headers, *extra_headers]
 
@@ -91,14 +92,13 @@ class StreamRelay:
                 if outcome.first_byte_at is None:
                     outcome.first_byte_at = time.monotonic()
                 for event in splitter.feed(piece):
-                    out = self.transform(event)
+                    out = self.observer(event)
                     if out:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
             outcome.upstream_finished = True
             outcome.truncated = splitter.rest()
         except ProxyError as exc:
             outcome.error = exc
-            # In the client API's own stream vocabulary when the wire has one (Anthropic, Responses).
-            render = getattr(self.transform, "error_event", sse_error_event)
-            await send({"type": "http.response.body", "body": render(exc), "more_body": True})
+            # In the client API's own stream vocabulary (Anthropic `event: error`, Responses, chat).
+            await send({"type": "http.response.body", "body": self.observer.error_event(exc), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

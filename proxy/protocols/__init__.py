@@ -11,7 +11,9 @@ WIRES: tuple[Wire, ...] = (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC)
 
 
 def wire_for_path(path: str) -> Wire | None:
+    """The API a path belongs to (its own paths and the ones below them, such as Anthropic's
+    `/v1/messages/count_tokens`), whose error shape answers it."""
     for wire in WIRES:
-        if path in wire.paths:
+        if path in wire.paths or any(path.startswith(p + "/") for p in wire.paths):
             return wire
     return None

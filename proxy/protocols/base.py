@@ -6,13 +6,18 @@ The common model is what gets hashed, stored as events and projected by `policie
 whose native format differs (Anthropic Messages, OpenAI Responses) converts losslessly: what
 cannot be expressed in chat-completions terms travels in private `_`-prefixed keys of the
 common messages, so that an unchanged message converts back to its exact native form.
+
+`Wire` and `StreamObserver` declare every member the pipeline calls; `BaseWire` and
+`BaseObserver` hold the defaults of the members most wires do not need to change, and the three
+wires inherit them. So the orchestrator calls `wire.rewrite_allowed(body)` and
+`observer.failure()` directly instead of probing for them.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..errors import ProxyError
+from ..errors import ProxyError, sse_error_event
 from ..sse import SseEvent
 from ..types import Json, Message
 from ..usage import Usage
@@ -30,6 +35,27 @@ class StreamObserver(Protocol):
     def message(self) -> Message | None: ...
     def finish_reason(self) -> str | None: ...
     def usage_raw(self) -> Any: ...
+    def failure(self) -> str | None:
+        """Why a stream that ended properly carries no answer (Responses `response.failed`, an
+        `error` event): the call is recorded as `error` with that text."""
+
+    def error_event(self, exc: ProxyError) -> bytes:
+        """What the relay sends when the stream breaks after it started, in the API's own
+        stream vocabulary."""
+
+
+class BaseObserver:
+    """Defaults of the `StreamObserver` members a wire's observer may leave alone."""
+
+    done: bool = False
+
+    def failure(self) -> str | None:
+        """No failure beyond what the relay itself saw."""
+        return None
+
+    def error_event(self, exc: ProxyError) -> bytes:
+        """An OpenAI-shaped `data:` error event."""
+        return sse_error_event(exc)
 
 
 class Wire(Protocol):
@@ -47,6 +73,10 @@ class Wire(Protocol):
 
     def messages(self, body: Json) -> list[Message]:
         """The request's messages in the common model (system/developer first)."""
+
+    def rewrite_allowed(self, body: Json) -> bool:
+        """False: forward the request without projecting it (it is still recorded), e.g. when
+        the upstream owns the conversation state (Responses `previous_response_id`)."""
 
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         """Validate messages[start:stop]; the rest equals an earlier accepted request."""
@@ -72,10 +102,16 @@ class Wire(Protocol):
 
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]: ...
 
-    # Optional (the pipeline uses `getattr` with these defaults):
-    # def rewrite_allowed(self, body: Json) -> bool
-    #     False: forward the request without projecting it (it is still recorded), e.g. when the
-    #     upstream owns the conversation state (Responses `previous_response_id`). Default True.
-    # StreamObserver.failure(self) -> str | None
-    #     Why a stream that ended properly carries no answer (Responses `response.failed`, an
-    #     `error` event): the call is recorded as `error` with that text. Default None.
+
+class BaseWire:
+    """Defaults of the `Wire` members a wire may leave alone."""
+
+    def rewrite_allowed(self, body: Json) -> bool:
+        """Every request may be projected."""
+        return True
+
+    def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
+        """Nothing left to check: the native messages were validated while converting (`messages`)."""
+
+    def is_stream(self, content_type: str) -> bool:
+        return "text/event-stream" in content_type

@@ -13,15 +13,10 @@ from policies.summary_prompt import summary_block
 from policies.text import with_content
 from proxy.errors import BadRequest, ContextLengthExceeded, NotFound, UpstreamTimeout
 from proxy.identify import canonical, chain
-from proxy.protocols.anthropic import (
-    OMITTED_TEXT,
-    WIRE,
-    MessageStream,
-    cache_markers,
-    cap_cache_control,
-    to_common,
-    to_native,
-)
+from proxy.protocols.anthropic import WIRE
+from proxy.protocols.anthropic.cache_control import cache_markers, cap_cache_control
+from proxy.protocols.anthropic.convert import OMITTED_TEXT, to_common, to_native
+from proxy.protocols.anthropic.stream import MessageStream
 from proxy.sse import SseSplitter
 from proxy.usage import from_anthropic
 

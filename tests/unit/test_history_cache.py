@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from proxy import identify
-from proxy.history_cache import HistoryCache, Remembered, encode_body
+from proxy.history_cache import HistoryCache, Remembered
+from proxy.protocols.openai_chat.encode import encode_body
 
 
 def turn(i: int) -> list[dict]:

@@ -8,17 +8,16 @@ from typing import Any
 import pytest
 
 from proxy.errors import BadRequest
-from proxy.protocols.openai_chat import (
+from proxy.protocols.openai_chat.encode import with_usage_requested
+from proxy.protocols.openai_chat.stream import (
     StreamAccumulator,
     StreamFilter,
     client_wants_usage,
     is_usage_only,
-    parse_body,
-    response_message,
     strip_null_usage,
-    validate_request,
-    with_usage_requested,
 )
+from proxy.protocols.openai_chat.validate import parse_body, validate_request
+from proxy.protocols.openai_chat.wire import response_message
 from proxy.sse import SseEvent, SseSplitter, parse_event
 
 # -- parse_body -----------------------------------------------------------------------------------

@@ -14,14 +14,11 @@ from policies.trim_tool_results import trim_message
 from proxy import identify
 from proxy.errors import BadRequest
 from proxy.protocols import wire_for_path
-from proxy.protocols.responses import (
-    PRIVATE,
-    WIRE,
-    ResponsesObserver,
-    items_to_messages,
-    output_message,
-    request_messages,
-)
+from proxy.protocols.responses import WIRE
+from proxy.protocols.responses.convert import items_to_messages, request_messages
+from proxy.protocols.responses.items import PRIVATE
+from proxy.protocols.responses.output import output_message
+from proxy.protocols.responses.stream import ResponsesObserver
 from proxy.sse import SseSplitter
 from proxy.usage import Usage, from_openai_responses
 

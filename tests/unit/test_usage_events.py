@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from proxy.protocols.anthropic import MessageStream
-from proxy.protocols.openai_chat import StreamAccumulator
+from proxy.protocols.anthropic.stream import MessageStream
+from proxy.protocols.openai_chat.stream import StreamAccumulator
 from proxy.sse import parse_event
 from proxy.usage import from_anthropic, from_openai_chat
 

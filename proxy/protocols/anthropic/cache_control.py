@@ -1,0 +1,147 @@
+"""cache_control markers: kept off the identity, put back on the blocks that are sent, capped at 4.
+
+Native -> common: the markers are taken off the blocks and kept in the message's
+`_cache_markers` key (block path + key position + value), which identity canonicalization
+ignores: a client that moves its breakpoints every turn (Claude Code marks the newest message)
+does not fork its conversation. Common -> native: they are put back, at the same key position,
+on the blocks that are sent. If system + tools + messages would then carry more than the API's
+4, the oldest message markers are dropped first (`cap_cache_control`).
+
+Example: `{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}` as block 0 of a
+user message becomes the block `{"type": "text", "text": "hi"}` and the marker
+`{"path": [0], "index": 2, "cache_control": {"type": "ephemeral"}}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import identify
+from ...types import Json, Message
+
+MAX_CACHE_CONTROL = 4
+
+MARKERS = identify.CACHE_MARKERS
+"""Where a common message keeps its blocks' cache_control markers: a key identity
+canonicalization ignores, so a client that moves its cache breakpoints from turn to turn (Claude
+Code marks the newest message) still continues the same conversation instead of forking it."""
+
+
+def pop_markers(blocks: list[Any], path: list[Any], found: list[dict[str, Any]]) -> list[Any]:
+    """`blocks` without their cache_control keys (copies where one was removed); each marker is
+    appended to `found` with its block path and key position, so it can be put back exactly."""
+    out = []
+    for k, block in enumerate(blocks):
+        if isinstance(block, dict):
+            block = pop_marker(block, [*path, k], found)
+        out.append(block)
+    return out
+
+
+def pop_marker(block: dict[str, Any], path: list[Any], found: list[dict[str, Any]]) -> dict[str, Any]:
+    if "cache_control" in block:
+        keys = list(block)
+        found.append({"path": path, "index": keys.index("cache_control"), "cache_control": block["cache_control"]})
+        block = {k: v for k, v in block.items() if k != "cache_control"}
+    content = block.get("content")
+    if block.get("type") == "tool_result" and isinstance(content, list):
+        stripped = pop_markers(content, [*path, "content"], found)
+        if any(a is not b for a, b in zip(stripped, content, strict=True)):
+            block = {**block, "content": stripped}
+    return block
+
+
+def _put_marker(value: Any, path: list[Any], index: int, marker: Any) -> Any:
+    """A copy of `value` with `marker` put back at `path` (None when the block no longer exists)."""
+    if not path:
+        if not isinstance(value, dict):
+            return None
+        items = list(value.items())
+        items.insert(min(index, len(items)), ("cache_control", marker))
+        return dict(items)
+    head, rest = path[0], path[1:]
+    if isinstance(head, int):
+        if not isinstance(value, list) or head >= len(value):
+            return None
+        inner = _put_marker(value[head], rest, index, marker)
+        return None if inner is None else [*value[:head], inner, *value[head + 1 :]]
+    if not isinstance(value, dict) or head not in value:
+        return None
+    inner = _put_marker(value[head], rest, index, marker)
+    return None if inner is None else {**value, head: inner}
+
+
+def restore_markers(value: Any, markers: list[dict[str, Any]], prefix: list[Any]) -> Any:
+    """`value` (blocks or a block) with the markers whose path starts with `prefix` put back."""
+    n = len(prefix)
+    for marker in markers:
+        path = marker.get("path") or []
+        if list(path[:n]) != prefix:
+            continue
+        updated = _put_marker(value, list(path[n:]), marker.get("index", 0), marker.get("cache_control"))
+        if updated is not None:
+            value = updated
+    return value
+
+
+def message_markers(message: Message) -> list[dict[str, Any]]:
+    markers = message.get(MARKERS)
+    return [m for m in markers if isinstance(m, dict) and "cache_control" in m] if isinstance(markers, list) else []
+
+
+def _count_markers(value: Any) -> int:
+    if isinstance(value, dict):
+        own = 1 if value.get("cache_control") is not None else 0
+        content = value.get("content")
+        return own + (_count_markers(content) if isinstance(content, list) else 0)
+    if isinstance(value, list):
+        return sum(_count_markers(v) for v in value)
+    return 0
+
+
+def cache_markers(body: Json, messages: list[Json]) -> int:
+    """cache_control markers of tools + system + messages (nested tool_result blocks too)."""
+    total = _count_markers(body.get("tools") or [])
+    system = body.get("system")
+    if isinstance(system, list):
+        total += _count_markers(system)
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            total += _count_markers(content)
+    return total
+
+
+def _strip_markers(blocks: list[Any], excess: list[int]) -> list[Any]:
+    """Copies of `blocks` without their first `excess[0]` markers (the input is not mutated)."""
+    out = []
+    for block in blocks:
+        if excess[0] <= 0 or not isinstance(block, dict):
+            out.append(block)
+            continue
+        new = block
+        if block.get("cache_control") is not None:
+            new = {k: v for k, v in block.items() if k != "cache_control"}
+            excess[0] -= 1
+        if isinstance(new.get("content"), list) and excess[0] > 0:
+            new = {**new, "content": _strip_markers(new["content"], excess)}
+        out.append(new)
+    return out
+
+
+def cap_cache_control(body: Json, messages: list[Json], limit: int = MAX_CACHE_CONTROL) -> tuple[Json, list[Json]]:
+    """(body, messages) with at most `limit` markers: the oldest message markers go first, then
+    the system's, then the tools'."""
+    excess = [cache_markers(body, messages) - limit]
+    if excess[0] <= 0:
+        return body, messages
+    capped = []
+    for message in messages:
+        content = message.get("content")
+        if excess[0] > 0 and isinstance(content, list):
+            message = {**message, "content": _strip_markers(content, excess)}
+        capped.append(message)
+    for key in ("system", "tools"):
+        if excess[0] > 0 and isinstance(body.get(key), list):
+            body = {**body, key: _strip_markers(body[key], excess)}
+    return body, capped

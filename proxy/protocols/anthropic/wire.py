@@ -1,0 +1,80 @@
+"""The Anthropic Messages `Wire` (`POST /v1/messages`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...errors import ProxyError
+from ...types import Json, Message
+from ...usage import Usage, from_anthropic
+from ..base import BaseWire
+from .cache_control import MAX_CACHE_CONTROL, cache_markers, cap_cache_control
+from .convert import assistant_to_common, to_common, to_native
+from .errors import error_bytes
+from .stream import MessageStream
+from .validate import parse_body, validate_envelope
+
+
+class AnthropicWire(BaseWire):
+    name = "anthropic"
+    path = "/v1/messages"
+    paths: tuple[str, ...] = ("/v1/messages",)
+    upstream_path = "/v1/messages"
+
+    def parse(self, raw: bytes) -> Json:
+        return parse_body(raw)
+
+    def envelope(self, body: Json) -> tuple[str, bool]:
+        return validate_envelope(body)
+
+    def messages(self, body: Json) -> list[Message]:
+        return to_common(body)
+
+    def encode(
+        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
+    ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
+        if messages is None:
+            return None, {}  # usage is always in Anthropic streams: the client's bytes go as they are
+        native = to_native(messages)
+        if cache_markers(body, native) > MAX_CACHE_CONTROL >= cache_markers(body, body["messages"]):
+            body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
+        return json.dumps({**body, "messages": native}).encode(), {}
+
+    def observer(self, body: Json) -> MessageStream:
+        return MessageStream()
+
+    def response(self, parsed: Json) -> tuple[Message | None, str | None, Any]:
+        content = parsed.get("content")
+        message = assistant_to_common({"role": "assistant", "content": content}) if isinstance(content, list) else None
+        return message, parsed.get("stop_reason"), parsed.get("usage")
+
+    def usage(self, raw: Any) -> Usage:
+        return from_anthropic(raw)
+
+    def error_body(self, exc: ProxyError) -> bytes:
+        return error_bytes(exc)
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
+
+    def summary_request(self, model: str, messages: list[Message], max_tokens: int) -> tuple[str, Json]:
+        system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") in ("system", "developer"))
+        rest = [m for m in messages if m.get("role") not in ("system", "developer")]
+        body: Json = {"model": model, "max_tokens": max_tokens, "temperature": 0}
+        if system:
+            body["system"] = system
+        body["messages"] = [
+            {"role": "user" if m.get("role") != "assistant" else "assistant", "content": str(m.get("content") or "")}
+            for m in rest
+        ]
+        return self.upstream_path, body
+
+    def summary_text(self, parsed: Json) -> tuple[str | None, Any]:
+        content = parsed.get("content")
+        texts = [b.get("text") for b in content or () if isinstance(b, dict) and b.get("type") == "text"]
+        text = "".join(t for t in texts if isinstance(t, str))
+        return (text or None), parsed.get("usage")
+
+
+WIRE = AnthropicWire()

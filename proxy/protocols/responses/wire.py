@@ -1,0 +1,107 @@
+"""The OpenAI Responses `Wire` (`POST /v1/responses`).
+
+Requests with `previous_response_id` or `conversation` (the upstream owns that state), or with
+input items the policies cannot pair safely, are not rewritable: they are forwarded as they are
+and still recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...errors import ProxyError, openai_error_bytes
+from ...types import Json, Message
+from ...usage import Usage, from_openai_responses
+from ..base import BaseWire
+from ..openai_chat.validate import parse_body
+from .convert import ExactItems, message_to_items, request_messages, text_of
+from .items import PRIVATE, is_mappable
+from .output import finish_of, output_message, output_text
+from .stream import ResponsesObserver
+from .validate import validate_envelope
+
+
+class ResponsesWire(BaseWire):
+    name = "openai_responses"
+    path = "/v1/responses"
+    paths: tuple[str, ...] = ("/v1/responses", "/responses")
+    upstream_path = "/responses"
+
+    def parse(self, raw: bytes) -> Json:
+        return parse_body(raw)
+
+    def envelope(self, body: Json) -> tuple[str, bool]:
+        return validate_envelope(body)
+
+    def messages(self, body: Json) -> list[Message]:
+        return request_messages(body)
+
+    def rewrite_allowed(self, body: Json) -> bool:
+        """False when the upstream owns the state or the input holds items the policies cannot
+        treat safely: such requests are forwarded untouched (and still recorded)."""
+        if body.get("previous_response_id") is not None or body.get("conversation") is not None:
+            return False
+        data = body.get("input")
+        if isinstance(data, str):
+            return True
+        if not isinstance(data, list) or not data:
+            return False
+        return all(isinstance(i, dict) and is_mappable(i) for i in data)
+
+    def encode(
+        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
+    ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
+        if messages is None:
+            return None, {}  # usage arrives with response.completed: nothing to ask for
+        exact = ExactItems(body)
+        items: list[Json] = []
+        for message in messages:
+            private = message.get(PRIVATE)
+            if isinstance(private, dict) and private.get("instructions"):
+                continue  # `instructions` stay in the body as the client sent them
+            items.extend(message_to_items(message, exact))
+        data: Any = items
+        if isinstance(body.get("input"), str) and items == [{"role": "user", "content": body["input"]}]:
+            data = body["input"]
+        out = {key: (data if key == "input" else value) for key, value in body.items()}
+        out.setdefault("input", data)
+        return json.dumps(out).encode(), {}
+
+    def observer(self, body: Json) -> ResponsesObserver:
+        return ResponsesObserver()
+
+    def response(self, parsed: Json) -> tuple[Message | None, str | None, Any]:
+        message = output_message(parsed.get("output")) if parsed.get("status") != "failed" else None
+        return message, finish_of(parsed), parsed.get("usage")
+
+    def usage(self, raw: Any) -> Usage:
+        return from_openai_responses(raw)
+
+    def error_body(self, exc: ProxyError) -> bytes:
+        return openai_error_bytes(exc)
+
+    def auth_headers(self, key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    def summary_request(self, model: str, messages: list[Message], max_tokens: int) -> tuple[str, Json]:
+        system = [text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer")]
+        rest = [m for m in messages if m.get("role") not in ("system", "developer")]
+        data: Any
+        if len(rest) == 1 and rest[0].get("role") == "user":
+            data = text_of(rest[0].get("content"))
+        else:
+            data = [{"role": m.get("role"), "content": text_of(m.get("content"))} for m in rest]
+        body: Json = {
+            "model": model,
+            "instructions": "\n\n".join(system),
+            "input": data,
+            "max_output_tokens": max_tokens,
+        }
+        return self.upstream_path, body
+
+    def summary_text(self, parsed: Json) -> tuple[str | None, Any]:
+        return output_text(parsed), parsed.get("usage")
+
+
+WIRE = ResponsesWire()
