@@ -40,7 +40,7 @@ import openai
 import pytest
 import yaml
 
-from tests.upstream_server import UpstreamServer, _load_encoding
+from tests.support.upstream_server import UpstreamServer, _load_encoding
 
 REPO = Path(__file__).resolve().parent.parent
 UPSTREAM_KEY = "sk-upstream-secret-0123456789"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.transcripts import TRANSCRIPTS
+from tests.support.transcripts import TRANSCRIPTS
 
 REPO = Path(__file__).resolve().parent.parent
 LONG = TRANSCRIPTS / "mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json"

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.upstream_server import Reply, UpstreamServer, count_prompt_tokens, tool_call
+from tests.support.upstream_server import Reply, UpstreamServer, count_prompt_tokens, tool_call
 
 
 @pytest.fixture(scope="module")

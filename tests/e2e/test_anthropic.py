@@ -1,5 +1,5 @@
 """The Anthropic Messages API end to end: the real `anthropic` SDK -> the real proxy subprocess ->
-a scripted upstream that validates like api.anthropic.com (tests/anthropic_upstream.py)."""
+a scripted upstream that validates like api.anthropic.com (tests/support/anthropic_upstream.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import anthropic
 import httpx
 import pytest
 
-from tests.anthropic_upstream import AnthropicUpstream, Reply, estimate_tokens, sign
 from tests.conftest import UPSTREAM_KEY
+from tests.support.anthropic_upstream import AnthropicUpstream, Reply, estimate_tokens, sign
 
 MODEL = "claude-test-1"
 SMALL = "claude-small"

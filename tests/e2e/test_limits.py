@@ -7,7 +7,7 @@ import time
 import uuid
 
 from tests.conftest import UPSTREAM_KEY
-from tests.e2e.helpers import assert_openai_error, user
+from tests.support.e2e import assert_openai_error, user
 
 
 def test_slow_body_hits_receive_timeout(proxy, api_key):

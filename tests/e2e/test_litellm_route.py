@@ -22,8 +22,8 @@ import uvicorn
 
 from proxy.models import ModelCatalog
 from tests.conftest import UPSTREAM_KEY
-from tests.e2e.helpers import assert_openai_error, json_chunks, sse_payloads, stream_raw, user
-from tests.upstream_server import Reply
+from tests.support.e2e import assert_openai_error, json_chunks, sse_payloads, stream_raw, user
+from tests.support.upstream_server import Reply
 
 ANTHROPIC_USAGE = {
     "input_tokens": 50,

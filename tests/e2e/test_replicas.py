@@ -26,8 +26,8 @@ import pytest
 import redis
 
 from tests.e2e.test_rewriting import SMALL_POLICY, SUMMARY, WINDOW, is_summary_request
-from tests.store.redis_server import RedisServer
-from tests.upstream_server import Reply, UpstreamServer
+from tests.support.redis_server import RedisServer
+from tests.support.upstream_server import Reply, UpstreamServer
 
 MODEL = "gpt-replicas"
 

@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.helpers import assert_openai_error
-from tests.responses_upstream import ResponsesReply, ResponsesServer, fcall
+from tests.support.e2e import assert_openai_error
+from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 
 MODEL = "resp-4o"
 SMALL_MODEL = "resp-small"

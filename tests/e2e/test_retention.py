@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.helpers import user
-from tests.upstream_server import Reply
+from tests.support.e2e import user
+from tests.support.upstream_server import Reply
 
 
 def test_retention_task_purges_calls_then_idle_conversations(proxy, upstream, api_key):

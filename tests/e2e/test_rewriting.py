@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from proxy.identify import canonical
-from tests.transcripts import TRANSCRIPTS
-from tests.upstream_server import Reply, UpstreamServer, tool_call
+from tests.support.transcripts import TRANSCRIPTS
+from tests.support.upstream_server import Reply, UpstreamServer, tool_call
 
 WINDOW = 6000
 SMALL_POLICY = {

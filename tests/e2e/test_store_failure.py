@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.e2e.helpers import assert_openai_error, user
-from tests.store.redis_server import RedisServer
-from tests.upstream_server import Reply
+from tests.support.e2e import assert_openai_error, user
+from tests.support.redis_server import RedisServer
+from tests.support.upstream_server import Reply
 
 
 @pytest.fixture

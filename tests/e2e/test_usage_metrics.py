@@ -11,10 +11,10 @@ import pytest
 
 from proxy.models import ModelCatalog
 from tests.conftest import ADMIN_TOKEN
-from tests.e2e.helpers import stream_raw, user
 from tests.e2e.test_rewriting import OBJECTIVE, SMALL_POLICY, SUMMARY, SYSTEM, is_summary_request, wait_checkpoints
+from tests.support.e2e import stream_raw, user
+from tests.support.upstream_server import Reply
 from tests.unit.test_ledger import parse_metrics
-from tests.upstream_server import Reply
 
 FIELDS = ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")
 

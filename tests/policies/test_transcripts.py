@@ -22,7 +22,7 @@ from policies.projection import project
 from policies.summary_tail import build_summary_messages, summary_block
 from policies.tokens import TokenCounter
 from tests.policies.strategies import Case, fake_summarize, mandatory_tokens
-from tests.transcripts import TRANSCRIPTS
+from tests.support.transcripts import TRANSCRIPTS
 
 CHOSEN = (
     "mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json",

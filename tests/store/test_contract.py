@@ -33,7 +33,7 @@ from proxy.store.base import (
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
 from proxy.types import Message
-from tests.store.redis_server import session_server
+from tests.support.redis_server import session_server
 
 
 def _sqlite(tmp_path: Path, name: str) -> Store:

@@ -31,7 +31,7 @@ from proxy.store.base import (
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
 from proxy.types import Message
-from tests.store.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 T1 = "t_tenant_one"
 
@@ -515,7 +515,7 @@ async def test_open_against_no_server_fails_fast() -> None:
 def test_proxy_serves_records_and_deletes_on_redis(
     proxy: Any, upstream: Any, api_key: str, redis_server: RedisServer, raw: sync_redis.Redis, prefix: str
 ) -> None:
-    from tests.upstream_server import Reply
+    from tests.support.upstream_server import Reply
 
     p = proxy(fresh=True, store=f"{redis_server.url}?prefix={prefix}")
     client = p.client(api_key)
@@ -544,7 +544,7 @@ def test_proxy_serves_records_and_deletes_on_redis(
 def test_proxy_answers_503_fast_while_redis_is_down(proxy: Any, upstream: Any, api_key: str) -> None:
     import httpx
 
-    from tests.upstream_server import Reply
+    from tests.support.upstream_server import Reply
 
     server = RedisServer().start()
     try:

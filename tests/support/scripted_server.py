@@ -9,8 +9,8 @@ It also holds a FIFO of scripted replies (``push``/``clear``/``pending``, plus a
 request body, writing a complete response, watching for an early client disconnect, and
 writing a stream of events with the drop / hold / delay knobs the tests script.
 
-The protocol servers (:mod:`tests.upstream_server`, :mod:`tests.anthropic_upstream`,
-:mod:`tests.responses_upstream`) subclass it.
+The protocol servers (:mod:`tests.support.upstream_server`, :mod:`tests.support.anthropic_upstream`,
+:mod:`tests.support.responses_upstream`) subclass it.
 """
 
 from __future__ import annotations
