@@ -14,8 +14,8 @@ import anthropic
 import httpx
 import pytest
 
-from tests.conftest import UPSTREAM_KEY
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply, estimate_tokens, sign
+from tests.support.proxy_process import UPSTREAM_KEY
 
 MODEL = "claude-test-1"
 SMALL = "claude-small"

@@ -6,8 +6,8 @@ import socket
 import time
 import uuid
 
-from tests.conftest import UPSTREAM_KEY
 from tests.support.e2e import assert_openai_error, user
+from tests.support.proxy_process import UPSTREAM_KEY
 
 
 def test_slow_body_hits_receive_timeout(proxy, api_key):

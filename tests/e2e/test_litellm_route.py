@@ -21,8 +21,8 @@ import pytest
 import uvicorn
 
 from proxy.models import ModelCatalog
-from tests.conftest import UPSTREAM_KEY
 from tests.support.e2e import assert_openai_error, json_chunks, sse_payloads, stream_raw, user
+from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.upstream_server import Reply
 
 ANTHROPIC_USAGE = {

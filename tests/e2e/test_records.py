@@ -7,8 +7,8 @@ import uuid
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN
 from tests.support.e2e import assert_openai_error, event_views, stream_raw, user
+from tests.support.proxy_process import ADMIN_TOKEN
 from tests.support.upstream_server import Reply
 
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from proxy.models import ModelCatalog
-from tests.conftest import ADMIN_TOKEN
 from tests.e2e.test_rewriting import OBJECTIVE, SMALL_POLICY, SUMMARY, SYSTEM, is_summary_request, wait_checkpoints
 from tests.support.e2e import stream_raw, user
+from tests.support.proxy_process import ADMIN_TOKEN
 from tests.support.upstream_server import Reply
 from tests.unit.test_ledger import parse_metrics
 
