@@ -14,7 +14,6 @@ scripted upstream.
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +22,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from tests.e2e.test_rewriting import SMALL_POLICY, SUMMARY, WINDOW, is_summary_request
 from tests.support.redis_server import RedisServer
@@ -32,55 +30,15 @@ from tests.support.upstream_server import Reply, UpstreamServer
 MODEL = "gpt-replicas"
 
 
-class PersistentRedis(RedisServer):
+@pytest.fixture
+def replica_redis() -> Iterator[RedisServer]:
     """A private redis-server with the append-only file on, so a stop/start keeps the data
     (the tenant salt, the history, the ledger) like a production Redis must."""
-
-    def start(self) -> PersistentRedis:
-        assert self.binary is not None
-        cmd = [
-            self.binary,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--daemonize",
-            "no",
-            "--dir",
-            str(self.dir),
-        ]
-        log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 -- closed with the process
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}:\n{self.log()}")
-            client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
-            try:
-                if client.ping():
-                    return self
-            except redis.RedisError:
-                time.sleep(0.02)
-            finally:
-                client.close()
-        self.stop()
-        raise RuntimeError(f"redis-server on port {self.port} not ready after 10 s:\n{self.log()}")
-
-
-@pytest.fixture
-def replica_redis() -> Iterator[PersistentRedis]:
-    server = PersistentRedis().start()
+    server = RedisServer(persistent=True).start()
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture

@@ -1,18 +1,20 @@
 """Private `redis-server` processes for the tests: one per session (the contract suite), and extra
 ones for tests that stop and restart their server. Nothing global is started or touched; every
-process is stopped by its own PID."""
+process is stopped by its own PID, and its temp directory is deleted when it stops (a
+``persistent`` server keeps it, and its append-only file, until :meth:`RedisServer.close`)."""
 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import redis
+
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 MISSING = (
     "redis-server is not on PATH: the Redis store tests start their own servers. Install it "
@@ -20,22 +22,23 @@ MISSING = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class RedisServer:
-    """``redis-server --port P --save '' --appendonly no --daemonize no`` on 127.0.0.1."""
+    """``redis-server --port P --save '' --daemonize no`` on 127.0.0.1, its files in a temp dir.
 
-    def __init__(self, port: int | None = None, password: str | None = None) -> None:
+    Without ``persistent`` the append-only file is off and :meth:`stop` deletes the directory (a
+    restart is a fresh, empty server). With it, AOF is on (``appendfsync always``) and the
+    directory stays across :meth:`stop` / :meth:`start`, so the data survives like a production
+    Redis's; :meth:`close` stops the server and deletes it.
+    """
+
+    def __init__(self, port: int | None = None, password: str | None = None, persistent: bool = False) -> None:
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             pytest.fail(MISSING, pytrace=False)
         self.port = port or free_port()
         self.password = password
-        self.dir = Path(tempfile.mkdtemp(prefix="ctxproxy-redis-"))
+        self.persistent = persistent
+        self.dir: Path | None = None  # made by start(), so a server never started leaves nothing
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -45,58 +48,67 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         assert self.binary is not None
-        cmd = [
-            self.binary,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-            "--dir",
-            str(self.dir),
-        ]
+        if self.dir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="ctxproxy-redis-"))
+        aof = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
+        cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", *aof]
+        cmd += ["--daemonize", "no", "--dir", str(self.dir)]
         if self.password:
             cmd += ["--requirepass", self.password]
         log = open(self.dir / "redis.log", "ab")  # noqa: SIM115 -- closed with the process
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}:\n{self.log()}")
+        proc = self.proc
+
+        def answers() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {proc.returncode}:\n{self.log()}")
+            client = redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=1)
             try:
-                client = redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=1)
-                try:
-                    if client.ping():
-                        return self
-                finally:
-                    client.close()
-            except redis.RedisError:
-                time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"redis-server on port {self.port} not ready after 10 s:\n{self.log()}")
+                return bool(client.ping())
+            finally:
+                client.close()
+
+        try:
+            wait_until(
+                answers, timeout=10, interval=0.02, what=f"redis-server on port {self.port}", ignore=(redis.RedisError,)
+            )
+        except AssertionError as exc:
+            log_text = self.log()
+            self.stop()
+            raise RuntimeError(f"{exc}\n{log_text}") from None
+        return self
 
     def log(self) -> str:
+        if self.dir is None:
+            return ""
         try:
             return (self.dir / "redis.log").read_text(errors="replace")[-4000:]
         except OSError:
             return ""
 
     def stop(self) -> None:
+        """Stop the process (SIGTERM to this PID only); delete the directory unless ``persistent``."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()  # SIGTERM to this PID only
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        if not self.persistent:
+            self._remove_dir()
+
+    def close(self) -> None:
+        """Stop the process and delete its directory, ``persistent`` or not."""
+        self.stop()
+        self._remove_dir()
+
+    def _remove_dir(self) -> None:
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, decode_responses=True)
