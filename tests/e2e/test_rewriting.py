@@ -17,6 +17,7 @@ import pytest
 from proxy.identify import canonical
 from tests.support.transcripts import TRANSCRIPTS
 from tests.support.upstream_server import Reply, UpstreamServer, tool_call
+from tests.support.waiting import wait_until
 
 WINDOW = 6000
 SMALL_POLICY = {
@@ -48,12 +49,13 @@ SUMMARY = (
 
 def wait_checkpoints(p: Any, conv: str, timeout: float = 10) -> list[dict[str, Any]]:
     """Compaction runs in the background: poll until its outcome is stored."""
-    deadline = time.monotonic() + timeout
-    while True:
-        checkpoints: list[dict[str, Any]] = p.admin_json(f"conversations/{conv}/checkpoints")["data"]
-        if checkpoints or time.monotonic() > deadline:
-            return checkpoints
-        time.sleep(0.1)
+    checkpoints: list[dict[str, Any]] = wait_until(
+        lambda: p.admin_json(f"conversations/{conv}/checkpoints")["data"],
+        timeout=timeout,
+        interval=0.1,
+        what=f"a checkpoint of {conv}",
+    )
+    return checkpoints
 
 
 def drive(

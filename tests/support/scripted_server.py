@@ -29,6 +29,8 @@ from typing import Any, Generic, TypeVar
 
 import uvicorn
 
+from tests.support.waiting import wait_until
+
 __all__ = ["RecordedRequest", "ScriptedServer", "split_text"]
 
 R = TypeVar("R")
@@ -127,11 +129,17 @@ class ScriptedServer(Generic[R]):
             target=self._server.run, kwargs={"sockets": [sock]}, name=self.thread_name, daemon=True
         )
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
+        server, thread = self._server, self._thread
+
+        def started() -> bool:
+            if not thread.is_alive():
                 raise RuntimeError(self.start_error)
-            time.sleep(0.01)
+            return bool(server.started)
+
+        try:
+            wait_until(started, timeout=10, interval=0.01, what=f"{self.thread_name} to start")
+        except AssertionError as exc:
+            raise RuntimeError(f"{self.start_error}: {exc}") from None
         return self
 
     def stop(self) -> None:
@@ -172,13 +180,14 @@ class ScriptedServer(Generic[R]):
             return len(self._queue)
 
     def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[RecordedRequest]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def arrived() -> list[RecordedRequest] | None:
             with self._lock:
-                if len(self.requests) >= n:
-                    return list(self.requests)
-            time.sleep(0.01)
-        raise AssertionError(f"upstream got {len(self.requests)} requests, expected {n}")
+                return list(self.requests) if len(self.requests) >= n else None
+
+        try:
+            return wait_until(arrived, timeout=timeout, interval=0.01, what=f"{n} upstream requests")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; upstream got {len(self.requests)} requests, expected {n}") from None
 
     def _next_reply(self, body: dict[str, Any]) -> R:
         """The queued reply, else the responder's, else the default one; recorded as sent."""
