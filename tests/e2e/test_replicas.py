@@ -245,8 +245,9 @@ def test_redis_outage_503_then_conversations_continue(replicas, replica_redis, u
                 "stream": t == 1,
             }
             started = time.monotonic()
-            r = p.post_chat(api_key, body, timeout=15)
-            assert time.monotonic() - started < 5
+            r = p.post_chat(api_key, body, timeout=30)
+            elapsed = time.monotonic() - started
+            assert elapsed < 15, f"the 503 took {elapsed:.1f} s: the proxy waited on the stopped Redis"
             assert_openai_503(r)
     assert httpx.get(f"{a.url}/healthz", timeout=5).status_code == 503
     # nothing reached the upstream while the history could not be stored
