@@ -1,4 +1,10 @@
-"""Request bodies and sessions built from the real transcripts in shared/transcripts/openai/."""
+"""Request bodies and sessions built from real agent transcripts.
+
+The overhead body and the generated sessions always come from the transcripts vendored with the
+tests (tests/data/transcripts/: SWE-agent and tau-bench, MIT), so they are the same in every
+checkout. The savings replays and project_micro use the large shared set when present
+($CTXPROXY_TRANSCRIPTS, else shared/transcripts/openai/ beside the checkout), else the vendored one.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-TRANSCRIPTS = Path(os.environ.get("CTXPROXY_TRANSCRIPTS", HERE.parent.parent / "shared" / "transcripts" / "openai"))
-AGENT_SOURCE = "mini-swe-agent__deepseek_lite_dev_noparallel__sqlfluff__sqlfluff-1733.json"
-AGENT_WINDOW = 126  # messages[126:164] + system + task: 40 messages, ~20k tokens, ends with a tool result
+VENDORED = HERE.parent / "tests" / "data" / "transcripts"
+_SHARED = Path(os.environ.get("CTXPROXY_TRANSCRIPTS", HERE.parent.parent / "shared" / "transcripts" / "openai"))
+TRANSCRIPTS = _SHARED if _SHARED.is_dir() else VENDORED  # what the savings replays read
+AGENT_SOURCE = "swe-agent__pydicom__pydicom-1458.json"  # system prompt and task of the bodies (vendored)
+AGENT_MIN_RESULT_CHARS = 1000  # the overhead body's pairs: 19 with results >= 1000 chars; ~19.5k tokens in all
 
 
 def transcript_files() -> list[Path]:
@@ -20,17 +28,18 @@ def transcript_files() -> list[Path]:
 
 
 def _load(name: str) -> dict[str, Any]:
-    with open(TRANSCRIPTS / name, encoding="utf-8") as fh:
+    with open(VENDORED / name, encoding="utf-8") as fh:
         data: dict[str, Any] = json.load(fh)
     return data
 
 
 def agent_body(model: str = "gpt-4o") -> dict[str, Any]:
-    """A 40-message, ~20k-token agent request from a real transcript: the system prompt, the task,
-    then 38 consecutive turns (assistant tool calls and their results) from the middle of the run."""
+    """A 40-message, ~20k-token agent request from real transcripts: the system prompt and task of
+    `AGENT_SOURCE`, then 19 (assistant tool call, tool result) pairs cycled from the vendored
+    SWE-agent runs (no vendored run is that long by itself)."""
     data = _load(AGENT_SOURCE)
-    messages = data["messages"][:2] + data["messages"][AGENT_WINDOW : AGENT_WINDOW + 38]
-    assert messages[-1]["role"] in ("tool", "user") and len(messages) == 40
+    messages = data["messages"][:2] + generated_session(19, AGENT_MIN_RESULT_CHARS)["messages"][2:-1]
+    assert messages[-1]["role"] == "tool" and len(messages) == 40
     body: dict[str, Any] = {"model": model, "messages": messages}
     if data.get("tools"):
         body["tools"] = data["tools"]
@@ -67,11 +76,10 @@ def scaling_body(events: int, total_chars: int = 80_000, model: str = "gpt-4o") 
 
 
 def _pairs() -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(assistant with one tool call, its tool result) pairs from the mini-swe-agent transcripts."""
+    """(assistant with one tool call, its tool result) pairs from the vendored SWE-agent transcripts
+    (all call the same single `bash` tool)."""
     out = []
-    for path in transcript_files():
-        if not path.name.startswith("mini-swe-agent"):
-            continue
+    for path in sorted(VENDORED.glob("swe-agent__*.json")):
         with open(path, encoding="utf-8") as fh:
             ms = json.load(fh)["messages"]
         for a, t in zip(ms, ms[1:], strict=False):
@@ -82,7 +90,7 @@ def _pairs() -> list[tuple[dict[str, Any], dict[str, Any]]]:
 
 def generated_session(turns: int, min_result_chars: int = 0, offset: int = 0) -> dict[str, Any]:
     """A `turns`-request agent session: system + task, then `turns` (tool call, result) pairs
-    cycled from real transcripts (ids renumbered, so every call is unique)."""
+    cycled from the vendored transcripts (ids renumbered, so every call is unique)."""
     pairs = [p for p in _pairs() if len(str(p[1].get("content") or "")) >= min_result_chars]
     first = _load(AGENT_SOURCE)["messages"][:2]
     messages = list(first)

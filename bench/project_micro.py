@@ -1,12 +1,13 @@
 """Micro-benchmark of `policies.projection.project` (issue #4): cost vs history length.
 
 Histories of 50 / 500 / 2,000 items are the real transcripts in shared/transcripts/openai/
-concatenated (prefix = the first transcript's system message, tool definitions counted into
-`Budget.fixed_tokens`), each cut so it ends like a request does (a user or tool message). Every
-size is projected without a checkpoint and with one covering all but the newest ~20k tokens;
-the 40-message ~20k-token agent body of the main benchmark is projected as is. The window is
-128k with 16k reserved for output (gpt-4o defaults of the proxy), `PolicyConfig()` defaults, a
-warmed `TokenCounter`; each figure is the median of `--runs` calls (>= 20).
+(bench.bodies.TRANSCRIPTS; the vendored set alone is too short for 2,000) concatenated (prefix =
+the first transcript's system message, tool definitions counted into `Budget.fixed_tokens`),
+each cut so it ends like a request does (a user or tool message). Every size is projected
+without a checkpoint and with one covering all but the newest ~20k tokens; the 40-message
+~20k-token agent body of the main benchmark is projected as is. The window is 128k with 16k
+reserved for output (gpt-4o defaults of the proxy), `PolicyConfig()` defaults, a warmed
+`TokenCounter`; each figure is the median of `--runs` calls (>= 20).
 
 Each case runs twice: without a cache (everything derived from scratch), and ", cache": with a
 `ProjectionCache` that saw the previous request (the same `Item` objects minus the newest three,
@@ -68,6 +69,11 @@ def _corpus() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Any]]:
         if not prefix:
             prefix, tools = messages[:start], list(data.get("tools") or [])
         history.extend(messages[start:])
+    if len(history) < max(SIZES):
+        raise SystemExit(
+            f"{len(history)} messages under {TRANSCRIPTS}, {max(SIZES):,} needed: set CTXPROXY_TRANSCRIPTS "
+            "to the shared transcript set (shared/transcripts/openai/)"
+        )
     return prefix, history, tools
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.bodies import AGENT_SOURCE, agent_body, scaling_body
+from bench.bodies import AGENT_SOURCE, TRANSCRIPTS, agent_body, scaling_body
 from bench.overhead import Cell, Target, run_loadgen, run_overhead
 from bench.procs import Proc, free_port
 from bench.report import render, targets
@@ -379,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
                 order, cells, rounds, run_dir, base_body, max_seconds=8 if quick else 30, log=log
             )
             report["overhead"]["setup"] = (
-                f"Body: 40 messages, ~20k tokens (o200k), {base_body.stat().st_size:,} bytes, from `{AGENT_SOURCE}` "
-                "(system + task + 38 consecutive turns) with its tool schema. Every request grows its worker's "
+                f"Body: 40 messages, ~20k tokens (o200k), {base_body.stat().st_size:,} bytes: system + task "
+                f"of `{AGENT_SOURCE}` and its tool schema, then 19 tool call/result pairs (results >= 1,000 "
+                "chars) cycled from the vendored SWE-agent runs in tests/data/transcripts/. Every request grows "
+                "its worker's "
                 "conversation by one turn (the mock's exact reply + a new user message), so ctxproxy always has "
                 "the history stored (one unmeasured warm-up request per worker stores it) and ingests one new turn "
                 "per request, below the compaction trigger (128k window). Mock: 0 ms delay, "
@@ -418,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             windows = [16000] if quick else [16000, 32000, 128000]
             report["savings"] = run_savings(windows, 2 if quick else None, sessions, log)
             report["savings"]["setup"] = (
-                ("2 transcripts" if quick else "every transcript in shared/transcripts/openai/")
+                ("2 transcripts" if quick else f"every transcript in {TRANSCRIPTS}")
                 + f" plus generated sessions {sessions} (turns, min tool-result chars: real tool call/result pairs "
                 "cycled), replayed with `proxy.replay.replay` (extractive summarizer stand-in, compaction lands "
                 "before the next request). 'prefix reuse' = share of each request's tokens equal to the previous "

@@ -1,6 +1,7 @@
 """The benchmark runs end to end in its quick configuration and writes a report of the right shape.
 
 No timing is asserted: numbers depend on the machine. `python -m bench` (full) is in BENCHMARKS.md.
+It reads only the transcripts vendored in tests/data/transcripts/ unless the shared set is present.
 """
 
 from __future__ import annotations
@@ -10,12 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.skipif(not (ROOT / "bench" / "run.py").exists(), reason="bench/ not present")
 def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(

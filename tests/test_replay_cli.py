@@ -7,12 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.transcripts import TRANSCRIPTS
+from tests.support import transcripts
 
 REPO = Path(__file__).resolve().parent.parent
-LONG = TRANSCRIPTS / "mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json"
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run many times the 16k window: the longest shared one, else one built from vendored runs."""
+    return transcripts.write(transcripts.long_run(), tmp_path_factory.mktemp("transcripts"))
 
 
 def run_replay(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -34,11 +40,11 @@ def run_replay(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_replay_reports_savings_without_overflow(tmp_path: Path) -> None:
-    result = run_replay(tmp_path, str(LONG), "--json")
+def test_replay_reports_savings_without_overflow(tmp_path: Path, long_run: Path) -> None:
+    result = run_replay(tmp_path, str(long_run), "--json")
     assert result.returncode == 0, result.stderr
     (report,) = json.loads(result.stdout)
-    messages = json.loads(LONG.read_text())["messages"]
+    messages = json.loads(long_run.read_text())["messages"]
     assert report["turns"] == sum(1 for i, m in enumerate(messages) if m["role"] == "assistant" and i > 0)
     assert report["requests_over_window"] == 0
     assert report["max_request"] <= 16000 - 2000
@@ -47,13 +53,13 @@ def test_replay_reports_savings_without_overflow(tmp_path: Path) -> None:
     assert 0 < report["prefix_reuse"] <= 1 and 0 < report["baseline_prefix_reuse"] <= 1
 
 
-def test_replay_text_output_and_errors(tmp_path: Path) -> None:
-    result = run_replay(tmp_path, str(LONG), "--per-turn", "--window", "32000")
+def test_replay_text_output_and_errors(tmp_path: Path, long_run: Path) -> None:
+    result = run_replay(tmp_path, str(long_run), "--per-turn", "--window", "32000")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("turn  events  client_tokens")
     assert "of window 32,000" in lines[-1] and "saved" in lines[-1]
     missing = run_replay(tmp_path, str(tmp_path / "nope.json"))
     assert missing.returncode == 1 and "cannot read a transcript" in missing.stderr
-    bad_policy = run_replay(tmp_path, str(LONG), "--policy", "nope")
+    bad_policy = run_replay(tmp_path, str(long_run), "--policy", "nope")
     assert bad_policy.returncode == 1 and "no policy named 'nope'" in bad_policy.stderr

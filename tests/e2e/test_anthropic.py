@@ -1,12 +1,11 @@
 """The Anthropic Messages API end to end: the real `anthropic` SDK -> the real proxy subprocess ->
-a scripted upstream that validates like api.anthropic.com (tests/anthropic_upstream.py)."""
+a scripted upstream that validates like api.anthropic.com (tests/support/anthropic_upstream.py)."""
 
 from __future__ import annotations
 
 import copy
 import json
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,8 +13,8 @@ import anthropic
 import httpx
 import pytest
 
-from tests.anthropic_upstream import AnthropicUpstream, Reply, estimate_tokens, sign
-from tests.conftest import UPSTREAM_KEY
+from tests.support.anthropic_upstream import AnthropicUpstream, Reply, estimate_tokens, sign
+from tests.support.proxy_process import UPSTREAM_KEY
 
 MODEL = "claude-test-1"
 SMALL = "claude-small"
@@ -232,9 +231,7 @@ def test_client_disconnect_mid_stream_leaves_a_partial_record(proxied, claude_up
             seen += piece
             if seen.count(b"\n\n") >= 4:
                 break
-    deadline = time.monotonic() + 10
-    while not reply.disconnected.is_set() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    reply.disconnected.wait(10)
     hold.set()
     call = records(p, conv, 1)[0]
     assert call["status"] == "partial", call

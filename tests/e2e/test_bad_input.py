@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 
-from tests.e2e.helpers import assert_openai_error, user
+from tests.support.e2e import assert_openai_error, user
 
 BAD_BODIES = {
     "malformed_json": (b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}', 400),

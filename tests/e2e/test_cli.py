@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from tests.conftest import REPO, _subprocess_env, default_config
+from tests.support.proxy_process import REPO, default_config, subprocess_env
 
 
 def check_config(tmp_path, config: dict) -> subprocess.CompletedProcess[str]:
@@ -16,7 +16,7 @@ def check_config(tmp_path, config: dict) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "proxy.cli", "check-config", str(path)],
         cwd=REPO,
-        env=_subprocess_env(),
+        env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from tests.conftest import UPSTREAM_KEY
-from tests.e2e.helpers import event_views, user, view, without_usage
-from tests.upstream_server import Reply, tool_call
+from tests.support.e2e import event_views, user, view, without_usage
+from tests.support.proxy_process import UPSTREAM_KEY
+from tests.support.upstream_server import Reply, tool_call
 
 SYSTEM = {"role": "system", "content": "You are a terse assistant."}
 WEATHER_TOOL = {

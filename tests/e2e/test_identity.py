@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from tests.e2e.helpers import event_views, user, view
-from tests.upstream_server import Reply, tool_call
+from tests.support.e2e import event_views, user, view
+from tests.support.upstream_server import Reply, tool_call
 
 
 def _assistant_variant(message: Any, turn: int) -> dict[str, Any]:

@@ -6,8 +6,8 @@ import socket
 import time
 import uuid
 
-from tests.conftest import UPSTREAM_KEY
-from tests.e2e.helpers import assert_openai_error, user
+from tests.support.e2e import assert_openai_error, user
+from tests.support.proxy_process import UPSTREAM_KEY
 
 
 def test_slow_body_hits_receive_timeout(proxy, api_key):
@@ -19,7 +19,7 @@ def test_slow_body_hits_receive_timeout(proxy, api_key):
         f"Authorization: Bearer {api_key}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
-    with socket.create_connection(("127.0.0.1", p.port), timeout=15) as s:
+    with socket.create_connection(("127.0.0.1", p.port), timeout=30) as s:
         s.sendall(head + body[:10])  # and then nothing more
         t0 = time.monotonic()
         data = b""
@@ -27,7 +27,7 @@ def test_slow_body_hits_receive_timeout(proxy, api_key):
             try:
                 part = s.recv(65536)
             except TimeoutError:
-                raise AssertionError("no answer 15 s after the body stalled") from None
+                raise AssertionError("no answer 30 s after the body stalled") from None
             except ConnectionResetError:
                 break
             if not part:
@@ -36,7 +36,7 @@ def test_slow_body_hits_receive_timeout(proxy, api_key):
             if b"\r\n\r\n" in data and data.split(b"\r\n", 1)[0].split()[1] != b"100":
                 break
         elapsed = time.monotonic() - t0
-    assert elapsed < 10, f"receive_timeout is 1 s, connection held {elapsed:.1f} s"
+    assert elapsed < 15, f"receive_timeout is 1 s, connection held {elapsed:.1f} s"
     if data:  # an answer, if any, is a 408
         assert data.split(b"\r\n", 1)[0].split()[1] == b"408", data[:200]
 

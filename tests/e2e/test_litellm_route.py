@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,9 +20,10 @@ import pytest
 import uvicorn
 
 from proxy.catalog import ModelCatalog
-from tests.conftest import UPSTREAM_KEY
-from tests.e2e.helpers import assert_openai_error, json_chunks, sse_payloads, stream_raw, user
-from tests.upstream_server import Reply
+from tests.support.e2e import assert_openai_error, json_chunks, sse_payloads, stream_raw, user
+from tests.support.proxy_process import UPSTREAM_KEY
+from tests.support.upstream_server import Reply
+from tests.support.waiting import wait_until
 
 ANTHROPIC_USAGE = {
     "input_tokens": 50,
@@ -137,10 +137,7 @@ class AnthropicEndpoint:
         )
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "Anthropic endpoint did not start"
-            time.sleep(0.01)
+        wait_until(lambda: self.server.started, interval=0.01, what="the Anthropic endpoint to start")
         return self
 
     def stop(self) -> None:

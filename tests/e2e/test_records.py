@@ -7,9 +7,9 @@ import uuid
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_TOKEN
-from tests.e2e.helpers import assert_openai_error, event_views, stream_raw, user
-from tests.upstream_server import Reply
+from tests.support.e2e import assert_openai_error, event_views, stream_raw, user
+from tests.support.proxy_process import ADMIN_TOKEN
+from tests.support.upstream_server import Reply
 
 
 @pytest.mark.parametrize("stream", [False, True])

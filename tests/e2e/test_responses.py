@@ -13,8 +13,9 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.helpers import assert_openai_error
-from tests.responses_upstream import ResponsesReply, ResponsesServer, fcall
+from tests.support.e2e import assert_openai_error
+from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
+from tests.support.waiting import wait_until
 
 MODEL = "resp-4o"
 SMALL_MODEL = "resp-small"
@@ -241,12 +242,11 @@ def test_long_function_call_session_small_window(proxy, rup, api_key, monkeypatc
     main = [c for c in calls if c["purpose"] == "main"]
     assert all(c["status"] == "complete" for c in main)
     assert any((c["projection"] or {}).get("trimmed") for c in main), "no tool output was trimmed"
-    deadline = time.monotonic() + 10
-    while True:
-        checkpoints = p.admin_json(f"conversations/{conv}/checkpoints")["data"]
-        if any(c["status"] == "active" for c in checkpoints) or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    checkpoints = wait_until(
+        lambda: [c for c in p.admin_json(f"conversations/{conv}/checkpoints")["data"] if c["status"] == "active"],
+        interval=0.1,
+        what=f"an active checkpoint of {conv}",
+    )
     assert any(c["status"] == "active" for c in checkpoints), checkpoints
     assert any(is_summary(b) for b in rup.bodies)
     summarized = [b for b in bodies if any("<conversation_summary" in json.dumps(x) for x in b["input"])]

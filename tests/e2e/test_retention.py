@@ -3,10 +3,9 @@ whole idle conversations disappear on their own."""
 
 from __future__ import annotations
 
-import time
-
-from tests.e2e.helpers import user
-from tests.upstream_server import Reply
+from tests.support.e2e import user
+from tests.support.upstream_server import Reply
+from tests.support.waiting import wait_until
 
 
 def test_retention_task_purges_calls_then_idle_conversations(proxy, upstream, api_key):
@@ -18,13 +17,13 @@ def test_retention_task_purges_calls_then_idle_conversations(proxy, upstream, ap
     conv = r.headers["x-conversation-id"]
     p.wait_calls(conv, 1)
 
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and p.calls(conv):
-        time.sleep(0.1)
+    wait_until(lambda: p.calls(conv) == [], interval=0.1, what="the retention task to purge the call records")
     assert p.calls(conv) == []
     assert p.admin(f"conversations/{conv}").status_code == 200  # still within its idle age
 
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and p.admin(f"conversations/{conv}").status_code == 200:
-        time.sleep(0.1)
+    wait_until(
+        lambda: p.admin(f"conversations/{conv}").status_code != 200,
+        interval=0.1,
+        what="the retention task to purge the idle conversation",
+    )
     assert p.admin(f"conversations/{conv}").status_code == 404

@@ -7,7 +7,6 @@ with a short structured summary, and agent requests from a script or a real tran
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from typing import Any
@@ -15,8 +14,9 @@ from typing import Any
 import pytest
 
 from proxy.identify import canonical
-from tests.transcripts import TRANSCRIPTS
-from tests.upstream_server import Reply, UpstreamServer, tool_call
+from tests.support import transcripts
+from tests.support.upstream_server import Reply, UpstreamServer, tool_call
+from tests.support.waiting import wait_until
 
 WINDOW = 6000
 SMALL_POLICY = {
@@ -48,12 +48,13 @@ SUMMARY = (
 
 def wait_checkpoints(p: Any, conv: str, timeout: float = 10) -> list[dict[str, Any]]:
     """Compaction runs in the background: poll until its outcome is stored."""
-    deadline = time.monotonic() + timeout
-    while True:
-        checkpoints: list[dict[str, Any]] = p.admin_json(f"conversations/{conv}/checkpoints")["data"]
-        if checkpoints or time.monotonic() > deadline:
-            return checkpoints
-        time.sleep(0.1)
+    checkpoints: list[dict[str, Any]] = wait_until(
+        lambda: p.admin_json(f"conversations/{conv}/checkpoints")["data"],
+        timeout=timeout,
+        interval=0.1,
+        what=f"a checkpoint of {conv}",
+    )
+    return checkpoints
 
 
 def drive(
@@ -158,24 +159,17 @@ def test_generated_300_turn_session_never_overflows(proxy, upstream, api_key, mo
     assert summaries and all(c["usage"]["input_total"] for c in summaries)
 
 
-def _transcript(name: str) -> dict[str, Any]:
-    return json.loads((TRANSCRIPTS / name).read_text())
-
-
 @pytest.mark.parametrize(
     "name,window",
     [
-        ("mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json", 16000),
+        (transcripts.long_run(), 16000),  # the longest shared run, else a long one built from vendored ones
         ("tau-bench__gpt-4o-airline__task33__trial0.json", 7000),
     ],
 )
 def test_real_transcript_through_the_proxy(proxy, upstream, api_key, monkeypatch, name, window):
     """A real agent transcript replayed through the proxy: the upstream answers with the
     transcript's own assistant turns and rejects anything over its window or mis-paired."""
-    path = TRANSCRIPTS / name
-    if not path.exists():  # the manifest names every transcript; a missing one is a setup error
-        raise AssertionError(f"transcript {path} is missing")
-    data = _transcript(name)
+    data = transcripts.load(name)
     model = f"gpt-rewrite-{window}"
     monkeypatch.setitem(upstream.context_windows, model, window)
     policy = {

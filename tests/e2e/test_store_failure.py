@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.helpers import assert_openai_error, user
-from tests.store.redis_server import RedisServer
-from tests.upstream_server import Reply
+from tests.support.e2e import assert_openai_error, user
+from tests.support.redis_server import RedisServer
+from tests.support.upstream_server import Reply
 
 
 @pytest.fixture

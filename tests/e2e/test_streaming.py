@@ -8,8 +8,8 @@ import threading
 import httpx
 import pytest
 
-from tests.e2e.helpers import json_chunks, sse_payloads, stream_raw, user, without_usage
-from tests.upstream_server import Reply, _split
+from tests.support.e2e import json_chunks, sse_payloads, stream_raw, user, without_usage
+from tests.support.upstream_server import Reply, _split
 
 
 @pytest.mark.parametrize("stream_options", [None, {"include_usage": False}])

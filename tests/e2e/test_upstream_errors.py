@@ -9,8 +9,8 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.helpers import assert_openai_error, stream_raw, user
-from tests.upstream_server import Reply
+from tests.support.e2e import assert_openai_error, stream_raw, user
+from tests.support.upstream_server import Reply
 
 HOP_BY_HOP = ("keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "upgrade")
 

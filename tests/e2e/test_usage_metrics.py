@@ -10,11 +10,12 @@ import httpx
 import pytest
 
 from proxy.catalog import ModelCatalog
-from tests.conftest import ADMIN_TOKEN
-from tests.e2e.helpers import stream_raw, user
 from tests.e2e.test_rewriting import OBJECTIVE, SMALL_POLICY, SUMMARY, SYSTEM, is_summary_request, wait_checkpoints
+from tests.support.e2e import stream_raw, user
+from tests.support.proxy_process import ADMIN_TOKEN
+from tests.support.upstream_server import Reply
+from tests.support.waiting import wait_until
 from tests.unit.test_ledger import parse_metrics
-from tests.upstream_server import Reply
 
 FIELDS = ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")
 
@@ -270,13 +271,13 @@ def test_metrics_after_n_requests(proxy, upstream, api_key):
     upstream.push(Reply(content="cut short", drop_after_chunks=2))
     stream_raw(p.base_url, api_key, {"model": "gpt-4o", "messages": [user("drop me")], "stream": True})
     p.wait_calls(conv, 4)
-    deadline = time.monotonic() + 10
-    while True:  # records of the last calls are written after their answers
+
+    def all_seven_counted() -> dict[Any, float] | None:  # records of the last calls land after their answers
         metrics = parse_metrics(httpx.get(f"{p.url}/metrics", timeout=10).text)
         total = sum(v for (name, _), v in metrics.items() if name == "ctxproxy_requests_total")
-        if total >= 7 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+        return metrics if total >= 7 else None
+
+    metrics = wait_until(all_seven_counted)
 
     def value(name: str, **labels: str) -> float:
         return metrics.get((name, frozenset(labels.items())), 0.0)

@@ -1,5 +1,8 @@
 """Replay real agent transcripts turn by turn through a small (16k) window.
 
+The vendored transcripts, a long session cycled from their tool calls, and -- when the shared set
+is present -- its two longest mini-swe-agent runs (tests/support/transcripts.py).
+
 Each assistant message of a transcript marks one request: everything before it. Every request
 is projected; when a compaction is planned it is applied inline with a deterministic stand-in
 summarizer (first lines of each event) and the request is projected again. Invariants must hold
@@ -8,8 +11,6 @@ every turn, every request must fit the window, and every summarizer request too.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,14 +23,14 @@ from policies.projection import project
 from policies.summary_tail import build_summary_messages, summary_block
 from policies.tokens import TokenCounter
 from tests.policies.strategies import Case, fake_summarize, mandatory_tokens
-from tests.transcripts import TRANSCRIPTS
+from tests.support import transcripts
 
 CHOSEN = (
-    "mini-swe-agent__deepseek_chat_dev_rerun__pylint-dev__astroid-1333.json",
-    "mini-swe-agent__deepseek_reasoner_dev__sqlfluff__sqlfluff-1763.json",
     "swe-agent__pydicom__pydicom-1458.json",
     "swe-agent__ctf__web__i_got_id_demo.json",
     "tau-bench__gpt-4o-airline__task02__trial1.json",
+    transcripts.GENERATED,
+    *transcripts.large_available(),
 )
 WINDOW, MAX_OUTPUT = 16_000, 2_000
 
@@ -39,10 +40,10 @@ def counter() -> TokenCounter:
     return TokenCounter.for_model("gpt-4o")
 
 
-def _replay(path: Path, counter: TokenCounter, window: int = 16_000) -> dict[str, Any]:
-    data = json.loads(path.read_text())
+def _replay(name: str, counter: TokenCounter, window: int = 16_000) -> dict[str, Any]:
+    data = transcripts.load(name)
     prefix, history = split_prefix(data["messages"])
-    items = [Item(i + 1, m, counter.count(m, key=f"{path.name}:{i}")) for i, m in enumerate(history)]
+    items = [Item(i + 1, m, counter.count(m, key=f"{name}:{i}")) for i, m in enumerate(history)]
     budget = Budget(window, MAX_OUTPUT, counter.count_tools(data.get("tools")) + 3)
     config = PolicyConfig()
     checkpoint: Checkpoint | None = None
@@ -63,7 +64,7 @@ def _replay(path: Path, counter: TokenCounter, window: int = 16_000) -> dict[str
             stats["overflows"] += 1
             continue
         violations = check_all(prefix, turn, checkpoint, budget, result)
-        assert violations == [], f"{path.name} turn ending at e{end}: {violations}"
+        assert violations == [], f"{name} turn ending at e{end}: {violations}"
         assert result.record.sent_tokens + MAX_OUTPUT <= window
         stats["pruned_turns"] += bool(result.record.pruned_seqs)
         stats["max_sent"] = max(stats["max_sent"], result.record.sent_tokens)
@@ -110,9 +111,7 @@ def _compact(
 
 @pytest.mark.parametrize("name", CHOSEN)
 def test_replay_transcript_in_a_small_window(name: str, counter: TokenCounter) -> None:
-    path = TRANSCRIPTS / name
-    assert path.exists(), f"transcript {path} is missing (set CTXPROXY_TRANSCRIPTS)"
-    stats = _replay(path, counter)
+    stats = _replay(name, counter)
     assert stats["turns"] > 0
     assert stats["max_sent"] + MAX_OUTPUT <= WINDOW
     print(name, stats)
@@ -122,8 +121,6 @@ def test_replay_transcript_in_a_small_window(name: str, counter: TokenCounter) -
 def test_replay_transcript_in_a_tiny_window(name: str, counter: TokenCounter) -> None:
     """8k: the pinned task plus the system prompt nearly fill it; pruning and (truly impossible)
     overflows happen, and still every request that is sent is valid and fits."""
-    path = TRANSCRIPTS / name
-    assert path.exists(), f"transcript {path} is missing (set CTXPROXY_TRANSCRIPTS)"
-    stats = _replay(path, counter, window=8_000)
+    stats = _replay(name, counter, window=8_000)
     assert stats["turns"] > 0
     print(name, stats)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.store.redis_server import RedisServer, set_session_server
+from tests.support.redis_server import RedisServer, set_session_server
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,7 @@ from proxy.store.base import (
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
 from proxy.types import Message
-from tests.store.redis_server import session_server
+from tests.support.redis_server import session_server
 
 
 def _sqlite(tmp_path: Path, name: str) -> Store:
@@ -584,7 +584,17 @@ async def test_record_call_same_id_replaces(store: Store) -> None:
 
 
 async def test_record_call_without_conversation(store: Store) -> None:
-    await store.record_call(call_record(None, None, "orphan", 1.0, status="error"))
+    """A call no conversation owns is stored: the ledger, the only place it can be read back,
+    counts it with its route, tenant, purpose, status and usage, under no conversation."""
+    await store.record_call(call_record(None, None, "orphan", 1.0, status="error", route="side"))
+    (cell,) = await store.usage_cells(UsageQuery(group_by="conversation"))
+    assert (cell.key, cell.purpose, cell.status, cell.calls) == (None, "main", "error", 1)
+    assert (cell.sums["input_total"], cell.sums["input_uncached"], cell.sums["output"]) == (120, 20, 30)
+    assert cell.sums["cache_read"] == 100 and cell.sums["cache_write"] is None
+    (by_route,) = await store.usage_cells(UsageQuery(route="side", group_by="route"))
+    assert (by_route.key, by_route.calls) == ("side", 1)
+    assert sum(c.calls for c in await store.usage_cells(UsageQuery(tenant=T1))) == 1
+    assert await store.usage_cells(UsageQuery(tenant=T2)) == []
 
 
 async def test_blobs_round_trip(store: Store) -> None:

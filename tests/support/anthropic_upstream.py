@@ -1,6 +1,6 @@
 """A scripted upstream that speaks the Anthropic Messages API and validates like the real one.
 
-Same style as :mod:`tests.upstream_server`: uvicorn in a background thread, a FIFO of scripted
+Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thread, a FIFO of scripted
 :class:`Reply` objects (plus an optional ``responder``), every request recorded.
 
 - ``POST /v1/messages`` non-stream: a ``message`` object; stream: the real event sequence
@@ -33,9 +33,9 @@ import secrets
 import threading
 from typing import Any
 
-from tests.scripted_server import RecordedRequest, ScriptedServer
-from tests.scripted_server import split_text as _split
-from tests.upstream_server import count_text_tokens
+from tests.support.scripted_server import RecordedRequest, ScriptedServer
+from tests.support.scripted_server import split_text as _split
+from tests.support.upstream_server import count_text_tokens
 
 SIGNING_KEY = b"scripted-anthropic-thinking-key"
 

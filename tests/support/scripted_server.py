@@ -9,8 +9,8 @@ It also holds a FIFO of scripted replies (``push``/``clear``/``pending``, plus a
 request body, writing a complete response, watching for an early client disconnect, and
 writing a stream of events with the drop / hold / delay knobs the tests script.
 
-The protocol servers (:mod:`tests.upstream_server`, :mod:`tests.anthropic_upstream`,
-:mod:`tests.responses_upstream`) subclass it.
+The protocol servers (:mod:`tests.support.upstream_server`, :mod:`tests.support.anthropic_upstream`,
+:mod:`tests.support.responses_upstream`) subclass it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import uvicorn
+
+from tests.support.waiting import wait_until
 
 __all__ = ["RecordedRequest", "ScriptedServer", "split_text"]
 
@@ -127,11 +129,17 @@ class ScriptedServer(Generic[R]):
             target=self._server.run, kwargs={"sockets": [sock]}, name=self.thread_name, daemon=True
         )
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
+        server, thread = self._server, self._thread
+
+        def started() -> bool:
+            if not thread.is_alive():
                 raise RuntimeError(self.start_error)
-            time.sleep(0.01)
+            return bool(server.started)
+
+        try:
+            wait_until(started, timeout=10, interval=0.01, what=f"{self.thread_name} to start")
+        except AssertionError as exc:
+            raise RuntimeError(f"{self.start_error}: {exc}") from None
         return self
 
     def stop(self) -> None:
@@ -172,13 +180,14 @@ class ScriptedServer(Generic[R]):
             return len(self._queue)
 
     def wait_for_requests(self, n: int, timeout: float = 10.0) -> list[RecordedRequest]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def arrived() -> list[RecordedRequest] | None:
             with self._lock:
-                if len(self.requests) >= n:
-                    return list(self.requests)
-            time.sleep(0.01)
-        raise AssertionError(f"upstream got {len(self.requests)} requests, expected {n}")
+                return list(self.requests) if len(self.requests) >= n else None
+
+        try:
+            return wait_until(arrived, timeout=timeout, interval=0.01, what=f"{n} upstream requests")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; upstream got {len(self.requests)} requests, expected {n}") from None
 
     def _next_reply(self, body: dict[str, Any]) -> R:
         """The queued reply, else the responder's, else the default one; recorded as sent."""

@@ -41,8 +41,8 @@ import threading
 import time
 from typing import Any
 
-from tests.scripted_server import RecordedRequest, ScriptedServer, _Dropped
-from tests.scripted_server import split_text as _split
+from tests.support.scripted_server import RecordedRequest, ScriptedServer, _Dropped
+from tests.support.scripted_server import split_text as _split
 
 __all__ = [
     "RecordedRequest",

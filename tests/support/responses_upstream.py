@@ -1,6 +1,6 @@
 """A scripted upstream that speaks the OpenAI Responses API (``POST /v1/responses``).
 
-Same style as :mod:`tests.upstream_server`: uvicorn in a background thread, a FIFO of scripted
+Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thread, a FIFO of scripted
 replies (:meth:`ResponsesServer.push`, else :attr:`responder`, else ``"ok: <last user text>"``),
 every request recorded. It validates like the real API:
 
@@ -34,9 +34,9 @@ import threading
 import time
 from typing import Any
 
-from tests.scripted_server import RecordedRequest, ScriptedServer
-from tests.scripted_server import split_text as _split
-from tests.upstream_server import _encoding, count_text_tokens, openai_error
+from tests.support.scripted_server import RecordedRequest, ScriptedServer
+from tests.support.scripted_server import split_text as _split
+from tests.support.upstream_server import _encoding, count_text_tokens, openai_error
 
 __all__ = ["ResponsesReply", "ResponsesServer", "count_input_tokens", "fcall"]
 
