@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply, estimate_tokens, sign
 from tests.support.proxy_process import UPSTREAM_KEY
+from tests.support.waiting import wait_until
 
 MODEL = "claude-test-1"
 SMALL = "claude-small"
@@ -412,6 +413,16 @@ def test_long_tool_session_with_thinking_trimming_and_summaries(proxied, claude_
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": OBJECTIVE}]}]
     convs = set()
     for i in range(34):
+        if i == 33:
+            # Compaction runs in the background; on a loaded machine it may still be running here.
+            # The last request must see its summary, so wait for it (a deadline, not a bound).
+            (conv_id,) = convs
+            path = f"conversations/{conv_id}/checkpoints"
+            wait_until(
+                lambda path=path: any(c["status"] == "active" for c in p.admin_json(path)["data"]),
+                timeout=60,
+                what="an active summary before the last turn",
+            )
         kwargs = {
             "model": SMALL,
             "max_tokens": 2048,
