@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 
-from .config import Config, ConfigError, Route, load_config
+from .config import Config, Route, load_config
+from .errors import ConfigError
 from .keys import resolve_keys
 
 

@@ -1,22 +1,28 @@
 """One exception tree, rendered in the client API's own error shape at one boundary.
 
-    ProxyError                      status, type, code
-    ├── BadRequest                  400 invalid_request_error
-    │   └── ContextLengthExceeded   400 invalid_request_error / context_length_exceeded
-    ├── Unauthorized                401 authentication_error
-    ├── NotFound                    404 not_found_error
-    ├── PayloadTooLarge             413 invalid_request_error / request_too_large
-    ├── RequestTimeout              408 invalid_request_error / request_timeout
-    ├── UpstreamError               502 upstream_error (refused, reset, malformed answer)
-    ├── UpstreamTimeout             504 upstream_error / upstream_timeout
-    └── StoreUnavailable            503 service_unavailable / store_unavailable
-        └── StoreError              raised by a store backend (proxy/store/); the message is for the
-            │                       log: the app answers with StoreUnavailable's own message
-            └── ConversationGone    the conversation was deleted; late writes are refused
+    CtxproxyError                   every error ctxproxy raises on purpose
+    ├── ConfigError                 the config cannot be used (start-up, check-config): one line
+    │                               per problem (file: field.path: what is wrong)
+    └── ProxyError                  answered to a client: status, type, code
+        ├── BadRequest              400 invalid_request_error
+        │   └── ContextLengthExceeded   400 invalid_request_error / context_length_exceeded
+        ├── Unauthorized            401 authentication_error
+        ├── NotFound                404 not_found_error
+        ├── RequestTimeout          408 invalid_request_error / request_timeout
+        ├── PayloadTooLarge         413 invalid_request_error / request_too_large
+        ├── UpstreamError           502 upstream_error (refused, reset, malformed answer)
+        │   └── UpstreamTimeout     504 upstream_error / upstream_timeout
+        └── StoreUnavailable        503 service_unavailable / store_unavailable
+            └── StoreError          raised by a store backend (proxy/store/); the message is for
+                │                   the log: the app answers with StoreUnavailable's own message
+                └── ConversationGone    the conversation was deleted; late writes are refused
 
-Messages say what happened, what was expected and what to do; they never carry secrets. Store
-backends translate their library's failures (sqlite3.Error, RedisError, socket errors) into
-StoreError at one boundary each, so callers catch one type whatever the backend.
+Rendering happens in one place, `http.error_response`, in the shape of the API whose path was
+called (each wire's `error_body`); once a stream has started, the wire's observer renders the
+error as an event of that stream (`StreamObserver.error_event`). Messages say what happened, what
+was expected and what to do; they never carry secrets. Store backends translate their library's
+failures (sqlite3.Error, RedisError, socket errors) into StoreError at one boundary each, so
+callers catch one type whatever the backend.
 """
 
 from __future__ import annotations
@@ -25,7 +31,19 @@ import json
 from typing import Any
 
 
-class ProxyError(Exception):
+class CtxproxyError(Exception):
+    """The root of the tree."""
+
+
+class ConfigError(CtxproxyError):
+    """The config cannot be used; `problems` holds one line per problem (file, field, what)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class ProxyError(CtxproxyError):
     status = 500
     type = "server_error"
     code: str | None = None

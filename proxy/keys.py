@@ -14,7 +14,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .config import Config, ConfigError, Route
+from .config import Config, Route
+from .errors import ConfigError
 
 
 @dataclass(frozen=True)
