@@ -69,11 +69,11 @@ def run_scaling(
 
 async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, log: Any) -> dict[str, Any]:
     from bench.mock_upstream import SUMMARY_TEXT, USAGE
+    from proxy.catalog import ModelCatalog
     from proxy.compaction import CompactionJob, Compactor
     from proxy.config import Policy, Route, Upstream
     from proxy.identify import chain, split_prefix
     from proxy.ingest import ingest
-    from proxy.catalog import ModelCatalog
     from proxy.projection import Projector
     from proxy.protocols import OPENAI_CHAT
     from proxy.store import make_store
@@ -115,7 +115,7 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
                     continue
                 checkpoint = await store.active_checkpoint(branch)
                 items = projector.items(history[:index], hashes[:index], counter)
-                projection = projector.project(policy, model, body, prefix, items, checkpoint, branch)
+                projection = projector.project_request(policy, model, body, prefix, items, checkpoint, branch)
                 plan = projection.record.compaction
                 if plan is None:
                     continue

@@ -224,7 +224,7 @@ async def _project(
     checkpoint = await state.store.active_checkpoint(identity.branch_id)
     items = state.projector.items(ingested.history, ingested.hashes, state.projector.counter(model), known, remembered)
     args = (policy, model, body, ingested.prefix, items)
-    projection = state.projector.project(*args, checkpoint, identity.branch_id)
+    projection = state.projector.project_request(*args, checkpoint, identity.branch_id)
     plan = projection.record.compaction
     if plan is None:
         return projection
@@ -252,7 +252,7 @@ async def _project(
         committed = None
     if committed is None:
         return projection
-    return state.projector.project(*args, committed, identity.branch_id)
+    return state.projector.project_request(*args, committed, identity.branch_id)
 
 
 def _calibrate(state: Services, call: CallRecord) -> None:

@@ -160,8 +160,7 @@ class Compactor:
 
     async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
-        config = self.projector.config(job.policy)
-        pinned = pinned_texts(job.items, config.pins)
+        pinned = pinned_texts(job.items, job.policy.pins)
         allowed = pinned + [message_text(m) for m in job.prefix]
         summary = job.previous.summary if job.previous else None
         candidate = self._candidate(job, summary or "", 0, token)

@@ -136,7 +136,7 @@ def replay(
     body: dict[str, Any] = {"model": model}
     if tools:
         body["tools"] = tools
-    config = projector.config(policy)
+    config = policy
     budget = projector.budget(policy, model, body, counter, None, 0)
     report = ReplayReport(name, budget.context_window, budget.max_output_tokens)
     hashes = identify.chain("replay", history)

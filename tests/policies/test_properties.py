@@ -12,10 +12,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, ContextOverflow, PolicyConfig, Projection
+from policies.draft import build_draft
 from policies.groups import Group, group_items, normalize_boundary
 from policies.invariants import check_all, coverage, latest_turn_verbatim, prefix_pinned, tool_pairing
 from policies.pins import pinned_seqs
-from policies.projection import STEPS, build_draft, make_record, project
+from policies.projection import STEPS, project
+from policies.record import make_record
 from policies.summary_prompt import summary_block
 from policies.summary_tail import chunk_limit
 from policies.trim_tool_results import trim_boundary
