@@ -122,7 +122,10 @@ def measure(package: str, runs: int) -> dict[str, float]:
     base = importlib.import_module(f"{package}.base")
     projection = importlib.import_module(f"{package}.projection")
     tokens = importlib.import_module(f"{package}.tokens")
-    counter = tokens.TokenCounter.for_model("gpt-4o")
+    counter_class = getattr(tokens, "TokenCounter", None)  # a package from before proxy.token_counter
+    if counter_class is None:
+        counter_class = importlib.import_module("proxy.token_counter").TokenCounter
+    counter = counter_class.for_model("gpt-4o")
     config = base.PolicyConfig()
     pure = projection.project
     try:

@@ -21,7 +21,7 @@ Steps (DESIGN "project"):
 `count(message)` must return the tokens of a (possibly rewritten) message with the same framing
 as `Item.tokens`; it is called only for messages a policy produced (trimmed results, synthetic
 results, the summary block, the prefix), untouched items use `item.tokens`. Pass a
-`tokens.TokenCounter` so those counts are cached across turns.
+counter that caches (the proxy's `TokenCounter`) so those counts are reused across turns.
 
 Cost: proportional to what is sent, plus one pass over the items (grouping, tokens, users).
 Covered groups are skipped by bisection, not visited. Memoization across calls is not this

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, Projection
 from policies.memo import ProjectionCache, project_cached
 from policies.projection import project
-from policies.tokens import TokenCounter, encoding_name_for_model
+from policies.tokens import encoding_name_for_model
 
 from .catalog import ModelCatalog
 from .config import Policy
 from .errors import ContextLengthExceeded
 from .history_cache import Remembered
 from .store.base import StoredCheckpoint
+from .token_counter import TokenCounter
 from .types import Json, Message
 
 REPLY_PRIMING_TOKENS = 3

@@ -21,7 +21,7 @@ from policies.invariants import check_all
 from policies.pins import pinned_texts
 from policies.projection import project
 from policies.summary_tail import build_summary_messages, summary_block
-from policies.tokens import TokenCounter
+from proxy.token_counter import TokenCounter
 from tests.policies.strategies import Case, fake_summarize, mandatory_tokens
 from tests.transcripts import TRANSCRIPTS
 
