@@ -9,9 +9,10 @@ without a checkpoint and with one covering all but the newest ~20k tokens; the 4
 reserved for output (gpt-4o defaults of the proxy), `PolicyConfig()` defaults, a warmed
 `TokenCounter`; each figure is the median of `--runs` calls (>= 20).
 
-Each case runs twice: without a cache (everything derived from scratch), and ", cache": with a
-`ProjectionCache` that saw the previous request (the same `Item` objects minus the newest three,
-as the proxy's history cache hands them over) — the steady state of a long session.
+Each case runs twice: without a cache (`policies.projection.project`, everything derived from
+scratch), and ", cache": `policies.memo.project_cached` with a `ProjectionCache` that saw the
+previous request (the same `Item` objects minus the newest three, as the proxy's history cache
+hands them over) — the steady state of a long session.
 
 "grow by one turn" is what the proxy does on every request: the cache saw the previous request
 (the history one turn shorter: up to the previous user or tool message that ended a request),
@@ -127,13 +128,27 @@ def measure(package: str, runs: int) -> dict[str, float]:
     base = importlib.import_module(f"{package}.base")
     projection = importlib.import_module(f"{package}.projection")
     tokens = importlib.import_module(f"{package}.tokens")
-    counter = tokens.TokenCounter.for_model("gpt-4o")
+    counter_class = getattr(tokens, "TokenCounter", None)  # a package from before proxy.token_counter
+    if counter_class is None:
+        counter_class = importlib.import_module("proxy.token_counter").TokenCounter
+    counter = counter_class.for_model("gpt-4o")
     config = base.PolicyConfig()
-    project = projection.project
+    pure = projection.project
     try:
-        cache_class = importlib.import_module(f"{package}.index").ProjectionCache
+        memo = importlib.import_module(f"{package}.memo")
+        cache_class = memo.ProjectionCache
+        cached = memo.project_cached
+
+        def project(*args: Any) -> Any:
+            """`project(prefix, items, checkpoint, budget, config, count[, cache])`"""
+            return pure(*args) if len(args) == 6 or args[6] is None else cached(args[6], *args[:6])
+
     except (ModuleNotFoundError, AttributeError):
-        cache_class = None  # a package from before `project(..., cache=)`
+        try:  # a package from before `policies.memo`: `project(..., cache=)`
+            cache_class = importlib.import_module(f"{package}.index").ProjectionCache
+        except (ModuleNotFoundError, AttributeError):
+            cache_class = None  # a package from before `project(..., cache=)`
+        project = pure
     prefix, history, tools = _corpus()
     fixed = 3 + counter.count_tools(tools)
     budget = base.Budget(WINDOW, MAX_OUTPUT, fixed)

@@ -118,7 +118,7 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
                     continue
                 checkpoint = await store.active_checkpoint(branch)
                 items = projector.items(history[:index], hashes[:index], counter)
-                projection = projector.project(policy, model, body, prefix, items, checkpoint, branch)
+                projection = projector.project_request(policy, model, body, prefix, items, checkpoint, branch)
                 plan = projection.record.compaction
                 if plan is None:
                     continue

@@ -1,7 +1,8 @@
 """Pure context policies: what each upstream call sees, computed from the stored branch.
 
 No I/O, no clock, no randomness; `tokens` is the only module that touches tiktoken and the
-environment. Entry point: `policies.projection.project`.
+environment. Entry point: `policies.projection.project`; `policies.memo.project_cached` is the
+same function memoized per branch (the core never imports the memo).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from policies.base import (
     PolicyConfig,
     Projection,
     ProjectionRecord,
+    SettingError,
     ToolResultsConfig,
     TrimEntry,
 )
-from policies.index import ProjectionCache
 from policies.projection import STEPS, project
 
 __all__ = [
@@ -32,8 +33,8 @@ __all__ = [
     "PinsConfig",
     "PolicyConfig",
     "Projection",
-    "ProjectionCache",
     "ProjectionRecord",
+    "SettingError",
     "ToolResultsConfig",
     "TrimEntry",
     "project",

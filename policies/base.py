@@ -33,13 +33,24 @@ step that guarantees the budget)."""
 KNOWN_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool", "function")
 
 
+class SettingError(ValueError):
+    """A policy setting out of bounds. The message says what was expected and what was given;
+    `field` names the setting (None for a rule between settings), so a config loader can say
+    where it is (`policies.default.pins.patterns: ...`). The bounds live only here: the proxy's
+    config validates these dataclasses directly."""
+
+    def __init__(self, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def _as_tuple(obj: object, name: str) -> None:
     """Accept lists from config loaders but store tuples, so configs stay hashable and frozen."""
     value = getattr(obj, name)
     if isinstance(value, list):
         object.__setattr__(obj, name, tuple(value))
     elif not isinstance(value, tuple):
-        raise ValueError(f"{name} must be a tuple of strings, got {type(value).__name__}")
+        raise SettingError(name, f"{name} must be a tuple of strings, got {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -102,18 +113,21 @@ class ToolResultsConfig:
     def __post_init__(self) -> None:
         _as_tuple(self, "exclude_tools")
         if self.keep_recent_groups < 0:
-            raise ValueError(f"keep_recent_groups must be >= 0, got {self.keep_recent_groups}")
+            raise SettingError("keep_recent_groups", f"keep_recent_groups must be >= 0, got {self.keep_recent_groups}")
         if self.old_max_chars < 0:
-            raise ValueError(f"old_max_chars must be >= 0, got {self.old_max_chars}")
+            raise SettingError("old_max_chars", f"old_max_chars must be >= 0, got {self.old_max_chars}")
+        if self.recent_max_chars < 100:
+            raise SettingError("recent_max_chars", f"recent_max_chars must be >= 100, got {self.recent_max_chars}")
         if self.recent_max_chars < self.old_max_chars:
-            raise ValueError(
+            raise SettingError(
+                "recent_max_chars",
                 f"recent_max_chars ({self.recent_max_chars}) must be >= old_max_chars "
-                f"({self.old_max_chars}): recent results are capped higher than old ones"
+                f"({self.old_max_chars}): recent results are capped higher than old ones",
             )
         if not 0.0 <= self.head_ratio <= 1.0:
-            raise ValueError(f"head_ratio must be within [0, 1], got {self.head_ratio}")
+            raise SettingError("head_ratio", f"head_ratio must be within [0, 1], got {self.head_ratio}")
         if self.clear_at_least < 1:
-            raise ValueError(f"clear_at_least must be >= 1, got {self.clear_at_least}")
+            raise SettingError("clear_at_least", f"clear_at_least must be >= 1, got {self.clear_at_least}")
 
 
 @dataclass(frozen=True)
@@ -131,17 +145,20 @@ class PinsConfig:
         _as_tuple(self, "patterns")
         for role in self.roles:
             if role not in KNOWN_ROLES:
-                raise ValueError(f"pins.roles: unknown role {role!r}; expected one of {KNOWN_ROLES}")
+                raise SettingError("roles", f"pins.roles: unknown role {role!r}; expected one of {KNOWN_ROLES}")
         for pattern in self.patterns:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise ValueError(f"pins.patterns: invalid regex {pattern!r}: {exc}") from None
+                raise SettingError("patterns", f"pins.patterns: invalid regex {pattern!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """Per-route policy settings. `trigger` and `target` are fractions of `Budget.input_budget`."""
+    """Per-route policy settings. `trigger` and `target` are fractions of `Budget.input_budget`.
+
+    The proxy's config (`proxy.config.Policy`) is this dataclass plus the proxy-only settings,
+    validated by pydantic from the YAML keys of the same names; the bounds below are the only ones."""
 
     trigger: float = 0.8
     target: float = 0.5
@@ -154,24 +171,25 @@ class PolicyConfig:
     def __post_init__(self) -> None:
         _as_tuple(self, "order")
         if not 0.0 < self.trigger <= 1.0:
-            raise ValueError(f"trigger must be within (0, 1], got {self.trigger}")
-        if not 0.0 < self.target < self.trigger:
-            raise ValueError(
-                f"target must be > 0 and below trigger ({self.trigger}), got {self.target}: "
-                "compaction must land well below the point that triggers it"
-            )
+            raise SettingError("trigger", f"trigger must be within (0, 1], got {self.trigger}")
+        if not self.target > 0.0:
+            raise SettingError("target", f"target must be > 0, got {self.target}")
+        if not self.target < self.trigger:  # compaction must land well below the point that triggers it
+            raise SettingError(None, f"target ({self.target}) must be below trigger ({self.trigger})")
         if self.keep_recent_tokens < 0:
-            raise ValueError(f"keep_recent_tokens must be >= 0, got {self.keep_recent_tokens}")
+            raise SettingError("keep_recent_tokens", f"keep_recent_tokens must be >= 0, got {self.keep_recent_tokens}")
         if self.summary_chunk_tokens < 256:
-            raise ValueError(f"summary_chunk_tokens must be >= 256, got {self.summary_chunk_tokens}")
+            raise SettingError(
+                "summary_chunk_tokens", f"summary_chunk_tokens must be >= 256, got {self.summary_chunk_tokens}"
+            )
         unknown = [name for name in self.order if name not in STEP_NAMES]
         if unknown:
-            raise ValueError(f"order: unknown steps {unknown}; known steps are {STEP_NAMES}")
+            raise SettingError("order", f"order: unknown steps {unknown}; known steps are {STEP_NAMES}")
         if len(set(self.order)) != len(self.order):
-            raise ValueError(f"order: steps must not repeat, got {self.order}")
+            raise SettingError("order", f"order: steps must not repeat, got {self.order}")
         if not self.order or self.order[-1] != "prune_groups":
-            raise ValueError(
-                f"order must end with 'prune_groups' (the step that enforces the budget), got {self.order}"
+            raise SettingError(
+                "order", f"order must end with 'prune_groups' (the step that enforces the budget), got {self.order}"
             )
 
 
@@ -324,8 +342,8 @@ class ProjectionRecord:
 class Projection:
     """The messages to send and the record of how they were made. `messages` is a fresh list of
     read-only dicts: untouched messages are the caller's own objects, rewritten ones (trimmed,
-    repaired, the summary block) may be shared with other projections through a
-    `ProjectionCache`. Serialize them; never mutate them."""
+    repaired, the summary block) may be shared with other projections through a memoizing
+    `draft.Renderer`. Serialize them; never mutate them."""
 
     messages: list[dict[str, Any]]
     record: ProjectionRecord

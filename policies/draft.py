@@ -6,6 +6,11 @@ what each message costs now, what was already done — and must hand a new pictu
 Invariant: a `Draft` is immutable; a step returns a new one (`dataclasses.replace`). Token
 totals are kept per message, so a step that rewrites one message re-counts only that one.
 
+`build_draft` makes the first draft of a call (groups, pins and the checkpoint applied); how a
+group, the summary block or a trimmed result is rendered goes through a `Renderer`, which
+computes each from scratch. A caller may pass a subclass that remembers renderings between
+calls; it must return what the base class would (the pipeline cannot tell the difference).
+
 Layout of the messages a draft renders::
 
     prefix (system/developer, unchanged)
@@ -19,14 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig, TrimEntry
-from policies.groups import Group, synthetic_result
+from policies.groups import Group, effective_boundary, last_index, synthetic_result
+from policies.history import HistoryIndex, index_items
+from policies.summary_prompt import summary_block
 from policies.text import clone
-
-if TYPE_CHECKING:
-    from policies.index import HistoryIndex, ProjectionCache
 
 CountFn = Callable[[Message], int]
 
@@ -71,8 +75,8 @@ class StepContext:
     covered_through: int
     index: HistoryIndex | None = None
     """the items' `HistoryIndex` (groups are `index.groups`); None only for hand-built contexts"""
-    cache: ProjectionCache | None = None
-    """the caller's memo, if any (trimmed results are remembered there)"""
+    renderer: Renderer | None = None
+    """how groups, summaries and trimmed results are rendered (None: `PLAIN`)"""
 
     @property
     def trigger_tokens(self) -> int:
@@ -105,7 +109,7 @@ class Draft:
     def messages(self) -> list[dict[str, Any]]:
         """The messages to send, in order. Read-only: untouched messages are the caller's own
         objects (prefix and item messages), rewritten ones may be shared with later projections
-        through a `ProjectionCache`; serialize them, never mutate them. A message that is a
+        through a memoizing `Renderer`; serialize them, never mutate them. A message that is a
         Mapping but not a dict is copied into a dict."""
         out: list[Any] = list(self.prefix)
         for slot in self.head:
@@ -139,16 +143,107 @@ def render_slot(index: int, group: Group, is_last: bool, keep: bool, protected: 
     return Slot(index, group, group.seqs, group.messages, group.item_tokens, keep, protected)
 
 
-def cached_slot(
-    cache: ProjectionCache, index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn
-) -> Slot:
-    """`render_slot`, the same object as last time for the same group and flags."""
-    key = ("slot", id(group))
-    flags = (index, is_last, keep, protected)
-    memo = cache.get(key)
-    if memo is not None and memo[0] is group and memo[1] == flags and memo[2] is count:
-        slot: Slot = memo[3]
-        return slot
-    slot = render_slot(index, group, is_last, keep, protected, count)
-    cache.put(key, (group, flags, count, slot))
-    return slot
+TrimOne = Callable[
+    [Slot, Message, int, float, int, CountFn], tuple[str, tuple[dict[str, object], TrimEntry] | None, int]
+]
+"""(slot, tool message, max_chars, head_ratio, seq, count) -> (tool name, trimmed message and
+its entry or None, tokens of the trimmed message): one tool result's trimmed form, see
+`trim_tool_results.trim_one`"""
+
+CapSlot = Callable[[Slot, int, StepContext, TrimOne | None], tuple[Slot, list[TrimEntry]]]
+"""(slot, max_chars, ctx, trim_one) -> the slot with its tool results capped and their entries"""
+
+
+class Renderer:
+    """Renders groups, summary blocks and trimmed tool results, each from scratch.
+
+    The pipeline calls these and nothing else to render; a subclass may remember results
+    between calls as long as it returns what these would (same values; the projection is
+    byte-identical with or without it). Stateless: one shared instance, `PLAIN`, serves all."""
+
+    def slot(self, index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn) -> Slot:
+        return render_slot(index, group, is_last, keep, protected, count)
+
+    def summary(self, text: str, covered: int, count: CountFn) -> tuple[tuple[Message, ...], int]:
+        """The summary block of a checkpoint covering through `covered`, and its tokens."""
+        block = (summary_block(text, covered),)
+        return block, sum(count(message) for message in block)
+
+    def trimmed_slot(
+        self, slot: Slot, max_chars: int, ctx: StepContext, cap: CapSlot
+    ) -> tuple[Slot, Sequence[TrimEntry]]:
+        """`slot` with its tool results capped at `max_chars` (`cap` is how: the caller's rule)."""
+        return cap(slot, max_chars, ctx, None)
+
+
+PLAIN = Renderer()
+
+
+def build_draft(
+    prefix: Sequence[Message],
+    items: Sequence[Item],
+    checkpoint: Checkpoint | None,
+    budget: Budget,
+    config: PolicyConfig,
+    count: CountFn,
+    *,
+    index: HistoryIndex | None = None,
+    renderer: Renderer | None = None,
+) -> tuple[Draft, StepContext]:
+    """Groups, pins and the checkpoint applied; no step run yet.
+
+    Work is proportional to what is sent (plus one index pass over the items, or over what
+    `index` — this call's index of `items`, when the caller has it — did not resume): covered
+    groups are skipped by bisection, only the kept ones (pinned, newest user message) are
+    looked up."""
+    if index is None:
+        index = index_items(items)
+    renderer = renderer if renderer is not None else PLAIN
+    groups = index.groups
+    pinned = index.pinned(config.pins)
+    latest_user = index.last_user
+    covered = effective_boundary(groups, checkpoint)
+    ctx = StepContext(
+        items=items,
+        groups=groups,
+        checkpoint=checkpoint,
+        budget=budget,
+        config=config,
+        count=count,
+        pinned=pinned,
+        latest_user=latest_user,
+        covered_through=covered,
+        index=index,
+        renderer=renderer,
+    )
+    last = last_index(groups)
+    latest_group = index.group_of(latest_user) if latest_user is not None else -1
+    keep_groups = {index.group_of(seq) for seq in pinned}
+    keep_groups.add(latest_group)
+    keep_groups.add(last)
+    first_uncovered = index.first_uncovered(covered)  # groups before it are covered
+    head = [
+        render_slot(i, groups[i], i == last, True, i == last or i == latest_group, count)
+        for i in sorted(keep_groups)
+        if 0 <= i < first_uncovered and groups[i].kind != "orphan"
+    ]
+    slot = renderer.slot
+    tail = [
+        slot(i, group, i == last, i in keep_groups, i == last or i == latest_group, count)
+        for i, group in enumerate(groups[first_uncovered:], first_uncovered)
+        if group.kind != "orphan"
+    ]
+    summary: tuple[Message, ...] = ()
+    summary_tokens = 0
+    if checkpoint is not None and covered > 0:
+        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count)
+    draft = Draft(
+        prefix=tuple(prefix),
+        prefix_tokens=sum(count(message) for message in prefix),
+        fixed_tokens=budget.fixed_tokens,
+        head=tuple(head),
+        summary=summary,
+        summary_tokens=summary_tokens,
+        tail=tuple(tail),
+    )
+    return draft, ctx

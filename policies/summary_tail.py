@@ -26,18 +26,20 @@ Example: input budget 14,000, trigger 0.8 -> compact above 11,200; target 0.5 ->
 2,500 tokens of overhead the tail keeps min(20,000, 4,500) = 4,500 tokens of newest groups and
 everything uncovered before them goes into chunks.
 
-The summarizer prompt, the summary block and the summary checks live in `summary_prompt` and
-are re-exported here.
+`summary_tail` is the pipeline step: it flags the trigger and attaches the plan to the draft
+(`ProjectionRecord.compaction`); it never rewrites messages. The summarizer prompt, the summary
+block and the summary checks live in `summary_prompt` and are re-exported here.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from operator import attrgetter
 
 from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig
-from policies.draft import CountFn
+from policies.draft import CountFn, Draft, StepContext
 from policies.groups import Group, effective_boundary, group_items, last_index, normalize_boundary
 from policies.pins import pinned_seqs
 from policies.summary_prompt import (
@@ -60,6 +62,7 @@ __all__ = [
     "chunk_limit",
     "plan_compaction",
     "summary_block",
+    "summary_tail",
 ]
 
 
@@ -253,3 +256,30 @@ def plan_compaction(
         chunks=make_chunks(summarize, limit, count),
         reason=reason,
     )
+
+
+def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
+    """Pipeline step: flag the trigger and plan the next compaction (messages unchanged)."""
+    over = draft.total > ctx.trigger_tokens
+    if not over:
+        return draft
+    sent: dict[int, int] = {}
+    for slot in draft.tail:
+        for seq, tokens in zip(slot.seqs, slot.tokens, strict=True):
+            if seq is not None:
+                sent[seq] = tokens
+    tail_tokens = sum(slot.total for slot in draft.tail)
+    plan = plan_compaction(
+        ctx.items,
+        ctx.checkpoint,
+        ctx.budget,
+        ctx.config,
+        projected_tokens=draft.total,
+        overhead_tokens=draft.total - tail_tokens,
+        count=ctx.count,
+        sent_tokens=sent,
+        groups=ctx.groups,
+        pinned=ctx.pinned,
+        pinned_tokens=ctx.index.tokens_of(ctx.pinned) if ctx.index is not None else None,
+    )
+    return replace(draft, over_trigger=True, plan=plan)

@@ -1,4 +1,4 @@
-"""Token counting with tiktoken, offline, cached per event.
+"""Token counting with tiktoken, offline: what a message costs in a chat request.
 
 Problem: budgets are in tokens of the rendered request, and a 2,000-event history must not be
 re-encoded on every call. tiktoken also downloads its BPE files on first use, which fails in
@@ -13,14 +13,14 @@ Invariants:
 - Counts follow OpenAI's chat framing: 3 tokens per message, plus role, content (text parts),
   `name` (+1), tool calls (name + arguments + 3) and `tool_call_id`; an image part is a fixed
   estimate (`IMAGE_TOKENS`). The request's reply priming (3) belongs in `Budget.fixed_tokens`.
-- `TokenCounter` caches counts in a bounded LRU keyed by a caller-supplied key (the proxy passes
-  the event hash), so a request costs encoding work proportional to what is new.
+- Pure counting only: caching counts between requests (an LRU with a lock) is the caller's
+  business; the proxy's `proxy.token_counter.TokenCounter` keys them by event hash, so a request
+  costs encoding work proportional to what is new.
 
 Example::
 
-    counter = TokenCounter(encoding_for_model("gpt-4o"))
-    counter.count({"role": "user", "content": "hi"}, key="sha256:...")   # 5, then cached
-    counter({"role": "tool", "tool_call_id": "c1", "content": "..."})     # keyed by its JSON
+    enc = encoding_for_model("gpt-4o")
+    count_message({"role": "user", "content": "hi"}, enc)   # 5: 3 framing + role + content
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,6 +85,11 @@ def encoding_for_model(model: str) -> tiktoken.Encoding:
 def _encode_len(enc: tiktoken.Encoding, text: str) -> int:
     # encode_ordinary: special-token text inside user data ("<|endoftext|>") is plain text here.
     return len(enc.encode_ordinary(text)) if text else 0
+
+
+def count_text(text: str, enc: tiktoken.Encoding) -> int:
+    """Tokens of plain text (no message framing)."""
+    return _encode_len(enc, text)
 
 
 def _content_tokens(content: Any, enc: tiktoken.Encoding) -> int:
@@ -151,62 +154,10 @@ def message_key(message: Message) -> str:
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
-class TokenCounter:
-    """Counts messages with one encoding and remembers the last `max_entries` counts.
-
-    `count(message, key)` uses the caller's key (an event hash); calling the counter itself
-    (`counter(message)`, the `count` callable `project()` expects) keys by the message's JSON.
-    Thread-safe; the cache never grows past `max_entries`.
-    """
-
-    def __init__(self, encoding: tiktoken.Encoding, max_entries: int = 50_000) -> None:
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        self.encoding = encoding
-        self.max_entries = max_entries
-        self._cache: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    @classmethod
-    def for_model(cls, model: str, max_entries: int = 50_000) -> TokenCounter:
-        return cls(encoding_for_model(model), max_entries)
-
-    def count(self, message: Message, key: str | None = None) -> int:
-        cache_key = key if key is not None else message_key(message)
-        with self._lock:
-            cached = self._cache.get(cache_key)
-            if cached is not None:
-                self._cache.move_to_end(cache_key)
-                self.hits += 1
-                return cached
-        tokens = count_message(message, self.encoding)
-        with self._lock:
-            self.misses += 1
-            self._cache[cache_key] = tokens
-            self._cache.move_to_end(cache_key)
-            while len(self._cache) > self.max_entries:
-                self._cache.popitem(last=False)
-        return tokens
-
-    def __call__(self, message: Message) -> int:
-        return self.count(message)
-
-    def count_text(self, text: str) -> int:
-        return _encode_len(self.encoding, text)
-
-    def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
-        return count_tools(tools, self.encoding)
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-
 __all__ = [
     "IMAGE_TOKENS",
-    "TokenCounter",
     "count_message",
+    "count_text",
     "count_tools",
     "encoding_for_model",
     "encoding_name_for_model",

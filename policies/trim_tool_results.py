@@ -23,11 +23,11 @@ boundary 4 (groups 0-3 old); with 11 groups still 4; with 12 groups 8.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from policies.base import Message, ToolResultsConfig, TrimEntry
-from policies.draft import CountFn, Draft, Slot, StepContext
-from policies.index import ProjectionCache
+from policies.draft import PLAIN, CountFn, Draft, Slot, StepContext, TrimOne
 from policies.text import content_text, cut_text, non_text_parts, with_content
 
 
@@ -71,27 +71,21 @@ def cap_slot(
     exclude: tuple[str, ...],
     pinned: frozenset[int],
     count: CountFn,
-    cache: ProjectionCache | None = None,
+    trim_one: TrimOne | None = None,
 ) -> tuple[Slot, list[TrimEntry]]:
     """Cap every eligible tool result of `slot` at `max_chars` (pinned / excluded untouched).
 
-    With `cache`, the trimmed form of a message object is computed once per (max_chars,
-    head_ratio) and reused by later projections; the memo entry is checked against everything
-    else it depends on (seq, the calling assistant message that names the tool, `count`)."""
+    `trim_one`: how one result's trimmed form is found (e.g. remembered between projections);
+    it must return what `trim_one` below does. None: computed here, skipping the tool-name
+    lookup for results that fit (the hot path on long histories)."""
     entries: list[TrimEntry] = []
     messages: list[Message] | None = None
     counts: list[int] | None = None
     for position, (seq, message) in enumerate(zip(slot.seqs, slot.messages, strict=True)):
         if seq is None or message.get("role") != "tool" or seq in pinned:
             continue
-        if cache is not None:
-            key = ("trim", id(message), max_chars, head_ratio)
-            call = slot.group.items[0].message  # names the tool
-            memo = cache.get(key)
-            if memo is None or memo[0] is not message or memo[1] is not count or memo[2] != seq or memo[3] is not call:
-                memo = (message, count, seq, call, *_trim_one(slot, message, max_chars, head_ratio, seq, count))
-                cache.put(key, memo)
-            tool_name, result, tokens = memo[4:]
+        if trim_one is not None:
+            tool_name, result, tokens = trim_one(slot, message, max_chars, head_ratio, seq, count)
             if result is None or tool_name in exclude:
                 continue
         else:
@@ -115,10 +109,11 @@ def cap_slot(
     return replace(slot, messages=tuple(messages), tokens=tuple(counts)), entries
 
 
-def _trim_one(
+def trim_one(
     slot: Slot, message: Message, max_chars: int, head_ratio: float, seq: int, count: CountFn
 ) -> tuple[str, tuple[dict[str, object], TrimEntry] | None, int]:
-    """(tool name, trim_message result, tokens of the trimmed message) for the memo."""
+    """(tool name, `trim_message` result, tokens of the trimmed message) of one tool result of
+    `slot` (a `TrimOne`); ("", None, 0) when it fits."""
     if len(content_text(message.get("content"))) <= max_chars:
         return "", None, 0
     tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
@@ -126,8 +121,25 @@ def _trim_one(
     return tool_name, result, count(result[0]) if result is not None else 0
 
 
-def _trim_slots(slots: tuple[Slot, ...], boundary: int, ctx: StepContext) -> tuple[tuple[Slot, ...], list[TrimEntry]]:
+def cap(slot: Slot, max_chars: int, ctx: StepContext, trim: TrimOne | None) -> tuple[Slot, list[TrimEntry]]:
+    """`cap_slot` with the context's settings (a `CapSlot`, what a `Renderer` trims with)."""
     config = ctx.config.tool_results
+    return cap_slot(
+        slot,
+        max_chars=max_chars,
+        head_ratio=config.head_ratio,
+        exclude=config.exclude_tools,
+        pinned=ctx.pinned,
+        count=ctx.count,
+        trim_one=trim,
+    )
+
+
+def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[tuple[Slot, ...], list[TrimEntry]]:
+    """`slots` with the results of tool-call groups capped: old ones (index below `boundary`)
+    at `old_max_chars`, the rest at `recent_max_chars`; protected slots untouched."""
+    config = ctx.config.tool_results
+    renderer = ctx.renderer if ctx.renderer is not None else PLAIN
     out: list[Slot] = []
     entries: list[TrimEntry] = []
     for slot in slots:
@@ -135,28 +147,7 @@ def _trim_slots(slots: tuple[Slot, ...], boundary: int, ctx: StepContext) -> tup
             out.append(slot)
             continue
         max_chars = config.old_max_chars if slot.index < boundary else config.recent_max_chars
-        cache = ctx.cache
-        if cache is not None:
-            # the same slot object trimmed the same way: reuse the result (and its objects)
-            pinned_here = ctx.pinned.intersection(slot.seqs)
-            key = ("slot_trim", id(slot), max_chars)
-            settings = (config.head_ratio, config.exclude_tools, pinned_here)
-            memo = cache.get(key)
-            if memo is not None and memo[0] is slot and memo[1] is ctx.count and memo[2] == settings:
-                out.append(memo[3])
-                entries.extend(memo[4])
-                continue
-        new_slot, new_entries = cap_slot(
-            slot,
-            max_chars=max_chars,
-            head_ratio=config.head_ratio,
-            exclude=config.exclude_tools,
-            pinned=ctx.pinned,
-            count=ctx.count,
-            cache=cache,
-        )
-        if cache is not None:
-            cache.put(key, (slot, ctx.count, settings, new_slot, tuple(new_entries)))
+        new_slot, new_entries = renderer.trimmed_slot(slot, max_chars, ctx, cap)
         out.append(new_slot)
         entries.extend(new_entries)
     return tuple(out), entries
@@ -165,7 +156,7 @@ def _trim_slots(slots: tuple[Slot, ...], boundary: int, ctx: StepContext) -> tup
 def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
     """Pipeline step: trim old results to `old_max_chars`, cap recent ones at `recent_max_chars`."""
     boundary = trim_boundary(len(ctx.groups), ctx.config.tool_results)
-    head, head_entries = _trim_slots(draft.head, boundary, ctx)
-    tail, tail_entries = _trim_slots(draft.tail, boundary, ctx)
+    head, head_entries = trim_slots(draft.head, boundary, ctx)
+    tail, tail_entries = trim_slots(draft.tail, boundary, ctx)
     trimmed = draft.trimmed + tuple(head_entries) + tuple(tail_entries)
     return replace(draft, head=head, tail=tail, trimmed=trimmed)

@@ -121,7 +121,7 @@ async def get_projection(request: Request) -> RawResponse:
     counter = state.projector.counter(last.model)
     items = state.projector.items([e.message for e in events], [e.chain_hash for e in events], counter)
     prefix = json.loads(prefix_blob) if prefix_blob else []
-    projection = state.projector.project(policy, last.model, body, prefix, items, checkpoint, branch_id)
+    projection = state.projector.project_request(policy, last.model, body, prefix, items, checkpoint, branch_id)
     return json_response(
         {
             "conversation_id": conversation.id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 
@@ -98,7 +99,11 @@ def replay_command(args: argparse.Namespace) -> int:
         return 1
     policy = config.policies[name]
     if args.window:
-        policy = policy.model_copy(update={"context_window": args.window})
+        try:
+            policy = dataclasses.replace(policy, context_window=args.window)
+        except ValueError as exc:  # pydantic's ValidationError is one
+            print(f"--window {args.window}: {exc}", file=sys.stderr)
+            return 1
     projector = Projector(ModelCatalog())
     reports = []
     for path in args.files:

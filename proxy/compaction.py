@@ -27,9 +27,10 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from policies.base import CompactionPlan, Item
+from policies.base import Checkpoint, CompactionPlan, Item
+from policies.compaction import next_checkpoint
 from policies.pins import pinned_texts
-from policies.summary_prompt import build_summary_messages, check_summary, summary_block
+from policies.summary_prompt import build_summary_messages, check_summary
 from policies.text import message_text
 
 from .config import Policy, Route
@@ -62,6 +63,12 @@ class CompactionJob:
     previous: StoredCheckpoint | None
     client_auth: dict[str, str]
     wire: Wire
+
+
+def _value(stored: StoredCheckpoint | None) -> Checkpoint | None:
+    if stored is None:
+        return None
+    return Checkpoint(stored.generation, stored.covered_through_seq, stored.summary, stored.tokens)
 
 
 class Compactor:
@@ -159,8 +166,7 @@ class Compactor:
 
     async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
-        config = self.projector.config(job.policy)
-        pinned = pinned_texts(job.items, config.pins)
+        pinned = pinned_texts(job.items, job.policy.pins)
         allowed = pinned + [message_text(m) for m in job.prefix]
         summary = job.previous.summary if job.previous else None
         candidate = self._candidate(job, summary or "", 0, token)
@@ -174,8 +180,8 @@ class Compactor:
                     return None
                 summary = text
             assert summary is not None
-            tokens = self.projector.counter(job.model).count(summary_block(summary, plan.through_seq))
-            committed = await self.store.commit_checkpoint(self._candidate(job, summary, tokens, token))
+            checkpoint = next_checkpoint(_value(job.previous), plan, summary, self.projector.counter(job.model))
+            committed = await self.store.commit_checkpoint(self._candidate(job, summary, checkpoint.tokens, token))
         except ConversationGone:
             self._count("discarded")
             return None  # deleted while we worked: nothing may be written back

@@ -12,10 +12,14 @@ import fnmatch
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.dataclasses import dataclass as validated_dataclass
+from pydantic_core import ErrorDetails
+
+from policies.base import PolicyConfig, SettingError
 
 from .errors import ConfigError
 
@@ -88,30 +92,6 @@ class Route(_Frozen):
     policy: str = "default"
 
 
-class ToolResults(_Frozen):
-    keep_recent_groups: int = Field(4, ge=0)
-    recent_max_chars: int = Field(8000, ge=100)
-    old_max_chars: int = Field(400, ge=100)
-    exclude_tools: tuple[str, ...] = ()
-    clear_at_least: int = Field(4, ge=1)
-
-
-class Pins(_Frozen):
-    first_user: bool = True
-    roles: tuple[str, ...] = ()
-    patterns: tuple[str, ...] = ()
-
-    @field_validator("patterns")
-    @classmethod
-    def _regexes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
-        return value
-
-
 class Summarizer(_Frozen):
     model: str | None = None
     base_url: str | None = None
@@ -121,32 +101,28 @@ class Summarizer(_Frozen):
     max_tokens: int = Field(2048, ge=256)
 
 
-class Policy(_Frozen):
-    """How a route's requests are rewritten. Windows default to litellm's model info."""
+@validated_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class Policy(PolicyConfig):
+    """How a route's requests are rewritten: the policies' own `PolicyConfig` (trigger, target,
+    keep_recent_tokens, summary_chunk_tokens, order, tool_results, pins — validated by pydantic
+    from their annotations, bounded by their own checks) plus the settings only the proxy reads.
+    Windows default to litellm's model info. A `Policy` is what `policies.projection.project`
+    takes as its config."""
 
-    context_window: int | None = Field(None, gt=0)
-    max_output_tokens: int | None = Field(None, gt=0)
-    trigger: float = Field(0.8, gt=0, le=1)
-    target: float = Field(0.5, gt=0, le=1)
-    keep_recent_tokens: int = Field(20000, ge=0)
-    summary_chunk_tokens: int = Field(24000, ge=1000)
+    context_window: Annotated[int | None, Field(gt=0)] = None
+    max_output_tokens: Annotated[int | None, Field(gt=0)] = None
     on_overflow: Literal["wait", "prune"] = "wait"
-    overflow_wait: float = Field(30.0, ge=0)
+    overflow_wait: Annotated[float, Field(ge=0)] = 30.0
     rewrite: bool = True
     store_failure: Literal["fail", "passthrough"] = "fail"
     """When the store fails while identifying, ingesting or projecting a request: answer 503
     (`fail`), or relay it unrewritten and unrecorded with `X-Ctxproxy-Degraded` (`passthrough`)."""
-    tool_results: ToolResults = ToolResults()
-    pins: Pins = Pins()
     summarizer: Summarizer = Summarizer()
 
-    @model_validator(mode="after")
-    def _target_below_trigger(self) -> Policy:
-        if self.target >= self.trigger:
-            raise ValueError(f"target ({self.target}) must be below trigger ({self.trigger})")
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.context_window and self.max_output_tokens and self.max_output_tokens >= self.context_window:
             raise ValueError("max_output_tokens must be smaller than context_window")
-        return self
 
 
 class Limits(_Frozen):
@@ -254,6 +230,24 @@ def _cross_references(data: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _located(err: ErrorDetails) -> tuple[str, str]:
+    """(where, what) of one validation error. A `SettingError` from a policy dataclass names
+    its field: it joins the location (`policies.default.pins.patterns: invalid regex ...`)."""
+    parts = [str(part) for part in err["loc"]]
+    msg = err["msg"].removeprefix("Value error, ")
+    error = err.get("ctx", {}).get("error")
+    if isinstance(error, SettingError) and error.field is not None:
+        parts.append(error.field)
+        head, sep, rest = msg.partition(": ")
+        if sep and head.rsplit(".", 1)[-1] == error.field:
+            msg = rest  # "pins.patterns: invalid regex ..." -> "invalid regex ..."
+        elif msg.startswith(error.field + " "):
+            msg = msg[len(error.field) + 1 :]  # "trigger must be within ..." -> "must be within ..."
+    elif err["type"] == "unexpected_keyword_argument":
+        msg = "Extra inputs are not permitted"  # a dataclass's wording of a model's extra="forbid"
+    return ".".join(parts) or "(top level)", msg
+
+
 def parse_config(data: Any, source: str = "<config>", env: dict[str, str] | None = None) -> Config:
     """Validate a parsed YAML document; raise ConfigError with one line per problem."""
     if not isinstance(data, dict):
@@ -268,8 +262,7 @@ def parse_config(data: Any, source: str = "<config>", env: dict[str, str] | None
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            loc = ".".join(str(part) for part in err["loc"]) or "(top level)"
-            msg = err["msg"].removeprefix("Value error, ")
+            loc, msg = _located(err)
             if msg.startswith(("routes.", "duplicate")) and any(msg in r for r in references):
                 continue  # the same cross-reference problem, reported once below
             lines.append(f"{source}: {loc}: {msg}")

@@ -1,8 +1,12 @@
-"""Project a request (DESIGN step 4): the edge between stored rows and the pure policies.
+"""Project a request (DESIGN step 4), the edge: `Projector` feeds the pure `project`.
 
-Turns the request's history into `Item`s (seq = position on the branch lineage, tokens from a
+`policies.projection.project` is the projection itself, a pure function of (prefix, items,
+checkpoint, budget, config). This module is everything around it that is not pure: `Projector`
+turns the request's history into `Item`s (seq = position on the branch lineage, tokens from a
 per-event cache keyed by chain hash, so a request costs counting work only for what is new),
-resolves the budget, and calls `policies.projection.project`.
+resolves the budget, keeps one `policies.memo.ProjectionCache` per branch (an LRU, each cache
+behind its own lock: a cache is plain mutable state) and calls it through
+`Projector.project_request`, which maps `ContextOverflow` to the client's 400.
 
 Budget: the window is the policy's `context_window`, else litellm's model map, and the output
 reserve is the request's `max_completion_tokens`/`max_tokens`, else the policy's
@@ -18,39 +22,21 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from policies.base import Budget, Checkpoint, ContextOverflow, Item, PinsConfig, PolicyConfig, Projection
-from policies.base import ToolResultsConfig as PolicyToolResults
-from policies.index import ProjectionCache
+from policies.base import Budget, Checkpoint, ContextOverflow, Item, Projection
+from policies.memo import ProjectionCache, project_cached
 from policies.projection import project
-from policies.tokens import TokenCounter, encoding_name_for_model
+from policies.tokens import encoding_name_for_model
 
 from .catalog import ModelCatalog
 from .config import Policy
 from .errors import ContextLengthExceeded
 from .history_cache import Remembered
 from .store.base import StoredCheckpoint
+from .token_counter import TokenCounter
 from .types import Json, Message
 
 REPLY_PRIMING_TOKENS = 3
 DEFAULT_WINDOW = 128_000
-
-
-def policy_config(policy: Policy) -> PolicyConfig:
-    tr = policy.tool_results
-    return PolicyConfig(
-        trigger=policy.trigger,
-        target=policy.target,
-        keep_recent_tokens=policy.keep_recent_tokens,
-        summary_chunk_tokens=policy.summary_chunk_tokens,
-        tool_results=PolicyToolResults(
-            keep_recent_groups=tr.keep_recent_groups,
-            recent_max_chars=tr.recent_max_chars,
-            old_max_chars=tr.old_max_chars,
-            exclude_tools=tr.exclude_tools,
-            clear_at_least=tr.clear_at_least,
-        ),
-        pins=PinsConfig(first_user=policy.pins.first_user, roles=policy.pins.roles, patterns=policy.pins.patterns),
-    )
 
 
 @dataclass(frozen=True)
@@ -59,32 +45,40 @@ class Calibration:
     factor: float
 
 
+@dataclass(frozen=True)
+class BranchMemo:
+    """One branch's `ProjectionCache` and the lock that serializes the calls using it."""
+
+    cache: ProjectionCache
+    lock: threading.Lock
+
+
 class Projector:
-    """Per-process token caches, model metadata and usage calibration; no I/O."""
+    """Per-process token caches, per-branch projection memos, model metadata and usage
+    calibration; no I/O."""
 
     def __init__(self, catalog: ModelCatalog, cache_entries: int = 200_000) -> None:
         self.catalog = catalog
         self._counters: dict[str, TokenCounter] = {}
         self._cache_entries = cache_entries
-        self._configs: dict[int, PolicyConfig] = {}
         self._calibration: OrderedDict[str, Calibration] = OrderedDict()
-        self._caches: OrderedDict[str, ProjectionCache] = OrderedDict()
+        self._memos: OrderedDict[str, BranchMemo] = OrderedDict()
         self._lock = threading.Lock()
 
-    def projection_cache(self, branch_id: str | None) -> ProjectionCache | None:
-        """The branch's memo of derived projection state (indexes, trimmed results): a request
-        that extends the branch's previous request re-derives only what is new."""
+    def branch_memo(self, branch_id: str | None) -> BranchMemo | None:
+        """The branch's memo of derived projection state (indexes, renderings, the previous
+        tail): a request that extends the branch's previous request re-derives only what is new."""
         if branch_id is None:
             return None
         with self._lock:
-            cache = self._caches.get(branch_id)
-            if cache is None:
-                cache = self._caches[branch_id] = ProjectionCache(max_entries=4096)
-                while len(self._caches) > 1024:
-                    self._caches.popitem(last=False)
+            memo = self._memos.get(branch_id)
+            if memo is None:
+                memo = self._memos[branch_id] = BranchMemo(ProjectionCache(max_entries=4096), threading.Lock())
+                while len(self._memos) > 1024:
+                    self._memos.popitem(last=False)
             else:
-                self._caches.move_to_end(branch_id)
-            return cache
+                self._memos.move_to_end(branch_id)
+            return memo
 
     def counter(self, model: str) -> TokenCounter:
         name = encoding_name_for_model(model)
@@ -92,13 +86,6 @@ class Projector:
         if counter is None:
             counter = self._counters[name] = TokenCounter.for_model(model, self._cache_entries)
         return counter
-
-    def config(self, policy: Policy) -> PolicyConfig:
-        key = id(policy)
-        cached = self._configs.get(key)
-        if cached is None:
-            cached = self._configs[key] = policy_config(policy)
-        return cached
 
     def budget(
         self, policy: Policy, model: str, body: Json, counter: TokenCounter, branch_id: str | None, generation: int
@@ -165,7 +152,7 @@ class Projector:
             remember.items[name] = items
         return items
 
-    def project(
+    def project_request(
         self,
         policy: Policy,
         model: str,
@@ -175,6 +162,8 @@ class Projector:
         checkpoint: StoredCheckpoint | None,
         branch_id: str | None,
     ) -> Projection:
+        """The projection of one request: budget resolved, the stored checkpoint applied when it
+        fits the items, the branch's memo used (same result as the pure `project`)."""
         counter = self.counter(model)
         generation = checkpoint.generation if checkpoint else 0
         budget = self.budget(policy, model, body, counter, branch_id, generation)
@@ -183,10 +172,12 @@ class Projector:
             if checkpoint is not None and checkpoint.covered_through_seq <= len(items)
             else None
         )
+        memo = self.branch_memo(branch_id)
         try:
-            return project(
-                prefix, items, active, budget, self.config(policy), counter, cache=self.projection_cache(branch_id)
-            )
+            if memo is None:
+                return project(prefix, items, active, budget, policy, counter)
+            with memo.lock:
+                return project_cached(memo.cache, prefix, items, active, budget, policy, counter)
         except ContextOverflow as exc:
             raise ContextLengthExceeded(overflow_message(exc), param="messages") from None
 

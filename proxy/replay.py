@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.base import Checkpoint, ContextOverflow, Item
+from policies.base import Checkpoint, CompactionPlan, ContextOverflow, Item
+from policies.compaction import fold_summaries, next_checkpoint
 from policies.projection import project
-from policies.summary_prompt import summary_block
 from policies.text import message_text
 
 from . import identify
@@ -29,6 +29,7 @@ from .projection import Projector
 from .types import Message
 
 Summarize = Callable[[str | None, Sequence[Item]], str]
+"""(previous summary, chunk) -> summary; `policies.compaction.Summarize` accepts it"""
 
 
 def extractive_summary(previous: str | None, chunk: Sequence[Item], max_chars: int = 4000) -> str:
@@ -136,7 +137,7 @@ def replay(
     body: dict[str, Any] = {"model": model}
     if tools:
         body["tools"] = tools
-    config = projector.config(policy)
+    config = policy
     budget = projector.budget(policy, model, body, counter, None, 0)
     report = ReplayReport(name, budget.context_window, budget.max_output_tokens)
     hashes = identify.chain("replay", history)
@@ -145,14 +146,10 @@ def replay(
     previous_sent: list[Message] = []
     previous_client: list[Message] = []
 
-    def compact(plan: Any) -> Checkpoint:
-        summary = checkpoint.summary if checkpoint else None
-        for chunk in plan.chunks:
-            summary = summarize(summary, chunk)
-        assert summary is not None
-        tokens = counter.count(summary_block(summary, plan.through_seq))
+    def compact(plan: CompactionPlan) -> Checkpoint:
+        summary = fold_summaries(plan, checkpoint.summary if checkpoint else None, summarize)
         report.compactions += 1
-        return Checkpoint((checkpoint.generation if checkpoint else 0) + 1, plan.through_seq, summary, tokens)
+        return next_checkpoint(checkpoint, plan, summary, counter)
 
     for index, message in enumerate(history):
         if message.get("role") != "assistant" or index == 0:

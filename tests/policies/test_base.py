@@ -41,7 +41,8 @@ def test_budget_validation(kwargs: dict[str, int], message: str) -> None:
     [
         ({"trigger": 0.0}, "trigger must be within"),
         ({"trigger": 1.5}, "trigger must be within"),
-        ({"trigger": 0.6, "target": 0.6}, "target must be > 0 and below trigger"),
+        ({"trigger": 0.6, "target": 0.6}, r"target \(0\.6\) must be below trigger \(0\.6\)"),
+        ({"target": 0.0}, "target must be > 0"),
         ({"keep_recent_tokens": -1}, "keep_recent_tokens"),
         ({"summary_chunk_tokens": 10}, "summary_chunk_tokens"),
         ({"order": ("trim_tool_results", "shrink")}, "unknown steps"),

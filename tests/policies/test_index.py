@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, PinsConfig, PolicyConfig, Projection
 from policies.groups import group_index_of, group_items
-from policies.index import ProjectionCache, index_items
+from policies.history import index_items
+from policies.memo import ProjectionCache, project_cached
 from policies.pins import latest_user_seq, pinned_seqs
 from policies.projection import project
 from tests.policies.helpers import assistant, calls, items, result, user
@@ -23,7 +24,8 @@ BIG = Budget(200_000, 4_000, 100)
 
 def outcome(case: Case, items_: list[Item], checkpoint: Checkpoint | None, cache: ProjectionCache | None) -> Any:
     try:
-        projection = project(case.prefix, items_, checkpoint, case.budget, case.config, fake_count, cache)
+        args = (case.prefix, items_, checkpoint, case.budget, case.config, fake_count)
+        projection = project(*args) if cache is None else project_cached(cache, *args)
     except ContextOverflow as exc:
         return ("overflow", str(exc))
     return fingerprint(projection)
@@ -68,14 +70,14 @@ def test_a_cache_never_changes_the_result(case: Case, data: st.DataObject) -> No
 def test_cache_resumes_from_the_stable_point_and_rechecks_identity() -> None:
     history = items(user("go"), calls("a"), result("a", "x" * 5000), assistant("ok"), user("more"), calls("b"))
     cache = ProjectionCache()
-    first = project([], history[:4], None, BIG, PolicyConfig(), fake_count, cache)
-    second = project([], history, None, BIG, PolicyConfig(), fake_count, cache)
+    first = project_cached(cache, [], history[:4], None, BIG, PolicyConfig(), fake_count)
+    second = project_cached(cache, [], history, None, BIG, PolicyConfig(), fake_count)
     assert (cache.rebuilt, cache.reused) == (1, 1)
     assert second.messages[: len(first.messages)] == first.messages
     # an equal message with another key order at a stable position: not reused, its bytes are sent
     edited = list(history)
     edited[0] = Item(1, {"content": "go", "role": "user"}, history[0].tokens)
-    third = project([], edited, None, BIG, PolicyConfig(), fake_count, cache)
+    third = project_cached(cache, [], edited, None, BIG, PolicyConfig(), fake_count)
     assert cache.rebuilt == 2
     assert third.messages[0] is edited[0].message
     assert json.dumps(third.messages) == json.dumps(project([], edited, None, BIG, PolicyConfig(), fake_count).messages)
@@ -86,8 +88,8 @@ def test_trimmed_results_are_shared_between_projections_through_the_cache() -> N
         user("go"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))], user("next")
     )
     cache = ProjectionCache()
-    first = project([], history, None, BIG, PolicyConfig(), fake_count, cache)
-    second = project([], history, None, BIG, PolicyConfig(), fake_count, cache)
+    first = project_cached(cache, [], history, None, BIG, PolicyConfig(), fake_count)
+    second = project_cached(cache, [], history, None, BIG, PolicyConfig(), fake_count)
     assert first.record.trimmed and first.record == second.record
     assert all(a is b for a, b in zip(first.messages, second.messages, strict=True))
     fresh = project([], history, None, BIG, PolicyConfig(), fake_count)

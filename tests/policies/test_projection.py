@@ -8,7 +8,7 @@ from policies.base import Budget, Checkpoint, PinsConfig, PolicyConfig
 from policies.invariants import check_all
 from policies.projection import project
 from policies.summary_prompt import summary_block
-from policies.tokens import TokenCounter
+from proxy.token_counter import TokenCounter
 from tests.policies.helpers import assistant, calls, items, result, user
 from tests.policies.strategies import fake_count
 

@@ -12,10 +12,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, ContextOverflow, PolicyConfig, Projection
+from policies.compaction import fold_summaries, next_checkpoint
+from policies.draft import build_draft
 from policies.groups import Group, group_items, normalize_boundary
 from policies.invariants import check_all, coverage, latest_turn_verbatim, prefix_pinned, tool_pairing
 from policies.pins import pinned_seqs
-from policies.projection import STEPS, build_draft, make_record, project
+from policies.projection import STEPS, project
+from policies.record import make_record
 from policies.summary_prompt import summary_block
 from policies.summary_tail import chunk_limit
 from policies.trim_tool_results import trim_boundary
@@ -197,12 +200,12 @@ def test_compaction_plan_is_well_formed_and_applying_it_keeps_invariants(case: C
             group.items
         ) + len(orphans)
     # apply the plan with the stand-in summarizer, then project again
-    summary = case.checkpoint.summary if case.checkpoint else None
-    for chunk in plan.chunks:
-        summary = fake_summarize(summary, chunk)
-    assert summary is not None
+    summary = fold_summaries(plan, case.checkpoint.summary if case.checkpoint else None, fake_summarize)
+    checkpoint = next_checkpoint(case.checkpoint, plan, summary, fake_count)
     generation = case.checkpoint.generation + 1 if case.checkpoint else 1
-    checkpoint = Checkpoint(generation, plan.through_seq, summary, fake_count(summary_block(summary, plan.through_seq)))
+    assert checkpoint == Checkpoint(
+        generation, plan.through_seq, summary, fake_count(summary_block(summary, plan.through_seq))
+    )
     after = replace(case, checkpoint=checkpoint)
     assert_valid(after, run(after))
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from policies.base import Budget, ContextOverflow, PinsConfig, PolicyConfig
+from policies.draft import build_draft
 from policies.invariants import check_all
-from policies.projection import build_draft, project
+from policies.projection import project
 from policies.prune_groups import prune_groups
 from tests.policies.helpers import assistant, calls, items, result, user
 from tests.policies.strategies import fake_count

@@ -11,12 +11,12 @@ import pytest
 from policies import tokens
 from policies.tokens import (
     IMAGE_TOKENS,
-    TokenCounter,
     count_message,
     count_tools,
     encoding_for_model,
     encoding_name_for_model,
 )
+from proxy.token_counter import TokenCounter
 
 
 @pytest.mark.parametrize(

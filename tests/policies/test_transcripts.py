@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, PolicyConfig, Projection
+from policies.compaction import fold_summaries, next_checkpoint
 from policies.groups import split_prefix
 from policies.invariants import check_all
 from policies.pins import pinned_texts
 from policies.projection import project
 from policies.summary_tail import build_summary_messages, summary_block
-from policies.tokens import TokenCounter
+from proxy.token_counter import TokenCounter
 from tests.policies.strategies import Case, fake_summarize, mandatory_tokens
 from tests.support import transcripts
 
@@ -97,16 +98,18 @@ def _compact(
     plan = result.record.compaction
     assert plan is not None
     pins = pinned_texts(items, config.pins)
-    summary = checkpoint.summary if checkpoint else None
-    for chunk in plan.chunks:
+
+    def summarize(summary: str | None, chunk: tuple[Item, ...]) -> str:
         request = build_summary_messages(summary, chunk, pins)
         request_tokens = sum(counter(m) for m in request) + 3
         assert request_tokens <= budget.input_budget, f"summarizer request of {request_tokens} tokens"
-        summary = fake_summarize(summary, chunk)
-    assert summary is not None
+        return fake_summarize(summary, chunk)
+
+    summary = fold_summaries(plan, checkpoint.summary if checkpoint else None, summarize)
+    nxt = next_checkpoint(checkpoint, plan, summary, counter)
     generation = checkpoint.generation + 1 if checkpoint else 1
-    block = summary_block(summary, plan.through_seq)
-    return Checkpoint(generation, plan.through_seq, summary, counter(block))
+    assert nxt == Checkpoint(generation, plan.through_seq, summary, counter(summary_block(summary, plan.through_seq)))
+    return nxt
 
 
 @pytest.mark.parametrize("name", CHOSEN)

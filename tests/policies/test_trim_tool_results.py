@@ -8,8 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from policies.base import Budget, Item, PinsConfig, PolicyConfig, ToolResultsConfig
-from policies.draft import Draft, StepContext
-from policies.projection import build_draft
+from policies.draft import Draft, StepContext, build_draft
 from policies.trim_tool_results import trim_boundary, trim_message, trim_tool_results
 from tests.policies.helpers import calls, items, result, user
 from tests.policies.strategies import fake_count

@@ -1,4 +1,4 @@
-"""One pass over a branch's items, reusable by the next call: groups, users, tokens, pins.
+"""One pass over a branch's items, resumable by the next call: groups, users, tokens, pins.
 
 Problem: `project()` is called on every request with the whole branch history, and most of it is
 the same as on the previous request (same `Item` objects when the caller reuses them, as the
@@ -13,10 +13,8 @@ The earlier index is reused only when `items[:stable]` are the very same `Item` 
 fresh pass would compute — it never depends on equality, which would let `1` and `1.0` or a
 different key order slip through.
 
-`ProjectionCache` is the caller-owned memo `project(..., cache=)` takes: the last index and the
-trimmed forms of tool results (keyed by the message object). Results never depend on whether a
-cache is passed, how warm it is or what else it saw; it only saves work. It assumes what every
-caller of `project` already promises: items and their messages are not mutated after the call.
+Resuming is a pure function of (items, previous index); keeping the previous index between
+calls is the caller's business (e.g. a per-branch cache).
 
 Invariant: groups' first seqs are strictly increasing (items are ascending by seq), which makes
 "covered groups" a prefix of the group list and every lookup by seq a bisection.
@@ -25,22 +23,18 @@ Invariant: groups' first seqs are strictly increasing (items are ascending by se
 from __future__ import annotations
 
 import re
-import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import count as _counter
 from operator import is_not
-from typing import TYPE_CHECKING, Any
 
 from policies.base import Item, PinsConfig
 from policies.groups import Group, extend_groups, group_index_of
 from policies.pins import matches_rules
 
-if TYPE_CHECKING:
-    from policies.incremental import TailState
 
-_SERIALS = _counter(1)
+def _token() -> object:
+    return object()
 
 
 @dataclass(frozen=True)
@@ -63,10 +57,10 @@ class HistoryIndex:
     orphan_seqs: list[int] = field(default_factory=list)
     """seqs of the orphan results (each an `orphan` group of its own), ascending"""
     stable_orphans: int = 0
-    serial: int = 0
-    """unique per index (process-wide)"""
-    base: int = -1
-    """`serial` of the index this one resumed from (-1: computed from scratch); then
+    serial: object = field(default_factory=_token)
+    """this index's identity token (an object compared with `is`; no counter, no global state)"""
+    base: object | None = None
+    """`serial` of the index this one resumed from (None: computed from scratch); then
     `groups[:base_index.stable_groups]` are that index's very `Group` objects"""
 
     @property
@@ -128,7 +122,8 @@ def rule_matches(items: Sequence[Item], roles: set[str], compiled: list[re.Patte
     return frozenset(item.seq for item in items if matches_rules(item.message, roles, compiled))
 
 
-def _reusable(items: Sequence[Item], previous: HistoryIndex | None) -> bool:
+def resumable(items: Sequence[Item], previous: HistoryIndex | None) -> bool:
+    """Whether `index_items(items, previous)` may resume from `previous` (else it starts over)."""
     if previous is None or previous.stable == 0 or previous.stable >= len(items):
         return False
     if items[previous.stable].message.get("role") == "tool":
@@ -139,7 +134,7 @@ def _reusable(items: Sequence[Item], previous: HistoryIndex | None) -> bool:
 
 def index_items(items: Sequence[Item], previous: HistoryIndex | None = None) -> HistoryIndex:
     """The index of `items`, reusing `previous` (an earlier call's) when it still applies."""
-    return _index_from(items, previous if previous is not None and _reusable(items, previous) else None)
+    return _index_from(items, previous if resumable(items, previous) else None)
 
 
 def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> HistoryIndex:
@@ -199,57 +194,5 @@ def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> History
         rule_pins=rule_pins,
         orphan_seqs=orphan_seqs,
         stable_orphans=stable_orphans,
-        serial=next(_SERIALS),
-        base=previous.serial if previous is not None else -1,
+        base=previous.serial if previous is not None else None,
     )
-
-
-class ProjectionCache:
-    """Caller-owned memo for `project(..., cache=)` across calls on one growing branch.
-
-    Holds the last `HistoryIndex`, the last call's rendered tail (`tail`, see
-    `policies.incremental`; changed only under `lock`) and a bounded memo (`max_entries`,
-    cleared when full) of what was derived from immutable inputs: slots of groups, trimmed tool
-    results, trimmed slots, summary blocks. Every entry holds the objects it was derived from and is used only when they
-    are the same objects again (and the same `count`), so results never depend on the cache;
-    it only saves work. Safe to share and to use from several threads (the index is swapped in
-    one assignment; the memo is a plain dict). Keep one per branch (e.g. an LRU keyed by branch
-    id): a cache alternating between two histories just re-indexes each time.
-    """
-
-    def __init__(self, max_entries: int = 16384) -> None:
-        if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        self.max_entries = max_entries
-        self.memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        self._index: HistoryIndex | None = None
-        self.reused = 0
-        self.rebuilt = 0
-        self.incremental = 0
-        """calls answered from `tail` (the previous call's rendering) plus what was new"""
-        self.rendered = 0
-        """slots (groups) the incremental path rendered; the rest of its tails were reused"""
-        self.tail: TailState | None = None
-        """the previous projection's rendered tail (`policies.incremental`), guarded by `lock`"""
-        self.lock = threading.Lock()
-
-    def index(self, items: Sequence[Item]) -> HistoryIndex:
-        """`index_items(items)`, resuming from the previous call's index when it applies."""
-        previous = self._index
-        if previous is not None and _reusable(items, previous):
-            self.reused += 1
-            index = _index_from(items, previous)
-        else:
-            self.rebuilt += 1
-            index = _index_from(items, None)
-        self._index = index
-        return index
-
-    def get(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        return self.memo.get(key)
-
-    def put(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
-        memo = self.memo
-        if len(memo) >= self.max_entries:
-            self.memo = memo = {}
-        memo[key] = value

@@ -1,0 +1,48 @@
+"""Applying a compaction plan: rolling summaries folded into the next checkpoint. Pure, no I/O.
+
+Problem: a `CompactionPlan` (from `summary_tail`) lists chunks of history; each is summarized
+with the previous summary (rolling), and the last summary becomes a checkpoint covering
+through `plan.through_seq`. The proxy's background job, the offline replay and the tests all
+do this; the rule for the resulting checkpoint lives here once.
+
+Invariant: the new checkpoint's generation is the previous one's plus one (1 for the first);
+its `tokens` are those of the summary block as the projection will send it, counted with the
+caller's `count` (the same framing as `Item.tokens`).
+
+Example::
+
+    summary = fold_summaries(plan, previous.summary if previous else None, summarize)
+    checkpoint = next_checkpoint(previous, plan, summary, counter)   # generation + 1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from policies.base import Checkpoint, CompactionPlan, Item, Message
+from policies.summary_prompt import summary_block
+
+Summarize = Callable[[str | None, tuple[Item, ...]], str]
+"""(previous summary or None, chunk) -> the summary of everything so far"""
+
+
+def fold_summaries(plan: CompactionPlan, previous: str | None, summarize: Summarize) -> str:
+    """The rolling summary of the plan's chunks, starting from `previous`."""
+    summary = previous
+    for chunk in plan.chunks:
+        summary = summarize(summary, chunk)
+    if summary is None:
+        raise ValueError("a compaction plan needs at least one chunk")
+    return summary
+
+
+def next_checkpoint(
+    previous: Checkpoint | None, plan: CompactionPlan, summary: str, count: Callable[[Message], int]
+) -> Checkpoint:
+    """The checkpoint `summary` makes once `plan` is applied on top of `previous`."""
+    return Checkpoint(
+        generation=(previous.generation if previous is not None else 0) + 1,
+        covered_through_seq=plan.through_seq,
+        summary=summary,
+        tokens=count(summary_block(summary, plan.through_seq)),
+    )

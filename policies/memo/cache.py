@@ -1,0 +1,138 @@
+"""`ProjectionCache`: what one branch's projections remember between calls.
+
+Problem: the proxy projects a branch on every request, and most of what the previous request
+derived (the history index, group renderings, trimmed tool results, the summary block) is
+derived again from the very same objects. The cache remembers those derivations; the core
+(`policies.projection`) never knows: it only sees a resumed `HistoryIndex` and a `Renderer`.
+
+Invariant: every entry holds the objects it was derived from and is used only when they are
+the same objects again (identity, and the same `count`), so results never depend on whether a
+cache is passed, how warm it is or what else it saw. It assumes what every caller of `project`
+already promises: items and their messages are not mutated after the call.
+
+Not thread-safe, and holds no lock: the owner serializes calls on one cache (the proxy's
+`Projector` keeps one per branch, each behind its own lock).
+
+Example::
+
+    cache = ProjectionCache()
+    project_cached(cache, prefix, items, None, budget, config, counter)        # builds
+    project_cached(cache, prefix, [*items, new], None, budget, config, counter)  # resumes
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from policies.base import Item, Message, TrimEntry
+from policies.draft import CapSlot, CountFn, Renderer, Slot, StepContext, render_slot
+from policies.groups import Group
+from policies.history import HistoryIndex, index_items
+from policies.memo.tail import TailState
+from policies.trim_tool_results import trim_one
+
+
+class ProjectionCache:
+    """Caller-owned memo for `project_cached` across calls on one growing branch.
+
+    Holds the last `HistoryIndex`, the last call's rendered tail (`tail`, see
+    `policies.memo.incremental`) and a bounded memo (`max_entries`, cleared when full) of what
+    was derived from immutable inputs: slots of groups, trimmed tool results, trimmed slots,
+    summary blocks. Keep one per branch (e.g. an LRU keyed by branch id): a cache alternating
+    between two histories just re-indexes each time."""
+
+    def __init__(self, max_entries: int = 16384) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.last_index: HistoryIndex | None = None
+        self.reused = 0
+        self.rebuilt = 0
+        self.incremental = 0
+        """calls answered from `tail` (the previous call's rendering) plus what was new"""
+        self.rendered = 0
+        """slots (groups) the incremental path rendered; the rest of its tails were reused"""
+        self.tail: TailState | None = None
+        """the previous projection's rendered tail (`policies.memo.incremental`)"""
+        self.renderer = MemoRenderer(self)
+
+    def index(self, items: Sequence[Item]) -> HistoryIndex:
+        """`index_items(items)`, resuming from the previous call's index when it applies."""
+        index = index_items(items, self.last_index)
+        if index.base is not None:
+            self.reused += 1
+        else:
+            self.rebuilt += 1
+        self.last_index = index
+        return index
+
+    def get(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        return self.memo.get(key)
+
+    def put(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
+        memo = self.memo
+        if len(memo) >= self.max_entries:
+            self.memo = memo = {}
+        memo[key] = value
+
+
+class MemoRenderer(Renderer):
+    """A `Renderer` that returns the same objects as last time for the same inputs."""
+
+    def __init__(self, cache: ProjectionCache) -> None:
+        self.cache = cache
+
+    def slot(self, index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn) -> Slot:
+        cache = self.cache
+        key = ("slot", id(group))
+        flags = (index, is_last, keep, protected)
+        memo = cache.get(key)
+        if memo is not None and memo[0] is group and memo[1] == flags and memo[2] is count:
+            slot: Slot = memo[3]
+            return slot
+        slot = render_slot(index, group, is_last, keep, protected, count)
+        cache.put(key, (group, flags, count, slot))
+        return slot
+
+    def summary(self, text: str, covered: int, count: CountFn) -> tuple[tuple[Message, ...], int]:
+        cache = self.cache
+        key = ("summary", covered)
+        memo = cache.get(key)
+        if memo is not None and memo[0] == text and memo[1] is count:
+            return memo[2], memo[3]
+        block, tokens = super().summary(text, covered, count)
+        cache.put(key, (text, count, block, tokens))
+        return block, tokens
+
+    def trimmed_slot(
+        self, slot: Slot, max_chars: int, ctx: StepContext, cap: CapSlot
+    ) -> tuple[Slot, Sequence[TrimEntry]]:
+        # the same slot object trimmed the same way: reuse the result (and its objects)
+        cache = self.cache
+        config = ctx.config.tool_results
+        pinned_here = ctx.pinned.intersection(slot.seqs)
+        key = ("slot_trim", id(slot), max_chars)
+        settings = (config.head_ratio, config.exclude_tools, pinned_here)
+        memo = cache.get(key)
+        if memo is not None and memo[0] is slot and memo[1] is ctx.count and memo[2] == settings:
+            return memo[3], memo[4]
+        new_slot, entries = cap(slot, max_chars, ctx, self.trim_one)
+        cache.put(key, (slot, ctx.count, settings, new_slot, tuple(entries)))
+        return new_slot, entries
+
+    def trim_one(
+        self, slot: Slot, message: Message, max_chars: int, head_ratio: float, seq: int, count: CountFn
+    ) -> tuple[str, tuple[dict[str, object], TrimEntry] | None, int]:
+        """`trim_tool_results.trim_one`, once per message object and (max_chars, head_ratio); the
+        entry is checked against everything else it depends on (seq, the calling assistant
+        message that names the tool, `count`)."""
+        cache = self.cache
+        key = ("trim", id(message), max_chars, head_ratio)
+        call = slot.group.items[0].message  # names the tool
+        memo = cache.get(key)
+        if memo is None or memo[0] is not message or memo[1] is not count or memo[2] != seq or memo[3] is not call:
+            memo = (message, count, seq, call, *trim_one(slot, message, max_chars, head_ratio, seq, count))
+            cache.put(key, memo)
+        return memo[4], memo[5], memo[6]

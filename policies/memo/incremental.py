@@ -1,0 +1,226 @@
+"""The memoized projection: a request that adds a turn costs what the turn adds.
+
+Problem: before the first compaction (history under the trigger) every group of the branch is
+sent, so `build_draft`, trimming, `Draft.messages` and `make_record` each walked the whole
+history on every request — 2,000 events cost ~30x what 50 did, though the previous request had
+already rendered all but the newest turn exactly the same way.
+
+`ProjectionCache.tail` (a `TailState`) keeps the previous call's rendered uncovered groups
+("the tail", before pruning): per slot the messages sent (trimmed, repaired), their seqs, trim
+entries, repairs, and running token totals, all as flat lists with per-slot end offsets so the
+state can be cut after any slot in O(1) (`del` of what follows) and extended by new slots.
+
+`project_incremental` reuses the state up to the first slot whose rendering may differ and
+renders the rest. The reused slots are exactly what a fresh render would produce because:
+- their groups are the very objects of the previous call: the `HistoryIndex` resumed from the
+  index the state was built with (`index.base is state.serial`), so
+  `groups[:state.stable_groups]` are shared, and the previous last group (whose `is_last`,
+  protection and repairs change) is `groups[state.stable_groups]`, re-rendered;
+- the covered boundary, `PolicyConfig` and `count` are the same (else: rebuilt from scratch);
+- trimming of a slot depends on its side of the trim boundary: when the (quantized) boundary
+  moves, slots from the lower of the two boundaries on are re-rendered;
+- pins of the shared items cannot change (rules read the item only; the first user message
+  is shared), and the only other flags that change — `keep`/`protected` of the previous newest
+  user message's group — do not change what a `user` group renders to (it is never trimmed);
+  flags only matter to `prune_groups`, which this path never runs.
+
+The result is returned only when no step would change it: `summary_tail` sees a total at or
+below the trigger (no plan) and `prune_groups` sees one within the input budget. Otherwise
+`project_cached` runs the full pipeline (the state is still updated: it is valid for the next call).
+The head (covered groups kept: pinned, newest user message) and the summary block are small and
+recomputed each time. Output equals the full pipeline's byte for byte (property-tested in
+`tests/policies/test_incremental.py`).
+
+`project_cached` is the entry point: this fast path when it applies, else the core pipeline
+(`policies.projection.run_steps`) over the cache's resumed index and its `MemoRenderer`.
+
+Cost: O(new groups + re-rendered groups + head) Python work, plus C-level copies of the outgoing
+message list and seq tuple, and the index's identity check of the shared items.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from typing import Any
+
+from policies.base import Budget, Checkpoint, Item, Message, PolicyConfig, Projection, TrimEntry
+from policies.draft import CountFn, Slot, StepContext, build_draft
+from policies.groups import effective_boundary, last_index
+from policies.history import HistoryIndex
+from policies.memo.cache import ProjectionCache
+from policies.memo.tail import NO_TRIM, TailState
+from policies.projection import run_steps
+from policies.record import projection_record
+from policies.text import clone
+from policies.trim_tool_results import trim_boundary, trim_slots
+
+
+def project_cached(
+    cache: ProjectionCache,
+    prefix: Sequence[Message],
+    items: Sequence[Item],
+    checkpoint: Checkpoint | None,
+    budget: Budget,
+    config: PolicyConfig,
+    count: CountFn,
+) -> Projection:
+    """`policies.projection.project(prefix, items, checkpoint, budget, config, count)`, byte for
+    byte, doing only the work `cache` (this branch's, from its previous calls) has not done.
+
+    Raises `ContextOverflow` when even the irreducible request does not fit."""
+    index = cache.index(items)
+    fast = project_incremental(prefix, items, index, checkpoint, budget, config, count, cache)
+    if fast is not None:
+        cache.incremental += 1
+        return fast
+    draft, ctx = build_draft(prefix, items, checkpoint, budget, config, count, index=index, renderer=cache.renderer)
+    return run_steps(draft, ctx)
+
+
+def seq_ranges(seqs: Sequence[int]) -> list[tuple[int, int]]:
+    """Ascending unique seqs as inclusive ranges: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
+    out: list[tuple[int, int]] = []
+    for seq in seqs:
+        if out and out[-1][1] == seq - 1:
+            out[-1] = (out[-1][0], seq)
+        else:
+            out.append((seq, seq))
+    return out
+
+
+def project_incremental(
+    prefix: Sequence[Message],
+    items: Sequence[Item],
+    index: HistoryIndex,
+    checkpoint: Checkpoint | None,
+    budget: Budget,
+    config: PolicyConfig,
+    count: CountFn,
+    cache: ProjectionCache,
+) -> Projection | None:
+    """`project()`'s result from the cached tail, or None when a step would change the draft
+    (then the caller runs the full pipeline). `index` is `cache.index(items)` of this call."""
+    renderer = cache.renderer
+    groups = index.groups
+    pinned = index.pinned(config.pins)
+    latest_user = index.last_user
+    covered = effective_boundary(groups, checkpoint)
+    last = last_index(groups)
+    latest_group = index.group_of(latest_user) if latest_user is not None else -1
+    keep_groups = {index.group_of(seq) for seq in pinned}
+    keep_groups.add(latest_group)
+    keep_groups.add(last)
+    first_uncovered = index.first_uncovered(covered)
+    trimming = "trim_tool_results" in config.order
+    boundary = trim_boundary(len(groups), config.tool_results) if trimming else NO_TRIM
+    ctx = StepContext(
+        items=items,
+        groups=groups,
+        checkpoint=checkpoint,
+        budget=budget,
+        config=config,
+        count=count,
+        pinned=pinned,
+        latest_user=latest_user,
+        covered_through=covered,
+        index=index,
+        renderer=renderer,
+    )
+    head = tuple(
+        renderer.slot(i, groups[i], i == last, True, i == last or i == latest_group, count)
+        for i in sorted(keep_groups)
+        if 0 <= i < first_uncovered and groups[i].kind != "orphan"
+    )
+    if trimming:
+        sent_head, head_entries = trim_slots(head, boundary, ctx)
+    else:
+        sent_head, head_entries = head, []
+
+    state = cache.tail
+    if (
+        state is None
+        or state.serial is not index.base
+        or state.covered != covered
+        or not (state.count is count or state.count == count)
+        or not (state.config is config or state.config == config)
+    ):
+        state = TailState(covered=covered, config=config, count=count, boundary=boundary)
+        keep, start = 0, first_uncovered
+    else:
+        resume = state.stable_groups
+        if boundary != state.boundary and max(boundary, state.boundary) > first_uncovered:
+            resume = min(resume, boundary, state.boundary)
+        keep = bisect_left(state.slot_groups, resume)
+        start = max(resume, first_uncovered)
+    rendered: list[tuple[int, int, Slot, Sequence[TrimEntry]]] = []
+    for i in range(start, len(groups)):
+        group = groups[i]
+        if group.kind == "orphan":
+            continue
+        slot = renderer.slot(i, group, i == last, i in keep_groups, i == last or i == latest_group, count)
+        raw_total = slot.total
+        entries: Sequence[TrimEntry] = ()
+        if trimming:
+            (slot,), entries = trim_slots((slot,), boundary, ctx)
+        rendered.append((i, raw_total, slot, entries))
+    # nothing below raises: the state always describes a whole call
+    cache.rendered += len(rendered)
+    state.truncate(keep)
+    for i, raw_total, slot, entries in rendered:
+        state.append(i, raw_total, slot, entries)
+    state.serial = index.serial
+    state.stable_groups = index.stable_groups
+    state.boundary = boundary
+    cache.tail = state
+
+    prefix_tokens = sum(count(message) for message in prefix)
+    summary: tuple[Message, ...] = ()
+    summary_tokens = 0
+    if checkpoint is not None and covered > 0:
+        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count)
+    base = budget.fixed_tokens + prefix_tokens + summary_tokens
+    raw_total = base + sum(slot.total for slot in head) + state.raw_ends[-1]
+    total = base + sum(slot.total for slot in sent_head) + state.tok_ends[-1]
+    trigger = ctx.trigger_tokens
+    at = raw_total
+    for name in config.order:
+        if name == "trim_tool_results":
+            at = total
+        elif name == "summary_tail" and at > trigger:
+            return None  # a compaction to plan
+        elif name == "prune_groups" and at > budget.input_budget:
+            return None  # groups to drop
+
+    messages: list[Any] = list(prefix)
+    head_seqs: list[int] = []
+    repaired: list[tuple[int, str]] = []
+    for slot in sent_head:
+        messages.extend(slot.messages)
+        for seq, message in zip(slot.seqs, slot.messages, strict=True):
+            if seq is None:
+                repaired.append((slot.group.first_seq, str(message.get("tool_call_id"))))
+            else:
+                head_seqs.append(seq)
+    messages.extend(summary)
+    if any(type(message) is not dict for message in messages):
+        messages = [message if type(message) is dict else clone(message) for message in messages]
+    messages += state.body
+    sent_seqs = (*head_seqs, *state.sent)
+    ranges = seq_ranges(head_seqs)
+    tail_ranges = state.ranges
+    if ranges and tail_ranges and ranges[-1][1] == tail_ranges[0][0] - 1:
+        ranges[-1] = (ranges[-1][0], tail_ranges[0][1])
+        ranges.extend(tail_ranges[1:])
+    else:
+        ranges.extend(tail_ranges)
+    record = projection_record(
+        ctx,
+        prefix_tokens=prefix_tokens,
+        sent_tokens=total,
+        sent_seqs=sent_seqs,
+        trimmed=(*head_entries, *state.entries),
+        repaired=(*repaired, *state.repaired),
+        sent_ranges=tuple(ranges),
+    )
+    return Projection(messages=messages, record=record)

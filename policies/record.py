@@ -1,0 +1,100 @@
+"""The projection record: what a projection did, made in one place.
+
+Problem: the record (`ProjectionRecord`) is derived from what is sent plus the call's context —
+the checkpoint boundary, the budget, the history's size and orphans. Both ways of computing a
+projection (the pipeline over a `Draft`, and a memo that reassembles the previous call's
+rendering) must produce the very same record, so the derivation lives here once:
+`projection_record` takes what was sent, `make_record` reads that off a finished draft.
+
+Invariant: seqs sent are ascending; head seqs (covered groups kept verbatim) are all <= the
+boundary and tail seqs above it, so the pinned part is a prefix of `sent_seqs` (one bisection).
+
+Example: boundary 30, sent (1, 31, 32, 33) -> pinned_seqs (1,), checkpoint generation set.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from functools import partial
+from itertools import chain
+from operator import attrgetter, is_not
+
+from policies.base import CompactionPlan, ProjectionRecord, TrimEntry
+from policies.draft import Draft, Slot, StepContext
+from policies.history import index_items
+
+_SEQS = attrgetter("seqs")
+_NOT_NONE = partial(is_not, None)
+
+
+def projection_record(
+    ctx: StepContext,
+    *,
+    prefix_tokens: int,
+    sent_tokens: int,
+    sent_seqs: tuple[int, ...],
+    trimmed: tuple[TrimEntry, ...],
+    repaired: tuple[tuple[int, str], ...],
+    pruned_seqs: tuple[int, ...] = (),
+    over_trigger: bool = False,
+    plan: CompactionPlan | None = None,
+    sent_ranges: tuple[tuple[int, int], ...] | None = None,
+) -> ProjectionRecord:
+    """The record of a projection that sent `sent_seqs` (ascending) for `sent_tokens` in total.
+    `sent_ranges`: those seqs as inclusive ranges, when the caller already has them."""
+    index = ctx.index if ctx.index is not None else index_items(ctx.items)
+    covered = ctx.covered_through
+    budget = ctx.budget
+    orphans = index.orphan_seqs
+    trigger = ctx.trigger_tokens
+    return ProjectionRecord(
+        client_tokens=budget.fixed_tokens + prefix_tokens + index.total_tokens,
+        sent_tokens=sent_tokens,
+        checkpoint_generation=ctx.checkpoint.generation if ctx.checkpoint and covered else None,
+        covered_through_seq=covered,
+        trimmed=trimmed,
+        pruned_seqs=pruned_seqs,
+        over_trigger=over_trigger or sent_tokens > trigger,
+        compaction=plan,
+        sent_seqs=sent_seqs,
+        pinned_seqs=sent_seqs[: bisect_right(sent_seqs, covered)],
+        orphan_seqs=tuple(orphans[bisect_right(orphans, covered) :]),
+        repaired=repaired,
+        input_budget=budget.input_budget,
+        trigger_tokens=trigger,
+        sent_ranges=(sent_seqs, sent_ranges) if sent_ranges is not None else None,
+    )
+
+
+def make_record(draft: Draft, ctx: StepContext) -> ProjectionRecord:
+    """The projection record of a finished draft."""
+    slots = draft.slots
+    sent = tuple(sorted(filter(_NOT_NONE, chain.from_iterable(map(_SEQS, slots)))))
+    trimmed: tuple[TrimEntry, ...] = ()
+    if draft.trimmed:
+        by_seq: dict[int, TrimEntry] = {entry.seq: entry for entry in draft.trimmed}
+        sent_set = set(sent)
+        trimmed = tuple(by_seq[seq] for seq in sorted(by_seq) if seq in sent_set)
+    return projection_record(
+        ctx,
+        prefix_tokens=draft.prefix_tokens,
+        sent_tokens=draft.total,
+        sent_seqs=sent,
+        trimmed=trimmed,
+        repaired=repaired_calls(slots),
+        pruned_seqs=draft.pruned_seqs,
+        over_trigger=draft.over_trigger,
+        plan=draft.plan,
+    )
+
+
+def repaired_calls(slots: Sequence[Slot]) -> tuple[tuple[int, str], ...]:
+    """(assistant seq, tool_call_id) of each synthetic result in `slots`, in order."""
+    return tuple(
+        (slot.group.first_seq, str(message.get("tool_call_id")))
+        for slot in slots
+        if slot.seqs and slot.seqs[-1] is None  # repairs follow the recorded results
+        for seq, message in zip(slot.seqs, slot.messages, strict=True)
+        if seq is None
+    )
