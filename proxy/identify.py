@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .types import Message
@@ -137,6 +138,37 @@ def prefix_hash(prefix: Sequence[Message]) -> str:
 
 def blob_hash(data: str) -> str:
     return _digest(b"ctxproxy/blob/v1\x00" + data.encode("utf-8", "surrogatepass"))
+
+
+@dataclass(frozen=True)
+class Session:
+    """An agent session named by a request header (Claude Code's `x-claude-code-session-id`).
+
+    Links requests whose history matches nothing stored (the agent's own compaction rebuilt it)
+    to the session's conversation. `ref` is the conversation's external id (the header's name
+    and value, hashed: the tenant scopes the lookup); `tools` the digest of the request's tool
+    definitions, which tells the main loop (the session's tools) from a side call (a title or
+    classification request: no tools, or others)."""
+
+    ref: str
+    tools: str | None
+
+
+def session_of(names: Sequence[str], headers: Mapping[str, str], tools: Any) -> Session | None:
+    """The first configured session header the request carries (None: no session)."""
+    for name in names:
+        value = headers.get(name)
+        if value:
+            digest = _digest(b"ctxproxy/session/v1\x00" + name.lower().encode() + b"\x00" + value.encode())
+            return Session("session:" + digest, tools_hash(tools))
+    return None
+
+
+def tools_hash(tools: Any) -> str | None:
+    """The digest under which a call's tool definitions are stored (None without tools)."""
+    if not tools:
+        return None
+    return blob_hash(json.dumps(tools, sort_keys=True))
 
 
 def tenant_of(api_key: str | None, salt: bytes) -> str:
