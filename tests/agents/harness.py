@@ -208,7 +208,8 @@ def report(name: str, got: Outcome, upstream_requests: int) -> str:
     return (
         f"[{name}] upstream requests {upstream_requests}, calls {len(got.calls)} "
         f"(main {len(got.main_calls)}), conversations {len(got.conversations)}, branches {len(got.branches)}, "
-        f"compactions {got.compactions}, ledger input {got.ledger.get('input_total')} output {got.ledger.get('output')}, "
+        f"compactions {got.compactions}, ledger input {got.ledger.get('input_total')} "
+        f"output {got.ledger.get('output')}, "
         f"tokens the agent sent {client} vs sent upstream {sent} (estimates), "
         f"first request estimate {estimate} vs billed {billed}"
     )
