@@ -1,0 +1,109 @@
+"""Claude Code (@anthropic-ai/claude-code, pinned in tests/agents/package.json), unchanged, through
+the proxy: `ANTHROPIC_BASE_URL` is the proxy, `claude -p` with `--allowedTools Bash` (root may not
+use --dangerously-skip-permissions), 20+ steps of its own Bash tool, then the launch code that
+only the first tool result held. `CLAUDE_CODE_MAX_OUTPUT_TOKENS` lowers its max_tokens (32,000 by
+default) so that the window can be the smallest its real prefix fits in.
+
+Claude Code's traffic (2.1.332, `-p`): Anthropic Messages, streamed, `x-claude-code-session-id`
+on every request (the same id as `metadata.user_id.session_id`), `anthropic-beta` with
+context-management, interleaved thinking, effort and, on the first try, mid-conversation system
+turns; `thinking: adaptive`, `context_management` edits, `output_config.effort`. The system
+prompt is `system` text blocks (a billing-header line first, cache_control on two of them),
+~11,400 tokens with the tool definitions (Agent, Bash, Edit, Read, Skill, ToolSearch,
+Workflow, ...). The environment (cwd, date) goes into a `<system-reminder>` text block of the
+first user message. Its very first request puts that environment in a `{"role": "system"}`
+message *inside* `messages` (a beta); an API that refuses it gets the same request again with a
+user message instead. The newest message carries `cache_control` (the tool result block or the
+prompt); the next request re-sends it without. No side calls in `-p` mode here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.agents import harness
+from tests.anthropic_upstream import AnthropicUpstream, Reply
+
+MODEL = "claude-agent-test"
+WINDOW = 24_000  # Claude Code's prefix is ~11,400 tokens; 4,096 reserved for the answer
+MAX_OUTPUT = 4096
+POLICY = {
+    "context_window": WINDOW,
+    "keep_recent_tokens": 3000,
+    "summary_chunk_tokens": 4000,
+    "overflow_wait": 60,
+    "summarizer": {"timeout": 60, "max_attempts": 2},
+    "tool_results": {"old_max_chars": 2000},
+}
+CLIENT_KEY = "sk-ant-client-key-0001"
+TIMEOUTS = {"connect": 5, "first_byte": 60, "idle": 60, "total": 300}
+
+
+@pytest.fixture
+def claude_upstream() -> Any:
+    server = AnthropicUpstream(api_key=CLIENT_KEY, context_windows={MODEL: WINDOW})
+    server.start()
+    yield server
+    server.stop()
+
+
+def _responder(body: dict[str, Any]) -> Reply:
+    if harness.is_summary(body):
+        return Reply(text=harness.summary(body))
+    if not body.get("tools"):
+        return Reply(text="Launch code lookup")  # a side call (title): not part of the loop
+    step = harness.next_step(body)
+    if step < harness.STEPS:
+        command = harness.step_command(step)
+        return Reply(tool_uses=[{"name": "Bash", "input": {"command": command, "description": f"step {step}"}}])
+    return Reply(text=harness.answer(body))
+
+
+def test_claude_code_print_mode(proxy, claude_upstream, tmp_path):
+    claude_upstream.responder = _responder
+    route = {
+        "name": "claude",
+        "match": {"model": "claude-*", "path": "/v1/messages"},
+        "upstream": {"base_url": claude_upstream.url, "timeouts": TIMEOUTS},  # the client's own key
+        "policy": "default",
+    }
+    p = proxy(fresh=True, routes=[route], policies={"default": POLICY})
+    claude = harness.BIN / "claude"
+    assert claude.exists(), harness.install_hint("claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    cwd = tmp_path / "work"
+    harness.write_workspace(cwd)
+    env = harness.agent_env(
+        home,
+        {
+            "ANTHROPIC_BASE_URL": p.url,
+            "ANTHROPIC_API_KEY": CLIENT_KEY,
+            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT),
+        },
+    )
+    argv = [str(claude), "-p", "--model", MODEL, "--allowedTools", "Bash", "--", harness.PROMPT]
+    run = harness.run_agent(argv, cwd, env)
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    assert harness.FACT in run.stdout, (run.stdout[-3000:], run.stderr[-3000:])
+
+    requests = claude_upstream.message_requests
+    main = [r for r in requests if r.body.get("tools") and not harness.is_summary(r.body)]
+    assert len(main) == harness.STEPS + 1, len(main)
+    assert claude_upstream.rejections == [], claude_upstream.rejections[:1]
+    got = harness.outcome(p, len(requests))
+    loop = [c for c in got.conversations if any(call["purpose"] == "main" for call in got.calls)]
+    assert len(got.conversations) == 1, got.conversations
+    assert len(loop) == 1 and len(got.branches) == 1, got.branches
+    assert any(c["status"] == "active" for c in got.checkpoints), got.checkpoints
+    assert all(c["status"] == "complete" for c in got.calls), [c["status"] for c in got.calls]
+    billed = [r.usage for r in claude_upstream.replies_sent]
+    total = sum(
+        u["input_tokens"] + u.get("cache_read_input_tokens", 0) + u.get("cache_creation_input_tokens", 0)
+        for u in billed
+    )
+    assert got.ledger["input_total"] == total
+    assert got.ledger["output"] == sum(u["output_tokens"] for u in billed)
+    print(harness.report("claude -p", got, len(requests)))
