@@ -181,7 +181,7 @@ class Config(_Frozen):
     admin_token_env: str | None = None
     metrics_token_env: str | None = None
     conversation_header: str = "X-Conversation-Id"
-    session_headers: tuple[str, ...] = ("x-claude-code-session-id",)
+    session_headers: tuple[str, ...] = ("x-claude-code-session-id", "session-id")
     """Request headers naming an agent session (first present wins): a request whose history
     matches nothing continues its session's conversation as a new branch (see proxy/ingest.py)."""
     compaction_lease_seconds: float = Field(30.0, ge=1)
