@@ -72,7 +72,7 @@ def _codex_home(tmp_path: Path, base_url: str) -> Path:
     return home
 
 
-def test_codex_exec(proxy, codex_upstream, tmp_path):
+def _start(proxy: Any, codex_upstream: ResponsesServer) -> Any:
     codex_upstream.responder = _responder
     route = {
         "name": "codex",
@@ -80,21 +80,30 @@ def test_codex_exec(proxy, codex_upstream, tmp_path):
         "upstream": {"base_url": codex_upstream.base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": TIMEOUTS},
         "policy": "default",
     }
-    p = proxy(fresh=True, routes=[route], policies={"default": POLICY})
+    return proxy(fresh=True, routes=[route], policies={"default": POLICY})
+
+
+def _codex(p: Any, tmp_path: Path, *args: str) -> harness.AgentRun:
     codex = harness.BIN / "codex"
     assert codex.exists(), harness.install_hint("codex")
-    home = _codex_home(tmp_path, p.base_url)
+    home = tmp_path / "home"
+    if not home.exists():
+        _codex_home(tmp_path, p.base_url)
     cwd = tmp_path / "work"
-    harness.write_workspace(cwd)
+    if not cwd.exists():
+        harness.write_workspace(cwd)
     env = harness.agent_env(home, {"CODEX_HOME": str(home / ".codex"), "CTXPROXY_CLIENT_KEY": CLIENT_KEY})
-    argv = [str(codex), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", harness.PROMPT]
+    argv = [str(codex), "exec", *args]
     run = harness.run_agent(argv, cwd, env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert harness.FACT in run.stdout, (run.stdout[-3000:], run.stderr[-3000:])
+    return run
 
+
+def _check(p: Any, codex_upstream: ResponsesServer, name: str, answers: int) -> harness.Outcome:
     requests = [r for r in codex_upstream.requests if r.path.endswith("/responses")]
     main = [r for r in requests if not harness.is_summary(r.body)]
-    assert len(main) == harness.STEPS + 1
+    assert len(main) == harness.STEPS + answers
     assert len(codex_upstream.replies_sent) == len(requests), "the upstream rejected a request"
     assert all(r.headers.get("authorization") == f"Bearer {UPSTREAM_KEY}" for r in requests)
     got = harness.outcome(p, len(requests))
@@ -106,5 +115,24 @@ def test_codex_exec(proxy, codex_upstream, tmp_path):
     assert got.ledger["input_total"] == sum(u["input_tokens"] for u in billed)
     assert got.ledger["output"] == sum(u["output_tokens"] for u in billed)
     # the namespace tool's nested tools are counted: the first estimate is within 3% of the bill
-    assert harness.first_estimate_error(got) < 0.03, harness.report("codex exec", got, len(requests))
-    print(harness.report("codex exec", got, len(requests)))
+    assert harness.first_estimate_error(got) < 0.03, harness.report(name, got, len(requests))
+    print(harness.report(name, got, len(requests)))
+    return got
+
+
+FLAGS = ("--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox")
+
+
+def test_codex_exec(proxy, codex_upstream, tmp_path):
+    p = _start(proxy, codex_upstream)
+    _codex(p, tmp_path, *FLAGS, harness.PROMPT)
+    _check(p, codex_upstream, "codex exec", 1)
+
+
+def test_codex_exec_resumed(proxy, codex_upstream, tmp_path):
+    """`codex exec resume --last`: Codex rebuilds the request from its rollout file (items with
+    their ids and statuses) plus the new prompt: the same conversation and branch."""
+    p = _start(proxy, codex_upstream)
+    _codex(p, tmp_path, *FLAGS, harness.PROMPT)
+    _codex(p, tmp_path, "resume", "--last", *FLAGS, "Tell me the launch code once more.")
+    _check(p, codex_upstream, "codex exec resume", 2)
