@@ -19,6 +19,11 @@ prompt); the next request re-sends it without. No side calls in `-p` mode here.
 
 from __future__ import annotations
 
+import json
+import shlex
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,3 +138,127 @@ def test_claude_code_resumed(proxy, claude_upstream, tmp_path):
     _claude(p, tmp_path, "--session-id", session, "--", harness.PROMPT)
     _claude(p, tmp_path, "--resume", session, "--", "Tell me the launch code once more.")
     _check(p, claude_upstream, "claude -p --resume", 2)
+
+
+COMPACT_MARK = "CRITICAL: Respond with TEXT ONLY"
+CONTINUED_MARK = "continued from a previous conversation"
+SECOND = "Tell me the launch code once more."
+THIRD = "What was the launch code?"
+
+
+class _Tmux:
+    """Claude Code's interactive TUI in a private tmux server (its own socket), killed at the end."""
+
+    def __init__(self, socket: Path, command: str) -> None:
+        self.socket = str(socket)
+        self._tmux("new-session", "-d", "-x", "200", "-y", "50", command)
+
+    def _tmux(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-S", self.socket, "-f", "/dev/null", *args], capture_output=True, text=True, timeout=30
+        )
+        return done.stdout
+
+    def type(self, text: str) -> None:
+        self._tmux("send-keys", "-l", text)
+        time.sleep(0.5)
+        self._tmux("send-keys", "Enter")
+
+    def pane(self) -> str:
+        return self._tmux("capture-pane", "-p", "-S", "-200")
+
+    def close(self) -> None:
+        self._tmux("kill-server")
+
+
+def _wait(what: str, predicate: Any, tmux: _Tmux, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f} s for {what}; the screen:\n{tmux.pane()}")
+        time.sleep(0.5)
+
+
+def test_claude_code_interactive_compact(proxy, claude_upstream, tmp_path):
+    """The TUI in a real terminal: a prompt that runs the 24 steps, a second prompt, Claude Code's
+    own `/compact` (it rebuilds its history from its summary: nothing matches any more), a third
+    prompt. The session header keeps the session one conversation; the answers keep the fact."""
+    answers: list[tuple[str, str]] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        text = json.dumps(body)
+        if harness.is_summary(body):
+            return Reply(text=harness.summary(body))
+        if not body.get("tools"):
+            return Reply(text="Launch code lookup")
+        last = json.dumps(body["messages"][-1])
+        if COMPACT_MARK in last:
+            facts = ", ".join(sorted(set(harness.FACT_PATTERN.findall(text)))) or "unknown"
+            summary = (
+                f"<analysis>ok</analysis>\n<summary>The user ran the task's commands; launch code: {facts}.</summary>"
+            )
+            answers.append(("compact", summary))
+            return Reply(text=summary)
+        step = harness.next_step(body)
+        if CONTINUED_MARK not in text and step < harness.STEPS:
+            command = harness.step_command(step)
+            return Reply(tool_uses=[{"name": "Bash", "input": {"command": command, "description": f"step {step}"}}])
+        reply = harness.answer(body)
+        answers.append((last, reply))
+        return Reply(text=reply)
+
+    p = _start(proxy, claude_upstream)
+    claude_upstream.responder = respond
+    claude = harness.BIN / "claude"
+    assert claude.exists(), harness.install_hint("claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    cwd = tmp_path / "work"
+    harness.write_workspace(cwd)
+    state = {
+        "hasCompletedOnboarding": True,
+        "theme": "dark",
+        "customApiKeyResponses": {"approved": [CLIENT_KEY[-20:]], "rejected": []},
+        "projects": {str(cwd): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
+    }
+    (home / ".claude.json").write_text(json.dumps(state))
+    env = harness.agent_env(
+        home,
+        {
+            "ANTHROPIC_BASE_URL": p.url,
+            "ANTHROPIC_API_KEY": CLIENT_KEY,
+            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT),
+            "TERM": "xterm-256color",
+        },
+    )
+    env.pop("CI")
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    command = f"cd {shlex.quote(str(cwd))} && exec env -i {assignments} {claude} --model {MODEL} --allowedTools Bash"
+    tmux = _Tmux(tmp_path / "tmux.sock", command)
+    try:
+        _wait("the prompt", lambda: "❯" in tmux.pane(), tmux, 60)
+        tmux.type(harness.PROMPT)
+        _wait("the first answer", lambda: len(answers) >= 1 and "Done. The launch code" in tmux.pane(), tmux)
+        tmux.type(SECOND)
+        _wait("the second answer", lambda: any(SECOND in q for q, _ in answers), tmux)
+        _wait("the screen", lambda: tmux.pane().count("Done. The launch code") >= 2, tmux, 60)
+        tmux.type("/compact")
+        _wait("the compaction", lambda: any(q == "compact" for q, _ in answers) and "Compacted" in tmux.pane(), tmux)
+        tmux.type(THIRD)
+        _wait("the third answer", lambda: any(THIRD in q for q, _ in answers), tmux)
+    finally:
+        tmux.close()
+
+    assert all(harness.FACT in a for _, a in answers), answers
+    assert claude_upstream.rejections == [], claude_upstream.rejections[:1]
+    requests = claude_upstream.message_requests
+    got = harness.outcome(p, len(requests))
+    # Claude Code sent no side call here (CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC): one
+    # conversation, whose branches are: the main line (its /compact request continues it) and
+    # the history rebuilt after /compact, linked by x-claude-code-session-id
+    assert len(got.conversations) == 1, got.conversations
+    assert len(got.branches) == 2, got.branches
+    assert {b["fork_seq"] for b in got.branches if b["parent_id"]} == {0}
+    assert any(c["status"] == "active" for c in got.checkpoints), got.checkpoints
+    assert all(c["status"] == "complete" for c in got.calls), [c["status"] for c in got.calls]
+    print(harness.report("claude interactive", got, len(requests)))
