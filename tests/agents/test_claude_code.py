@@ -165,7 +165,7 @@ class _Tmux:
         self._tmux("send-keys", "Enter")
 
     def pane(self) -> str:
-        return self._tmux("capture-pane", "-p", "-S", "-200")
+        return self._tmux("capture-pane", "-p", "-S", "-5000")
 
     def close(self) -> None:
         self._tmux("kill-server")
@@ -236,12 +236,12 @@ def test_claude_code_interactive_compact(proxy, claude_upstream, tmp_path):
     command = f"cd {shlex.quote(str(cwd))} && exec env -i {assignments} {claude} --model {MODEL} --allowedTools Bash"
     tmux = _Tmux(tmp_path / "tmux.sock", command)
     try:
-        _wait("the prompt", lambda: "❯" in tmux.pane(), tmux, 60)
+        _wait("the prompt", lambda: "❯" in tmux.pane(), tmux, 180)
         tmux.type(harness.PROMPT)
         _wait("the first answer", lambda: len(answers) >= 1 and "Done. The launch code" in tmux.pane(), tmux)
         tmux.type(SECOND)
         _wait("the second answer", lambda: any(SECOND in q for q, _ in answers), tmux)
-        _wait("the screen", lambda: tmux.pane().count("Done. The launch code") >= 2, tmux, 60)
+        _wait("the screen", lambda: tmux.pane().count("Done. The launch code") >= 2, tmux, 120)
         tmux.type("/compact")
         _wait("the compaction", lambda: any(q == "compact" for q, _ in answers) and "Compacted" in tmux.pane(), tmux)
         tmux.type(THIRD)
