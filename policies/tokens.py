@@ -129,22 +129,43 @@ def count_message(message: Message, enc: tiktoken.Encoding) -> int:
     return total
 
 
+_TOOL_FIELDS = frozenset(
+    {"type", "name", "description", "parameters", "input_schema", "tools", "strict", "cache_control"}
+)
+"""Fields of a tool definition counted on their own (or not at all: type, strict, cache_control);
+any other field (a custom tool's grammar `format`, a server or MCP tool's configuration) is
+counted as its JSON."""
+
+
 def count_tools(tools: Sequence[Mapping[str, Any]] | None, enc: tiktoken.Encoding) -> int:
     """Estimate of what tool definitions add (OpenAI renders them as a TypeScript namespace;
-    name + description + JSON parameters + a small framing is within a few percent)."""
+    name + description + JSON parameters + a small framing is within a few percent).
+
+    Every shape the APIs allow counts: chat `{"type": "function", "function": {...}}`, Responses
+    flat function tools, Anthropic `input_schema`, Codex's `namespace` tool (its nested `tools`,
+    ~2,300 tokens in Codex 0.17x, counted like top-level ones), custom (free-form) tools with
+    their `format`, server tools (web search, code execution) and MCP tool lists by their JSON."""
     if not tools:
         return 0
-    total = TOOLS_FRAMING
-    for tool in tools:
-        function = tool.get("function", tool)
-        if not isinstance(function, Mapping):
-            continue
-        total += TOKENS_PER_TOOL
-        total += _encode_len(enc, str(function.get("name", "")))
-        total += _encode_len(enc, str(function.get("description", "") or ""))
-        parameters = function.get("parameters")
-        if parameters is not None:
-            total += _encode_len(enc, json.dumps(parameters, sort_keys=True, ensure_ascii=False))
+    return TOOLS_FRAMING + sum(_count_tool(tool, enc) for tool in tools if isinstance(tool, Mapping))
+
+
+def _count_tool(tool: Mapping[str, Any], enc: tiktoken.Encoding) -> int:
+    function = tool.get("function", tool)
+    if not isinstance(function, Mapping):
+        return 0
+    total = TOKENS_PER_TOOL
+    total += _encode_len(enc, str(function.get("name", "") or ""))
+    total += _encode_len(enc, str(function.get("description", "") or ""))
+    schema = function.get("parameters", function.get("input_schema"))
+    if schema is not None:
+        total += _encode_len(enc, json.dumps(schema, sort_keys=True, ensure_ascii=False))
+    nested = function.get("tools")
+    if isinstance(nested, list):
+        total += sum(_count_tool(t, enc) for t in nested if isinstance(t, Mapping))
+    rest = {k: v for k, v in function.items() if k not in _TOOL_FIELDS}
+    if rest:
+        total += _encode_len(enc, json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str))
     return total
 
 

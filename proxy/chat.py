@@ -57,8 +57,9 @@ async def handle(request: Request, wire: Wire) -> Any:
     tenant = identify.tenant_of(client_api_key(request.headers), services.salt)
     header = config.conversation_header
     try:
+        session = identify.session_of(config.session_headers, request.headers, body.get("tools"))
         ingested = await ingest(
-            services.store, services.history, wire, tenant, messages, request.headers.get(header), len(raw)
+            services.store, services.history, wire, tenant, messages, request.headers.get(header), len(raw), session
         )
         call = await _open_call(services, route, model, stream, body, ingested, started)
         sent = messages

@@ -151,6 +151,9 @@ class Config(_Frozen):
     admin_token_env: str | None = None
     metrics_token_env: str | None = None
     conversation_header: str = "X-Conversation-Id"
+    session_headers: tuple[str, ...] = ("x-claude-code-session-id", "session-id")
+    """Request headers naming an agent session (first present wins): a request whose history
+    matches nothing continues its session's conversation as a new branch (see proxy/ingest.py)."""
     compaction_lease_seconds: float = Field(30.0, ge=1)
     """How long a replica's compaction lease lives without renewal: a replica that dies
     mid-compaction blocks the branch's compaction this long at most."""

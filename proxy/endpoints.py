@@ -1,5 +1,6 @@
-"""The endpoints beside the model calls: the model list, Anthropic's count_tokens, health and
-metrics. None of them is recorded; the ones that reach the upstream relay its answer unchanged."""
+"""The endpoints beside the model calls: the root hint, the model list, Anthropic's count_tokens,
+health and metrics. None of them is recorded; the ones that reach the upstream relay its answer
+unchanged."""
 
 from __future__ import annotations
 
@@ -24,6 +25,18 @@ async def relay_unchanged(
     finally:
         upstream.close()
     return RawResponse(body, upstream.status, [*upstream.headers, *(extra_headers or [])])
+
+
+ROOT_HINT = {
+    "service": "ctxproxy",
+    "hint": "POST /v1/chat/completions, /v1/responses or /v1/messages here; health: GET /healthz",
+}
+
+
+async def root(request: Request) -> RawResponse:
+    """`GET /` and `HEAD /`: a one-line hint, so a client probing the base URL (Claude Code does
+    `HEAD /` at start) gets a 200 instead of a 404."""
+    return json_response(ROOT_HINT)
 
 
 async def healthz(request: Request) -> RawResponse:

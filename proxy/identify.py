@@ -14,10 +14,12 @@ Canonicalization exists because clients re-serialize the assistant messages we r
 assistant message is hashed the same whether the client sends it back with `content: null`,
 `content: ""` or no `content` key; with `refusal: null`, `annotations: []`, `audio: null`,
 `function_call: null`, `tool_calls: []` or without them; with `tool_calls[].index` or not; with keys
-in any order; and with text content as `"hi"` or `[{"type": "text", "text": "hi"}]`. A key whose
-value is null, "" or an empty list is treated as absent. `annotations` are always ignored (citation
-metadata some clients drop). Anything else that differs -- other text, another tool id or argument
-string, an extra non-empty field -- is a different message, and the history forks there.
+in any order; with text content as `"hi"` or `[{"type": "text", "text": "hi"}]` (with or without
+`cache_control`); and with tool-call arguments spelled `{"a": 1, "b": 2}` or `{"b":2,"a":1}`
+(compared as parsed JSON; the raw string when it does not parse). A key whose value is null, "" or
+an empty list is treated as absent. `annotations` are always ignored (citation metadata some
+clients drop). Anything else that differs -- other text, another tool id or argument value, an
+extra non-empty field -- is a different message, and the history forks there.
 
 Example: [sys, u1, a1, u2] after a stored [u1, a1] matches 2 messages (sys is not chained); u2 is
 appended. If the client then sends [sys, u1, a1', u3] with an edited a1', the match stops at u1 and
@@ -28,7 +30,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .types import Message
@@ -58,13 +61,26 @@ def _canonical_content(content: Any) -> Any:
     return content
 
 
+def canonical_arguments(arguments: Any) -> Any:
+    """Tool-call arguments as compared: the compact, key-sorted JSON of the parsed string (pi
+    re-stringifies `{"command": "ls"}` as `{"command":"ls"}`; models emit both), the string itself
+    when it does not parse. Only for matching: the client's spelling is what goes upstream."""
+    if not isinstance(arguments, str) or not arguments:
+        return arguments or ""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _canonical_tool_call(call: Any) -> Any:
     if not isinstance(call, dict):
         return call
     function = call.get("function") or {}
     out: dict[str, Any] = {"id": call.get("id"), "type": call.get("type") or "function"}
     if isinstance(function, dict):
-        out["function"] = {"name": function.get("name"), "arguments": function.get("arguments") or ""}
+        out["function"] = {"name": function.get("name"), "arguments": canonical_arguments(function.get("arguments"))}
     else:
         out["function"] = function
     return out
@@ -122,6 +138,37 @@ def prefix_hash(prefix: Sequence[Message]) -> str:
 
 def blob_hash(data: str) -> str:
     return _digest(b"ctxproxy/blob/v1\x00" + data.encode("utf-8", "surrogatepass"))
+
+
+@dataclass(frozen=True)
+class Session:
+    """An agent session named by a request header (Claude Code's `x-claude-code-session-id`).
+
+    Links requests whose history matches nothing stored (the agent's own compaction rebuilt it)
+    to the session's conversation. `ref` is the conversation's external id (the header's name
+    and value, hashed: the tenant scopes the lookup); `tools` the digest of the request's tool
+    definitions, which tells the main loop (the session's tools) from a side call (a title or
+    classification request: no tools, or others)."""
+
+    ref: str
+    tools: str | None
+
+
+def session_of(names: Sequence[str], headers: Mapping[str, str], tools: Any) -> Session | None:
+    """The first configured session header the request carries (None: no session)."""
+    for name in names:
+        value = headers.get(name)
+        if value:
+            digest = _digest(b"ctxproxy/session/v1\x00" + name.lower().encode() + b"\x00" + value.encode())
+            return Session("session:" + digest, tools_hash(tools))
+    return None
+
+
+def tools_hash(tools: Any) -> str | None:
+    """The digest under which a call's tool definitions are stored (None without tools)."""
+    if not tools:
+        return None
+    return blob_hash(json.dumps(tools, sort_keys=True))
 
 
 def tenant_of(api_key: str | None, salt: bytes) -> str:

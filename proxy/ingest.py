@@ -10,6 +10,15 @@ new messages, and the store resolves the conversation and appends. Resolution:
 * implicit: the tenant's longest stored prefix decides. A match of a single message counts only
   when the system prefix is also unchanged (an exact retry of a first turn); otherwise two
   sessions that merely open with the same "hi" would be merged.
+* agent session (a configured session header, e.g. Claude Code's `x-claude-code-session-id`, and
+  no accepted match): the history decides first, as above. When it matches nothing, the agent
+  rebuilt its history (its own compaction: "This session is being continued from a previous
+  conversation..."), and the request continues the session's conversation as a new branch
+  forked at its start -- if it is the session's main loop: the same tool definitions as the
+  session's last main call. A request with other tools or none (a title or classification side
+  call) resolves as if there were no header: its own conversation, so it never forks the main
+  line nor becomes it. The session's first request with tools founds the conversation (external
+  id `session:<digest>`, tenant-scoped); a side call never does.
 
 The append is idempotent: re-sent messages whose chain hash is stored only move the position,
 and the first new message after a non-head position forks a branch there.
@@ -53,6 +62,7 @@ async def ingest(
     messages: list[Message],
     explicit: str | None,
     body_size: int,
+    session: identify.Session | None = None,
 ) -> Ingested:
     """Validate what is new in `messages`, resolve the conversation and append the new events."""
     prefix, history = identify.split_prefix(messages)
@@ -62,7 +72,7 @@ async def ingest(
     hashes = cache.hashes(tenant, history, known)
     remembered = Remembered(history, hashes, 2 * body_size)  # the bodies and their encodings
     system_hash = identify.prefix_hash(prefix)
-    position, identity = await _append_request(store, tenant, system_hash, history, hashes, explicit)
+    position, identity = await _append_request(store, tenant, system_hash, history, hashes, explicit, session)
     cache.remember(tenant, remembered)
     return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered)
 
@@ -74,6 +84,7 @@ async def _append_request(
     history: list[Message],
     hashes: list[str],
     explicit: str | None,
+    session: identify.Session | None,
 ) -> tuple[Position, Identity]:
     created = False
     if explicit is not None:
@@ -92,8 +103,12 @@ async def _append_request(
         external = conversation.external_id
     else:
         match = await store.find_longest(hashes, tenant, None)
+        resumed = None
         if match is not None and (match.count >= 2 or match.system_hash == system_hash):
             start, matched = match.position, match.count
+        elif session is not None and (resumed := await _session_start(store, tenant, session)) is not None:
+            start, created = resumed
+            matched = 0
         else:
             conversation = await store.create_conversation(tenant, None)
             start, matched, created = Position(conversation.id, conversation.main_branch_id, 0), 0, True
@@ -113,6 +128,22 @@ async def _append_request(
         forked=position.branch_id != start.branch_id,
     )
     return position, identity
+
+
+async def _session_start(store: Store, tenant: str, session: identify.Session) -> tuple[Position, bool] | None:
+    """Where a request of an agent session whose history matched nothing starts: the start of
+    the session's conversation (a new branch once appended), with whether it was just created;
+    None for a side call (see the module docstring)."""
+    if session.tools is None:
+        return None
+    conversation = await store.find_conversation(tenant, session.ref)
+    if conversation is None:
+        conversation = await store.create_conversation(tenant, session.ref)
+        return Position(conversation.id, conversation.main_branch_id, 0), True
+    last = await store.last_call(conversation.main_branch_id, "main")
+    if last is None or last.tools_hash != session.tools:
+        return None
+    return Position(conversation.id, conversation.main_branch_id, 0), False
 
 
 async def append_response(store: Store, ingested: Ingested, message: Message, call_id: str) -> Position:

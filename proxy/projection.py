@@ -87,11 +87,16 @@ class Projector:
             counter = self._counters[name] = TokenCounter.for_model(model, self._cache_entries)
         return counter
 
+    def window(self, policy: Policy, model: str) -> int:
+        """The configured window: the policy's, else litellm's model map, else the default."""
+        info = self.catalog.info(model)
+        return policy.context_window or (info.context_window if info else None) or DEFAULT_WINDOW
+
     def budget(
         self, policy: Policy, model: str, body: Json, counter: TokenCounter, branch_id: str | None, generation: int
     ) -> Budget:
         info = self.catalog.info(model)
-        window = policy.context_window or (info.context_window if info else None) or DEFAULT_WINDOW
+        window = self.window(policy, model)
         requested = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
         if isinstance(requested, int) and not isinstance(requested, bool) and requested > 0:
             output = requested
@@ -179,16 +184,25 @@ class Projector:
             with memo.lock:
                 return project_cached(memo.cache, prefix, items, active, budget, policy, counter)
         except ContextOverflow as exc:
-            raise ContextLengthExceeded(overflow_message(exc), param="messages") from None
+            raise ContextLengthExceeded(overflow_message(exc, self.window(policy, model)), param="messages") from None
 
 
-def overflow_message(exc: ContextOverflow) -> str:
-    """OpenAI's wording first (clients match on it), then what the proxy tried."""
+def overflow_message(exc: ContextOverflow, window: int | None = None) -> str:
+    """OpenAI's wording first (clients match on it), then what the proxy tried. `window` is the
+    configured window, which the message names: the budget's may be smaller, shrunk by the usage
+    calibration (a 16,000-token window read 13,766 once the upstream had billed 16% more)."""
     requested = exc.needed_tokens + exc.max_output_tokens
+    window = window or exc.context_window
+    calibrated = (
+        f" The input budget was {exc.input_budget} tokens after calibrating the estimate with the upstream's"
+        " billed usage."
+        if exc.context_window < window
+        else ""
+    )
     return (
-        f"This model's maximum context length is {exc.context_window} tokens. However, you requested "
+        f"This model's maximum context length is {window} tokens. However, you requested "
         f"{requested} tokens ({exc.needed_tokens} in the messages, {exc.max_output_tokens} in the completion). "
         "ctxproxy could not make it fit even after summarizing and dropping all unpinned history: the system "
         "prompt, pinned messages and the latest turn alone are too large. Shorten the latest message or tool "
-        f"result, lower max_tokens, or start a new conversation. ({exc.detail or 'no further detail'})"
+        f"result, lower max_tokens, or start a new conversation.{calibrated} ({exc.detail or 'no further detail'})"
     )

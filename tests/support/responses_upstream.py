@@ -55,8 +55,12 @@ def _text(content: Any) -> str:
     return ""
 
 
-def count_input_tokens(instructions: Any, items: list[dict[str, Any]]) -> int:
+def count_input_tokens(instructions: Any, items: list[dict[str, Any]], tools: Any = None) -> int:
+    """Input tokens as this server bills them: framing, instructions, items and, like the real
+    API, the tool definitions (every shape, nested namespace tools included: their JSON)."""
     total = 3
+    if tools:
+        total += count_text_tokens(json.dumps(tools, sort_keys=True))
     if isinstance(instructions, str) and instructions:
         total += 4 + count_text_tokens(instructions)
     for item in items:
@@ -216,7 +220,9 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
                         "input",
                     )
         window = self.context_windows.get(body["model"], self.default_window)
-        needed = count_input_tokens(body.get("instructions"), items) + int(body.get("max_output_tokens") or 0)
+        needed = count_input_tokens(body.get("instructions"), items, body.get("tools")) + int(
+            body.get("max_output_tokens") or 0
+        )
         if needed > window:
             return self._error(
                 f"Your input exceeds the context window of this model ({needed} > {window}). "
@@ -310,7 +316,7 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         input_tokens = (
             reply.input_tokens
             if reply.input_tokens is not None
-            else count_input_tokens(body.get("instructions"), items)
+            else count_input_tokens(body.get("instructions"), items, body.get("tools"))
         )
         if reply.output_tokens is not None:
             output_tokens = reply.output_tokens

@@ -195,6 +195,7 @@ class Reply:
     model: str | None = None
     extra_message: dict[str, Any] | None = None
 
+    sent_usage: dict[str, Any] | None = None  # set by the server: the usage object it reported
     first_chunk_sent: threading.Event = dataclasses.field(default_factory=threading.Event)
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     disconnected: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -570,6 +571,7 @@ class UpstreamServer(ScriptedServer[Reply]):
         created = int(time.time())
         choices = self._choices(reply, body)
         usage = self._usage(reply, body, choices)
+        reply.sent_usage = usage
         want_logprobs = bool(body.get("logprobs"))
 
         if not body.get("stream"):

@@ -154,8 +154,8 @@ DIFFERENT_PAIRS = [
     pytest.param(ASSISTANT, {**ASSISTANT, "tool_calls": [{**CALL, "id": "call_2"}]}, id="other-tool-id"),
     pytest.param(
         ASSISTANT,
-        {**ASSISTANT, "tool_calls": [{**CALL, "function": {"name": "ls", "arguments": '{"path":"."}'}}]},
-        id="other-argument-string",
+        {**ASSISTANT, "tool_calls": [{**CALL, "function": {"name": "ls", "arguments": '{"path":".."}'}}]},
+        id="other-argument-value",
     ),
     pytest.param(
         ASSISTANT,

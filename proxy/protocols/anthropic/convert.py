@@ -14,7 +14,10 @@ Native -> common (what is hashed, stored and projected):
   its blocks; `_anthropic.block` = the block with `content` replaced by null, which keeps its
   key order, `is_error` and `cache_control`), then one user message with the remaining blocks
   as its content (omitted when there are none). Each piece carries `_anthropic.piece`/`of`
-  (which piece of how many) and `at` (the block positions in the native content).
+  (which piece of how many) and `at` (the block positions in the native content). A user
+  message without tool results needs no placing and carries no `_anthropic` key, so
+  `[{"type": "text", "text": P, "cache_control": ...}]` and the string `P` are the same message to
+  identity (Claude Code sends its newest prompt as the first and re-sends it as the second).
   A user message with a string content stays as it is.
 * cache_control markers are taken off the blocks and kept in the message's `_cache_markers` key,
   which identity ignores (`cache_control.py`).
@@ -133,10 +136,14 @@ def user_to_common(native: Json) -> list[Message]:
         pieces.append(message)
     if rest or not results:
         markers = []
-        private = {"piece": len(results), "of": n, "at": [j for j, _ in rest]}
-        if extra and not results:
-            private["extra"] = extra
-        message = {"role": "user", "content": pop_markers([b for _, b in rest], [], markers), PRIVATE: private}
+        message = {"role": "user", "content": pop_markers([b for _, b in rest], [], markers)}
+        if results or extra:
+            private = {"piece": len(results), "of": n, "at": [j for j, _ in rest]}
+            if extra and not results:
+                private["extra"] = extra
+            message[PRIVATE] = private
+        # else: the whole native message, nothing to place: no private key, so the blocks hash as
+        # the same content sent as a string would (a lone text block IS that string)
         if markers:
             message[MARKERS] = markers
         pieces.append(message)
@@ -238,7 +245,9 @@ def _fragment(message: Message) -> _Fragment:
         return _Fragment("user", [block], at, piece, of, extra)
     if piece is None:
         if role == "user":
-            return _Fragment("user", content if isinstance(content, str) else _text_blocks(content), extra=extra)
+            if isinstance(content, str):
+                return _Fragment("user", content, extra=extra)
+            return _Fragment("user", restore_markers(_text_blocks(content), message_markers(message), []), extra=extra)
         # a system/developer message after the prefix (no policy makes one): plain user text
         return _Fragment("user", _text_blocks(content))
     return _Fragment("user", restore_markers(_text_blocks(content), message_markers(message), []), at, piece, of, extra)

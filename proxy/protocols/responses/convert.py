@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ... import identify
 from ...types import Json, Message
 from .items import PRIVATE, TEXT_PARTS, canonical_item, is_assistant_side, item_key, item_type
 
@@ -237,8 +238,8 @@ def message_to_items(message: Message, exact: ExactItems | None = None) -> list[
         return _plain_items(message)
     canon: list[Json] = private["items"]
     natives = [exact.get(i) if exact is not None else i for i in canon]
-    if not canon or _visible(message) == _visible(items_to_messages(canon)[0]):
-        return natives
+    if not canon or identify.canonical(_visible(message)) == identify.canonical(_visible(items_to_messages(canon)[0])):
+        return natives  # nothing visible changed: the client's own items, its spelling
     role = message.get("role")
     if role == "assistant":
         return _rebuild_assistant(message, natives)

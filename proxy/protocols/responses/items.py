@@ -5,7 +5,9 @@ items it stands for, in order. Canonical (deterministic, what identity hashes): 
 values dropped; `status` dropped everywhere; `id` dropped on message, function_call and
 function_call_output items (server-assigned, clients may omit them); message items always get
 `"type": "message"` and list content (a string becomes one `input_text`/`output_text` part);
-`annotations` and `logprobs` dropped from content parts. Reasoning items keep their `id` and
+`annotations` and `logprobs` dropped from content parts; `function_call.arguments` in the
+canonical JSON form of `identify.canonical_arguments` (pi re-stringifies them). Canonical items
+are for matching: what goes upstream is the client's own item. Reasoning items keep their `id` and
 `encrypted_content`. A client that drops reasoning items when re-sending a turn continues on a
 fork of its conversation (the turn is a different one).
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ... import identify
 from ...types import Json
 
 PRIVATE = "_responses"
@@ -61,6 +64,8 @@ def canonical_item(item: Json) -> Json:
     out = {k: v for k, v in item.items() if v is not None and k != "status"}
     if kind in _NO_ID:
         out.pop("id", None)
+    if kind == "function_call" and isinstance(out.get("arguments"), str):
+        out["arguments"] = identify.canonical_arguments(out["arguments"])
     if kind == "message":
         out["type"] = "message"
         content = out.get("content")

@@ -1,0 +1,33 @@
+"""The quick start as shipped: config.example.yaml serves every client API, `/` answers a hint."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from proxy.config import load_config
+from tests.support.proxy_process import REPO
+
+
+def test_example_config_routes_each_api_to_its_provider():
+    config = load_config(REPO / "config.example.yaml")
+    anthropic = config.route_for("/v1/messages", "claude-sonnet-4-5")
+    assert anthropic is not None and anthropic.upstream.base_url == "https://api.anthropic.com"
+    for path in ("/v1/chat/completions", "/v1/responses"):
+        route = config.route_for(path, "gpt-5")
+        assert route is not None and route.upstream.base_url == "https://api.openai.com/v1"
+    # the client's own key is forwarded: no operator key configured
+    assert all(route.upstream.api_key_env is None for route in config.routes)
+    assert "x-claude-code-session-id" in config.session_headers
+
+
+def test_root_answers_a_one_line_hint(proxy):
+    p = proxy()
+    got = httpx.get(p.url + "/", timeout=30)
+    assert got.status_code == 200
+    assert got.headers["content-type"] == "application/json"
+    assert "\n" not in got.text.strip()
+    assert json.loads(got.text)["service"] == "ctxproxy"
+    head = httpx.head(p.url + "/", timeout=30)
+    assert head.status_code == 200 and head.content == b""
