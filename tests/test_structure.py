@@ -4,13 +4,16 @@
   `if TYPE_CHECKING:` included (a cycle closed only for the type checker is still a cycle in the
   design);
 - the pure core of `policies/` never imports its memo (`policies.memo`), nor anything of the proxy;
-- whole-tree checks: no product module imports a `_private` name from another module, and no
-  module of `proxy/` or `policies/` is longer than 500 lines (STYLE: "rarely over 500").
+- no product module imports a `_private` name from another module, and no module of `proxy/` or
+  `policies/` is longer than 500 lines (STYLE: "rarely over 500");
+- every `proxy/...` and `policies/...` path README.md names exists (its architecture walk-through
+  is how a newcomer finds the code).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -128,9 +131,6 @@ def test_the_pure_core_does_not_know_its_memo_or_the_proxy() -> None:
     assert offenders == []
 
 
-# -- whole-tree checks: they also fail on files other branches are still splitting -----------------
-
-
 def test_whole_tree_no_private_names_imported_from_other_modules() -> None:
     offenders = [
         f"{MODULES[module].relative_to(REPO)}:{line}: {name} from {target}"
@@ -145,3 +145,10 @@ def test_whole_tree_no_private_names_imported_from_other_modules() -> None:
 def test_whole_tree_modules_stay_small(module: str) -> None:
     lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{MODULES[module].relative_to(REPO)} has {lines} lines (> {MAX_LINES}): split it"
+
+
+def test_every_path_readme_names_exists() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    named = sorted(set(re.findall(r"`((?:proxy|policies)/[A-Za-z0-9_./]*)`", readme)))
+    assert named, "README.md names no proxy/ or policies/ path"
+    assert [path for path in named if not (REPO / path).exists()] == []
