@@ -179,6 +179,52 @@ class Renderer:
 PLAIN = Renderer()
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where a draft's groups stand before any step runs: the context the steps share, the newest
+    group, the group of the newest user message, the groups kept whatever the steps do (pinned,
+    newest user message, newest group) and the first group the checkpoint does not cover."""
+
+    ctx: StepContext
+    last: int
+    latest_group: int
+    keep: frozenset[int]
+    first_uncovered: int
+
+
+def layout(
+    items: Sequence[Item],
+    index: HistoryIndex,
+    checkpoint: Checkpoint | None,
+    budget: Budget,
+    config: PolicyConfig,
+    count: CountFn,
+    renderer: Renderer,
+) -> Layout:
+    """The setup `build_draft` and the memo's incremental path share."""
+    groups = index.groups
+    pinned = index.pinned(config.pins)
+    latest_user = index.last_user
+    covered = effective_boundary(groups, checkpoint)
+    ctx = StepContext(
+        items=items,
+        groups=groups,
+        checkpoint=checkpoint,
+        budget=budget,
+        config=config,
+        count=count,
+        pinned=pinned,
+        latest_user=latest_user,
+        covered_through=covered,
+        index=index,
+        renderer=renderer,
+    )
+    last = last_index(groups)
+    latest_group = index.group_of(latest_user) if latest_user is not None else -1
+    keep = frozenset({index.group_of(seq) for seq in pinned} | {latest_group, last})
+    return Layout(ctx, last, latest_group, keep, index.first_uncovered(covered))
+
+
 def build_draft(
     prefix: Sequence[Message],
     items: Sequence[Item],
@@ -199,29 +245,9 @@ def build_draft(
     if index is None:
         index = index_items(items)
     renderer = renderer if renderer is not None else PLAIN
-    groups = index.groups
-    pinned = index.pinned(config.pins)
-    latest_user = index.last_user
-    covered = effective_boundary(groups, checkpoint)
-    ctx = StepContext(
-        items=items,
-        groups=groups,
-        checkpoint=checkpoint,
-        budget=budget,
-        config=config,
-        count=count,
-        pinned=pinned,
-        latest_user=latest_user,
-        covered_through=covered,
-        index=index,
-        renderer=renderer,
-    )
-    last = last_index(groups)
-    latest_group = index.group_of(latest_user) if latest_user is not None else -1
-    keep_groups = {index.group_of(seq) for seq in pinned}
-    keep_groups.add(latest_group)
-    keep_groups.add(last)
-    first_uncovered = index.first_uncovered(covered)  # groups before it are covered
+    shape = layout(items, index, checkpoint, budget, config, count, renderer)
+    ctx, groups, covered = shape.ctx, index.groups, shape.ctx.covered_through
+    last, latest_group, keep_groups, first_uncovered = shape.last, shape.latest_group, shape.keep, shape.first_uncovered
     head = [
         render_slot(i, groups[i], i == last, True, i == last or i == latest_group, count)
         for i in sorted(keep_groups)

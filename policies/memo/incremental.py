@@ -45,8 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from policies.base import Budget, Checkpoint, Item, Message, PolicyConfig, Projection, TrimEntry
-from policies.draft import CountFn, Slot, StepContext, build_draft
-from policies.groups import effective_boundary, last_index
+from policies.draft import CountFn, Slot, build_draft, layout
 from policies.history import HistoryIndex
 from policies.memo.cache import ProjectionCache
 from policies.memo.tail import NO_TRIM, TailState
@@ -102,31 +101,11 @@ def project_incremental(
     """`project()`'s result from the cached tail, or None when a step would change the draft
     (then the caller runs the full pipeline). `index` is `cache.index(items)` of this call."""
     renderer = cache.renderer
-    groups = index.groups
-    pinned = index.pinned(config.pins)
-    latest_user = index.last_user
-    covered = effective_boundary(groups, checkpoint)
-    last = last_index(groups)
-    latest_group = index.group_of(latest_user) if latest_user is not None else -1
-    keep_groups = {index.group_of(seq) for seq in pinned}
-    keep_groups.add(latest_group)
-    keep_groups.add(last)
-    first_uncovered = index.first_uncovered(covered)
+    shape = layout(items, index, checkpoint, budget, config, count, renderer)
+    ctx, groups, covered = shape.ctx, index.groups, shape.ctx.covered_through
+    last, latest_group, keep_groups, first_uncovered = shape.last, shape.latest_group, shape.keep, shape.first_uncovered
     trimming = "trim_tool_results" in config.order
     boundary = trim_boundary(len(groups), config.tool_results) if trimming else NO_TRIM
-    ctx = StepContext(
-        items=items,
-        groups=groups,
-        checkpoint=checkpoint,
-        budget=budget,
-        config=config,
-        count=count,
-        pinned=pinned,
-        latest_user=latest_user,
-        covered_through=covered,
-        index=index,
-        renderer=renderer,
-    )
     head = tuple(
         renderer.slot(i, groups[i], i == last, True, i == last or i == latest_group, count)
         for i in sorted(keep_groups)
