@@ -15,7 +15,8 @@ Layout of the messages a draft renders::
 
     prefix (system/developer, unchanged)
     head   (groups covered by the checkpoint but kept: pinned or newest user message)
-    summary block (when a checkpoint covers at least one group)
+    summary block (when a checkpoint covers at least one group; after the pins, so a correction
+                   of a pinned value is read after the stale value it replaces)
     tail   (uncovered groups, oldest first; the last one is the latest turn)
 """
 

@@ -65,10 +65,13 @@ def latest_user_seq(items: Sequence[Item]) -> int | None:
     return None
 
 
-def pinned_texts(items: Sequence[Item], config: PinsConfig) -> list[str]:
-    """Texts of the pinned user/system/developer items, oldest first: what the summarizer may
-    quote as constraints (constraints come only from user and system text)."""
+def pinned_items(items: Sequence[Item], config: PinsConfig) -> list[Item]:
+    """The pinned user/system/developer items, oldest first: what the summarizer may quote as
+    constraints (constraints come only from user and system text) and sees with event ids."""
     seqs = pinned_seqs(items, config)
-    return [
-        message_text(item.message) for item in items if item.seq in seqs and item.message.get("role") in PATTERN_ROLES
-    ]
+    return [item for item in items if item.seq in seqs and item.message.get("role") in PATTERN_ROLES]
+
+
+def pinned_texts(items: Sequence[Item], config: PinsConfig) -> list[str]:
+    """Texts of `pinned_items`, oldest first."""
+    return [message_text(item.message) for item in pinned_items(items, config)]

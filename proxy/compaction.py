@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from policies.base import Checkpoint, CompactionPlan, Item
 from policies.compaction import next_checkpoint
-from policies.pins import pinned_texts
+from policies.pins import pinned_items
 from policies.summary_prompt import build_summary_messages, check_summary
 from policies.text import message_text
 
@@ -166,8 +166,8 @@ class Compactor:
 
     async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
-        pinned = pinned_texts(job.items, job.policy.pins)
-        allowed = pinned + [message_text(m) for m in job.prefix]
+        pinned = pinned_items(job.items, job.policy.pins)
+        allowed = [message_text(item.message) for item in pinned] + [message_text(m) for m in job.prefix]
         summary = job.previous.summary if job.previous else None
         candidate = self._candidate(job, summary or "", 0, token)
         try:
@@ -219,7 +219,7 @@ class Compactor:
         job: CompactionJob,
         previous: str | None,
         chunk: tuple[Item, ...],
-        pinned: list[str],
+        pinned: list[Item],
         allowed: list[str],
     ) -> tuple[str | None, str | None]:
         messages = build_summary_messages(previous, chunk, pinned)

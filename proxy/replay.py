@@ -9,17 +9,27 @@ the proxy's background job would), or at once when the request could only be ser
 The summarizer is a deterministic stand-in by default (`extractive_summary`: the first line of
 each event with its event id, bounded), so the numbers are reproducible; pass another
 `summarize` callable to measure a real model.
+
+The stand-in also carries corrections of pinned values, as the real prompt asks: a later user
+message restating a key of a pinned message with another number ("budget 120" after a pinned
+"budget 150") becomes `- budget: 120 (replaces 150 stated in e1; corrected in e41)` under
+`## Corrections`, last in the summary, so it outlives the bounded progress lines. Deliberately
+conservative: a key (a word of 3+ letters, not a function word) followed by a number, taken only
+where a message gives that key one value; anything else is left to the progress lines.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from policies.base import Checkpoint, CompactionPlan, ContextOverflow, Item
 from policies.compaction import fold_summaries, next_checkpoint
+from policies.pins import pinned_items
 from policies.projection import project
 from policies.text import message_text
 
@@ -32,9 +42,57 @@ Summarize = Callable[[str | None, Sequence[Item]], str]
 """(previous summary, chunk) -> summary; `policies.compaction.Summarize` accepts it"""
 
 
-def extractive_summary(previous: str | None, chunk: Sequence[Item], max_chars: int = 4000) -> str:
-    """A reproducible stand-in for a summarizer: previous summary + first line of each event."""
-    lines = [previous.strip()] if previous else ["## Progress"]
+CORRECTIONS = "## Corrections"
+_KEY_VALUE_RE = re.compile(r"\b([a-z][a-z_-]{2,})\s*(?:[:=]|\bis\b|\bto\b)?\s*(\d+(?:\.\d+)?)\b", re.IGNORECASE)
+_CORRECTION_RE = re.compile(r"^- (\S+): (\S+) \(replaces (\S+) stated in e(\d+); corrected in e(\d+)\)$")
+_NOT_KEYS = frozenset(
+    "and are but for from had has have into not now only or per than that the then this was were with".split()
+)
+
+
+def key_values(text: str) -> dict[str, str]:
+    """`key -> number` pairs stated in `text` ("budget 150", "port: 8080"), keys lowercased; a
+    key given two different values in the same text is ambiguous and left out."""
+    seen: dict[str, set[str]] = {}
+    for match in _KEY_VALUE_RE.finditer(text):
+        key = match.group(1).lower()
+        if key not in _NOT_KEYS:
+            seen.setdefault(key, set()).add(match.group(2))
+    return {key: values.pop() for key, values in seen.items() if len(values) == 1}
+
+
+def _corrections(previous: str | None, chunk: Sequence[Item], pinned: Sequence[Item]) -> dict[str, tuple[str, ...]]:
+    """key -> (value, replaced value, pinned seq, correcting seq): the previous summary's
+    corrections, updated by the chunk's user messages (a restated pinned value drops one)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for line in (previous or "").partition(CORRECTIONS)[2].splitlines():
+        match = _CORRECTION_RE.match(line.strip())
+        if match:
+            found[match.group(1)] = match.groups()[1:]
+    stated = [(item.seq, key_values(message_text(item.message))) for item in pinned]
+    pinned_seqs = {item.seq for item in pinned}
+    for item in chunk:
+        if item.message.get("role") != "user" or item.seq in pinned_seqs:
+            continue
+        for key, value in key_values(message_text(item.message)).items():
+            origin = next(((seq, vals[key]) for seq, vals in stated if key in vals and seq < item.seq), None)
+            if origin is None:
+                continue
+            if value == origin[1]:
+                found.pop(key, None)
+            else:
+                found[key] = (value, origin[1], str(origin[0]), str(item.seq))
+    return found
+
+
+def extractive_summary(
+    previous: str | None, chunk: Sequence[Item], max_chars: int = 4000, pinned: Sequence[Item] = ()
+) -> str:
+    """A reproducible stand-in for a summarizer: previous summary + first line of each event,
+    then the corrections of `pinned` values (module docstring), which the bound never cuts."""
+    corrections = _corrections(previous, chunk, pinned)
+    progress = (previous or "").partition("\n" + CORRECTIONS)[0].strip()
+    lines = [progress] if progress else ["## Progress"]
     for item in chunk:
         first = message_text(item.message).strip().splitlines()[:1]
         text = first[0][:120] if first else ""
@@ -42,6 +100,11 @@ def extractive_summary(previous: str | None, chunk: Sequence[Item], max_chars: i
     summary = "\n".join(lines)
     if len(summary) > max_chars:  # keep the head (goal) and the newest lines
         summary = summary[: max_chars // 4] + "\n...\n" + summary[-(max_chars * 3 // 4) :]
+    if corrections:
+        summary += f"\n{CORRECTIONS}\n" + "\n".join(
+            f"- {key}: {value} (replaces {old} stated in e{origin}; corrected in e{seq})"
+            for key, (value, old, origin, seq) in sorted(corrections.items())
+        )
     return summary
 
 
@@ -66,6 +129,8 @@ class ReplayReport:
     max_output: int
     turns: list[TurnStat] = field(default_factory=list)
     compactions: int = 0
+    summary: str | None = None
+    """the active summary after the last compaction (what the next request would carry)"""
 
     @property
     def client_total(self) -> int:
@@ -129,9 +194,10 @@ def replay(
     policy: Policy,
     model: str,
     projector: Projector,
-    summarize: Summarize = extractive_summary,
+    summarize: Summarize | None = None,
     name: str = "",
 ) -> ReplayReport:
+    """`summarize` None: the deterministic stand-in (`extractive_summary`) with the pinned items."""
     prefix, history = identify.split_prefix(messages)
     counter = projector.counter(model)
     body: dict[str, Any] = {"model": model}
@@ -142,13 +208,15 @@ def replay(
     report = ReplayReport(name, budget.context_window, budget.max_output_tokens)
     hashes = identify.chain("replay", history)
     items = projector.items(history, hashes, counter)
+    summarizer: Summarize = summarize or partial(extractive_summary, pinned=tuple(pinned_items(items, policy.pins)))
     checkpoint: Checkpoint | None = None
     previous_sent: list[Message] = []
     previous_client: list[Message] = []
 
     def compact(plan: CompactionPlan) -> Checkpoint:
-        summary = fold_summaries(plan, checkpoint.summary if checkpoint else None, summarize)
+        summary = fold_summaries(plan, checkpoint.summary if checkpoint else None, summarizer)
         report.compactions += 1
+        report.summary = summary
         return next_checkpoint(checkpoint, plan, summary, counter)
 
     for index, message in enumerate(history):

@@ -361,3 +361,52 @@ def test_summarizer_through_litellm(proxy, upstream, api_key, monkeypatch):
     )
     calls = [c for c in p.calls(conv) if c["purpose"] == "summary"]
     assert calls and calls[0]["model"] == "openai/gpt-summarizer" and calls[0]["usage"]["input_total"]
+
+
+def test_a_correction_of_the_pinned_objective_survives_compaction(proxy, upstream, api_key, monkeypatch):
+    """The pinned objective says "budget 150"; the next user turn corrects it to 120 and is then
+    summarized away. Every later request still carries the objective verbatim (it is pinned) and,
+    after it, the summary block saying the budget is now 120 and what it replaces."""
+    model = "gpt-rewrite-correction"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    p = proxy(policies={"default": SMALL_POLICY})
+    objective = {"role": "user", "content": "Objective: plan the team offsite. Constraint: budget 150 per person."}
+    correction = {"role": "user", "content": "Correction: budget 120 per person, not 150."}
+    corrected = (
+        '## Goal\nPlan the team offsite.\n## Constraints\n"budget 150 per person" [e1]\n## Corrections\n'
+        '- budget: 120 per person (replaces 150 stated in e1; corrected in e3) "budget 120 per person" [e3]\n'
+        "## Decisions\nnone\n## Key facts\nbudget 120 per person [e3]\n## Failed attempts\nnone\n"
+        "## Open questions\nnone\n## Next step\nBook a venue."
+    )
+    seen: list[str] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            data = str(body["messages"][1]["content"])
+            seen.append(data)
+            # like a real summarizer: it can only report the correction once it has read it
+            return Reply(content=corrected if "budget 120" in data else SUMMARY)
+        return Reply(content="noted")
+
+    upstream.responder = respond
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, objective]
+    client.chat.completions.create(model=model, messages=messages)
+    messages += [{"role": "assistant", "content": "noted"}, correction]
+    raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+    messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+    conv = drive(client, model, messages, 40, words=150)
+    assert conv == raw.headers["x-conversation-id"]
+    checkpoints = wait_checkpoints(p, conv)
+    assert any(c["status"] == "active" and c["covered_through_seq"] >= 3 for c in checkpoints), checkpoints
+    # the summarizer saw the pinned objective with its event id
+    assert any('<pinned id="e1">\nObjective: plan the team offsite.' in data for data in seen)
+    messages.append({"role": "user", "content": "which budget do we plan with?"})
+    client.chat.completions.create(model=model, messages=messages)
+    sent = agent_requests(upstream, model)[-1]["messages"]
+    assert sent[0] == SYSTEM and sent[1] == objective, "the pinned objective is not sent verbatim, second"
+    assert correction not in sent, "the correcting turn should be covered by the summary by now"
+    block = next(i for i, m in enumerate(sent) if "<conversation_summary" in str(m.get("content")))
+    assert block > 1 and sent[block]["role"] == "user"
+    assert "- budget: 120 per person (replaces 150 stated in e1; corrected in e3)" in sent[block]["content"]
+    assert sent[-1] == messages[-1]

@@ -81,3 +81,22 @@ def test_deterministic_with_a_real_counter_and_output_is_read_only() -> None:
     # the output is read-only: untouched messages are the input objects themselves (no copies)
     assert first.messages[0] is SYSTEM[0] and first.messages[1] is history[0].message
     assert SYSTEM[0]["content"] == "You are an agent."
+
+
+def test_a_correction_in_the_summary_is_read_after_the_pin_it_corrects() -> None:
+    """The pinned objective states "budget 150"; the user later said "budget 120" and that turn is
+    now covered. The model must read the pin verbatim and, after it, the summary's correction."""
+    history = items(
+        user("Plan the offsite: budget 150, 12 people."),  # 1 pinned
+        assistant("ok"),  # 2
+        user("budget 120, not 150"),  # 3 covered
+        assistant("noted"),  # 4 covered
+        user("book the venue"),  # 5
+    )
+    summary = "## Goal\nPlan the offsite.\n## Corrections\n- budget: 120 (replaces 150 stated in e1; corrected in e3)"
+    projection = project(SYSTEM, history, Checkpoint(2, 4, summary, 30), BIG, PolicyConfig(), fake_count)
+    assert projection.messages == [SYSTEM[0], history[0].message, summary_block(summary, 4), user("book the venue")]
+    texts = [json.dumps(m) for m in projection.messages]
+    stale = next(i for i, t in enumerate(texts) if "budget 150" in t)
+    corrected = next(i for i, t in enumerate(texts) if "budget: 120 (replaces 150" in t)
+    assert stale == 1 and corrected == 2
