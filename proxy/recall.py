@@ -16,14 +16,18 @@ Example: the model answers `ctxproxy_recall({"query": "listen_port"})`; the prox
 request plus that call and a `<conversation_history_search>` result naming event 3; the model's
 next answer ("the port is 8443") is what the client gets.
 
-Scope for now: the OpenAI chat wire, non-streamed requests.
+A stream is buffered only until it is clear whether it calls recall: its first text or its first
+call of another tool starts the relay (buffered pieces first); a recall call is read to its end.
+(A recall call after text or after another tool's call is relayed as it is.)
+
+Scope for now: the OpenAI chat wire, streamed and not.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from policies.search import SearchableEvent, fit_newest, parse_query, render, render_event, search
@@ -33,7 +37,9 @@ from . import record
 from .config import Policy, Recall, Route
 from .errors import ProxyError
 from .protocols.base import Wire
+from .relay import StreamOutcome
 from .services import Services
+from .sse import SseSplitter
 from .store.base import CallRecord
 from .types import Json, Message
 from .upstream.base import UpstreamResponse
@@ -46,7 +52,7 @@ CHARS_PER_TOKEN = 4
 def offered(policy: Policy, wire: Wire, body: Json, stream: bool) -> bool:
     """Whether this request gets the recall tool."""
     settings = policy.recall
-    if settings.enabled is False or wire.name not in WIRES or stream:
+    if settings.enabled is False or wire.name not in WIRES:
         return False
     if body.get("tool_choice") == "none":
         return False
@@ -157,28 +163,20 @@ async def detour(
     answer to relay, its call record and when it was sent. Raises ProxyError as `send` does."""
     settings = policy.recall
     counter = services.projector.counter(call.model or "")
+    stream = bool(body.get("stream"))
     rounds = 0
     while upstream.status == 200 and rounds < settings.max_rounds:
-        try:
-            data = await upstream.read()
-        except ProxyError as exc:
-            record.failed(call, exc, t0)
-            await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
-            raise
-        finally:
-            upstream.close()
-        parsed = _json(data)
-        message = wire.response(parsed)[0] if parsed is not None else None
-        calls = recall_calls(message, settings)
-        if not calls:
-            return Buffered(upstream, data), call, t0
+        if stream and wire.is_stream(upstream.content_type):
+            relay, message = await _read_stream(services, wire, body, call, upstream, t0, settings)
+        elif stream:
+            return upstream, call, t0
+        else:
+            relay, message = await _read_whole(services, wire, call, upstream, t0, settings)
+        if relay is not None:
+            return relay, call, t0
         rounds += 1
-        call.purpose = "recall"
-        call.upstream_status, call.request_id = upstream.status, upstream.request_id
-        call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - t0)
-        await services.recorder.finish(call, wire.name, record.answered(call, wire, 200, data))
-        branch_id = call.branch_id or ""
-        events = await services.store.lineage_events(branch_id, 0, 1 << 30)
+        calls = recall_calls(message, settings)
+        events = await services.store.lineage_events(call.branch_id or "", 0, 1 << 30)
         assistant = {"role": "assistant", "content": (message or {}).get("content"), "tool_calls": calls}
         results = [
             {
@@ -190,7 +188,7 @@ async def detour(
         ]
         messages = [*messages, assistant, *results]
         last = rounds >= settings.max_rounds
-        payload, _ = wire.encode(without_tool(body, settings) if last else body, messages, False, None)
+        payload, _ = wire.encode(without_tool(body, settings) if last else body, messages, stream, None)
         call = _follow_up(services, route, call, rounds)
         t0 = time.monotonic()
         try:
@@ -200,6 +198,110 @@ async def detour(
             await services.recorder.finish(call, wire.name, record.error_kind(exc))
             raise
     return upstream, call, t0
+
+
+async def _read_whole(
+    services: Services, wire: Wire, call: CallRecord, upstream: UpstreamResponse, t0: float, settings: Recall
+) -> tuple[UpstreamResponse | None, Message | None]:
+    """A whole answer: (the answer to relay, None), or (None, its message) when it called recall
+    (then it is recorded as a recall call)."""
+    try:
+        data = await upstream.read()
+    except ProxyError as exc:
+        record.failed(call, exc, t0)
+        await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
+        raise
+    finally:
+        upstream.close()
+    parsed = _json(data)
+    message = wire.response(parsed)[0] if parsed is not None else None
+    if not recall_calls(message, settings):
+        return Buffered(upstream, data), None
+    call.purpose = "recall"
+    call.upstream_status, call.request_id = upstream.status, upstream.request_id
+    call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - t0)
+    await services.recorder.finish(call, wire.name, record.answered(call, wire, 200, data))
+    return None, message
+
+
+async def _read_stream(
+    services: Services,
+    wire: Wire,
+    body: Json,
+    call: CallRecord,
+    upstream: UpstreamResponse,
+    t0: float,
+    settings: Recall,
+) -> tuple[UpstreamResponse | None, Message | None]:
+    """A stream, buffered until it is clear whether it calls recall: (a response that replays the
+    buffered pieces and goes on, None), or (None, its message) once a recall call was read whole."""
+    observer = wire.observer(body)
+    splitter = SseSplitter()
+    pieces = aiter(upstream.pieces())
+    head: list[bytes] = []
+    outcome = StreamOutcome()
+    recalling = False
+    try:
+        async for piece in pieces:
+            outcome.first_byte_at = outcome.first_byte_at or time.monotonic()
+            head.append(piece)
+            for event in splitter.feed(piece):
+                observer(event)
+            verdict = recalling or stream_verdict(observer.message(), settings)
+            if verdict is False:
+                return Replayed(upstream, head, pieces), None
+            recalling = bool(verdict)
+    except ProxyError as exc:
+        upstream.close()
+        record.failed(call, exc, t0)
+        await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
+        raise
+    if not recalling:
+        return Replayed(upstream, head, None), None
+    upstream.close()
+    outcome.ended_at, outcome.upstream_finished = time.monotonic(), True
+    call.purpose = "recall"
+    await services.recorder.finish(call, wire.name, record.streamed(call, wire, upstream, observer, outcome, t0))
+    return None, observer.message()
+
+
+def stream_verdict(message: Message | None, settings: Recall) -> bool | None:
+    """Whether the answer so far calls recall (True), does something else first (False), or
+    cannot tell yet (None)."""
+    if message is None:
+        return None
+    for call in tool_calls(message):
+        name = call_name(call)
+        if name == settings.tool_name:
+            return True
+        if name != "unknown" and not settings.tool_name.startswith(name):  # "unknown": no name yet
+            return False
+    if message.get("content"):
+        return False
+    return None
+
+
+class Replayed(UpstreamResponse):
+    """A stream whose first pieces were read to decide; they are replayed, then the rest follows."""
+
+    def __init__(self, upstream: UpstreamResponse, head: list[bytes], rest: AsyncIterator[bytes] | None) -> None:
+        super().__init__(
+            upstream.status, upstream.headers, upstream.content_type, upstream.request_id, upstream.started
+        )
+        self.inner, self.head, self.rest = upstream, head, rest
+
+    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        raise NotImplementedError("a replayed stream is read by pieces")
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        for piece in self.head:
+            yield piece
+        if self.rest is not None:
+            async for piece in self.rest:
+                yield piece
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def _follow_up(services: Services, route: Route, previous: CallRecord, rounds: int) -> CallRecord:

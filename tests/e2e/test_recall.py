@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
+
 from tests.support.e2e import user
 from tests.support.upstream_server import Reply, tool_call
 
@@ -50,18 +52,28 @@ def _history(p, upstream, api_key, marker):
     return client, conv, history
 
 
-def test_recall_detour_is_invisible_to_the_client(proxy, upstream, api_key):
+@pytest.mark.parametrize("stream", [False, True])
+def test_recall_detour_is_invisible_to_the_client(proxy, upstream, api_key, stream):
     p = proxy(policies={"default": POLICY})
-    client, conv, history = _history(p, upstream, api_key, f"recall-{uuid.uuid4().hex}")
+    client, conv, history = _history(p, upstream, api_key, f"recall-{stream}-{uuid.uuid4().hex}")
     before = len(upstream.chat_requests)
     history.append(user("Which port does the config set?"))
-    upstream.push(Reply(tool_calls=[tool_call("ctxproxy_recall", {"query": "listen_port"}, id="call_recall_1")]))
-    upstream.push(Reply(content="The config sets port 48443."))
-    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, tools=TOOLS)
-    answer = raw.parse()
-    assert answer.choices[0].message.content == "The config sets port 48443."
-    assert not answer.choices[0].message.tool_calls
-    assert raw.headers["x-conversation-id"] == conv
+    upstream.push(
+        Reply(tool_calls=[tool_call("ctxproxy_recall", {"query": "listen_port"}, id="call_recall_1")], chunks=3)
+    )
+    upstream.push(Reply(content="The config sets port 48443.", chunks=3))
+    if stream:
+        chunks = list(client.chat.completions.create(model="gpt-4o", messages=history, tools=TOOLS, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == "The config sets port 48443."
+        assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+        assert all(c.usage is None for c in chunks)  # the client did not ask for usage
+    else:
+        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history, tools=TOOLS)
+        answer = raw.parse()
+        assert answer.choices[0].message.content == "The config sets port 48443."
+        assert not answer.choices[0].message.tool_calls
+        assert raw.headers["x-conversation-id"] == conv
 
     first, second = upstream.chat_requests[before:]
     # the model could not see the fact: the old tool result was trimmed in the projection

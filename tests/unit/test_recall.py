@@ -9,7 +9,7 @@ from typing import Any
 from proxy.config import Policy
 from proxy.protocols.anthropic.wire import AnthropicWire
 from proxy.protocols.openai_chat.wire import OpenAIChatWire
-from proxy.recall import answer, offered, recall_calls, tool_definition, with_tool, without_tool
+from proxy.recall import answer, offered, recall_calls, stream_verdict, tool_definition, with_tool, without_tool
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 AUTO = Policy(recall={"enabled": "auto"})
@@ -32,7 +32,7 @@ def test_offered_follows_the_policy():
     assert not offered(AUTO, chat, {"model": "m", "messages": []}, stream=False)  # auto: client has no tools
     assert offered(Policy(recall={"enabled": True}), chat, {"model": "m", "messages": []}, stream=False)
     assert not offered(AUTO, chat, {**body, "tool_choice": "none"}, stream=False)
-    assert not offered(AUTO, chat, body, stream=True)  # not yet
+    assert offered(AUTO, chat, body, stream=True)
     assert not offered(AUTO, AnthropicWire(), body, stream=False)  # not yet
 
 
@@ -60,3 +60,16 @@ def test_recall_calls_and_answers():
     assert "No stored event 9" in answer(events, missing, AUTO.recall, len)
     bad = {**call, "function": {"name": "ctxproxy_recall", "arguments": "not json"}}
     assert answer(events, bad, AUTO.recall, len).startswith("Error:")
+
+
+def test_stream_verdict():
+    r = AUTO.recall
+    assert stream_verdict(None, r) is None
+    assert stream_verdict({"role": "assistant", "content": None}, r) is None
+    assert stream_verdict({"role": "assistant", "content": "Hi"}, r) is False
+    named = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "ctxproxy_recall"}}]}
+    assert stream_verdict(named, r) is True
+    other = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "bash"}}]}
+    assert stream_verdict(other, r) is False
+    prefix = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "ctxproxy_"}}]}
+    assert stream_verdict(prefix, r) is None
