@@ -12,6 +12,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
+from policies.base import KNOWN_ROLES
+from policies.search import Hit, parse_query, search
+
 from .errors import BadRequest, NotFound
 from .http import RawResponse, json_response, require_token
 from .ledger import GROUP_BY, summarize
@@ -75,6 +78,49 @@ async def list_events(request: Request) -> RawResponse:
     data = [e.to_dict() for e in events]
     return json_response(
         {"branch_id": branch_id, "data": data, "next_after": data[-1]["seq"] if len(data) == limit else None}
+    )
+
+
+SEARCH_PAGE_CHARS = 32_000
+"""The excerpts of one search page together stay under this; the rest is on the next page."""
+SEARCH_EXCERPT_CHARS = 300
+
+
+async def search_events(request: Request) -> RawResponse:
+    """Search a branch's whole stored history (trimmed and summarized parts included) for people:
+    `q` (words and "quoted phrases", case-insensitive, all must match), `role`, `tool`, `branch`,
+    `limit`, `cursor`. Hits oldest first; `next_cursor` is null on the last page."""
+    state = _state(request)
+    conversation = await _conversation_or_404(state, request.path_params["id"])
+    params = request.query_params
+    try:
+        query = parse_query(params.get("q", ""))
+    except ValueError as exc:
+        raise BadRequest(str(exc), param="q") from None
+    role = params.get("role") or None
+    if role is not None and role not in KNOWN_ROLES:
+        raise BadRequest(f"Query parameter 'role' must be one of {', '.join(KNOWN_ROLES)}, got {role!r}.", param="role")
+    branch_id = await _branch_or_default(state, request, conversation.id)
+    limit = _int_param(request, "limit", 20, 1, 100)
+    cursor = _int_param(request, "cursor", 0, 0, 1 << 62)
+    events = await state.store.lineage_events(branch_id, cursor, 1 << 30)
+    hits = search(events, query, role=role, tool=params.get("tool") or None, excerpt_chars=SEARCH_EXCERPT_CHARS)
+    page: list[Hit] = []
+    spent = 0
+    for hit in hits[:limit]:
+        spent += len(hit.excerpt)
+        if page and spent > SEARCH_PAGE_CHARS:
+            break
+        page.append(hit)
+    more = len(page) < len(hits)
+    return json_response(
+        {
+            "conversation_id": conversation.id,
+            "branch_id": branch_id,
+            "query": list(query.terms),
+            "data": [hit.to_dict() for hit in page],
+            "next_cursor": str(page[-1].seq) if more else None,
+        }
     )
 
 
@@ -192,6 +238,7 @@ routes = [
     Route("/admin/conversations/{id}", delete_conversation, methods=["DELETE"]),
     Route("/admin/conversations/{id}/events", list_events, methods=["GET"]),
     Route("/admin/conversations/{id}/calls", list_calls, methods=["GET"]),
+    Route("/admin/conversations/{id}/search", search_events, methods=["GET"]),
     Route("/admin/conversations/{id}/projection", get_projection, methods=["GET"]),
     Route("/admin/conversations/{id}/checkpoints", list_checkpoints, methods=["GET"]),
 ]

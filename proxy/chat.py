@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from policies.base import Projection
 
-from . import identify, record, routing
+from . import identify, recall, record, routing
 from .compaction import CompactionJob
 from .config import Policy, Route
 from .endpoints import relay_unchanged
@@ -63,6 +63,9 @@ async def handle(request: Request, wire: Wire) -> Any:
         )
         call = await _open_call(services, route, model, stream, body, ingested, started)
         sent = messages
+        recalling = policy.rewrite and wire.rewrite_allowed(body) and recall.offered(policy, wire, body, stream)
+        if recalling:
+            body = recall.with_tool(body, policy.recall)  # before projecting: the tool counts in the budget
         if policy.rewrite and wire.rewrite_allowed(body):
             # A litellm route's window and prices are its provider model's, whatever the client calls it.
             auth = routing.summary_auth(services.keys, wire, route, request.headers)
@@ -77,7 +80,8 @@ async def handle(request: Request, wire: Wire) -> Any:
             raise
         return await _passthrough(services, wire, route, request, raw, body, stream, exc)
     known = ingested.known.encoded if ingested.known else None
-    encoded, ingested.remembered.encoded = wire.encode(body, None if sent is messages else sent, stream, known)
+    outgoing = sent if recalling or sent is not messages else None
+    encoded, ingested.remembered.encoded = wire.encode(body, outgoing, stream, known)
     payload = raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
     echo = [(header, ingested.identity.external_id or ingested.identity.conversation_id)]
 
@@ -88,6 +92,8 @@ async def handle(request: Request, wire: Wire) -> Any:
         record.failed(call, exc, t0)
         await services.recorder.finish(call, wire.name, record.error_kind(exc))
         raise
+    if recalling:
+        upstream, call, t0 = await recall.detour(services, wire, route, policy, body, sent, call, upstream, headers, t0)
 
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         observer = wire.observer(body)
@@ -199,7 +205,7 @@ async def _close_call(
     await services.recorder.finish(call, wire.name, error_kind)
     if call.status != "complete":
         return
-    if call.projection is not None and call.branch_id is not None:
+    if call.projection is not None and call.branch_id is not None and "recall_rounds" not in call.projection:
         # What the upstream billed feeds the estimate of the next call on this branch.
         services.projector.calibrate(
             call.branch_id,

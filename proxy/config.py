@@ -101,6 +101,17 @@ class Summarizer(_Frozen):
     max_tokens: int = Field(2048, ge=256)
 
 
+class Recall(_Frozen):
+    """The recall tool the proxy offers the model (`proxy/recall.py`): `auto` offers it when the
+    client's own request carries tools. Off by default for now: with it on, the upstream body of a
+    tool-using request gains one tool."""
+
+    enabled: Literal["auto"] | bool = False
+    tool_name: str = Field("ctxproxy_recall", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    max_result_tokens: int = Field(2000, ge=100, le=50_000)
+    max_rounds: int = Field(3, ge=1, le=10)
+
+
 @validated_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class Policy(PolicyConfig):
     """How a route's requests are rewritten: the policies' own `PolicyConfig` (trigger, target,
@@ -118,6 +129,7 @@ class Policy(PolicyConfig):
     """When the store fails while identifying, ingesting or projecting a request: answer 503
     (`fail`), or relay it unrewritten and unrecorded with `X-Ctxproxy-Degraded` (`passthrough`)."""
     summarizer: Summarizer = Summarizer()
+    recall: Recall = Recall()
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -4,8 +4,9 @@ A call is opened before it goes upstream (`Recorder.open`), its outcome is read 
 ends (`answered` for a whole body, `streamed` for a relayed stream, `failed` when the hop raised),
 and `Recorder.finish` is the one place a record is completed and written: cost at the provider
 model's prices, metrics, then the store. The purposes are `main` (the client's own call) and
-`summary` (a compaction's summarizer call); both go to the ledger, and only main calls feed the
-context calibration.
+`summary` (a compaction's summarizer call) and `recall` (a call whose answer called the proxy's
+recall tool and was consumed by it, `proxy/recall.py`); all go to the ledger, and only main calls
+feed the context calibration.
 
 The status of a streamed call follows from who ended it: the end event reaching the client is
 `complete` (a disconnect after it is the client hanging up, not a loss); a client that went away
