@@ -223,10 +223,19 @@ class Compactor:
         allowed: list[str],
     ) -> tuple[str | None, str | None]:
         messages = build_summary_messages(previous, chunk, pinned)
+        budget = self.projector.summarizer_budget(job.policy, job.model)
+        counter = self.projector.counter(job.policy.summarizer.model or job.model)
+        needed = budget.fixed_tokens + sum(counter(message) for message in messages)
+        if needed > budget.input_budget:
+            # The plan sized the chunk to fit; never send a summarizer request over its window.
+            return None, (
+                f"summarizer request of {needed:,} tokens exceeds the summarizer's input budget of "
+                f"{budget.input_budget:,} (window {budget.context_window:,} - reply {budget.max_output_tokens:,})"
+            )
         error: str | None = None
         for _attempt in range(job.policy.summarizer.max_attempts):
             result = await self.summarizer.summarize(
-                job.wire, job.route, job.policy, job.model, messages, job.client_auth
+                job.wire, job.route, job.policy, job.model, messages, job.client_auth, budget.max_output_tokens
             )
             await self._record(job, result.model, result, chunk)
             if result.text is None:
