@@ -102,6 +102,9 @@ class Summarizer(_Frozen):
     """the summary reply's size asked for (capped by the summarizer's output reserve)"""
     context_window: int | None = Field(None, gt=0)
     """the summarizer model's window (default: litellm's model map for it)"""
+    summary_max_tokens: int | None = Field(None, ge=64)
+    """the longest summary accepted, checked after generation (default: a tenth of the route's
+    window, within the reply reserve); an over-long one is asked for once more, shorter"""
     max_output_tokens: int | None = Field(None, gt=0)
     """the summarizer's output reserve (default: `max_tokens`, capped at the model's max output
     and a quarter of its window)"""

@@ -139,6 +139,14 @@ class Projector:
             output = window // 4
         return Budget(context_window=window, max_output_tokens=output, fixed_tokens=REPLY_PRIMING_TOKENS)
 
+    def summary_max_tokens(self, policy: Policy, model: str) -> int:
+        """The longest summary accepted: `summarizer.summary_max_tokens`, else a tenth of the
+        route's window (a modest share of its input budget, at least 256); never more than the
+        summarizer's reply reserve."""
+        reserve = self.summarizer_budget(policy, model).max_output_tokens
+        cap = policy.summarizer.summary_max_tokens or max(256, self.window(policy, model) // 10)
+        return min(cap, reserve)
+
     def calibration(self, branch_id: str | None, generation: int) -> float:
         if branch_id is None:
             return 1.0

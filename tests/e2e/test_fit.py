@@ -9,11 +9,12 @@ not for the summarizer) must send nothing over the window.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
-from tests.e2e.test_rewriting import OBJECTIVE, SYSTEM, is_summary_request, summary_requests
+from tests.e2e.test_rewriting import OBJECTIVE, SYSTEM, is_summary_request, summary_requests, wait_checkpoints
 from tests.support.upstream_server import Reply, UpstreamServer, count_prompt_tokens, tool_call
 
 
@@ -25,6 +26,17 @@ def summary_text(words: int) -> str:
         f"none\n## Key facts\n{facts}\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\n"
         "Continue the migration."
     )
+
+
+def summary_limit(body: dict[str, Any]) -> int:
+    """The summary size limit the proxy states in a summarizer request."""
+    match = re.search(r"under ([\d,]+) tokens", body["messages"][-1]["content"])
+    assert match, "the summarizer request states no size limit"
+    return int(match.group(1).replace(",", ""))
+
+
+def asked_shorter(body: dict[str, Any]) -> bool:
+    return "A previous attempt was" in body["messages"][-1]["content"]
 
 
 def over_window(upstream: UpstreamServer, model: str, window: int) -> list[tuple[bool, int, int]]:
@@ -68,8 +80,8 @@ def test_long_session_sends_nothing_over_the_window(proxy, upstream, api_key, mo
 
     def respond(body: dict[str, Any]) -> Reply:
         if is_summary_request(body):
-            # as long as the reply reserve allows: the rolling summary grows into the next chunk
-            return Reply(content=summary_text(int(body["max_tokens"]) // 3))
+            # as long as the stated limit allows: the rolling summary grows into the next chunk
+            return Reply(content=summary_text(summary_limit(body) // 3))
         turn["n"] += 1
         n = turn["n"]
         if n % 2 == 1:
@@ -86,3 +98,59 @@ def test_long_session_sends_nothing_over_the_window(proxy, upstream, api_key, mo
     assert len(summaries) >= 2, "the session never compacted"
     largest = max(count_prompt_tokens(b) + int(b["max_tokens"]) for b in summaries)
     assert largest <= window
+
+
+SIZE_POLICY = {"context_window": 8_000, "max_output_tokens": 1000, "overflow_wait": 20, "summarizer": {"timeout": 5}}
+
+
+def drive_to_compaction(p: Any, upstream: UpstreamServer, api_key: str, model: str) -> str:
+    """Send turns until two summarizer requests were made; the conversation id."""
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conv = ""
+    for i in range(40):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 300})
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        if len(summary_requests(upstream)) >= 2:
+            break
+    return conv
+
+
+def test_an_over_long_summary_is_asked_for_once_more_shorter(proxy, upstream, api_key, monkeypatch):
+    model = "gpt-fit-size-retry"
+    monkeypatch.setitem(upstream.context_windows, model, 8_000)
+    p = proxy(policies={"default": SIZE_POLICY})
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            limit = summary_limit(body)
+            return Reply(content=summary_text(limit // 3 if asked_shorter(body) else limit * 2))
+        return Reply(content="ok")
+
+    upstream.responder = respond
+    conv = drive_to_compaction(p, upstream, api_key, model)
+    checkpoints = wait_checkpoints(p, conv)
+    assert any(c["status"] == "active" for c in checkpoints), checkpoints
+    first, second = summary_requests(upstream)[:2]
+    assert not asked_shorter(first) and asked_shorter(second)
+
+
+def test_a_summary_still_too_long_keeps_the_previous_checkpoint(proxy, upstream, api_key, monkeypatch):
+    model = "gpt-fit-size-fail"
+    monkeypatch.setitem(upstream.context_windows, model, 8_000)
+    p = proxy(policies={"default": SIZE_POLICY})
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=summary_text(summary_limit(body) * 2))
+        return Reply(content="ok")
+
+    upstream.responder = respond
+    conv = drive_to_compaction(p, upstream, api_key, model)
+    checkpoints = wait_checkpoints(p, conv)
+    assert not any(c["status"] == "active" for c in checkpoints), checkpoints
+    failed = [c for c in checkpoints if c["status"] == "failed"]
+    assert failed and "summary too long" in str(failed[0]), failed[0]
+    assert len(summary_requests(upstream)) == 2  # asked once more, then no further attempt (back-off)
