@@ -61,6 +61,8 @@ async def handle(request: Request, wire: Wire) -> Any:
         ingested = await ingest(
             services.store, services.history, wire, tenant, messages, request.headers.get(header), len(raw), session
         )
+        # from here on every answer, errors included, names the conversation
+        request.state.conversation_header = (header, _conversation_of(ingested))
         call = await _open_call(services, route, model, stream, body, ingested, started)
         sent = messages
         if policy.rewrite and wire.rewrite_allowed(body):
@@ -79,7 +81,7 @@ async def handle(request: Request, wire: Wire) -> Any:
     known = ingested.known.encoded if ingested.known else None
     encoded, ingested.remembered.encoded = wire.encode(body, None if sent is messages else sent, stream, known)
     payload = raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
-    echo = [(header, ingested.identity.external_id or ingested.identity.conversation_id)]
+    echo = [(header, _conversation_of(ingested))]
 
     try:
         headers = routing.upstream_headers(services.keys, wire, route, request.headers, frozenset({header.lower()}))
@@ -244,6 +246,10 @@ async def _passthrough(
 
 async def _unrecorded(outcome: StreamOutcome) -> None:
     return None
+
+
+def _conversation_of(ingested: Ingested) -> str:
+    return ingested.identity.external_id or ingested.identity.conversation_id
 
 
 def _rewritten(projection: Projection) -> bool:

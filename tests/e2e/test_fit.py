@@ -154,3 +154,21 @@ def test_a_summary_still_too_long_keeps_the_previous_checkpoint(proxy, upstream,
     failed = [c for c in checkpoints if c["status"] == "failed"]
     assert failed and "summary too long" in str(failed[0]), failed[0]
     assert len(summary_requests(upstream)) == 2  # asked once more, then no further attempt (back-off)
+
+
+def test_an_impossible_user_message_is_a_400_naming_the_window_and_the_conversation(proxy, upstream, api_key):
+    """The newest user message alone exceeds the window: a 400 `context_length_exceeded` in
+    OpenAI's shape, naming the configured window, with the conversation header on it."""
+    import openai
+
+    model = "gpt-fit-impossible"
+    p = proxy(policies={"default": {"context_window": 8_000, "max_output_tokens": 1000}})
+    client = p.client(api_key)
+    huge = {"role": "user", "content": "word " * 12_000}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=model, messages=[SYSTEM, OBJECTIVE, huge])
+    error = caught.value
+    assert error.code == "context_length_exceeded"
+    assert "maximum context length is 8000 tokens" in error.message
+    assert error.response.headers.get("x-conversation-id")
+    assert not [r for r in upstream.chat_requests if r.body.get("model") == model]
