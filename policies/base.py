@@ -81,6 +81,9 @@ class Budget:
     context_window: int
     max_output_tokens: int
     fixed_tokens: int = 0
+    summarizer: Budget | None = None
+    """the summarizer model's own limits (its window, its reply reserve, its framing); None: the
+    summarizer shares this budget"""
 
     def __post_init__(self) -> None:
         if self.context_window <= 0:

@@ -66,12 +66,21 @@ __all__ = [
 ]
 
 
-def chunk_limit(budget: Budget, config: PolicyConfig, *, previous_summary_tokens: int, pinned_tokens: int) -> int:
+def chunk_limit(
+    budget: Budget,
+    config: PolicyConfig,
+    *,
+    previous_summary_tokens: int,
+    pinned_tokens: int,
+    rolling_summary_tokens: int = 0,
+) -> int:
     """Max history tokens per summarizer call, so that prompt + previous summary + pinned texts
-    + chunk fit the summarizer's input budget (the reply has max_output_tokens reserved)."""
+    + chunk fit the summarizer's input budget (the reply has max_output_tokens reserved).
+    `rolling_summary_tokens`: how large a summary written by this compaction can be; from the
+    second chunk on it is the previous summary, so the room reserves the larger of the two."""
     pinned = min(pinned_tokens, PINNED_MAX_CHARS // 3)
     room = budget.input_budget - budget.fixed_tokens - SUMMARY_PROMPT_TOKENS
-    room -= previous_summary_tokens + pinned
+    room -= max(previous_summary_tokens, rolling_summary_tokens) + pinned
     return max(MIN_CHUNK_TOKENS, min(config.summary_chunk_tokens, room))
 
 
@@ -203,8 +212,9 @@ def plan_compaction(
     `projected_tokens`: the current projection's total; `overhead_tokens`: the part of it that is
     not raw tail (fixed + prefix + pinned head + current summary); `sent_tokens`: what each seq
     costs as currently sent (defaults to `item.tokens`); `summary_budget`: the summarizer model's
-    budget when it differs from the main model's; `pinned_tokens`: the tokens of the pinned
-    items, when the caller knows them (else summed over `items`)."""
+    budget when it differs from the main model's (default: `budget.summarizer`);
+    `pinned_tokens`: the tokens of the pinned items, when the caller knows them (else summed over
+    `items`)."""
     trigger_tokens = int(config.trigger * budget.input_budget)
     if projected_tokens <= trigger_tokens:
         return None
@@ -239,11 +249,14 @@ def plan_compaction(
     if pinned_tokens is None:
         pinned = pinned if pinned is not None else pinned_seqs(items, config.pins)
         pinned_tokens = sum(item.tokens for item in items if item.seq in pinned)
+    summary_budget = summary_budget or budget.summarizer
     limit = chunk_limit(
         summary_budget or budget,
         config,
         previous_summary_tokens=checkpoint.tokens if checkpoint else 0,
         pinned_tokens=pinned_tokens,
+        # a summary is at most its reply reserve long, and it rolls into the next chunk's request
+        rolling_summary_tokens=summary_budget.max_output_tokens if summary_budget else 0,
     )
     reason = (
         f"projected {projected_tokens:,} tokens > trigger {trigger_tokens:,} "

@@ -35,7 +35,13 @@ log = logging.getLogger("ctxproxy")
 
 
 def _error_response(request: Request, exc: ProxyError) -> RawResponse:
-    return error_response(exc, wire_for_path(request.url.path))
+    """The error in the client API's shape, with the conversation header once the request's
+    conversation is known (`chat.handle` sets it right after identifying)."""
+    response = error_response(exc, wire_for_path(request.url.path))
+    conversation = getattr(request.state, "conversation_header", None)
+    if conversation is not None:
+        response.headers.append(conversation)
+    return response
 
 
 async def _proxy_error(request: Request, exc: Exception) -> RawResponse:

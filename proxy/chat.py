@@ -61,6 +61,8 @@ async def handle(request: Request, wire: Wire) -> Any:
         ingested = await ingest(
             services.store, services.history, wire, tenant, messages, request.headers.get(header), len(raw), session
         )
+        # from here on every answer, errors included, names the conversation
+        request.state.conversation_header = (header, _conversation_of(ingested))
         call = await _open_call(services, route, model, stream, body, ingested, started)
         sent = messages
         recalling = policy.rewrite and wire.rewrite_allowed(body) and recall.offered(policy, wire, body, stream)
@@ -83,7 +85,7 @@ async def handle(request: Request, wire: Wire) -> Any:
     outgoing = sent if recalling or sent is not messages else None
     encoded, ingested.remembered.encoded = wire.encode(body, outgoing, stream, known)
     payload = raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
-    echo = [(header, ingested.identity.external_id or ingested.identity.conversation_id)]
+    echo = [(header, _conversation_of(ingested))]
 
     try:
         headers = routing.upstream_headers(services.keys, wire, route, request.headers, frozenset({header.lower()}))
@@ -250,6 +252,10 @@ async def _passthrough(
 
 async def _unrecorded(outcome: StreamOutcome) -> None:
     return None
+
+
+def _conversation_of(ingested: Ingested) -> str:
+    return ingested.identity.external_id or ingested.identity.conversation_id
 
 
 def _rewritten(projection: Projection) -> bool:

@@ -3,7 +3,8 @@
 When a projection crosses the trigger, `policies` returns a `CompactionPlan`: the oldest uncovered
 groups, in chunks small enough that each summarizer request fits. The job summarizes them rolling
 (previous summary + next chunk), checks every summary (`check_summary`: no new URLs or images, no
-invented constraint quotes, not empty, not larger than its source) and commits a checkpoint with
+invented constraint quotes, not empty, not larger than its source, not longer than
+`summarizer.summary_max_tokens` -- an over-long summary is asked for once more, shorter) and commits a checkpoint with
 compare-and-set on (parent generation, chain hash of the last covered event). Anything else --
 a failed or rejected summary, a time-out, a concurrent commit, a deleted conversation -- leaves
 the previous checkpoint active; the request is served by pruning meanwhile.
@@ -222,15 +223,35 @@ class Compactor:
         pinned: list[Item],
         allowed: list[str],
     ) -> tuple[str | None, str | None]:
-        messages = build_summary_messages(previous, chunk, pinned)
+        cap = self.projector.summary_max_tokens(job.policy, job.model)
+        messages = build_summary_messages(previous, chunk, pinned, max_tokens=cap)
+        budget = self.projector.summarizer_budget(job.policy, job.model)
+        counter = self.projector.counter(job.policy.summarizer.model or job.model)
+        needed = budget.fixed_tokens + sum(counter(message) for message in messages)
+        if needed > budget.input_budget:
+            # The plan sized the chunk to fit; never send a summarizer request over its window.
+            return None, (
+                f"summarizer request of {needed:,} tokens exceeds the summarizer's input budget of "
+                f"{budget.input_budget:,} (window {budget.context_window:,} - reply {budget.max_output_tokens:,})"
+            )
         error: str | None = None
-        for _attempt in range(job.policy.summarizer.max_attempts):
+        attempts, attempt, asked_shorter = job.policy.summarizer.max_attempts, 0, False
+        while attempt < attempts:
+            attempt += 1
             result = await self.summarizer.summarize(
-                job.wire, job.route, job.policy, job.model, messages, job.client_auth
+                job.wire, job.route, job.policy, job.model, messages, job.client_auth, budget.max_output_tokens
             )
             await self._record(job, result.model, result, chunk)
             if result.text is None:
                 error = result.error
+                continue
+            size = counter.count_text(result.text)
+            if size > cap:
+                error = f"summary too long: {size:,} tokens > summary_max_tokens {cap:,}"
+                if asked_shorter:
+                    break  # asked once more, shorter, already: the previous checkpoint stays
+                asked_shorter, attempts = True, max(attempts, attempt + 1)
+                messages = build_summary_messages(previous, chunk, pinned, max_tokens=cap, too_long_tokens=size)
                 continue
             problems = check_summary(result.text, chunk, previous_summary=previous, allowed_texts=allowed)
             if not problems:

@@ -99,6 +99,15 @@ class Summarizer(_Frozen):
     timeout: float = Field(120.0, gt=0)
     max_attempts: int = Field(2, ge=1, le=5)
     max_tokens: int = Field(2048, ge=256)
+    """the summary reply's size asked for (capped by the summarizer's output reserve)"""
+    context_window: int | None = Field(None, gt=0)
+    """the summarizer model's window (default: litellm's model map for it)"""
+    summary_max_tokens: int | None = Field(None, ge=64)
+    """the longest summary accepted, checked after generation (default: a tenth of the route's
+    window, within the reply reserve); an over-long one is asked for once more, shorter"""
+    max_output_tokens: int | None = Field(None, gt=0)
+    """the summarizer's output reserve (default: `max_tokens`, capped at the model's max output
+    and a quarter of its window)"""
 
 
 class Recall(_Frozen):

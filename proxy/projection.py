@@ -116,7 +116,36 @@ class Projector:
         if factor > 1.0:
             input_budget = int((window - output) / factor)
             window = output + input_budget
-        return Budget(context_window=window, max_output_tokens=output, fixed_tokens=fixed)
+        summarizer = self.summarizer_budget(policy, model)
+        return Budget(context_window=window, max_output_tokens=output, fixed_tokens=fixed, summarizer=summarizer)
+
+    def summarizer_budget(self, policy: Policy, model: str) -> Budget:
+        """The summarizer model's limits: `summarizer.model`, else the route's model; its window
+        from `summarizer.context_window`, else litellm's map (else the route's window when the
+        summarizer is the route's model); its reply reserve from `summarizer.max_output_tokens`,
+        else `summarizer.max_tokens` capped at the model's max output and a quarter of the window."""
+        settings = policy.summarizer
+        name = settings.model or model
+        info = self.catalog.info(name)
+        window = settings.context_window or (
+            self.window(policy, name) if settings.model is None else (info.context_window if info else None)
+        )
+        window = window or DEFAULT_WINDOW
+        output = settings.max_output_tokens
+        if output is None:
+            model_max = info.max_output_tokens if info and info.max_output_tokens else settings.max_tokens
+            output = min(settings.max_tokens, model_max, window // 4)
+        if output >= window:  # a `summarizer.context_window` below the reserve: keep room for input
+            output = window // 4
+        return Budget(context_window=window, max_output_tokens=output, fixed_tokens=REPLY_PRIMING_TOKENS)
+
+    def summary_max_tokens(self, policy: Policy, model: str) -> int:
+        """The longest summary accepted: `summarizer.summary_max_tokens`, else a tenth of the
+        route's window (a modest share of its input budget, at least 256); never more than the
+        summarizer's reply reserve."""
+        reserve = self.summarizer_budget(policy, model).max_output_tokens
+        cap = policy.summarizer.summary_max_tokens or max(256, self.window(policy, model) // 10)
+        return min(cap, reserve)
 
     def calibration(self, branch_id: str | None, generation: int) -> float:
         if branch_id is None:

@@ -54,7 +54,10 @@ class Summarizer:
         model: str,
         messages: list[Message],
         client_auth: dict[str, str],
+        max_tokens: int | None = None,
     ) -> SummaryResult:
+        """One summarizer call; `max_tokens`: the reply's size, within the summarizer's output
+        reserve (default `summarizer.max_tokens`)."""
         settings = policy.summarizer
         started = time.monotonic()
         if settings.model:
@@ -62,7 +65,7 @@ class Summarizer:
             key = self.keys.get(settings.api_key_env)
             route = _litellm_route(route, settings)
             model, wire, client_auth = settings.model, OPENAI_CHAT, {"Authorization": f"Bearer {key}"} if key else {}
-        path, body = wire.summary_request(model, messages, settings.max_tokens)
+        path, body = wire.summary_request(model, messages, max_tokens or settings.max_tokens)
         result = await self._call(wire, route, policy, model, path, body, client_auth)
         result.latency_ms = round((time.monotonic() - started) * 1000, 3)
         return result

@@ -19,8 +19,8 @@ from policies.invariants import check_all, coverage, latest_turn_verbatim, prefi
 from policies.pins import pinned_seqs
 from policies.projection import STEPS, project
 from policies.record import make_record
-from policies.summary_prompt import summary_block
-from policies.summary_tail import chunk_limit
+from policies.summary_prompt import PINNED_MAX_CHARS, SUMMARY_PROMPT_TOKENS, summary_block
+from policies.summary_tail import MIN_CHUNK_TOKENS, chunk_limit
 from policies.trim_tool_results import trim_boundary
 from tests.policies.strategies import (
     Case,
@@ -208,6 +208,30 @@ def test_compaction_plan_is_well_formed_and_applying_it_keeps_invariants(case: C
     )
     after = replace(case, checkpoint=checkpoint)
     assert_valid(after, run(after))
+
+
+@SETTINGS
+@given(cases(), st.integers(1_000, 40_000), st.integers(0, 8_000))
+def test_chunks_fit_the_summarizers_own_window(case: Case, window: int, reserve: int) -> None:
+    """With a summarizer budget of its own, every chunk fits next to the summary prompt, the
+    larger of the previous summary and the reply reserve (the rolling summary) and the pinned
+    texts, whatever the main model's window; only an uncuttable single group may exceed it."""
+    summarizer = Budget(window, min(reserve, window // 4), 3)
+    case = replace(case, budget=replace(case.budget, summarizer=summarizer))
+    result = run(case)
+    if isinstance(result, ContextOverflow) or result.record.compaction is None:
+        return
+    event("plan with a summarizer budget")
+    previous = case.checkpoint.tokens if case.checkpoint else 0
+    pinned = min(sum(i.tokens for i in case.items if i.seq in _pins(case)), PINNED_MAX_CHARS // 3)
+    room = summarizer.input_budget - 3 - SUMMARY_PROMPT_TOKENS - max(previous, summarizer.max_output_tokens) - pinned
+    limit = max(MIN_CHUNK_TOKENS, min(case.config.summary_chunk_tokens, room))
+    groups = group_items(case.items)
+    for chunk in result.record.compaction.chunks:
+        group = next(g for g in groups if g.first_seq == chunk[0].seq)
+        orphans = [g for g in groups if g.kind == "orphan" and group.first_seq < g.first_seq < group.last_seq]
+        single = len({i.seq for i in chunk}) == len(group.items) + len(orphans)
+        assert sum(item.tokens + 16 for item in chunk) <= limit or single
 
 
 def _pins(case: Case) -> frozenset[int]:

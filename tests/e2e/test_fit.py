@@ -1,0 +1,174 @@
+"""Every call fits, the summarizer's included (issue 10, part 1).
+
+The scripted upstream rejects any request whose prompt + max_tokens exceeds its model's window,
+summary calls included: the summarizer here is the route's own model, with the same window. A
+long generated agent session (user turns, parallel tool calls, large results, a client that
+sometimes asks for a small `max_tokens`, which leaves a large input budget for the main call but
+not for the summarizer) must send nothing over the window.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_rewriting import OBJECTIVE, SYSTEM, is_summary_request, summary_requests, wait_checkpoints
+from tests.support.upstream_server import Reply, UpstreamServer, count_prompt_tokens, tool_call
+
+
+def summary_text(words: int) -> str:
+    """A structured summary of about `words` words of facts (no URLs, no invented quotes)."""
+    facts = " ".join(f"fact{i}" for i in range(words))
+    return (
+        "## Goal\nMigrate the billing service to the new queue.\n## Constraints\nnone\n## Decisions\n"
+        f"none\n## Key facts\n{facts}\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\n"
+        "Continue the migration."
+    )
+
+
+def summary_limit(body: dict[str, Any]) -> int:
+    """The summary size limit the proxy states in a summarizer request."""
+    match = re.search(r"under ([\d,]+) tokens", body["messages"][-1]["content"])
+    assert match, "the summarizer request states no size limit"
+    return int(match.group(1).replace(",", ""))
+
+
+def asked_shorter(body: dict[str, Any]) -> bool:
+    return "A previous attempt was" in body["messages"][-1]["content"]
+
+
+def over_window(upstream: UpstreamServer, model: str, window: int) -> list[tuple[bool, int, int]]:
+    """(is summary, prompt tokens, max_tokens) of every request to `model` that exceeded `window`."""
+    out = []
+    for request in upstream.chat_requests:
+        body = request.body
+        if body.get("model") != model:
+            continue
+        prompt = count_prompt_tokens(body)
+        reply = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+        if prompt + reply > window:
+            out.append((is_summary_request(body), prompt, reply))
+    return out
+
+
+def run_session(client: Any, model: str, turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    for i in range(turns):
+        extra = {"max_tokens": 600} if i % 4 == 0 else {}
+        response = client.chat.completions.create(model=model, messages=list(messages), **extra)
+        message = response.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if message.tool_calls:
+            for k, call in enumerate(message.tool_calls):
+                size = 9_000 if (i + k) % 7 == 0 else 1_200
+                content = f"output of {call.function.arguments}\n" + "line of output\n" * (size // 15)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        else:
+            messages.append({"role": "user", "content": f"turn {i}: continue with part {i}. " + "detail " * 120})
+    return messages
+
+
+@pytest.mark.parametrize("window", [8_000, 16_000])
+def test_long_session_sends_nothing_over_the_window(proxy, upstream, api_key, monkeypatch, window):
+    model = f"gpt-fit-{window}"
+    monkeypatch.setitem(upstream.context_windows, model, window)
+    policy = {"context_window": window, "max_output_tokens": 1000, "overflow_wait": 20, "summarizer": {"timeout": 5}}
+    p = proxy(policies={"default": policy})
+    turn = {"n": 0}
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            # as long as the stated limit allows: the rolling summary grows into the next chunk
+            return Reply(content=summary_text(summary_limit(body) // 3))
+        turn["n"] += 1
+        n = turn["n"]
+        if n % 2 == 1:
+            calls = [
+                tool_call("bash", {"command": f"cat file_{n}_{k}.py"}, id=f"call_{n}_{k}") for k in range(1 + n % 3)
+            ]
+            return Reply(content=None, tool_calls=calls)
+        return Reply(content=f"step {n} done")
+
+    upstream.responder = respond
+    run_session(p.client(api_key), model, 120)
+    assert over_window(upstream, model, window) == []
+    summaries = summary_requests(upstream)
+    assert len(summaries) >= 2, "the session never compacted"
+    largest = max(count_prompt_tokens(b) + int(b["max_tokens"]) for b in summaries)
+    assert largest <= window
+
+
+SIZE_POLICY = {"context_window": 8_000, "max_output_tokens": 1000, "overflow_wait": 20, "summarizer": {"timeout": 5}}
+
+
+def drive_to_compaction(p: Any, upstream: UpstreamServer, api_key: str, model: str) -> str:
+    """Send turns until two summarizer requests were made; the conversation id."""
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conv = ""
+    for i in range(40):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 300})
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        if len(summary_requests(upstream)) >= 2:
+            break
+    return conv
+
+
+def test_an_over_long_summary_is_asked_for_once_more_shorter(proxy, upstream, api_key, monkeypatch):
+    model = "gpt-fit-size-retry"
+    monkeypatch.setitem(upstream.context_windows, model, 8_000)
+    p = proxy(policies={"default": SIZE_POLICY})
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            limit = summary_limit(body)
+            return Reply(content=summary_text(limit // 3 if asked_shorter(body) else limit * 2))
+        return Reply(content="ok")
+
+    upstream.responder = respond
+    conv = drive_to_compaction(p, upstream, api_key, model)
+    checkpoints = wait_checkpoints(p, conv)
+    assert any(c["status"] == "active" for c in checkpoints), checkpoints
+    first, second = summary_requests(upstream)[:2]
+    assert not asked_shorter(first) and asked_shorter(second)
+
+
+def test_a_summary_still_too_long_keeps_the_previous_checkpoint(proxy, upstream, api_key, monkeypatch):
+    model = "gpt-fit-size-fail"
+    monkeypatch.setitem(upstream.context_windows, model, 8_000)
+    p = proxy(policies={"default": SIZE_POLICY})
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=summary_text(summary_limit(body) * 2))
+        return Reply(content="ok")
+
+    upstream.responder = respond
+    conv = drive_to_compaction(p, upstream, api_key, model)
+    checkpoints = wait_checkpoints(p, conv)
+    assert not any(c["status"] == "active" for c in checkpoints), checkpoints
+    failed = [c for c in checkpoints if c["status"] == "failed"]
+    assert failed and "summary too long" in str(failed[0]), failed[0]
+    assert len(summary_requests(upstream)) == 2  # asked once more, then no further attempt (back-off)
+
+
+def test_an_impossible_user_message_is_a_400_naming_the_window_and_the_conversation(proxy, upstream, api_key):
+    """The newest user message alone exceeds the window: a 400 `context_length_exceeded` in
+    OpenAI's shape, naming the configured window, with the conversation header on it."""
+    import openai
+
+    model = "gpt-fit-impossible"
+    p = proxy(policies={"default": {"context_window": 8_000, "max_output_tokens": 1000}})
+    client = p.client(api_key)
+    huge = {"role": "user", "content": "word " * 12_000}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=model, messages=[SYSTEM, OBJECTIVE, huge])
+    error = caught.value
+    assert error.code == "context_length_exceeded"
+    assert "maximum context length is 8000 tokens" in error.message
+    assert error.response.headers.get("x-conversation-id")
+    assert not [r for r in upstream.chat_requests if r.body.get("model") == model]
