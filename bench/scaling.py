@@ -86,7 +86,14 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
         calls = 0
 
         async def summarize(
-            self, wire: Any, route: Any, policy: Any, model: str, messages: Any, auth: Any
+            self,
+            wire: Any,
+            route: Any,
+            policy: Any,
+            model: str,
+            messages: Any,
+            auth: Any,
+            max_tokens: int | None = None,
         ) -> SummaryResult:
             StubSummarizer.calls += 1
             await asyncio.sleep(stub_ms / 1000)
