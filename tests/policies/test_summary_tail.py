@@ -52,7 +52,25 @@ def test_keep_recent_shrinks_to_the_target() -> None:
     p = plan(h, PolicyConfig(keep_recent_tokens=20_000), overhead=5_000)  # target 7,000 - 5,000
     assert p is not None
     tail_tokens = sum(i.tokens for i in h if i.seq > p.through_seq)
-    assert 2_000 <= tail_tokens < 2_000 + 1_100
+    assert 2_000 - 1_100 < tail_tokens <= 2_000  # never a group past the target
+
+
+def test_the_room_reserves_the_longest_summary_the_commit_may_bring() -> None:
+    h = history(20)
+    total = sum(i.tokens for i in h)
+    budget = Budget(16_000, 2_000, 0, summary_max_tokens=1_500)
+    p = plan_compaction(
+        h, None, budget, PolicyConfig(), projected_tokens=total, overhead_tokens=2_000, count=fake_count
+    )
+    assert p is not None
+    tail_tokens = sum(i.tokens for i in h if i.seq > p.through_seq)
+    assert 3_500 - 1_100 < tail_tokens <= 3_500  # 7,000 - 2,000 overhead - 1,500 for the summary
+
+
+def test_the_tail_shrinks_to_the_newest_group_when_nothing_else_fits() -> None:
+    h = history(20)
+    p = plan(h, PolicyConfig(keep_recent_tokens=20_000), overhead=7_500)  # over the target already
+    assert p is not None and p.through_seq == h[-3].seq  # only the newest group stays raw
 
 
 def test_plan_starts_after_the_checkpoint_and_never_takes_the_last_group() -> None:
