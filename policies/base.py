@@ -229,6 +229,9 @@ class CompactionPlan:
     through_seq: int
     chunks: tuple[tuple[Item, ...], ...]
     reason: str
+    released_pins: tuple[int, ...] = ()
+    """pins released by the projection that planned this (`pins.release_pins`): the summarizer
+    sees them as history, not among the messages kept verbatim"""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -245,6 +248,7 @@ class CompactionPlan:
                 if chunk
             ],
             "reason": self.reason,
+            "released_pins": _ranges(self.released_pins),
         }
 
 

@@ -212,8 +212,8 @@ def plan_compaction(
     """The next compaction to run, or None (under the trigger, or nothing left to summarize).
 
     `projected_tokens`: the current projection's total; `overhead_tokens`: the part of it that is
-    not raw tail (fixed + prefix + pinned head + current summary); `sent_tokens`: what each seq
-    costs as currently sent (defaults to `item.tokens`); `summary_budget`: the summarizer model's
+    not raw tail (fixed + prefix + kept groups + current summary); `sent_tokens`: what each seq
+    costs as currently sent, 0 for kept groups (defaults to `item.tokens`); `summary_budget`: the summarizer model's
     budget when it differs from the main model's (default: `budget.summarizer`);
     `pinned_tokens`: the tokens of the pinned items, when the caller knows them (else summed over
     `items`)."""
@@ -281,12 +281,14 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
     over = draft.total > ctx.trigger_tokens
     if not over:
         return draft
+    # A kept group (pinned, the newest user message, the newest group) stays in the projection
+    # whatever is summarized: it is overhead, not tail, or the commit would land above target.
     sent: dict[int, int] = {}
     for slot in draft.tail:
         for seq, tokens in zip(slot.seqs, slot.tokens, strict=True):
             if seq is not None:
-                sent[seq] = tokens
-    tail_tokens = sum(slot.total for slot in draft.tail)
+                sent[seq] = 0 if slot.keep else tokens
+    tail_tokens = sum(slot.total for slot in draft.tail if not slot.keep)
     plan = plan_compaction(
         ctx.items,
         ctx.checkpoint,
@@ -300,4 +302,6 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
         pinned=ctx.pinned,
         pinned_tokens=ctx.index.tokens_of(ctx.pinned) if ctx.index is not None else None,
     )
+    if plan is not None and ctx.released:
+        plan = replace(plan, released_pins=ctx.released)
     return replace(draft, over_trigger=True, plan=plan)

@@ -59,6 +59,7 @@ def test_released_pins_are_summarized_like_other_history_and_the_record_says_so(
     assert record.released_pins == (2, 4)  # the oldest; 6, 8, 10 fit in half the budget, 12 is the newest
     kept = [seq for seq in pinned_seqs(history, config.pins) if seq not in record.released_pins]
     assert sum(history[seq - 1].tokens for seq in kept if seq not in (1, 12)) <= 3_500
-    if record.compaction is not None:  # released pins may be summarized
-        planned = {item.seq for chunk in record.compaction.chunks for item in chunk}
-        assert planned & set(record.released_pins) or not planned
+    plan = record.compaction
+    assert plan is not None  # released pins are summarized like other history
+    assert plan.released_pins == record.released_pins
+    assert set(record.released_pins) <= {item.seq for chunk in plan.chunks for item in chunk}
