@@ -107,6 +107,11 @@ class HistoryIndex:
             return None
         return next((item for item in self.groups[index].items if item.seq == seq), None)
 
+    def tokens_of_one(self, seq: int) -> int:
+        """`item.tokens` of the item `seq` (0 if none)."""
+        item = self.item_of(seq)
+        return item.tokens if item is not None else 0
+
     def tokens_of(self, seqs: frozenset[int]) -> int:
         """Sum of `item.tokens` over the items with these seqs."""
         total = 0

@@ -14,6 +14,12 @@ of a pinned message (a pinned tool result without its call would break the proto
 the pinned message itself is guaranteed verbatim. Separately, the projection always keeps the
 newest user message (`latest_user_seq`) even when a checkpoint covers it.
 
+Budget rule (`release_pins`): pins must not crowd out the conversation. When the rule pins beyond
+the first user message (and the newest user message, kept anyway) take more than half the input
+budget together, they are kept newest first while they fit in that half; the older rest is
+released: summarized, trimmed and pruned like other history, and listed in
+`ProjectionRecord.released_pins`. The cut is one seq, so it moves only when a new pin arrives.
+
 Example: PinsConfig(patterns=(r"(?i)\\bmust not\\b",)) pins "You must not touch prod" wherever
 the user said it.
 """
@@ -21,7 +27,7 @@ the user said it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from policies.base import Item, Message, PinsConfig
 from policies.text import message_text
@@ -44,6 +50,25 @@ def pinned_seqs(items: Sequence[Item], config: PinsConfig) -> frozenset[int]:
         if matches_rules(item.message, roles, compiled):
             pinned.add(item.seq)
     return frozenset(pinned)
+
+
+def release_pins(
+    pinned: frozenset[int], always: frozenset[int], tokens: Callable[[int], int], limit: int
+) -> tuple[frozenset[int], tuple[int, ...]]:
+    """(pins kept, seqs released): the pins beyond `always` (the first user message, the newest
+    user message) kept newest first while together they take at most `limit` tokens (half the
+    input budget); from the first that does not fit on, every older one is released."""
+    rule = sorted(pinned - always, reverse=True)
+    costs = [tokens(seq) for seq in rule]
+    if sum(costs) <= limit:
+        return pinned, ()
+    used = 0
+    for position, cost in enumerate(costs):
+        if used + cost > limit:
+            released = rule[position:]
+            return pinned.difference(released), tuple(sorted(released))
+        used += cost
+    return pinned, ()  # unreachable: the sum exceeded the limit
 
 
 def matches_rules(message: Message, roles: set[str], compiled: Sequence[re.Pattern[str]]) -> bool:
