@@ -33,6 +33,48 @@ from .turns import intermediate_turn, tool_result
 REJECTED = "upstream rejected the request carrying the recall tool (HTTP 400): {detail}; retried without the tool"
 
 
+class Detour:
+    """One request's recall rounds: the follow-up messages so far and how many rounds ran."""
+
+    def __init__(
+        self,
+        services: Services,
+        wire: Wire,
+        route: Route,
+        policy: Policy,
+        body: Json,
+        messages: list[Message],
+        headers: dict[str, str],
+        call: CallRecord,
+    ) -> None:
+        self.services, self.wire, self.route, self.body = services, wire, route, body
+        self.settings = policy.recall
+        self.messages, self.headers = messages, headers
+        self.branch, self.model = call.branch_id or "", call.model or ""
+        self.rounds = 0
+
+    def more(self) -> bool:
+        return self.rounds < self.settings.max_rounds
+
+    async def follow_up(self, message: Message) -> bytes | None:
+        """The next request: this one plus `message`'s recall calls and their results."""
+        self.rounds += 1
+        self.services.metrics.observe_recall(self.route.name, "round")
+        events = await self.services.store.lineage_events(self.branch, 0, 1 << 30)
+        count = self.services.projector.counter(self.model).count_text
+        calls = recall_calls(message, self.settings)
+        results = [tool_result(c, answer(events, c, self.settings, count)) for c in calls]
+        self.messages = [*self.messages, intermediate_turn(self.wire.name, message, self.settings), *results]
+        body = self.body if self.more() else without_tool(self.body, self.settings)
+        payload, _ = self.wire.encode(body, self.messages, bool(self.body.get("stream")), None)
+        return payload
+
+    async def next_answer(self, message: Message) -> UpstreamResponse:
+        """For a stream already relaying: the follow-up's answer (its record is the relay's)."""
+        payload = await self.follow_up(message)
+        return await self.services.upstream.send(self.route, "POST", self.wire.upstream_path, payload, self.headers)
+
+
 async def detour(
     services: Services,
     wire: Wire,
@@ -49,29 +91,19 @@ async def detour(
     answer to relay, its call record and when it was sent. Raises ProxyError as `send` does."""
     if upstream.status == 400:
         return await _without_tool(services, wire, route, policy, body, messages, call, upstream, headers, t0)
-    settings = policy.recall
-    counter = services.projector.counter(call.model or "")
+    rounds = Detour(services, wire, route, policy, body, messages, headers, call)
     stream = bool(body.get("stream"))
-    rounds = 0
-    while upstream.status == 200 and rounds < settings.max_rounds:
+    while upstream.status == 200 and rounds.more():
         if stream and wire.is_stream(upstream.content_type):
-            relay, message = await read_stream(services, wire, body, call, upstream, t0, settings)
+            relay, message = await read_stream(services, wire, body, route, call, upstream, t0, rounds)
         elif stream:
             return upstream, call, t0
         else:
-            relay, message = await read_whole(services, wire, call, upstream, t0, settings)
+            relay, message = await read_whole(services, wire, call, upstream, t0, policy.recall)
         if relay is not None or message is None:
             return relay or upstream, call, t0
-        rounds += 1
-        services.metrics.observe_recall(route.name, "round")
-        events = await services.store.lineage_events(call.branch_id or "", 0, 1 << 30)
-        results = [
-            tool_result(c, answer(events, c, settings, counter.count_text)) for c in recall_calls(message, settings)
-        ]
-        messages = [*messages, intermediate_turn(wire.name, message, settings), *results]
-        last = rounds >= settings.max_rounds
-        payload, _ = wire.encode(without_tool(body, settings) if last else body, messages, stream, None)
-        call = _follow_up(services, route, call, rounds)
+        payload = await rounds.follow_up(message)
+        call = _follow_up(services, route, call, rounds.rounds)
         t0 = time.monotonic()
         upstream = await _send(services, wire, route, call, payload, headers, t0)
     return upstream, call, t0

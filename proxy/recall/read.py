@@ -5,10 +5,12 @@ tool call, starts the relay (the buffered pieces first, then the rest as it arri
 calls any tool it is read to its end, because a recall call may follow a client tool call, and
 then the whole answer is consumed (the client calls are dropped and the model issues them again).
 Tool-call arguments are not shown to people as they stream, so holding them costs no visible
-latency. A recall call after text that already went to the client is relayed as it came.
+latency. A recall call after text that already went to the client is answered too, and the
+follow-up continues the client's stream (`watch`, `splice`).
 
 An answer that called recall is recorded here with `purpose: recall`; any other answer is handed
-back to the orchestrator to relay as if it had never been looked at (`Buffered`, `Replayed`).
+back to the orchestrator to relay as if it had never been looked at (`Buffered`, `Replayed`), a
+stream that started with text still watched for a later recall call (`watch.Watched`).
 """
 
 from __future__ import annotations
@@ -21,16 +23,17 @@ from typing import Any
 from policies.text import tool_calls
 
 from .. import record
-from ..config import Recall
+from ..config import Recall, Route
 from ..errors import ProxyError
 from ..protocols.base import Wire
 from ..relay import StreamOutcome
 from ..services import Services
-from ..sse import SseSplitter
+from ..sse import SseEvent, SseSplitter
 from ..store.base import CallRecord
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
 from .answer import recall_calls
+from .watch import Answer, Rounds, Watched
 
 
 class Buffered(UpstreamResponse):
@@ -50,13 +53,13 @@ class Buffered(UpstreamResponse):
 
 
 class Replayed(UpstreamResponse):
-    """A stream whose first pieces were read to decide; they are replayed, then the rest follows."""
+    """A stream read to its end to decide; its pieces are replayed."""
 
-    def __init__(self, upstream: UpstreamResponse, head: list[bytes], rest: AsyncIterator[bytes] | None) -> None:
+    def __init__(self, upstream: UpstreamResponse, head: list[bytes]) -> None:
         super().__init__(
             upstream.status, upstream.headers, upstream.content_type, upstream.request_id, upstream.started
         )
-        self.inner, self.head, self.rest = upstream, head, rest
+        self.inner, self.head = upstream, head
 
     async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
         raise NotImplementedError("a replayed stream is read by pieces")
@@ -64,9 +67,6 @@ class Replayed(UpstreamResponse):
     async def pieces(self) -> AsyncIterator[bytes]:
         for piece in self.head:
             yield piece
-        if self.rest is not None:
-            async for piece in self.rest:
-                yield piece
 
     def close(self) -> None:
         self.inner.close()
@@ -105,39 +105,43 @@ async def read_stream(
     services: Services,
     wire: Wire,
     body: Json,
+    route: Route,
     call: CallRecord,
     upstream: UpstreamResponse,
     t0: float,
-    settings: Recall,
+    rounds: Rounds,
 ) -> tuple[UpstreamResponse | None, Message | None]:
-    """A stream, buffered until it is clear whether it calls recall: (a response that replays the
-    buffered pieces and goes on, None), or (None, its message) once it was read whole and called
-    recall (then it is recorded as a recall call)."""
-    observer = wire.observer(body)
-    splitter = SseSplitter()
-    pieces = aiter(upstream.pieces())
-    head: list[bytes] = []
+    """A stream, buffered until it is clear whether it calls recall: (a response that relays the
+    buffered events and goes on, still watched for a recall call after its text, None), or
+    (None, its message) once it was read whole and called recall (then it is recorded as a
+    recall call)."""
+    settings = rounds.settings
+    answer = Answer(upstream, aiter(upstream.pieces()), wire.observer(body), SseSplitter(), t0)
+    head: list[SseEvent] = []
     outcome = StreamOutcome()
     try:
-        async for piece in pieces:
-            outcome.first_byte_at = outcome.first_byte_at or time.monotonic()
-            head.append(piece)
-            for event in splitter.feed(piece):
-                observer(event)
-            if relay_now(observer.message()):
-                return Replayed(upstream, head, pieces), None
+        async for piece in answer.pieces:
+            outcome.first_byte_at = answer.first_byte_at = answer.first_byte_at or time.monotonic()
+            events = answer.splitter.feed(piece)
+            for i, event in enumerate(events):
+                answer.observer(event)
+                head.append(event)
+                if relay_now(answer.observer.message()):
+                    return Watched(services, wire, body, route, call, rounds, answer, head, events[i + 1 :]), None
     except ProxyError as exc:
         upstream.close()
         record.failed(call, exc, t0)
         await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
         raise
-    message = observer.message()
-    if not (observer.done and recall_calls(message, settings)):
-        return Replayed(upstream, head, None), None
+    message = answer.observer.message()
+    if not (answer.observer.done and recall_calls(message, settings)):
+        rest = answer.splitter.rest()
+        return Replayed(upstream, [e.raw for e in head] + ([rest] if rest else [])), None
     upstream.close()
     outcome.ended_at, outcome.upstream_finished = time.monotonic(), True
     call.purpose = "recall"
-    await services.recorder.finish(call, wire.name, record.streamed(call, wire, upstream, observer, outcome, t0))
+    kind = record.streamed(call, wire, upstream, answer.observer, outcome, t0)
+    await services.recorder.finish(call, wire.name, kind)
     return None, message
 
 

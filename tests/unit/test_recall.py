@@ -98,3 +98,25 @@ def test_intermediate_turn_keeps_only_recall_calls_per_wire():
         "openai_chat", {"role": "assistant", "content": "t", "tool_calls": [bash, recall]}, AUTO.recall
     )
     assert chat == {"role": "assistant", "content": "t", "tool_calls": [recall]}
+
+
+def test_the_tool_counts_in_the_budget_on_every_wire():
+    from proxy.catalog import ModelCatalog
+    from proxy.projection import Projector
+
+    projector = Projector(ModelCatalog())
+    policy = Policy(context_window=20000, max_output_tokens=1000)
+    counter = projector.counter("gpt-4o")
+    client_tools = {
+        "openai_chat": TOOLS,
+        "anthropic": [{"name": "bash", "input_schema": {"type": "object"}}],
+        "openai_responses": [{"type": "function", "name": "bash", "parameters": {"type": "object"}}],
+    }
+    for wire, tools in client_tools.items():
+        body = {"model": "m", "tools": tools}
+        plain = projector.budget(policy, "m", body, counter, None, 0)
+        offered_body = with_tool(body, wire, AUTO.recall)
+        with_recall = projector.budget(policy, "m", offered_body, counter, None, 0)
+        added = with_recall.fixed_tokens - plain.fixed_tokens
+        assert added == counter.count_tools(offered_body["tools"]) - counter.count_tools(tools)
+        assert added >= len(json.dumps(definition(wire, AUTO.recall))) // 8, (wire, added)
