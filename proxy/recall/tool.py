@@ -29,17 +29,20 @@ PARAMETERS: dict[str, Any] = {
     },
     "required": ["query"],
 }
-_NONE = ("none", {"type": "none"})
-"""`tool_choice` values that forbid tools: OpenAI's string (chat and Responses), Anthropic's object."""
+_OPEN_CHOICES = (None, "auto", "required", {"type": "auto"}, {"type": "any"})
+"""`tool_choice` values that leave the model free to call recall. Not: `none` (OpenAI's string,
+Anthropic's `{"type": "none"}`), a forced tool (`{"type": "function", ...}`, Anthropic
+`{"type": "tool", ...}`) or an allowed list the recall tool is not on."""
 
 
 def offered(policy: Policy, wire: str, body: Json, rejected: RejectedTool, route: str, model: str) -> bool:
     """Whether this request gets the recall tool: the policy offers it (`auto`: the client's own
-    request carries tools), the client does not forbid tools, the upstream did not reject it."""
+    request carries tools), the client's `tool_choice` leaves the model free to call it, the
+    upstream did not reject it."""
     settings = policy.recall
     if settings.enabled is False or wire not in WIRES or (route, model) in rejected:
         return False
-    if body.get("tool_choice") in _NONE:
+    if body.get("tool_choice") not in _OPEN_CHOICES:
         return False
     tools = body.get("tools")
     listed = tools if isinstance(tools, list) else []

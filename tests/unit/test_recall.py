@@ -40,6 +40,11 @@ def test_offered_follows_the_policy():
     assert not offered(AUTO, "openai_responses", {**body, "tool_choice": "none"}, none, "r", "m")
     assert not offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "none"}}, none, "r", "m")
     assert offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "auto"}}, none, "r", "m")
+    assert offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "any"}}, none, "r", "m")
+    assert offered(AUTO, "openai_chat", {**body, "tool_choice": "required"}, none, "r", "m")
+    forced = {"type": "function", "function": {"name": "bash"}}
+    assert not offered(AUTO, "openai_chat", {**body, "tool_choice": forced}, none, "r", "m")  # forced elsewhere
+    assert not offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "tool", "name": "bash"}}, none, "r", "m")
     prefill = {**body, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "{"}]}
     assert not offered(AUTO, "anthropic", prefill, none, "r", "m")  # a prefill continues the last turn
     rejected = RejectedTool()
