@@ -13,6 +13,9 @@ How, one module per step:
 * `read` -- the upstream's answer, read just far enough to see whether it calls the tool: a whole
   body is read whole; a stream is buffered until its first text (then relayed) or, once it calls
   any tool, to its end (a recall call beside client calls consumes the whole answer).
+* `watch` + `splice` -- a stream relayed from its first text is still watched: a recall call after
+  the text is answered and the follow-up's events continue the client's stream, rewritten per
+  wire (block indexes, output indexes, sequence numbers), so the client gets one message.
 * `turns` -- the follow-up request's new messages in the common model, per wire: the assistant turn
   with its recall calls only (Anthropic thinking / redacted_thinking blocks with their signatures
   kept before the `tool_use`; Responses reasoning items with `encrypted_content` kept before the
