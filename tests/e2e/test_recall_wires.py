@@ -476,7 +476,7 @@ def test_detour_latency_and_rounds(proxy, servers, api_key, wire, record_propert
     # the proxy's own share: from the consumed answer's end to the follow-up's start (search, encode)
     gaps = [
         (after["started_at"] - before["started_at"]) * 1000 - before["latency_ms"]
-        for before, after in zip(calls, calls[1:])
+        for before, after in zip(calls, calls[1:], strict=False)
         if before["purpose"] == "recall"
     ]
     record_property("recall_added_ms", round(added * 1000, 1))
