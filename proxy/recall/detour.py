@@ -8,6 +8,10 @@ Responses `function_call` + `function_call_output` by `call_id`). The final answ
 the `main` one, marked with `recall_rounds` in its projection record so the estimate is not
 calibrated with a request the projection did not build.
 
+The follow-ups stay inside the window: the room the projection left (`input_budget` -
+`sent_tokens` of its record) pays for each round's assistant turn and results, so a result gets
+at most its share of what is left (and says so when nothing is).
+
 Before any of that: an upstream that answers the request carrying the tool with a 400 gets it once
 more without the tool (`without_tool`); when that is accepted, the route and model are
 remembered and the rejected call is a `recall` record saying why.
@@ -15,6 +19,7 @@ remembered and the rejected call is a `recall` record saying why.
 
 from __future__ import annotations
 
+import json
 import time
 
 from .. import record
@@ -30,6 +35,8 @@ from .read import read_stream, read_whole
 from .tool import without_tool
 from .turns import intermediate_turn, tool_result
 
+FRAMING_TOKENS = 16
+"""What a tool result block / message adds around its text, generously."""
 REJECTED = "upstream rejected the request carrying the recall tool (HTTP 400): {detail}; retried without the tool"
 
 
@@ -52,6 +59,10 @@ class Detour:
         self.messages, self.headers = messages, headers
         self.branch, self.model = call.branch_id or "", call.model or ""
         self.rounds = 0
+        projection = call.projection or {}
+        budget, sent = projection.get("input_budget"), projection.get("sent_tokens")
+        self.room = budget - sent if isinstance(budget, int) and isinstance(sent, int) else None
+        """Input tokens the follow-ups may still add within the window (None: unknown, not rewritten)."""
 
     def more(self) -> bool:
         return self.rounds < self.settings.max_rounds
@@ -63,8 +74,15 @@ class Detour:
         events = await self.services.store.lineage_events(self.branch, 0, 1 << 30)
         count = self.services.projector.counter(self.model).count_text
         calls = recall_calls(message, self.settings)
-        results = [tool_result(c, answer(events, c, self.settings, count)) for c in calls]
-        self.messages = [*self.messages, intermediate_turn(self.wire.name, message, self.settings), *results]
+        turn = intermediate_turn(self.wire.name, message, self.settings)
+        limit = None
+        if self.room is not None:
+            self.room -= count(json.dumps(turn, ensure_ascii=False)) + FRAMING_TOKENS * len(calls)
+            limit = self.room // max(1, len(calls))
+        results = [tool_result(c, answer(events, c, self.settings, count, limit)) for c in calls]
+        if self.room is not None:
+            self.room -= sum(count(str(r["content"])) for r in results)
+        self.messages = [*self.messages, turn, *results]
         body = self.body if self.more() else without_tool(self.body, self.settings)
         payload, _ = self.wire.encode(body, self.messages, bool(self.body.get("stream")), None)
         return payload

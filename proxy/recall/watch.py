@@ -102,7 +102,8 @@ class Watched(UpstreamResponse):
                     yield out
             pending = []
             message = answer.observer.message()
-            if not (calling and answer.observer.done and recall_calls(message, self.settings) and self.rounds.more()):
+            recalled = recall_calls(message, self.settings) if message is not None else []
+            if message is None or not (calling and answer.observer.done and recalled and self.rounds.more()):
                 for event in held:
                     out = event.raw if shift is None else shift(event)
                     if out:
@@ -113,7 +114,6 @@ class Watched(UpstreamResponse):
                 return
             spliced += 1
             await self._consumed(answer, spliced)
-            assert message is not None
             answer.upstream.close()
             sent = time.monotonic()
             upstream = await self.rounds.next_answer(message)

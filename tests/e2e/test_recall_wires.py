@@ -28,7 +28,7 @@ from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as ClaudeReply
 from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
-from tests.support.upstream_server import Reply, UpstreamServer, tool_call
+from tests.support.upstream_server import Reply, UpstreamServer, count_prompt_tokens, tool_call
 
 FACT = "listen_port = 48443"
 ANSWER = "The config sets port 48443."
@@ -524,3 +524,40 @@ def test_responses_with_previous_response_id_get_no_tool(proxy, servers, api_key
     assert [t["name"] for t in resp.bodies[-1]["tools"]] == ["bash", RECALL]
     client.responses.create(model="resp-4o", previous_response_id=first.id, input="more", tools=RESP_TOOLS)
     assert [t["name"] for t in resp.bodies[-1]["tools"]] == ["bash"]
+
+
+def test_follow_ups_stay_within_the_window(proxy, upstream, api_key, monkeypatch):
+    """A tight window: the recall results get only the room the projection left, so no follow-up
+    goes over the window the upstream enforces (here two whole events that do not fit together)."""
+    model, window = "gpt-recall-tight", 2400
+    monkeypatch.setitem(upstream.context_windows, model, window)
+    tight = {**POLICY, "context_window": window, "max_output_tokens": 200, "recall": {"max_result_tokens": 5000}}
+    p = proxy(policies={"default": tight})
+    agent = ChatAgent(p, api_key, upstream)
+    agent.model = model
+    for k in range(2):
+        agent.script(call_bash=True)
+        agent.ask(f"{uuid.uuid4().hex} Read config part {k}, please.", False)
+        agent.tool_result(f"{FACT} " + " ".join(f"line {i} of part {k}" for i in range(140)))
+        agent.script(call_bash=False, text="noted")
+        agent.send(False)
+    agent.script(call_bash=False, text="ok")
+    agent.ask("carry on", False)
+    seqs = [e["seq"] for e in p.events(agent.conv) if e["role"] == "tool"]
+    before = len(upstream.chat_requests)
+
+    def model_(body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(content="The config sets port 48443." if seen_port(body) else "Unknown.")
+        calls = [tool_call(RECALL, {"query": "part", "event": seq}) for seq in seqs]
+        return Reply(tool_calls=calls)
+
+    upstream.responder = model_
+    text, _, _ = agent.ask("Which port does the config set?", False)
+    assert text == ANSWER
+    follow = upstream.chat_requests[before + 1]
+    results = [m["content"] for m in follow.body["messages"][-2:]]
+    assert all(m["role"] == "tool" for m in follow.body["messages"][-2:])
+    assert all(FACT in r for r in results)
+    assert any("chars left out" in r for r in results), "the two events were not cut to the room left"
+    assert all(count_prompt_tokens(r.body) <= window - 200 for r in upstream.chat_requests[before:])

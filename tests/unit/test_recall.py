@@ -125,3 +125,13 @@ def test_the_tool_counts_in_the_budget_on_every_wire():
         added = with_recall.fixed_tokens - plain.fixed_tokens
         assert added == counter.count_tools(offered_body["tools"]) - counter.count_tools(tools)
         assert added >= len(json.dumps(definition(wire, AUTO.recall))) // 8, (wire, added)
+
+
+def test_answers_fit_the_room_left():
+    call = {"id": "c", "type": "function", "function": {"name": "ctxproxy_recall", "arguments": '{"query": "port"}'}}
+    events = [Ev(i, "user", {"role": "user", "content": f"port {i} " + "x" * 400}) for i in range(1, 40)]
+    assert answer(events, call, AUTO.recall, len, 10).startswith("Error: the context window has no room")
+    short = answer(events, call, AUTO.recall, lambda text: len(text) // 4, 300)
+    assert len(short) // 4 <= 300 + 40 and "[event 39 | user" in short  # the newest hits are kept
+    full = answer(events, call, AUTO.recall, lambda text: len(text) // 4)
+    assert len(full) > len(short)
