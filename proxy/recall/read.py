@@ -33,7 +33,7 @@ from ..store.base import CallRecord
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
 from .answer import recall_calls
-from .watch import Answer, Rounds, Watched
+from .watch import Answer, Rounds, Watched, may_call, may_write
 
 
 class Buffered(UpstreamResponse):
@@ -119,6 +119,7 @@ async def read_stream(
     answer = Answer(upstream, aiter(upstream.pieces()), wire.observer(body), SseSplitter(), t0)
     head: list[SseEvent] = []
     outcome = StreamOutcome()
+    calling = False
     try:
         async for piece in answer.pieces:
             outcome.first_byte_at = answer.first_byte_at = answer.first_byte_at or time.monotonic()
@@ -126,7 +127,11 @@ async def read_stream(
             for i, event in enumerate(events):
                 answer.observer(event)
                 head.append(event)
-                if relay_now(answer.observer.message()):
+                if calling or not (may_call(event) or may_write(event)):
+                    continue
+                message = answer.observer.message()
+                calling = bool(message and tool_calls(message))
+                if relay_now(message):
                     return Watched(services, wire, body, route, call, rounds, answer, head, events[i + 1 :]), None
     except ProxyError as exc:
         upstream.close()

@@ -31,6 +31,23 @@ from ..upstream.base import UpstreamResponse
 from .answer import recall_calls
 from .splice import Continue, continuation
 
+_CALLS = (b'"tool_calls"', b"content_block_start", b"output_item.added")
+"""Bytes of the events that can start a tool call: a chat delta's `tool_calls`, an Anthropic
+block, a Responses item. Only after such an event is the message reassembled to look for a
+call: reassembling after every text, thinking or argument delta would make a long stream
+quadratic."""
+_TEXT = (b'"content"', b"text_delta", b"text.delta")
+"""Bytes of the events that can carry text: chat `content`, Anthropic `text_delta`, Responses
+`output_text.delta`."""
+
+
+def may_call(event: SseEvent) -> bool:
+    return any(marker in event.raw for marker in _CALLS)
+
+
+def may_write(event: SseEvent) -> bool:
+    return any(marker in event.raw for marker in _TEXT)
+
 
 class Rounds(Protocol):
     settings: Recall
@@ -86,13 +103,12 @@ class Watched(UpstreamResponse):
             relayed.append(event)
             yield event.raw
         shift: Continue | None = None
-        spliced = 0
         pending = self.pending
         while True:
             answer, held, calling = self.answer, [], False
             async for event in _events(answer, pending):
                 answer.observer(event)
-                calling = calling or bool(tool_calls(answer.observer.message() or {}))
+                calling = calling or (may_call(event) and bool(tool_calls(answer.observer.message() or {})))
                 if calling:
                     held.append(event)
                     continue
@@ -112,15 +128,14 @@ class Watched(UpstreamResponse):
                 if rest:
                     yield rest
                 return
-            spliced += 1
-            await self._consumed(answer, spliced)
+            await self._consumed(answer)
             answer.upstream.close()
             sent = time.monotonic()
             upstream = await self.rounds.next_answer(message)
             self.answer = await _opened(self.wire, self.body, upstream, sent)
             shift = continuation(self.wire.name, relayed)
 
-    async def _consumed(self, answer: Answer, rounds: int) -> None:
+    async def _consumed(self, answer: Answer) -> None:
         """Record the answer that called recall after its text went out; mark the main record."""
         consumed = self.services.recorder.open(
             self.call.tenant, self.route, self.call.model, "recall", self.call.stream
@@ -131,7 +146,9 @@ class Watched(UpstreamResponse):
         kind = record.streamed(consumed, self.wire, answer.upstream, answer.observer, outcome, answer.sent_at)
         await self.services.recorder.finish(consumed, self.wire.name, kind)
         if self.call.projection is not None:
-            self.call.projection = {**self.call.projection, "recall_rounds": rounds, "recall_spliced": True}
+            # the rounds of this request so far: the ones before the relay started, plus this one
+            before = int(self.call.projection.get("recall_rounds") or 0)
+            self.call.projection = {**self.call.projection, "recall_rounds": before + 1, "recall_spliced": True}
 
 
 async def _events(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[SseEvent]:
