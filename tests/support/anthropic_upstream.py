@@ -10,7 +10,8 @@ Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thre
   ``message_stop``), each as ``event: NAME\\ndata: JSON\\n\\n``.
 - ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
 - Validation, with the real API's error shape and wording: first message must be a user
-  message; every ``tool_use`` of an assistant turn needs its ``tool_result`` in the next user
+  message; a mid-conversation ``{"role": "system"}`` message (text only) must immediately follow
+  a user message; every ``tool_use`` of an assistant turn needs its ``tool_result`` in the next user
   message (and no ``tool_result`` without its ``tool_use``; results before other blocks); every
   thinking block's signature must verify (they are HMACs of the thinking text, so an altered or
   invented block is rejected); with ``thinking`` enabled, a final assistant turn with tool use
@@ -188,9 +189,20 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         if not isinstance(messages, list) or not messages:
             return bad("messages: Field required")
         for i, m in enumerate(messages):
-            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-                return bad(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
+                return bad(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
             content = m.get("content")
+            if m["role"] == "system":  # a mid-conversation system message: right after a user turn
+                if i == 0 or messages[i - 1].get("role") != "user":
+                    return bad(f"messages.{i}: a system message must immediately follow a user message")
+                blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+                if (
+                    not isinstance(blocks, list)
+                    or not blocks
+                    or any(not isinstance(b, dict) or b.get("type") != "text" or not b.get("text") for b in blocks)
+                ):
+                    return bad(f"messages.{i}.content: a system message needs non-empty text content")
+                continue
             if isinstance(content, str):
                 if not content and not (i == len(messages) - 1 and m["role"] == "assistant"):
                     return bad(
