@@ -217,7 +217,8 @@ def report(name: str, got: Outcome, upstream_requests: int) -> str:
 
 def first_estimate_error(got: Outcome) -> float:
     """|estimate - billed| / billed for the run's first main call (the tokens.py estimate before
-    any calibration): the issue asks for 3% at most."""
+    any calibration; the scripted upstreams bill by the providers' published rules,
+    `tests/support/tool_billing.py`): the issue asks for 3% at most."""
     first = got.main_calls[0]
     estimate = first["projection"]["sent_tokens"]
     billed = first["usage"]["input_total"]

@@ -20,7 +20,8 @@ Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thre
 - Usage: ``input_tokens``, ``cache_creation_input_tokens``, ``cache_read_input_tokens``,
   ``output_tokens``. Prompt caching is simulated: a ``cache_control`` breakpoint whose exact
   prefix was sent before is read from the cache, the rest up to the last breakpoint is written.
-  The token estimate is tiktoken o200k over the text (see :func:`estimate_tokens`).
+  The token estimate is tiktoken o200k over the text, tools as their JSON plus the tool-use
+  system prompt Anthropic documents (see :func:`estimate_tokens`, ``tool_billing``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 
 from tests.support.scripted_server import RecordedRequest, ScriptedServer
 from tests.support.scripted_server import split_text as _split
+from tests.support.tool_billing import anthropic_tool_prompt
 from tests.support.upstream_server import count_text_tokens
 
 SIGNING_KEY = b"scripted-anthropic-thinking-key"
@@ -74,8 +76,17 @@ def _block_text(block: Any) -> str:
 def _segments(body: dict[str, Any]) -> list[tuple[Any, int, bool]]:
     """(segment, tokens, has cache_control) in cache-prefix order: tools, system, messages."""
     out: list[tuple[Any, int, bool]] = []
+    if body.get("tools"):
+        out.append(("tool-use system prompt", anthropic_tool_prompt(body), False))
     for tool in body.get("tools") or []:
-        out.append((tool, count_text_tokens(json.dumps(tool, sort_keys=True)), bool(tool.get("cache_control"))))
+        visible = {k: v for k, v in tool.items() if k != "cache_control"}
+        out.append(
+            (
+                tool,
+                count_text_tokens(json.dumps(visible, sort_keys=True, ensure_ascii=False)),
+                bool(tool.get("cache_control")),
+            )
+        )
     system = body.get("system")
     if isinstance(system, str):
         out.append((system, count_text_tokens(system), False))
