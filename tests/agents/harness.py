@@ -180,8 +180,9 @@ class Outcome:
 
 
 def outcome(p: Any, expected_calls: int, timeout: float = 60.0) -> Outcome:
-    """Wait until the proxy has recorded `expected_calls` calls (records are written after the
-    answer), then read conversations, branches, checkpoints, calls and the ledger."""
+    """Wait until the proxy has recorded `expected_calls` calls, none pending (records are
+    written after the answer), then read conversations, branches, checkpoints, calls and the
+    ledger."""
     deadline = time.monotonic() + timeout
     while True:
         conversations = p.admin_json("conversations", params={"limit": 1000})["data"]
@@ -190,7 +191,8 @@ def outcome(p: Any, expected_calls: int, timeout: float = 60.0) -> Outcome:
             for conv in conversations
             for c in p.admin_json(f"conversations/{conv['id']}/calls", params={"limit": 1000})["data"]
         ]
-        if len(calls) >= expected_calls or time.monotonic() > deadline:
+        settled = len(calls) >= expected_calls and all(c.get("status") != "pending" for c in calls)
+        if settled or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     branches = [b for conv in conversations for b in p.conversation(conv["id"])["branches"]]

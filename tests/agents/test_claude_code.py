@@ -191,7 +191,8 @@ def test_claude_code_interactive_compact(proxy, claude_upstream, tmp_path):
             return Reply(text=harness.summary(body))
         if not body.get("tools"):
             return Reply(text="Launch code lookup")
-        last = json.dumps(body["messages"][-1])
+        # the newest user turn (a mid-conversation system message may come after it)
+        last = json.dumps(next(m for m in reversed(body["messages"]) if m["role"] == "user"))
         if COMPACT_MARK in last:
             facts = ", ".join(sorted(set(harness.FACT_PATTERN.findall(text)))) or "unknown"
             summary = (
