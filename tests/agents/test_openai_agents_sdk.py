@@ -5,13 +5,14 @@ chat-completions and the Responses model classes; 20+ tool turns with a few KB e
 window, then the launch code that only the first tool result held. Tracing is off (it would
 post to OpenAI).
 
-The SDK's traffic: chat (`OpenAIChatCompletionsModel`): the agent's `instructions` are the first
-`system` message, then the user input, then per turn the assistant's `tool_calls` and a `tool`
-message; every request carries the whole history and `tools`; streamed calls ask for
-`stream_options.include_usage`. Responses (`OpenAIResponsesModel`): `instructions` as the
-top-level field, the input as items (`message`, then `function_call` / `function_call_output` with
-the server's item ids), no `previous_response_id` unless asked for, `include: []`; streamed with
-`stream: true`. No session header, no side calls: each run is one conversation by its history.
+The SDK's traffic (0.24): chat (`OpenAIChatCompletionsModel`): the agent's `instructions` are
+the first `system` message, then the user input, then per turn the assistant's `tool_calls`
+(`content: null`) and a `tool` message; every request carries the whole history and `tools` (a
+strict schema with `title`s); streamed calls send no `stream_options` (the proxy asks for usage
+and hides the extra chunk). Responses (`OpenAIResponsesModel`): `instructions` as the top-level
+field, the input as items (the user message, then `function_call` with the server's id and
+`status`, `function_call_output`), `include: []`, no `store` and no `previous_response_id` unless
+asked for. No session header, no side calls: each run is one conversation by its history.
 """
 
 from __future__ import annotations
