@@ -30,7 +30,7 @@ from operator import is_not
 
 from policies.base import Item, PinsConfig
 from policies.groups import Group, extend_groups, group_index_of
-from policies.pins import matches_rules
+from policies.pins import matches_rules, pinned_roles
 
 
 def _token() -> object:
@@ -75,11 +75,9 @@ class HistoryIndex:
         """`pins.pinned_seqs(items, config)`, reusing rule matches over the stable part."""
         first = self.first_user if config.first_user else None
         base = frozenset(()) if first is None else frozenset((first,))
-        if not config.roles and not config.patterns:
-            return base
-        key = (config.roles, config.patterns)
+        key = (pinned_roles(config), config.patterns)
         upto, seqs = self.rule_pins.get(key, (0, frozenset()))
-        roles = set(config.roles)
+        roles = set(key[0])
         compiled = [re.compile(pattern) for pattern in config.patterns]
         if upto < self.stable:
             seqs = seqs | rule_matches(self.items[upto : self.stable], roles, compiled)

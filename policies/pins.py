@@ -7,7 +7,10 @@ Rules (PinsConfig):
 - `first_user` (default on): the first user message of the branch — usually the objective;
 - `roles`: every message of these roles (an operator decision, so any role is allowed);
 - `patterns`: regexes searched in the text of user/system/developer messages only, so tool
-  output cannot pin itself into every future request.
+  output cannot pin itself into every future request;
+- always: a system or developer message inside the history (Anthropic's and OpenAI's
+  mid-conversation system messages, Claude Code's environment turn). It is an instruction like the
+  prefix (invariant 2): never summarized into data, never dropped.
 
 Invariant: pinning is per message, keeping is per group — the projection keeps the whole group
 of a pinned message (a pinned tool result without its call would break the protocol), but only
@@ -33,6 +36,13 @@ from policies.base import Item, Message, PinsConfig
 from policies.text import message_text
 
 PATTERN_ROLES = ("user", "system", "developer")
+INSTRUCTION_ROLES = ("system", "developer")
+"""Roles pinned wherever they appear in the history, whatever the config says."""
+
+
+def pinned_roles(config: PinsConfig) -> tuple[str, ...]:
+    """The roles whose every message is pinned: the configured ones plus the instruction roles."""
+    return tuple(sorted(set(config.roles) | set(INSTRUCTION_ROLES)))
 
 
 def pinned_seqs(items: Sequence[Item], config: PinsConfig) -> frozenset[int]:
@@ -42,10 +52,8 @@ def pinned_seqs(items: Sequence[Item], config: PinsConfig) -> frozenset[int]:
         first = next((item.seq for item in items if item.message.get("role") == "user"), None)
         if first is not None:
             pinned.add(first)
-    roles = set(config.roles)
+    roles = set(pinned_roles(config))
     compiled = [re.compile(pattern) for pattern in config.patterns]
-    if not roles and not compiled:
-        return frozenset(pinned)
     for item in items:
         if matches_rules(item.message, roles, compiled):
             pinned.add(item.seq)

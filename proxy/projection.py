@@ -116,7 +116,9 @@ class Projector:
                 param="max_tokens",
             )
         tools = body.get("tools")
-        fixed = REPLY_PRIMING_TOKENS + (counter.count_tools(tools) if isinstance(tools, list) else 0)
+        fixed = REPLY_PRIMING_TOKENS + (
+            counter.count_tools(tools, body.get("tool_choice")) if isinstance(tools, list) else 0
+        )
         factor = self.calibration(branch_id, generation)
         if factor > 1.0:
             input_budget = int((window - output) / factor)
