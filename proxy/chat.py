@@ -205,12 +205,14 @@ async def _relay_whole(
         upstream.close()
     call.latency_ms = record.ms(time.monotonic() - t0)
     status = upstream.status
+    if status >= 400:
+        data = services.keys.redact(data)  # an upstream that echoes the key it was sent
 
     async def bookkeeping() -> None:
         # After the client has its answer: parse, store the response turn, write the record.
         await _close_call(services, wire, call, ingested, record.answered(call, wire, status, data))
 
-    return RawResponse(data, status, [*upstream.headers, *echo], after=bookkeeping)
+    return RawResponse(data, status, [*services.keys.redact_headers(upstream.headers), *echo], after=bookkeeping)
 
 
 async def _close_call(
@@ -276,7 +278,7 @@ async def _passthrough(
     upstream = await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         return StreamRelay(upstream, wire.observer(body), _unrecorded, degraded)
-    return await relay_unchanged(upstream, degraded)
+    return await relay_unchanged(services.keys, upstream, degraded)
 
 
 async def _unrecorded(outcome: StreamOutcome) -> None:

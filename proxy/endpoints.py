@@ -9,6 +9,7 @@ from starlette.requests import Request
 from . import auth, routing
 from .errors import NotFound
 from .http import RawResponse, json_response, read_body, require_token
+from .keys import Keys
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .protocols.anthropic import WIRE as ANTHROPIC
 from .protocols.anthropic.validate import parse_body, require_model
@@ -17,14 +18,17 @@ from .upstream.base import CREDENTIAL_HEADERS, UpstreamResponse, upstream_reques
 
 
 async def relay_unchanged(
-    upstream: UpstreamResponse, extra_headers: list[tuple[str, str]] | None = None
+    keys: Keys, upstream: UpstreamResponse, extra_headers: list[tuple[str, str]] | None = None
 ) -> RawResponse:
-    """The upstream's whole answer as it came: status, headers, body."""
+    """The upstream's whole answer as it came: status, headers, body -- an error's with the
+    operator's secrets redacted (`Keys.redact`)."""
     try:
         body = await upstream.read()
     finally:
         upstream.close()
-    return RawResponse(body, upstream.status, [*upstream.headers, *(extra_headers or [])])
+    if upstream.status >= 400:
+        body = keys.redact(body)
+    return RawResponse(body, upstream.status, [*keys.redact_headers(upstream.headers), *(extra_headers or [])])
 
 
 ROOT_HINT = {
@@ -74,7 +78,7 @@ async def list_models(request: Request) -> RawResponse:
     key = services.upstream_key(route)
     drop = frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
     headers = upstream_request_headers(request.headers, {"Authorization": f"Bearer {key}"} if key else None, drop)
-    return await relay_unchanged(await services.upstream.send(route, "GET", "/models", None, headers))
+    return await relay_unchanged(services.keys, await services.upstream.send(route, "GET", "/models", None, headers))
 
 
 async def count_tokens(request: Request) -> RawResponse:
@@ -91,4 +95,4 @@ async def count_tokens(request: Request) -> RawResponse:
     drop = frozenset({config.conversation_header.lower()})
     headers = routing.upstream_headers(services.keys, ANTHROPIC, route, request.headers, drop, caller)
     path = ANTHROPIC.upstream_path + "/count_tokens"
-    return await relay_unchanged(await services.upstream.send(route, "POST", path, raw, headers))
+    return await relay_unchanged(services.keys, await services.upstream.send(route, "POST", path, raw, headers))

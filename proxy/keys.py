@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from .config import Client, Config, Route
 from .errors import ConfigError
 
+REDACTED = b"[redacted]"
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -52,6 +54,21 @@ class Keys:
 
     def get(self, env_name: str | None) -> str | None:
         return self.values.get(env_name) if env_name else None
+
+    def redact(self, data: bytes) -> bytes:
+        """`data` with every operator secret replaced: an upstream that echoes the key it was
+        sent in an error body or header must not hand it to the client, the records or the logs."""
+        for secret in self._secrets():
+            if secret in data:
+                data = data.replace(secret, REDACTED)
+        return data
+
+    def redact_headers(self, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [(name, self.redact(value.encode("latin-1")).decode("latin-1")) for name, value in headers]
+
+    def _secrets(self) -> list[bytes]:
+        found = {*self.values.values(), *self.routes.values(), self.admin_token, self.metrics_token}
+        return sorted((s.encode() for s in found if s and len(s) >= 8), key=len, reverse=True)
 
 
 def resolve_keys(config: Config, env: Mapping[str, str] | None = None) -> Keys:
