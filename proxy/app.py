@@ -38,6 +38,9 @@ def _error_response(request: Request, exc: ProxyError) -> RawResponse:
     """The error in the client API's shape, with the conversation header once the request's
     conversation is known (`chat.handle` sets it right after identifying)."""
     response = error_response(exc, wire_for_path(request.url.path))
+    services = getattr(request.app.state, "ctx", None)
+    if services is not None:  # a message quoting a client's value never quotes an operator secret
+        response.body = services.keys.redact(response.body)
     conversation = getattr(request.state, "conversation_header", None)
     if conversation is not None:
         response.headers.append(conversation)

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import sys
 
-from .config import Config, Route, load_config
+from .config import Client, Config, Route, load_config
 from .errors import ConfigError
 from .keys import resolve_keys
 
@@ -19,9 +19,19 @@ def _target(route: Route) -> str:
     return str(upstream.base_url)
 
 
+def _client(client: Client) -> str:
+    key = f"key from ${client.key_env}" if client.key_env else "key by SHA-256 digest"
+    routes = f"; routes {', '.join(client.routes)}" if client.routes is not None else ""
+    return f"{client.name} (tenant {client.tenant_name}; {key}{routes})"
+
+
 def _describe(config: Config) -> list[str]:
     admin = f"on when ${config.admin_token_env} is set" if config.admin_token_env else "off"
     lines = [f"store: {config.store}", f"admin API: {admin}"]
+    if config.clients:
+        lines.append("clients: " + ", ".join(_client(c) for c in config.clients))
+    if config.open_access:
+        lines.append("open access: callers without a client key may use routes with the operator's key")
     for route in config.routes:
         match = f"model {route.match.model}" + (f", path {route.match.path}" if route.match.path else "")
         key = f"key from ${route.upstream.api_key_env}" if route.upstream.api_key_env else "client's own key"

@@ -92,6 +92,35 @@ class Route(_Frozen):
     policy: str = "default"
 
 
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class Client(_Frozen):
+    """A client allowed to spend the operator's upstream keys (LiteLLM's "virtual keys"). Its key
+    comes from an environment variable (`key_env`) or is given as the hex SHA-256 digest of the
+    key (`key_sha256`), so the config file never holds it. Its requests belong to `tenant`
+    (default: the client's name): clients given the same tenant share conversations on purpose.
+    `routes` limits the route names it may use (default: every route)."""
+
+    name: str = Field(pattern=_NAME)
+    key_env: str | None = None
+    key_sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
+    tenant: str | None = Field(None, pattern=_NAME)
+    routes: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _one_key(self) -> Client:
+        if (self.key_env is None) == (self.key_sha256 is None):
+            raise ValueError("needs exactly one of key_env (an environment variable) or key_sha256 (a hex digest)")
+        if self.tenant_name == "anonymous" or self.tenant_name.startswith("t_"):
+            raise ValueError("tenant must not be 'anonymous' or start with 't_' (the names of key fingerprints)")
+        return self
+
+    @property
+    def tenant_name(self) -> str:
+        return self.tenant or self.name
+
+
 class Summarizer(_Frozen):
     model: str | None = None
     base_url: str | None = None
@@ -178,6 +207,12 @@ class Config(_Frozen):
     compaction_lease_seconds: float = Field(30.0, ge=1)
     """How long a replica's compaction lease lives without renewal: a replica that dies
     mid-compaction blocks the branch's compaction this long at most."""
+    clients: tuple[Client, ...] = ()
+    """The client keys that may spend the operator's keys (see `Client` and proxy/auth.py)."""
+    open_access: bool = False
+    """Serve routes that use the operator's key (`api_key_env`) to callers without a client key,
+    as before `clients:` existed: anyone who can reach the proxy spends the key. Without it and
+    without clients, the proxy refuses to start when a route has `api_key_env`."""
     server: Server = Server()
     limits: Limits = Limits()
     retention: Retention = Retention()
@@ -201,6 +236,14 @@ class Config(_Frozen):
             if route.policy not in self.policies:
                 known = ", ".join(sorted(self.policies)) or "none"
                 raise ValueError(f"routes.{index}.policy: unknown policy {route.policy!r} (defined: {known})")
+        clients: set[str] = set()
+        for index, client in enumerate(self.clients):
+            if client.name in clients:
+                raise ValueError(f"clients.{index}.name: duplicate client name {client.name!r}")
+            clients.add(client.name)
+            unknown = sorted(set(client.routes or ()) - names)
+            if unknown:
+                raise ValueError(f"clients.{index}.routes: unknown route(s) {', '.join(unknown)}")
         return self
 
     def route_for(self, path: str, model: str) -> Route | None:

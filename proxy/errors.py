@@ -7,7 +7,9 @@
         ├── BadRequest              400 invalid_request_error
         │   └── ContextLengthExceeded   400 invalid_request_error / context_length_exceeded
         ├── Unauthorized            401 authentication_error
+        ├── Forbidden               403 permission_error (a client key used on a route it may not use)
         ├── NotFound                404 not_found_error
+        ├── Conflict                409 invalid_request_error / ambiguous_conversation
         ├── RequestTimeout          408 invalid_request_error / request_timeout
         ├── PayloadTooLarge         413 invalid_request_error / request_too_large
         ├── UpstreamError           502 upstream_error (refused, reset, malformed answer)
@@ -74,10 +76,22 @@ class Unauthorized(ProxyError):
     code = "invalid_api_key"
 
 
+class Forbidden(ProxyError):
+    status = 403
+    type = "permission_error"
+    code = "route_not_allowed"
+
+
 class NotFound(ProxyError):
     status = 404
     type = "not_found_error"
     code = "not_found"
+
+
+class Conflict(ProxyError):
+    status = 409
+    type = "invalid_request_error"
+    code = "ambiguous_conversation"
 
 
 class PayloadTooLarge(ProxyError):

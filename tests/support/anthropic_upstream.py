@@ -196,6 +196,8 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             return bad("model: Field required")
         if not isinstance(body.get("max_tokens"), int):
             return bad("max_tokens: Field required")
+        if body["max_tokens"] < 1:
+            return bad("max_tokens: Input should be greater than or equal to 1")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return bad("messages: Field required")

@@ -54,6 +54,7 @@ def default_config(upstream_base_url: str, closed_port: int) -> dict[str, Any]:
 
     return {
         "admin_token_env": "CTXPROXY_ADMIN_TOKEN",
+        "open_access": True,  # any key is its own tenant; tests/e2e/test_auth.py configures clients
         "limits": {"max_body_bytes": 33554432, "receive_timeout": 60},
         "routes": [
             route("main", "gpt-*", upstream_base_url),

@@ -219,6 +219,20 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
                         "required following item.",
                         "input",
                     )
+        limit = body.get("max_output_tokens")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            return self._error(
+                f"Invalid type for 'max_output_tokens': expected an integer, but got {type(limit).__name__} instead.",
+                "max_output_tokens",
+                "invalid_type",
+            )
+        if limit is not None and limit < 16:
+            return self._error(
+                f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got {limit} "
+                "instead.",
+                "max_output_tokens",
+                "integer_below_min_value",
+            )
         window = self.context_windows.get(body["model"], self.default_window)
         needed = count_input_tokens(body.get("instructions"), items, body.get("tools")) + int(
             body.get("max_output_tokens") or 0

@@ -435,6 +435,20 @@ class UpstreamServer(ScriptedServer[Reply]):
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         if max_tokens is None:
             max_tokens = self.default_max_tokens
+        elif not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            return openai_error(
+                f"Invalid type for '{name}': expected an integer, but got {type(max_tokens).__name__} instead.",
+                param=name,
+                code="invalid_type",
+            )
+        elif max_tokens < 1:
+            name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            return openai_error(
+                f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {max_tokens} instead.",
+                param=name,
+                code="integer_below_min_value",
+            )
         if prompt + int(max_tokens) > window:
             if body.get("max_completion_tokens") or body.get("max_tokens"):
                 msg = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from typing import Any
@@ -78,6 +79,14 @@ class History(RedisConnection):
         return conv if conv is not None and conv.tenant == tenant else None
 
     @guarded
+    async def conversations_with_external_id(self, external_id: str) -> list[Conversation]:
+        # Admin-only: the external-id keys are tenant-scoped, so this scans them (SCAN, not KEYS).
+        pattern = self._k("ext", "*:" + re.sub(r"([\\*?\[\]])", r"\\\1", external_id))
+        ids = [str(cid) async for key in self.r.scan_iter(match=pattern, count=1000) if (cid := await self.r.get(key))]
+        found = [c for c in await self._conversations(ids) if c.external_id == external_id]
+        return sorted(found, key=lambda c: (c.created_at, c.id))
+
+    @guarded
     async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation:
         now = time.time()
         conv_id, branch_id = new_id("c"), new_id("b")
@@ -100,13 +109,15 @@ class History(RedisConnection):
         return Conversation(conv_id, tenant, external_id, now, now, branch_id)
 
     @guarded
-    async def append(self, start: Position, events: list[NewEvent], system_hash: str | None) -> Position:
+    async def append(
+        self, start: Position, events: list[NewEvent], system_hash: str | None, stamp: bool = True
+    ) -> Position:
         now = time.time()
         args: list[Any] = [
             start.conversation_id,
             start.branch_id,
             start.seq,
-            "1" if system_hash is not None else "0",
+            ("1" if system_hash is not None else "0") if stamp else "quiet",
             system_hash or "",
             num(now),
             secrets.token_hex(8),
@@ -128,6 +139,12 @@ class History(RedisConnection):
         if reply[0] != "OK":
             raise StoreError(f"append refused: {reply[0]} {reply[1:]}")
         return Position(start.conversation_id, reply[1], int(reply[2]))
+
+    @guarded
+    async def retract(self, end: Position, hashes: list[str]) -> bool:
+        if not hashes:
+            return False
+        return bool(await self._run("retract", end.conversation_id, end.branch_id, end.seq, *hashes))
 
     # -- blobs -------------------------------------------------------------------------------
     @guarded

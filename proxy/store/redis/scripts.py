@@ -12,6 +12,7 @@ from importlib import resources
 NAMES = (
     "create",
     "append",
+    "retract",
     "active",
     "commit",
     "failed",

@@ -36,6 +36,15 @@ class History(SqliteConnection):
         )
         return Conversation(*row) if row else None
 
+    async def conversations_with_external_id(self, external_id: str) -> list[Conversation]:
+        rows = self._read(
+            lambda db: db.execute(
+                f"SELECT {_CONV_COLS} FROM conversations WHERE external_id = ? ORDER BY created_at, id",
+                (external_id,),
+            ).fetchall()
+        )
+        return [Conversation(*r) for r in rows]
+
     async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation:
         now = time.time()
         conv_id, branch_id = new_id("c"), new_id("b")
@@ -63,8 +72,13 @@ class History(SqliteConnection):
             raise
         return Conversation(conv_id, tenant, external_id, now, now, branch_id)
 
-    async def append(self, start: Position, events: list[NewEvent], system_hash: str | None) -> Position:
-        return self._write(_append, start, events, system_hash, time.time())
+    async def append(
+        self, start: Position, events: list[NewEvent], system_hash: str | None, stamp: bool = True
+    ) -> Position:
+        return self._write(_append, start, events, system_hash, time.time(), stamp)
+
+    async def retract(self, end: Position, hashes: list[str]) -> bool:
+        return bool(hashes) and self._write(_retract, end, hashes)
 
     # -- blobs -------------------------------------------------------------------------------
     async def put_blob(self, digest: str, data: str) -> None:
@@ -145,7 +159,9 @@ def _find(db: Db, hashes: list[str], offset: int, tenant: str, conversation_id: 
     return HashMatch(Position(row[1], row[2], row[3]), offset + best[0] + 1, row[5])
 
 
-def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | None, now: float) -> Position:
+def _append(
+    db: Db, start: Position, events: list[NewEvent], system_hash: str | None, now: float, stamp: bool
+) -> Position:
     if db.execute("SELECT 1 FROM conversations WHERE id = ?", (start.conversation_id,)).fetchone() is None:
         raise ConversationGone(f"conversation {start.conversation_id} no longer exists")
     branch, seq = start.branch_id, start.seq
@@ -183,13 +199,37 @@ def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | 
                 now,
             ),
         )
-        db.execute("UPDATE branches SET head_seq = ?, updated_at = ? WHERE id = ?", (seq, now, branch))
+        db.execute("UPDATE branches SET head_seq = ? WHERE id = ?", (seq, branch))
+    if not stamp:
+        return Position(start.conversation_id, branch, seq)
     if system_hash is not None:
         db.execute("UPDATE branches SET system_hash = ?, updated_at = ? WHERE id = ?", (system_hash, now, branch))
     else:
         db.execute("UPDATE branches SET updated_at = ? WHERE id = ?", (now, branch))
     db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, start.conversation_id))
     return Position(start.conversation_id, branch, seq)
+
+
+def _retract(db: Db, end: Position, hashes: list[str]) -> bool:
+    row = db.execute("SELECT head_seq, fork_seq, parent_id FROM branches WHERE id = ?", (end.branch_id,)).fetchone()
+    if row is None or row[0] != end.seq or row[0] - row[1] < len(hashes):
+        return False
+    cut = end.seq - len(hashes)
+    stored = db.execute(
+        "SELECT chain_hash FROM events WHERE branch_id = ? AND seq > ? ORDER BY seq", (end.branch_id, cut)
+    ).fetchall()
+    if [r[0] for r in stored] != hashes:
+        return False
+    if db.execute("SELECT 1 FROM branches WHERE parent_id = ? AND fork_seq > ?", (end.branch_id, cut)).fetchone():
+        return False
+    db.execute("DELETE FROM events WHERE branch_id = ? AND seq > ?", (end.branch_id, cut))
+    if cut == row[1] and row[2] is not None:
+        db.execute("DELETE FROM branches WHERE id = ?", (end.branch_id,))
+        db.execute("DELETE FROM checkpoints WHERE branch_id = ?", (end.branch_id,))
+        db.execute("DELETE FROM leases WHERE branch_id = ?", (end.branch_id,))
+    else:
+        db.execute("UPDATE branches SET head_seq = ? WHERE id = ?", (cut, end.branch_id))
+    return True
 
 
 def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:

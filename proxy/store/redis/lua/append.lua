@@ -1,4 +1,5 @@
 -- ARGV: P, cid, start_bid, start_seq, has_sys, sys, now, fork_base, then (chain_hash, event_json)*
+-- has_sys: '1' stamp and set the system hash, '0' stamp only, 'quiet' neither (an unanswered request)
 local cid, branch, seq = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local has_sys, sys, now, fork_base = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local conv = P .. 'conv:' .. cid
@@ -29,9 +30,10 @@ for i = 9, #ARGV, 2 do
     redis.call('RPUSH', P .. 'events:' .. branch, payload)
     redis.call('RPUSH', P .. 'chain:' .. branch, h)
     redis.call('HSET', idx .. h, cid, branch .. ' ' .. seq)
-    redis.call('HSET', bkey(branch), 'head_seq', seq, 'updated_at', now)
+    redis.call('HSET', bkey(branch), 'head_seq', seq)
   end
 end
+if has_sys == 'quiet' then return {'OK', branch, tostring(seq)} end
 if redis.call('EXISTS', bkey(branch)) == 1 then
   if has_sys == '1' then
     redis.call('HSET', bkey(branch), 'system_hash', sys, 'updated_at', now)
