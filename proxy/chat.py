@@ -26,7 +26,7 @@ from .errors import ConversationGone, ProxyError, StoreError
 from .http import RawResponse, client_api_key, read_body
 from .ingest import Ingested, append_response, ingest
 from .protocols.base import Wire
-from .relay import StreamOutcome, StreamRelay
+from .relay import StreamOutcome, StreamRelay, nothing, or_disconnect
 from .services import Services
 from .store.base import CallRecord
 from .upstream.base import UpstreamResponse
@@ -89,11 +89,14 @@ async def handle(request: Request, wire: Wire) -> Any:
 
     try:
         headers = routing.upstream_headers(services.keys, wire, route, request.headers, frozenset({header.lower()}))
-        upstream = await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+        sending = services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+        upstream = await or_disconnect(request.receive, sending)
     except ProxyError as exc:
         record.failed(call, exc, t0)
         await services.recorder.finish(call, wire.name, record.error_kind(exc))
         raise
+    if upstream is None:
+        return await _client_left(services, wire, call, t0)
     if recalling:
         upstream, call, t0 = await recall.detour(services, wire, route, policy, body, sent, call, upstream, headers, t0)
 
@@ -105,7 +108,7 @@ async def handle(request: Request, wire: Wire) -> Any:
             await _close_call(services, wire, call, ingested, kind)
 
         return StreamRelay(upstream, observer, finish, echo)
-    return await _relay_whole(services, wire, call, ingested, upstream, t0, echo)
+    return await _relay_whole(services, wire, call, ingested, upstream, t0, echo, request)
 
 
 async def _open_call(
@@ -178,18 +181,21 @@ async def _relay_whole(
     upstream: UpstreamResponse,
     t0: float,
     echo: list[tuple[str, str]],
-) -> RawResponse:
+    request: Request,
+) -> Any:
     call.upstream_status = upstream.status
     call.request_id = upstream.request_id
     call.ttfb_ms = record.ms(time.monotonic() - t0)
     try:
-        data = await upstream.read()
+        data = await or_disconnect(request.receive, upstream.read())
     except ProxyError as exc:
         record.failed(call, exc, t0)
         await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
         raise
     finally:
         upstream.close()
+    if data is None:
+        return await _client_left(services, wire, call, t0)
     call.latency_ms = record.ms(time.monotonic() - t0)
     status = upstream.status
 
@@ -198,6 +204,12 @@ async def _relay_whole(
         await _close_call(services, wire, call, ingested, record.answered(call, wire, status, data))
 
     return RawResponse(data, status, [*upstream.headers, *echo], after=bookkeeping)
+
+
+async def _client_left(services: Services, wire: Wire, call: CallRecord, t0: float) -> Any:
+    record.client_left(call, t0)
+    await services.recorder.finish(call, wire.name)
+    return nothing
 
 
 async def _close_call(
