@@ -8,7 +8,8 @@
   and `/healthz` answer 503 `{"status": "draining"}`, so a load balancer stops sending; a new
   model call or admin request is answered 503 `shutting_down` with `Retry-After` and
   `Connection: close`; the calls already running go on until they end (the server waits up to
-  `server.shutdown_grace`, `Gate.idle`).
+  `server.shutdown_grace`, `Gate.idle`); then `Gate.cut`: a stream still running ends with the
+  API's error event, a call not answered yet is answered 503 `shutting_down`.
 - **Readiness.** `/readyz` is `/healthz` (the store answers) unless draining.
 
 Health, readiness and metrics are never capped: probes must get through a saturated proxy.
@@ -27,6 +28,9 @@ from .http import error_response, json_response
 from .protocols import wire_for_path
 
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+SHUTDOWN_KEY = "ctxproxy.shutdown"
+"""Scope key of the event set when in-flight calls must end (proxy/relay.py ends its stream with
+the API's error event)."""
 
 
 class Gate:
@@ -35,6 +39,8 @@ class Gate:
     def __init__(self) -> None:
         self.in_flight = 0
         self.draining = False
+        self.cutting = False
+        self.shutdown = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -49,6 +55,11 @@ class Gate:
 
     def drain(self) -> None:
         self.draining = True
+
+    def cut(self) -> None:
+        """The grace period is over: streams still running end now (`SHUTDOWN_KEY`)."""
+        self.cutting = True
+        self.shutdown.set()
 
     async def idle(self, timeout: float) -> bool:
         """Wait until no model call runs, at most `timeout` seconds; True if none does."""
@@ -93,8 +104,22 @@ class Edge:
             await self._refuse(scope, receive, send, "overloaded", message)
             return
         gate.enter()
+        started = False
+
+        async def watched_send(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app({**scope, SHUTDOWN_KEY: gate.shutdown}, receive, watched_send)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not gate.cutting or task is None:
+                raise
+            task.uncancel()  # the server cut this call at the end of the grace period: answer it
+            if not started:
+                await self._refuse(scope, receive, send, "shutting_down", "The proxy shut down before answering.")
         finally:
             gate.leave()
 

@@ -27,7 +27,8 @@ from typing import TypeVar
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from .errors import ProxyError, UpstreamError
+from .edge import SHUTDOWN_KEY
+from .errors import Overloaded, ProxyError, UpstreamError
 from .protocols.base import StreamObserver
 from .sse import SseSplitter
 from .upstream.base import UpstreamResponse
@@ -89,6 +90,7 @@ class StreamRelay:
         self.observer = observer
         self.finish = finish
         self.headers = [*upstream.headers, *extra_headers]
+        self._started = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = StreamOutcome()
@@ -103,13 +105,23 @@ class StreamRelay:
                             group.cancel_scope.cancel()
                             return
 
+                async def watch_shutdown(shutdown: asyncio.Event) -> None:
+                    await shutdown.wait()
+                    outcome.error = Overloaded("The proxy is shutting down; the stream was cut.", code="shutting_down")
+                    group.cancel_scope.cancel()
+
                 group.start_soon(watch_disconnect)
+                shutdown = scope.get(SHUTDOWN_KEY)
+                if shutdown is not None:
+                    group.start_soon(watch_shutdown, shutdown)
                 try:
                     await self._copy(send, outcome)
                 except OSError:
                     outcome.client_disconnected = True
                 finally:
                     group.cancel_scope.cancel()
+            if outcome.error is not None and outcome.error.code == "shutting_down" and self._started:
+                await send({"type": "http.response.body", "body": self.observer.error_event(outcome.error)})
         finally:
             outcome.ended_at = time.monotonic()
             self.upstream.close()
@@ -124,6 +136,7 @@ class StreamRelay:
                 "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers],
             }
         )
+        self._started = True
         splitter = SseSplitter()
         try:
             async for piece in self.upstream.pieces():

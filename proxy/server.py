@@ -4,10 +4,10 @@ uvicorn's own SIGTERM handling stops listening at once and gives running request
 `timeout_graceful_shutdown` seconds, but nothing tells a load balancer beforehand. Here the first
 SIGTERM or SIGINT only starts draining (`Gate.drain`: readiness fails, new calls get 503 with
 `Connection: close`); the server keeps listening so probes see the 503, and stops once no model
-call is in flight or `server.shutdown_grace` has passed. Then uvicorn's shutdown closes the
-listeners and connections, cancels what still runs (a stream cut at the grace limit is recorded
-`partial` by its relay's shielded finish), and the lifespan flushes compactions and closes the
-store. A second signal stops at once.
+call is in flight or `server.shutdown_grace` has passed; then the calls still running are cut
+(`Gate.cut`: a stream ends with the API's error event and is recorded `partial`). uvicorn's
+shutdown closes the listeners and connections and cancels what still runs (the edge answers it
+503), and the lifespan flushes compactions and closes the store. A second signal stops at once.
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ class DrainingServer(uvicorn.Server):
     async def on_tick(self, counter: int) -> bool:
         if self.drain_started is not None and not self.should_exit:
             waited = time.monotonic() - self.drain_started
-            if self.gate.in_flight == 0 or waited >= self.grace:
-                if self.gate.in_flight:
-                    log.warning("shutdown grace of %gs over: cutting %d model calls", self.grace, self.gate.in_flight)
+            if waited >= self.grace and not self.gate.cutting and self.gate.in_flight:
+                log.warning("shutdown grace of %gs over: cutting %d model calls", self.grace, self.gate.in_flight)
+                self.gate.cut()
+            if self.gate.in_flight == 0 or waited >= self.grace + 1:
                 self.should_exit = True
         return await super().on_tick(counter)
 
