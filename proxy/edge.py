@@ -10,7 +10,8 @@
   `Connection: close`; the calls already running go on until they end (the server waits up to
   `server.shutdown_grace`, `Gate.idle`); then `Gate.cut`: a stream still running ends with the
   API's error event, a call not answered yet is answered 503 `shutting_down`.
-- **Readiness.** `/readyz` is `/healthz` (the store answers) unless draining.
+- **Readiness.** `/readyz` is `/healthz` (the store answers) unless draining, and says the load:
+  `{"status": "ok", "in_flight": <model calls>, "tasks": <asyncio tasks>}`.
 
 Health, readiness and metrics are never capped: probes must get through a saturated proxy.
 """
@@ -87,7 +88,8 @@ class Edge:
                 await json_response({"status": "draining"}, 503, [("connection", "close")])(scope, receive, send)
                 return
             if path == "/readyz":
-                scope = {**scope, "path": "/healthz", "raw_path": b"/healthz"}
+                await self._ready(scope, receive, send)
+                return
             await self.app(scope, receive, send)
             return
         model_call = wire_for_path(path) is not None
@@ -122,6 +124,20 @@ class Edge:
                 await self._refuse(scope, receive, send, "shutting_down", "The proxy shut down before answering.")
         finally:
             gate.leave()
+
+    async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`/healthz`'s verdict (the store answers), with the load: model calls and tasks."""
+        status = 503
+
+        async def verdict(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+
+        await self.app({**scope, "path": "/healthz", "raw_path": b"/healthz"}, receive, verdict)
+        body = {"status": "ok" if status == 200 else "store unavailable", "in_flight": self.gate.in_flight}
+        body["tasks"] = len(asyncio.all_tasks())
+        await json_response(body, status)(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, code: str, message: str) -> None:
         response = error_response(Overloaded(message, code=code), wire_for_path(scope["path"]))

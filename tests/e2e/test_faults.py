@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,22 +26,8 @@ MODELS = {"chat": "fault-gpt", "responses": "fault-resp", "anthropic": "fault-cl
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
 
 
-@pytest.fixture(scope="session")
-def fault_server() -> Iterator[FaultUpstream]:
-    server = FaultUpstream().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def faults(fault_server: FaultUpstream) -> Iterator[FaultUpstream]:
-    fault_server.clear()
-    yield fault_server
-    fault_server.clear()
-
-
-def fault_routes(server: FaultUpstream) -> list[dict[str, Any]]:
-    timeouts = {"connect": 2, "first_byte": FIRST_BYTE, "idle": IDLE, "total": TOTAL}
+def fault_routes(server: FaultUpstream, **deadlines: float) -> list[dict[str, Any]]:
+    timeouts = {"connect": 2, "first_byte": FIRST_BYTE, "idle": IDLE, "total": TOTAL, **deadlines}
 
     def route(api: str, base_url: str, path: str) -> dict[str, Any]:
         upstream = {"base_url": base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts}
@@ -260,7 +245,7 @@ def test_fault_matrix(proxy, faults, api_key, closed_port):
         assert post(p, api, api_key, request_body(api, f"warm-up {uuid.uuid4()}", False))[0].status_code == 200
     mark = p.log_mark()
     cases = [(api, kind, stream) for api in APIS for kind in KINDS for stream in (False, True)]
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda c: run_case(p, faults, api_key, *c), cases))
     log = p.stderr_since(mark)
     assert "Traceback" not in log, log[-3000:]

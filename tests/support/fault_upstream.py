@@ -13,7 +13,8 @@ Kinds: ``ok``; ``status`` (``status`` with an error body of the API, ``retry_aft
 (stream: an event whose data is not JSON between good ones; whole: a 200 body that is not JSON);
 ``truncated`` (whole: half the announced Content-Length, then close; stream: cut inside an event,
 then close); ``truncated_eof`` (whole: no Content-Length, half the body, then close);
-``no_usage``; ``dup_usage`` (stream: the usage event twice; whole: the ``usage`` key twice).
+``no_usage``; ``dup_usage`` (stream: the usage event twice; whole: the ``usage`` key twice);
+``slow`` (stream: 100 events 20 ms apart, watching for the proxy hanging up).
 
 It counts what the measured suite needs: requests per path (retries show as extra ones), open
 connections, and the connections the proxy closed while a stall was held (a cancelled request).
@@ -281,6 +282,9 @@ class FaultUpstream:
             writer.write(head(fault.status, "application/json", len(data), extra) + data)
             await writer.drain()
             return True
+        if stream and kind == "slow":
+            await self._slow_stream(reader, writer, wire, fault.text)
+            return False
         if stream:
             usage = {"no_usage": "none", "dup_usage": "twice"}.get(kind, "once")
             events = stream_events(wire, fault.text, usage)
@@ -318,6 +322,27 @@ class FaultUpstream:
         writer.write(head(200, "application/json", len(data)) + data)
         await writer.drain()
         return True
+
+    async def _slow_stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, wire: str, text: str
+    ) -> None:
+        """A stream of 100 events, one every 20 ms; a proxy hanging up counts as cancelled."""
+        events = stream_events(wire, text * 20)
+        body = events[1:-2]
+        events = [events[0], *(body * (100 // max(1, len(body)) + 1))[:100], *events[-2:]]
+        writer.write(head(200, "text/event-stream", None))
+        for event in events:
+            try:
+                writer.write(event)
+                await writer.drain()
+                if await asyncio.wait_for(reader.read(1), 0.02) == b"":
+                    raise ConnectionResetError
+            except TimeoutError:
+                continue
+            except ConnectionError:
+                with self._lock:
+                    self.cancelled += 1
+                return
 
     async def _until_hangup(self, reader: asyncio.StreamReader) -> None:
         """Hold the exchange open until the proxy closes its side (or an hour passes)."""
