@@ -69,9 +69,8 @@ def check_config(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from .app import create_app
+    from .server import run
 
     config = _load(args.config)
     if config is None:
@@ -79,16 +78,7 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    app = create_app(config)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=args.log_level,
-        access_log=args.access_log,
-        timeout_graceful_shutdown=30,
-        h11_max_incomplete_event_size=64 * 1024,
-    )
+    run(config, create_app(config), host, port, args.log_level, args.access_log)
     return 0
 
 

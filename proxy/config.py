@@ -176,8 +176,15 @@ class Policy(PolicyConfig):
 
 
 class Limits(_Frozen):
+    """What a client may send (proxy/request_head.py enforces the head, proxy/http.py the body)."""
+
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     receive_timeout: float = Field(60.0, gt=0)
+    header_timeout: float = Field(10.0, gt=0)
+    """Seconds from a connection's first byte (or its opening) to the end of the request head."""
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    """Request line plus all header lines."""
+    max_headers: int = Field(100, ge=8)
 
 
 class Retention(_Frozen):
@@ -192,8 +199,17 @@ class Retention(_Frozen):
 
 
 class Server(_Frozen):
+    """How `ctxproxy serve` listens, caps and drains (proxy/server.py, proxy/edge.py)."""
+
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
+    http: Literal["auto", "h11", "httptools"] = "auto"
+    """uvicorn's HTTP/1.1 implementation; `auto` is httptools when it is installed."""
+    max_concurrent_requests: int | None = Field(256, ge=1)
+    """Model calls served at once (streams count until they end); more get 503 + Retry-After."""
+    retry_after: int = Field(1, ge=0)
+    shutdown_grace: float = Field(30.0, ge=0)
+    """On SIGTERM: how long in-flight model calls may run on after readiness failed."""
 
 
 class Config(_Frozen):

@@ -14,6 +14,8 @@
         ├── PayloadTooLarge         413 invalid_request_error / request_too_large
         ├── UpstreamError           502 upstream_error (refused, reset, malformed answer)
         │   └── UpstreamTimeout     504 upstream_error / upstream_timeout
+        ├── Overloaded              503 service_unavailable / overloaded (concurrency cap) or
+        │                           shutting_down (draining); sent with Retry-After
         └── StoreUnavailable        503 service_unavailable / store_unavailable
             └── StoreError          raised by a store backend (proxy/store/); the message is for
                 │                   the log: the app answers with StoreUnavailable's own message
@@ -115,6 +117,12 @@ class UpstreamError(ProxyError):
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
+
+
+class Overloaded(ProxyError):
+    status = 503
+    type = "service_unavailable"
+    code = "overloaded"
 
 
 class StoreUnavailable(ProxyError):

@@ -12,6 +12,7 @@ The status of a streamed call follows from who ended it: the end event reaching 
 `complete` (a disconnect after it is the client hanging up, not a loss); a client that went away
 earlier leaves `partial`; an upstream that broke off leaves `partial` if it had sent chunks, else
 `error`; an error event inside the stream (Anthropic `error`, Responses `response.failed`) is `error`.
+A whole answer the client hung up before is `partial` too (`client_left`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,13 @@ def error_kind(exc: ProxyError, answering: bool = False) -> str:
 def failed(call: CallRecord, exc: ProxyError, t0: float) -> None:
     """The hop raised before or while the answer arrived."""
     call.error = exc.message
+    call.latency_ms = ms(time.monotonic() - t0)
+
+
+def client_left(call: CallRecord, t0: float) -> None:
+    """The client hung up before a whole answer reached it; the upstream request was cancelled."""
+    call.status = "partial"
+    call.error = "client disconnected before the answer was complete"
     call.latency_ms = ms(time.monotonic() - t0)
 
 
