@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
+from ... import codec
 from ...errors import ConversationGone, StoreError
 from ..base import Branch, Conversation, HashMatch, NewEvent, Position, StoredEvent, new_id
 from .connection import Db, SqliteConnection
@@ -175,7 +175,7 @@ def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | 
                 seq,
                 start.conversation_id,
                 event.role,
-                json.dumps(event.message),
+                codec.dumps_str(event.message),
                 event.chain_hash,
                 event.source,
                 event.tokens,
@@ -211,7 +211,7 @@ def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[
             "WHERE branch_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
             (seg_branch, after_seq, seg_upto, limit - len(out)),
         )
-        out.extend(StoredEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], r[7]) for r in rows)
+        out.extend(StoredEvent(r[0], r[1], r[2], codec.loads(r[3]), r[4], r[5], r[6], r[7]) for r in rows)
         if len(out) >= limit:
             break
     return out
