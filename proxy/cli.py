@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import logging
 import sys
+from typing import Any
 
 from .config import Config, Route, load_config
 from .errors import ConfigError
@@ -62,6 +63,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
+    from .workers import prepare as prepare_workers
 
     config = _load(args.config)
     if config is None:
@@ -69,9 +71,20 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    app = create_app(config)
+    workers = args.workers
+    if workers > 1:  # uvicorn spawns the workers; each builds its app from the config file
+        try:
+            app: Any = prepare_workers(args.config, config, args.log_level)
+        except ConfigError as exc:
+            print("\n".join(exc.problems), file=sys.stderr)
+            return 1
+    else:
+        app = create_app(config)
     uvicorn.run(
         app,
+        factory=workers > 1,
+        workers=workers,
+        timeout_worker_healthcheck=30,  # a worker busy starting (litellm's import) is not hung
         host=host,
         port=port,
         log_level=args.log_level,
@@ -128,6 +141,12 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctxproxy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--port", type=int)
     p_serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p_serve.add_argument("--access-log", action="store_true")
+    p_serve.add_argument("--workers", type=_positive, default=1, help="processes on one socket and one store")
     p_serve.set_defaults(func=serve)
     p_check = sub.add_parser("check-config", help="validate a config file and print the resolved routes")
     p_check.add_argument("config")
