@@ -146,24 +146,30 @@ def _find(db: Db, hashes: list[str], offset: int, tenant: str, conversation_id: 
 
 
 def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | None, now: float) -> Position:
-    if db.execute("SELECT 1 FROM conversations WHERE id = ?", (start.conversation_id,)).fetchone() is None:
-        raise ConversationGone(f"conversation {start.conversation_id} no longer exists")
+    conversation = start.conversation_id
+    touched = db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation)).rowcount
+    if not touched:
+        raise ConversationGone(f"conversation {conversation} no longer exists")
     branch, seq = start.branch_id, start.seq
+    heads: dict[str, int] = {}  # head_seq of the branches read or written so far
+    moved: set[str] = set()  # branches whose head this append moved
     for event in events:
         row = db.execute(
             "SELECT branch_id, seq FROM events WHERE chain_hash = ? AND conversation_id = ?",
-            (event.chain_hash, start.conversation_id),
+            (event.chain_hash, conversation),
         ).fetchone()
         if row is not None:
             branch, seq = row[0], row[1]
             continue
-        head = db.execute("SELECT head_seq FROM branches WHERE id = ?", (branch,)).fetchone()[0]
+        head = heads.get(branch)
+        if head is None:
+            head = heads[branch] = db.execute("SELECT head_seq FROM branches WHERE id = ?", (branch,)).fetchone()[0]
         if seq != head:
             child = new_id("b")
             db.execute(
                 "INSERT INTO branches (id, conversation_id, parent_id, fork_seq, head_seq, "
                 "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (child, start.conversation_id, branch, seq, seq, now, now),
+                (child, conversation, branch, seq, seq, now, now),
             )
             branch = child
         seq += 1
@@ -173,7 +179,7 @@ def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | 
             (
                 branch,
                 seq,
-                start.conversation_id,
+                conversation,
                 event.role,
                 codec.dumps_str(event.message),
                 event.chain_hash,
@@ -183,13 +189,21 @@ def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | 
                 now,
             ),
         )
-        db.execute("UPDATE branches SET head_seq = ?, updated_at = ? WHERE id = ?", (seq, now, branch))
+        heads[branch] = seq
+        moved.add(branch)
+    # One UPDATE per moved branch at the end, instead of one per event.
+    for other in moved - {branch}:
+        db.execute("UPDATE branches SET head_seq = ?, updated_at = ? WHERE id = ?", (heads[other], now, other))
+    sets: list[str] = ["updated_at = ?"]
+    params: list[Any] = [now]
+    if branch in moved:
+        sets.append("head_seq = ?")
+        params.append(heads[branch])
     if system_hash is not None:
-        db.execute("UPDATE branches SET system_hash = ?, updated_at = ? WHERE id = ?", (system_hash, now, branch))
-    else:
-        db.execute("UPDATE branches SET updated_at = ? WHERE id = ?", (now, branch))
-    db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, start.conversation_id))
-    return Position(start.conversation_id, branch, seq)
+        sets.append("system_hash = ?")
+        params.append(system_hash)
+    db.execute(f"UPDATE branches SET {', '.join(sets)} WHERE id = ?", (*params, branch))
+    return Position(conversation, branch, seq)
 
 
 def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
