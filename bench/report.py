@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+CLOSING_NOTE = Path(__file__).resolve().parent / "optimisations.md"
 
 
 def _f(v: Any, digits: int = 2) -> str:
@@ -302,4 +305,6 @@ def render(report: dict[str, Any]) -> str:
         )
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
+    if CLOSING_NOTE.exists():  # what was optimised and what each step measured (hand-written)
+        lines += ["", CLOSING_NOTE.read_text().rstrip()]
     return "\n".join(lines) + "\n"
