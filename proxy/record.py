@@ -17,17 +17,17 @@ A whole answer the client hung up before is `partial` too (`client_left`).
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import time
 from collections import OrderedDict
 from typing import Any
 
+from . import codec
 from .catalog import ModelCatalog
 from .config import Route
 from .errors import ProxyError, StoreError, UpstreamTimeout
-from .identify import blob_hash
+from .identify import blob_hash, blob_text
 from .ledger import call_cost
 from .metrics import Metrics
 from .protocols.base import StreamObserver, Wire
@@ -165,10 +165,14 @@ class Recorder:
         """System prefixes and tool definitions are stored once by content, referenced by calls."""
         if not value:
             return None
-        data = json.dumps(value, sort_keys=True)
-        digest = digest or blob_hash(data)
-        if self._known_blobs.add(digest):
-            await self.store.put_blob(digest, data)
+        if digest is not None and not self._known_blobs.add(digest):
+            return digest  # stored already: no need to serialize it again
+        data = blob_text(value)
+        if digest is None:
+            digest = blob_hash(data)
+            if not self._known_blobs.add(digest):
+                return digest
+        await self.store.put_blob(digest, data)
         return digest
 
     async def finish(self, call: CallRecord, wire: str, error_kind: str | None = None) -> None:
@@ -188,7 +192,7 @@ class Recorder:
 
 def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
-        parsed = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        parsed = codec.loads(data)
+    except codec.JsonRejected:
         return None
     return parsed if isinstance(parsed, dict) else None

@@ -67,3 +67,24 @@ def run(config: Config, app: object, host: str, port: int, log_level: str, acces
         timeout_graceful_shutdown=2,
     )
     DrainingServer(server_config, gate, config.server.shutdown_grace).run()
+
+
+def run_workers(
+    config: Config, factory: str, workers: int, host: str, port: int, log_level: str, access_log: bool
+) -> None:
+    """`--workers N`: uvicorn's supervisor and N worker processes on one socket. Each worker
+    runs the app behind its own edge (head limits, concurrency cap per worker); on SIGTERM the
+    workers stop taking connections and get `server.shutdown_grace` to finish (uvicorn's own
+    graceful shutdown: readiness does not fail beforehand as it does with one process)."""
+    uvicorn.run(
+        factory,
+        factory=True,
+        workers=workers,
+        timeout_worker_healthcheck=30,  # a worker busy starting (litellm's import) is not hung
+        host=host,
+        port=port,
+        http=protocol_class(config.server.http, config.limits),
+        log_level=log_level,
+        access_log=access_log,
+        timeout_graceful_shutdown=int(config.server.shutdown_grace) or None,
+    )

@@ -11,9 +11,9 @@ duplicated final event changes nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...errors import ProxyError
 from ...sse import SseEvent
 from ...types import Json, Message
@@ -42,8 +42,8 @@ class MessageStream(BaseObserver):
     def __call__(self, event: SseEvent) -> bytes | None:
         if event.data is not None:
             try:
-                data = json.loads(event.data)
-            except json.JSONDecodeError:
+                data = codec.loads(event.data)
+            except codec.JsonRejected:
                 data = None
             if isinstance(data, dict):
                 self._chunks += 1
@@ -101,8 +101,8 @@ class MessageStream(BaseObserver):
         if not parts or "".join(parts) == "":
             return
         try:
-            self._blocks[index]["input"] = json.loads("".join(parts))
-        except (json.JSONDecodeError, KeyError):
+            self._blocks[index]["input"] = codec.loads("".join(parts))
+        except (codec.JsonRejected, KeyError):
             return
 
     def native(self) -> Json | None:

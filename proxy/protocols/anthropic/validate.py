@@ -11,17 +11,17 @@ the first message is the upstream's to judge, as the client's bytes go there unc
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...errors import BadRequest
 from ...types import Json
 
 
 def parse_body(raw: bytes) -> Json:
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        body = codec.loads(raw)
+    except codec.JsonRejected as exc:
         raise BadRequest(f"There was an error parsing the body of your request as JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object, got " + type(body).__name__ + ".")

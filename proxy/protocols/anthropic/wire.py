@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...errors import ProxyError
 from ...types import Json, Message
 from ...usage import Usage, from_anthropic
@@ -39,7 +39,7 @@ class AnthropicWire(BaseWire):
         native = to_native(messages, prefix=0 if body.get("system") is None else 1)
         if cache_markers(body, native) > MAX_CACHE_CONTROL >= cache_markers(body, body["messages"]):
             body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
-        return json.dumps({**body, "messages": native}).encode(), {}
+        return codec.dumps({**body, "messages": native}), {}
 
     def observer(self, body: Json) -> MessageStream:
         return MessageStream()

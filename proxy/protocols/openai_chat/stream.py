@@ -8,9 +8,9 @@ on every other chunk is removed.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...sse import SseEvent
 from ...types import Json, Message
 from ..base import BaseObserver
@@ -34,7 +34,7 @@ def strip_null_usage(raw: bytes, chunk: Json) -> bytes:
         if needle in raw:
             return raw.replace(needle, b"", 1)
     rest = {k: v for k, v in chunk.items() if k != "usage"}
-    return b"data: " + json.dumps(rest, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + codec.dumps(rest) + b"\n\n"
 
 
 class StreamAccumulator:
@@ -133,8 +133,8 @@ class StreamFilter(BaseObserver):
             self.done = True
             return event.raw
         try:
-            chunk = json.loads(event.data)
-        except json.JSONDecodeError:
+            chunk = codec.loads(event.data)
+        except codec.JsonRejected:
             return event.raw
         if not isinstance(chunk, dict):
             return event.raw
