@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import logging
 import sys
-from typing import Any
 
 from .config import Client, Config, Route, load_config
 from .errors import ConfigError

@@ -117,8 +117,8 @@ class MessageStream(BaseObserver):
         if not parts or "".join(parts) == "":
             return block
         try:
-            return {**block, "input": json.loads("".join(parts))}  # a stream cut inside a tool_use block
-        except json.JSONDecodeError:
+            return {**block, "input": codec.loads("".join(parts))}  # a stream cut inside a tool_use block
+        except codec.JsonRejected:
             return block
 
     def message(self) -> Message | None:
