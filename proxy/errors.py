@@ -7,6 +7,7 @@
         ├── BadRequest              400 invalid_request_error
         │   └── ContextLengthExceeded   400 invalid_request_error / context_length_exceeded
         ├── Unauthorized            401 authentication_error
+        ├── Forbidden               403 permission_error (a state-changing request without its CSRF proof)
         ├── NotFound                404 not_found_error
         ├── RequestTimeout          408 invalid_request_error / request_timeout
         ├── PayloadTooLarge         413 invalid_request_error / request_too_large
@@ -72,6 +73,12 @@ class Unauthorized(ProxyError):
     status = 401
     type = "authentication_error"
     code = "invalid_api_key"
+
+
+class Forbidden(ProxyError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
 
 
 class NotFound(ProxyError):
