@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,10 +15,15 @@ from . import data
 from .conversation import event_link
 from .guard import Ctx
 from .html import cell, cost, esc, frame, json_answer, link, message_text, ms, num, query, respond, table
-from .reconstruct import CallView, Rebuilder, Row, consumers
+from .reconstruct import CallView, Rebuilder, Row, consumers, preview
 
+MARKER = re.compile(r"\[(?:trimmed|cut for summarization): [^\]\n]*\]")
+"""The policies' markers in rewritten text (`trim_tool_results.trim_marker`, summary_tail's cut)."""
 ROWS_PAGE = 300
 SHOWN_CHARS = 6000
+"""Of a trimmed result and of the summary block: enough to see both sides of the rewrite."""
+BRIEF_CHARS = 600
+"""Of every other row: the rows that are not rewritten stay short; their event has the whole text."""
 TOKEN_CALLS = 500
 FORM_TEXT = {
     "prefix": "system prefix, pinned",
@@ -49,13 +55,17 @@ async def _view(request: Request, ctx: Ctx) -> tuple[data.Detail, CallView]:
 
 def _text(cid: str, branch: str | None, row: Row, message: Mapping[str, Any] | None) -> str:
     text = message_text(message)
+    limit = SHOWN_CHARS if row.form in ("trimmed", "summary") else BRIEF_CHARS
     more = ""
-    if len(text) > SHOWN_CHARS:
-        more = f" … {len(text) - SHOWN_CHARS:,} more chars"
-        text = text[:SHOWN_CHARS]
+    if len(text) > limit:
+        more = f" … {len(text) - limit:,} more chars"
+        text = text[:limit]
         if row.seq is not None:
             more += " — " + event_link(cid, branch, row.seq, "full event")
-    return f"<pre>{esc(text)}</pre>{more}"
+    if limit == BRIEF_CHARS:  # folded: a line of preview, the text on demand
+        return f"<details><summary>{esc(preview(message or {}, 90))}</summary><pre>{esc(text)}</pre>{more}</details>"
+    marked = MARKER.sub(r"<mark>\g<0></mark>", esc(text))
+    return f"<pre>{marked}</pre>{more}"
 
 
 def diff_row(cid: str, branch: str | None, row: Row) -> str:

@@ -18,7 +18,7 @@ PAD = 36
 def _frame(body: str, label: str, height: int = HEIGHT) -> str:
     return (
         f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{esc(label)}" '
-        f'preserveAspectRatio="none"><title>{esc(label)}</title>{body}</svg>'
+        f"><title>{esc(label)}</title>{body}</svg>"
     )
 
 

@@ -41,6 +41,7 @@ async def context(request: Request) -> Ctx:
 
 def page(handler: Handler) -> Callable[[Request], Awaitable[RawResponse]]:
     async def run(request: Request) -> RawResponse:
+        access.admin_token(request)  # off: the app's own 404, as for any unknown path
         try:
             ctx = await context(request)
             return await handler(request, ctx)
@@ -56,6 +57,7 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[RawResponse]]:
 
 def api(handler: Handler) -> Callable[[Request], Awaitable[RawResponse]]:
     async def run(request: Request) -> RawResponse:
+        access.admin_token(request)
         try:
             return await handler(request, await context(request))
         except ProxyError as exc:

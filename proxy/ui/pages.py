@@ -7,7 +7,7 @@ import time
 
 from starlette.requests import Request
 
-from ..errors import BadRequest, Unauthorized
+from ..errors import BadRequest, Forbidden, Unauthorized
 from ..http import RawResponse
 from ..ledger import GROUP_BY, summarize
 from ..store.base import UsageQuery
@@ -54,6 +54,8 @@ async def logout(request: Request) -> RawResponse:
         await access.require_change(request)
     except Unauthorized:
         pass  # no valid session: nothing to end, the cookie is cleared all the same
+    except Forbidden as exc:  # a forged logout: the session stays
+        return respond(frame("Error 403", f'<p class="error">{esc(exc.message)}</p>', None, None), 403)
     cookie = access.cookie_header(request, "", 0)
     return RawResponse(b"", 303, [("location", "/ui/login"), cookie, *SECURITY_HEADERS])
 

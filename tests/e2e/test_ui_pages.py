@@ -32,8 +32,8 @@ from tests.support.proxy_process import ADMIN_TOKEN, ProxyProcess, default_confi
 from tests.support.upstream_server import Reply, UpstreamServer, tool_call
 from tests.support.waiting import wait_until
 
-MODEL = "gpt-ui-agent"
-PRUNE_MODEL = "gpt-ui-prune"
+MODEL = "gpt-4.1-nano"  # models with litellm prices, so every call has a cost
+PRUNE_MODEL = "gpt-4.1-mini-2025-04-14"
 WINDOW = 6000
 POLICY = {
     "context_window": WINDOW,
@@ -64,8 +64,9 @@ def respond(body: dict[str, Any]) -> Reply:
     last = (body.get("messages") or [{}])[-1]
     if model == MODEL and last.get("role") == "user":
         n = len(body["messages"])
-        return Reply(content=None, tool_calls=[tool_call("bash", {"command": f"cat log_{n}.txt"}, id=f"call_{n}")])
-    return Reply(content=f"done with {str(last.get('content', ''))[:20]}")
+        call = tool_call("bash", {"command": f"cat log_{n}.txt"}, id=f"call_{n}")
+        return Reply(content=None, tool_calls=[call], cached_tokens=64)
+    return Reply(content=f"done with {str(last.get('content', ''))[:20]}", cached_tokens=64)
 
 
 class Demo:
@@ -159,6 +160,8 @@ def scenario(
         yield Scenario(p, demo, pruned, api_key)
     finally:
         upstream_server.responder = None
+        upstream_server.context_windows.pop(MODEL, None)
+        upstream_server.context_windows.pop(PRUNE_MODEL, None)
         p.stop()
 
 
@@ -203,8 +206,8 @@ class Browser:
         page.wait_for_url(f"{self.base}/ui/")
         return context, page
 
-    def shot(self, page: Any, name: str) -> None:
-        page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
+    def shot(self, page: Any, name: str, full_page: bool = True) -> None:
+        page.screenshot(path=str(self.shots / f"{name}.png"), full_page=full_page)
 
     def close(self) -> None:
         self.browser.close()
@@ -292,6 +295,7 @@ def test_list_shows_each_conversation_with_the_ledgers_numbers(scenario: Scenari
     demo = scenario.admin(f"conversations/{scenario.demo}")
     assert page.locator(f'tr[data-conversation="{scenario.demo}"] a.open').inner_text() == demo["external_id"]
     assert shown["tokens_saved"] > 0, "the pruned conversation's calls sent less than the client did"
+    assert shown["cost_usd"] > 0 and 0 < shown["cached_share"] < 1
     clean.shot(page, "conversations")
     # search by the client's id, then by text (the history search)
     page.fill('input[name="q"]', demo["external_id"][-6:])
@@ -380,6 +384,9 @@ def test_the_diff_marks_trims_the_summary_pins_and_pruned_groups(scenario: Scena
     assert "line 39 of log" in original, "the client's side shows the whole result"
     seq = int(row.get_attribute("data-seq"))
     assert f"event {seq}]" in sent and "[trimmed: tool result of bash" in sent, sent
+    assert "[trimmed: tool result of bash" in row.locator("td").nth(3).locator("mark").inner_text(), (
+        "the marker is marked"
+    )
     assert "line 39 of log" in sent.split("[trimmed")[-1] or len(sent) < len(original)
     summary = page.locator('#diff tr[data-form="summary"]')
     assert summary.count() == 1 and "<conversation_summary" in summary.inner_text()
@@ -390,6 +397,8 @@ def test_the_diff_marks_trims_the_summary_pins_and_pruned_groups(scenario: Scena
     assert summarized == record["covered_through_seq"] - len(record["pinned_seqs"])
     assert values(page, "#call-facts")["sent_tokens"] == record["sent_tokens"]
     clean.shot(page, "diff")
+    page.evaluate("document.querySelector('#diff tr[data-form=summary]').scrollIntoView()")
+    clean.shot(page, "diff-view", full_page=False)
     # every marked event links to the stored event
     row.locator("a.event").click()
     page.wait_for_url(f"**/events?**#e{seq}")
