@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from policies.search import parse_query, search
 
-from ..errors import BadRequest
+from ..errors import BadRequest, NotFound
 from ..http import RawResponse
 from ..store.base import Branch, CallRecord
 from . import access, charts, data
@@ -292,14 +292,17 @@ async def conversation(request: Request, ctx: Ctx) -> RawResponse:
 async def state_json(request: Request, ctx: Ctx) -> RawResponse:
     """What the live view polls: it refreshes when any of these change."""
     store = ctx.services.store
-    detail = await data.detail(store, request.path_params["id"])
+    conversation = await store.get_conversation(request.path_params["id"])
+    if conversation is None:
+        raise NotFound(f"No conversation {request.path_params['id']!r}.", param="id")
+    totals = await data.totals(store, conversation.id)
     return json_answer(
         {
-            "id": detail.conversation.id,
-            "updated_at": detail.conversation.updated_at,
-            "calls": len(detail.calls),
-            "checkpoints": [[c.id, c.status] for c in detail.checkpoints],
-            "totals": detail.totals,
+            "id": conversation.id,
+            "updated_at": conversation.updated_at,
+            "calls": totals["calls"],
+            "checkpoints": [[c.id, c.status] for c in await store.list_checkpoints(conversation.id)],
+            "totals": totals,
         }
     )
 
