@@ -30,7 +30,7 @@ from policies.memo import ProjectionCache, project_cached
 
 from .. import recall
 from ..services import Services
-from ..store.base import CallRecord, StoredCheckpoint, StoredEvent
+from ..store.base import Branch, CallRecord, StoredCheckpoint, StoredEvent
 from ..types import Message
 from .data import ALL, Detail
 
@@ -219,6 +219,7 @@ def _rows(
     trimmed = {e.seq: e for e in projection.record.trimmed} if projection else {}
     originals = {id(i.message) for i in items}
     rewritten = [m for m in projection.messages if id(m) not in originals] if projection else []
+    results = {m.get("tool_call_id"): m for m in rewritten if m.get("role") == "tool"}
     rows = [Row("prefix", None, m, m, counter(m), counter(m)) for m in prefix]
     summary_at = None
     for event, item in zip(events, items, strict=True):
@@ -240,10 +241,7 @@ def _rows(
             rows.append(Row("pruned", seq, message, None, item.tokens, 0, "dropped whole by prune_groups"))
         elif seq in trimmed:
             entry = trimmed[seq]
-            sent = next(
-                (m for m in rewritten if m.get("role") == "tool" and m.get("tool_call_id") == entry.tool_call_id),
-                None,
-            )
+            sent = results.get(entry.tool_call_id)
             note = f"{entry.original_chars:,} chars, {entry.kept_chars:,} kept"
             rows.append(Row("trimmed", seq, message, sent, item.tokens, counter(sent) if sent else 0, note))
         elif seq in pinned:
@@ -303,10 +301,11 @@ async def consumers(services: Services, detail: Detail, limit_calls: int) -> tup
         if view is None:
             continue
         sent_total = sum(row.sent_tokens for row in view.rows) or 1
+        chain = detail.lineage(detail.branch(call.branch_id))
         for row in view.rows:
             if row.seq is None or row.client is None:
                 continue
-            root = _owner(detail, call.branch_id or "", row.seq)
+            root = _owner(chain, row.seq)
             key = (root, row.seq)
             if key not in out:
                 out[key] = Consumer(row.seq, root, str(row.client.get("role")), preview(row.client))
@@ -319,9 +318,9 @@ async def consumers(services: Services, detail: Detail, limit_calls: int) -> tup
     return ranked, len(calls)
 
 
-def _owner(detail: Detail, branch_id: str, seq: int) -> str:
-    """The branch whose own event `seq` is on `branch_id`'s lineage (forks share their parent's)."""
-    chain = detail.lineage(detail.branch(branch_id))
+def _owner(chain: list[Branch], seq: int) -> str:
+    """The branch whose own event `seq` is on a lineage (`Detail.lineage`, the branch first, the
+    root last): forks share their parent's events up to the fork point."""
     for branch in chain:
         if branch.parent_id is None or seq > branch.fork_seq:
             return branch.id
