@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from policies.base import Projection
 
-from . import identify, recall, record, routing
+from . import identify, record, routing
 from .compaction import CompactionJob
 from .config import Policy, Route
 from .endpoints import relay_unchanged
@@ -26,6 +26,8 @@ from .errors import ConversationGone, ProxyError, StoreError
 from .http import RawResponse, client_api_key, read_body
 from .ingest import Ingested, append_response, ingest
 from .protocols.base import Wire
+from .recall.detour import detour
+from .recall.tool import offered, with_tool
 from .relay import StreamOutcome, StreamRelay
 from .services import Services
 from .store.base import CallRecord
@@ -65,10 +67,11 @@ async def handle(request: Request, wire: Wire) -> Any:
         request.state.conversation_header = (header, _conversation_of(ingested))
         call = await _open_call(services, route, model, stream, body, ingested, started)
         sent = messages
-        recalling = policy.rewrite and wire.rewrite_allowed(body) and recall.offered(policy, wire, body, stream)
+        rewriting = policy.rewrite and wire.rewrite_allowed(body)
+        recalling = rewriting and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
         if recalling:
-            body = recall.with_tool(body, policy.recall)  # before projecting: the tool counts in the budget
-        if policy.rewrite and wire.rewrite_allowed(body):
+            body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget
+        if rewriting:
             # A litellm route's window and prices are its provider model's, whatever the client calls it.
             auth = routing.summary_auth(services.keys, wire, route, request.headers)
             projection = await _project(
@@ -95,7 +98,7 @@ async def handle(request: Request, wire: Wire) -> Any:
         await services.recorder.finish(call, wire.name, record.error_kind(exc))
         raise
     if recalling:
-        upstream, call, t0 = await recall.detour(services, wire, route, policy, body, sent, call, upstream, headers, t0)
+        upstream, call, t0 = await detour(services, wire, route, policy, body, sent, call, upstream, headers, t0)
 
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         observer = wire.observer(body)

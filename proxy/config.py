@@ -111,11 +111,11 @@ class Summarizer(_Frozen):
 
 
 class Recall(_Frozen):
-    """The recall tool the proxy offers the model (`proxy/recall.py`): `auto` offers it when the
-    client's own request carries tools. Off by default for now: with it on, the upstream body of a
-    tool-using request gains one tool."""
+    """The recall tool the proxy offers the model (`proxy/recall/`): `auto` (the default) offers it
+    when the client's own request carries tools (a tool-using agent, whose model takes tools);
+    `true` always; `false` never. Only on rewriting routes (`rewrite: true`)."""
 
-    enabled: Literal["auto"] | bool = False
+    enabled: Literal["auto"] | bool = "auto"
     tool_name: str = Field("ctxproxy_recall", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     max_result_tokens: int = Field(2000, ge=100, le=50_000)
     max_rounds: int = Field(3, ge=1, le=10)

@@ -5,7 +5,7 @@ ends (`answered` for a whole body, `streamed` for a relayed stream, `failed` whe
 and `Recorder.finish` is the one place a record is completed and written: cost at the provider
 model's prices, metrics, then the store. The purposes are `main` (the client's own call) and
 `summary` (a compaction's summarizer call) and `recall` (a call whose answer called the proxy's
-recall tool and was consumed by it, `proxy/recall.py`); all go to the ledger, and only main calls
+recall tool and was consumed by it, `proxy/recall/`); all go to the ledger, and only main calls
 feed the context calibration.
 
 The status of a streamed call follows from who ended it: the end event reaching the client is

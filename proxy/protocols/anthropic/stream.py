@@ -106,11 +106,20 @@ class MessageStream(BaseObserver):
             return
 
     def native(self) -> Json | None:
+        """The message so far; it may be asked for mid-stream (recall watches the answer), so a
+        tool_use block whose input is still streaming is shown with what parses, never consumed."""
         if not self._started and not self._blocks:
             return None
-        for index in list(self._json):
-            self._finish_input(index)  # a stream cut inside a tool_use block
-        return {"role": "assistant", "content": [self._blocks[i] for i in sorted(self._blocks)]}
+        return {"role": "assistant", "content": [self._block(i) for i in sorted(self._blocks)]}
+
+    def _block(self, index: int) -> dict[str, Any]:
+        block, parts = self._blocks[index], self._json.get(index)
+        if not parts or "".join(parts) == "":
+            return block
+        try:
+            return {**block, "input": json.loads("".join(parts))}  # a stream cut inside a tool_use block
+        except json.JSONDecodeError:
+            return block
 
     def message(self) -> Message | None:
         native = self.native()

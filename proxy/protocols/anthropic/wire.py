@@ -36,7 +36,7 @@ class AnthropicWire(BaseWire):
     ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
         if messages is None:
             return None, {}  # usage is always in Anthropic streams: the client's bytes go as they are
-        native = to_native(messages)
+        native = to_native(messages, prefix=0 if body.get("system") is None else 1)
         if cache_markers(body, native) > MAX_CACHE_CONTROL >= cache_markers(body, body["messages"]):
             body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
         return json.dumps({**body, "messages": native}).encode(), {}
