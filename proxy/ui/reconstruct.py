@@ -28,12 +28,15 @@ from typing import Any
 from policies.base import Checkpoint, ContextOverflow, Item, Projection
 from policies.memo import ProjectionCache, project_cached
 
-from .. import recall
+from ..projection import recall_tool
+from ..recall.tool import with_tool
 from ..services import Services
 from ..store.base import Branch, CallRecord, StoredCheckpoint, StoredEvent
 from ..types import Message
 from .data import ALL, Detail
 
+RECALL_WIRES = ("openai_chat", "anthropic", "openai_responses")
+"""The shapes `recall.tool.definition` gives the tool; the record does not say which wire called."""
 COMPARED = ("sent", "trimmed", "trimmed_chars", "pruned_seqs", "covered_through_seq", "pinned_seqs", "sent_tokens")
 """The stored record's fields the rebuilt projection must reproduce to count as verified."""
 
@@ -158,8 +161,8 @@ class Rebuilder:
         if route is not None:
             policy = config.policy_for(route)
             bodies: list[dict[str, Any]] = [{"model": model, **({"tools": tools} if tools else {})}]
-            if policy.recall.enabled:
-                bodies.append(recall.with_tool(dict(bodies[0]), policy.recall))
+            if policy.recall.enabled:  # the call may have carried the recall tool, in its wire's shape
+                bodies += [with_tool(bodies[0], wire, policy.recall) for wire in RECALL_WIRES]
             for body in bodies:
                 projection, mismatches = self._project(policy, model, body, prefix, items, checkpoint, record, log)
                 if not mismatches:
@@ -188,7 +191,9 @@ class Rebuilder:
             else None
         )
         try:
-            projection = project_cached(log.cache, prefix, items, active, budget, policy, counter)
+            projection = project_cached(
+                log.cache, prefix, items, active, budget, policy, counter, recall_tool=recall_tool(policy, body)
+            )
         except ContextOverflow as exc:
             return None, [f"the rebuilt projection overflows: {exc}"]
         rebuilt = json.loads(json.dumps(projection.record.summary_dict()))

@@ -193,7 +193,7 @@ def test_the_diff_marks_trims_the_summary_pins_and_pruned_groups(scenario: Scena
     original, sent = row.locator("td").nth(2).inner_text(), row.locator("td").nth(3).inner_text()
     assert "line 39 of log" in original, "the client's side shows the whole result"
     seq = int(row.get_attribute("data-seq"))
-    assert f"event {seq}]" in sent and "[trimmed: tool result of bash" in sent, sent
+    assert f"event {seq}" in sent and "[trimmed: tool result of bash" in sent, sent
     assert "[trimmed: tool result of bash" in row.locator("td").nth(3).locator("mark").inner_text(), (
         "the marker is marked"
     )
