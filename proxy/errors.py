@@ -7,7 +7,7 @@
         ├── BadRequest              400 invalid_request_error
         │   └── ContextLengthExceeded   400 invalid_request_error / context_length_exceeded
         ├── Unauthorized            401 authentication_error
-        ├── Forbidden               403 permission_error (a client key on a route it may not use; a form without its CSRF proof)
+        ├── Forbidden               403 permission_error (a client key off its routes; a form without CSRF proof)
         ├── NotFound                404 not_found_error
         ├── Conflict                409 invalid_request_error / ambiguous_conversation
         ├── RequestTimeout          408 invalid_request_error / request_timeout
