@@ -6,7 +6,7 @@ from typing import Any
 
 from ... import codec
 from ...errors import ProxyError
-from ...types import Json, Message
+from ...types import Json, Message, as_list
 from ...usage import Usage, from_anthropic
 from ..base import BaseWire
 from .cache_control import MAX_CACHE_CONTROL, cache_markers, cap_cache_control
@@ -71,8 +71,8 @@ class AnthropicWire(BaseWire):
         return self.upstream_path, body
 
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]:
-        content = parsed.get("content")
-        texts = [b.get("text") for b in content or () if isinstance(b, dict) and b.get("type") == "text"]
+        content = as_list(parsed.get("content"))
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
         text = "".join(t for t in texts if isinstance(t, str))
         return (text or None), parsed.get("usage")
 
