@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Route
 
-from . import admin, endpoints, retention
+from . import admin, endpoints, retention, ui
 from .catalog import ModelCatalog
 from .chat import endpoint
 from .compaction import Compactor
@@ -121,6 +121,7 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         *admin.routes,
+        *ui.routes,  # the inspector, /ui/ (proxy/ui/)
     ]
     # starlette types handlers as returning its Response; ours return plain ASGI responses
     handlers: dict[Any, Any] = {

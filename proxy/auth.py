@@ -50,6 +50,7 @@ def authenticate(keys: Keys, config: Config, route: Route, headers: Mapping[str,
             raise Forbidden(
                 f"Client {client.name!r} may not use route {route.name!r}; its routes: {', '.join(client.routes)}.",
                 param="model",
+                code="route_not_allowed",
             )
         return Caller(client.tenant_name, client.name)
     if route.upstream.api_key_env and not config.open_access:

@@ -20,7 +20,7 @@ from starlette.requests import Request
 
 from policies.base import Projection
 
-from . import auth, identify, recall, record, routing
+from . import auth, identify, record, routing
 from .compaction import CompactionJob
 from .config import Policy, Route
 from .endpoints import relay_unchanged
@@ -28,7 +28,9 @@ from .errors import ConversationGone, ProxyError, StoreError
 from .http import RawResponse, read_body
 from .ingest import Ingested, append_response, ingest, reject
 from .protocols.base import Wire
-from .relay import StreamOutcome, StreamRelay
+from .recall.detour import detour
+from .recall.tool import offered, with_tool
+from .relay import StreamOutcome, StreamRelay, nothing, or_disconnect
 from .services import Services
 from .store.base import CallRecord
 from .upstream.base import UpstreamResponse
@@ -69,10 +71,11 @@ async def handle(request: Request, wire: Wire) -> Any:
         request.state.conversation_header = (header, _conversation_of(ingested))
         call = await _open_call(services, route, model, stream, body, ingested, started)
         sent = messages
-        recalling = policy.rewrite and wire.rewrite_allowed(body) and recall.offered(policy, wire, body, stream)
+        rewriting = policy.rewrite and wire.rewrite_allowed(body)
+        recalling = rewriting and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
         if recalling:
-            body = recall.with_tool(body, policy.recall)  # before projecting: the tool counts in the budget
-        if policy.rewrite and wire.rewrite_allowed(body):
+            body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget
+        if rewriting:
             # A litellm route's window and prices are its provider model's, whatever the client calls it.
             credentials = routing.summary_auth(services.keys, wire, route, request.headers, caller)
             projection = await _project(
@@ -98,15 +101,18 @@ async def handle(request: Request, wire: Wire) -> Any:
     try:
         drop = frozenset({header.lower()})
         headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
-        upstream = await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+        sending = services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+        upstream = await or_disconnect(request.receive, sending)
     except ProxyError as exc:
         record.failed(call, exc, t0)
         call.branch_id = None  # a rejected call is no branch's last call
         await services.recorder.finish(call, wire.name, record.error_kind(exc))
         await _reject(services, ingested)
         raise
+    if upstream is None:
+        return await _client_left(services, wire, call, t0)
     if recalling:
-        upstream, call, t0 = await recall.detour(services, wire, route, policy, body, sent, call, upstream, headers, t0)
+        upstream, call, t0 = await detour(services, wire, route, policy, body, sent, call, upstream, headers, t0)
 
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         observer = wire.observer(body)
@@ -116,7 +122,7 @@ async def handle(request: Request, wire: Wire) -> Any:
             await _close_call(services, wire, call, ingested, kind)
 
         return StreamRelay(upstream, observer, finish, echo)
-    return await _relay_whole(services, wire, call, ingested, upstream, t0, echo)
+    return await _relay_whole(services, wire, call, ingested, upstream, t0, echo, request)
 
 
 async def _open_call(
@@ -189,12 +195,13 @@ async def _relay_whole(
     upstream: UpstreamResponse,
     t0: float,
     echo: list[tuple[str, str]],
-) -> RawResponse:
+    request: Request,
+) -> Any:
     call.upstream_status = upstream.status
     call.request_id = upstream.request_id
     call.ttfb_ms = record.ms(time.monotonic() - t0)
     try:
-        data = await upstream.read()
+        data = await or_disconnect(request.receive, upstream.read())
     except ProxyError as exc:
         record.failed(call, exc, t0)
         call.branch_id = None
@@ -203,6 +210,8 @@ async def _relay_whole(
         raise
     finally:
         upstream.close()
+    if data is None:
+        return await _client_left(services, wire, call, t0)
     call.latency_ms = record.ms(time.monotonic() - t0)
     status = upstream.status
     if status >= 400:
@@ -213,6 +222,12 @@ async def _relay_whole(
         await _close_call(services, wire, call, ingested, record.answered(call, wire, status, data))
 
     return RawResponse(data, status, [*services.keys.redact_headers(upstream.headers), *echo], after=bookkeeping)
+
+
+async def _client_left(services: Services, wire: Wire, call: CallRecord, t0: float) -> Any:
+    record.client_left(call, t0)
+    await services.recorder.finish(call, wire.name)
+    return nothing
 
 
 async def _close_call(

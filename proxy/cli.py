@@ -69,9 +69,9 @@ def check_config(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from .app import create_app
+    from .server import run, run_workers
+    from .workers import prepare as prepare_workers
 
     config = _load(args.config)
     if config is None:
@@ -79,16 +79,15 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    app = create_app(config)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=args.log_level,
-        access_log=args.access_log,
-        timeout_graceful_shutdown=30,
-        h11_max_incomplete_event_size=64 * 1024,
-    )
+    if args.workers > 1:  # uvicorn spawns the workers; each builds its app from the config file
+        try:
+            factory = prepare_workers(args.config, config, args.log_level)
+        except ConfigError as exc:
+            print("\n".join(exc.problems), file=sys.stderr)
+            return 1
+        run_workers(config, factory, args.workers, host, port, args.log_level, args.access_log)
+    else:
+        run(config, create_app(config), host, port, args.log_level, args.access_log)
     return 0
 
 
@@ -138,6 +137,12 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctxproxy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--port", type=int)
     p_serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p_serve.add_argument("--access-log", action="store_true")
+    p_serve.add_argument("--workers", type=_positive, default=1, help="processes on one socket and one store")
     p_serve.set_defaults(func=serve)
     p_check = sub.add_parser("check-config", help="validate a config file and print the resolved routes")
     p_check.add_argument("config")

@@ -140,11 +140,11 @@ class Summarizer(_Frozen):
 
 
 class Recall(_Frozen):
-    """The recall tool the proxy offers the model (`proxy/recall.py`): `auto` offers it when the
-    client's own request carries tools. Off by default for now: with it on, the upstream body of a
-    tool-using request gains one tool."""
+    """The recall tool the proxy offers the model (`proxy/recall/`): `auto` (the default) offers it
+    when the client's own request carries tools (a tool-using agent, whose model takes tools);
+    `true` always; `false` never. Only on rewriting routes (`rewrite: true`)."""
 
-    enabled: Literal["auto"] | bool = False
+    enabled: Literal["auto"] | bool = "auto"
     tool_name: str = Field("ctxproxy_recall", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     max_result_tokens: int = Field(2000, ge=100, le=50_000)
     max_rounds: int = Field(3, ge=1, le=10)
@@ -176,8 +176,15 @@ class Policy(PolicyConfig):
 
 
 class Limits(_Frozen):
+    """What a client may send (proxy/request_head.py enforces the head, proxy/http.py the body)."""
+
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     receive_timeout: float = Field(60.0, gt=0)
+    header_timeout: float = Field(10.0, gt=0)
+    """Seconds from a connection's first byte (or its opening) to the end of the request head."""
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    """Request line plus all header lines."""
+    max_headers: int = Field(100, ge=8)
 
 
 class Retention(_Frozen):
@@ -192,8 +199,17 @@ class Retention(_Frozen):
 
 
 class Server(_Frozen):
+    """How `ctxproxy serve` listens, caps and drains (proxy/server.py, proxy/edge.py)."""
+
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
+    http: Literal["auto", "h11", "httptools"] = "auto"
+    """uvicorn's HTTP/1.1 implementation; `auto` is httptools when it is installed."""
+    max_concurrent_requests: int | None = Field(256, ge=1)
+    """Model calls served at once (streams count until they end); more get 503 + Retry-After."""
+    retry_after: int = Field(1, ge=0)
+    shutdown_grace: float = Field(30.0, ge=0)
+    """On SIGTERM: how long in-flight model calls may run on after readiness failed."""
 
 
 class Config(_Frozen):

@@ -36,6 +36,7 @@ from typing import Any
 
 from tests.support.scripted_server import RecordedRequest, ScriptedServer
 from tests.support.scripted_server import split_text as _split
+from tests.support.tool_billing import openai_tools_tokens
 from tests.support.upstream_server import _encoding, count_text_tokens, openai_error
 
 __all__ = ["ResponsesReply", "ResponsesServer", "count_input_tokens", "fcall"]
@@ -57,10 +58,9 @@ def _text(content: Any) -> str:
 
 def count_input_tokens(instructions: Any, items: list[dict[str, Any]], tools: Any = None) -> int:
     """Input tokens as this server bills them: framing, instructions, items and, like the real
-    API, the tool definitions (every shape, nested namespace tools included: their JSON)."""
-    total = 3
-    if tools:
-        total += count_text_tokens(json.dumps(tools, sort_keys=True))
+    API, the tool definitions (function and namespace tools as OpenAI's renderer writes them,
+    other shapes as their JSON: `tool_billing`)."""
+    total = 3 + openai_tools_tokens(tools, count_text_tokens)
     if isinstance(instructions, str) and instructions:
         total += 4 + count_text_tokens(instructions)
     for item in items:

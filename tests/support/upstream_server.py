@@ -23,7 +23,7 @@ test can assert what the proxy actually sent upstream.
 
 Prompt tokens are estimated with tiktoken ``o200k_base`` (loaded offline from litellm's bundled
 cache) by :func:`count_prompt_tokens`: per message 3 tokens of framing plus the encoded content,
-name and tool calls, plus 3 for the reply priming, plus the encoded JSON of ``tools`` if present.
+name and tool calls, plus 3 for the reply priming, plus ``tools`` as OpenAI renders them (``tool_billing``).
 The same number is reported as ``usage.prompt_tokens`` so tests can compare the two.
 
 The server runs uvicorn in a background thread with its own event loop; ``start()`` binds a free
@@ -43,6 +43,7 @@ from typing import Any
 
 from tests.support.scripted_server import RecordedRequest, ScriptedServer, _Dropped
 from tests.support.scripted_server import split_text as _split
+from tests.support.tool_billing import openai_tools_tokens
 
 __all__ = [
     "RecordedRequest",
@@ -121,9 +122,7 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
             fn = (call or {}).get("function") or {}
             total += 3 + count_text_tokens(str(fn.get("name", "")))
             total += count_text_tokens(str(fn.get("arguments", "")))
-    if body.get("tools"):
-        total += count_text_tokens(json.dumps(body["tools"], sort_keys=True))
-    return total
+    return total + openai_tools_tokens(body.get("tools"), count_text_tokens)
 
 
 # --------------------------------------------------------------------------- script

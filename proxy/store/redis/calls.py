@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
 from typing import Any
 
+from ... import codec
 from ...errors import ConversationGone
 from ...ledger import cells_from_calls
 from ...usage import TOKEN_FIELDS
@@ -29,7 +29,7 @@ class Calls(RedisConnection):
             call.branch_id or "",
             self._last_call_key(call.branch_id, call.purpose) if call.branch_id is not None else "",
             num(call.started_at),
-            json.dumps(_call_dict(call)),
+            codec.dumps_str(_call_dict(call)),
         )
         if reply[0] == "GONE":
             raise ConversationGone(f"conversation {call.conversation_id} was deleted")
@@ -84,5 +84,5 @@ def _call_dict(call: CallRecord) -> dict[str, Any]:
 
 
 def _call(payload: str) -> CallRecord:
-    record = json.loads(payload)
+    record = codec.loads(payload)
     return CallRecord(**{k: v for k, v in record.items() if k in _KNOWN})

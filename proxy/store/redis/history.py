@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import time
 from typing import Any
 
+from ... import codec
 from ...errors import ConversationGone, StoreError
 from ..base import Branch, Conversation, HashMatch, NewEvent, Position, StoredEvent, new_id
 from .connection import BATCH, RedisConnection, guarded, num, scoped
@@ -132,7 +132,7 @@ class History(RedisConnection):
                 "created_at": now,
             }
             args.append(event.chain_hash)
-            args.append(json.dumps(payload))
+            args.append(codec.dumps_str(payload))
         reply = await self._run("append", *args)
         if reply[0] == "GONE":
             raise ConversationGone(f"conversation {start.conversation_id} no longer exists")
@@ -208,7 +208,7 @@ class History(RedisConnection):
         flat = await self._run("lineage", branch_id, int(after_seq), int(limit))
         out: list[StoredEvent] = []
         for i in range(0, len(flat), 4):
-            payload = json.loads(flat[i + 3])
+            payload = codec.loads(flat[i + 3])
             out.append(
                 StoredEvent(
                     flat[i],
