@@ -51,10 +51,11 @@ def shared_store(request, tmp_path):
 class Script:
     """The upstream's answers: A's first compaction (every chunk of it: later chunks carry the
     marked summary as their previous one) answers STALE after ``a_delay``; B's first summary is
-    held ``b_delay``; everything else answers at once."""
+    held ``b_delay`` (and A resumed when it arrives); everything else answers at once."""
 
-    def __init__(self, a_delay: float, b_delay: float) -> None:
+    def __init__(self, a_delay: float, b_delay: float, on_b_started: Any) -> None:
         self.a_delay, self.b_delay = a_delay, b_delay
+        self.on_b_started = on_b_started
         self.a_started = threading.Event()
         self.b_started = threading.Event()
         self.b_replies: list[Reply] = []
@@ -72,6 +73,8 @@ class Script:
                 return Reply(content=SUMMARY)
             first = not self.b_started.is_set()
             self.b_started.set()
+            if first:
+                self.on_b_started()
             reply = Reply(content=FRESH, delay_before_headers=self.b_delay if first else 0)
             self.b_replies.append(reply)
             return reply
@@ -90,7 +93,15 @@ def test_stopped_lease_holder_cannot_commit(proxy, shared_store, upstream, api_k
     a = proxy(fresh=True, **overrides)
     b = proxy(fresh=True, **overrides)
     assert a.proc is not None
-    upstream.responder = script = Script(a_delay=1.0, b_delay=3.0)
+    resumed = threading.Event()
+
+    def resume_a() -> None:
+        # A resumes while B's summary is held: B's job holds the lease, nothing is committed yet
+        assert a.proc is not None
+        a.proc.send_signal(signal.SIGCONT)
+        resumed.set()
+
+    upstream.responder = script = Script(a_delay=1.0, b_delay=8.0, on_b_started=resume_a)
     messages: list[dict[str, Any]] = [{"role": "system", "content": "Fencing agent."}]
     boundaries: list[int] = []  # the active checkpoint's covered_through_seq, sampled after each turn
 
@@ -116,9 +127,9 @@ def test_stopped_lease_holder_cannot_commit(proxy, shared_store, upstream, api_k
             assert turn(b, MODEL_B, t) == conv
             t += 1
         assert time.monotonic() - stopped_at > LEASE
-        assert not script.b_replies[0].done.is_set(), "B's summary must still be in flight"
     finally:
-        a.proc.send_signal(signal.SIGCONT)
+        if not resumed.is_set():
+            a.proc.send_signal(signal.SIGCONT)
     # A wakes with its summary answered: its candidate still has the active generation and the
     # same source range, so only the fence can refuse it.
     wait_until(
@@ -127,7 +138,8 @@ def test_stopped_lease_holder_cannot_commit(proxy, shared_store, upstream, api_k
         what="A's late commit to be refused",
     )
     assert counter(a.url, "ctxproxy_compactions_total", result="committed") == 0
-    script.b_replies[0].done.wait(10)
+    assert not script.b_replies[0].done.is_set(), "A's commit was refused only after B's had landed"
+    script.b_replies[0].done.wait(15)
     wait_until(
         lambda: counter(b.url, "ctxproxy_compactions_total", result="committed") >= 1,
         timeout=20,
