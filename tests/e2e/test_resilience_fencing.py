@@ -94,12 +94,22 @@ def test_stopped_lease_holder_cannot_commit(proxy, shared_store, upstream, api_k
     b = proxy(fresh=True, **overrides)
     assert a.proc is not None
     resumed = threading.Event()
+    refused: list[bool] = []  # when A's commit was refused: was B's summary already answered?
+
+    def watch_a() -> None:
+        wait_until(
+            lambda: counter(a.url, "ctxproxy_compactions_total", result="discarded") >= 1,
+            timeout=20,
+            what="A's late commit to be refused",
+        )
+        refused.append(script.b_replies[0].done.is_set())
 
     def resume_a() -> None:
         # A resumes while B's summary is held: B's job holds the lease, nothing is committed yet
         assert a.proc is not None
         a.proc.send_signal(signal.SIGCONT)
         resumed.set()
+        threading.Thread(target=watch_a, daemon=True).start()
 
     upstream.responder = script = Script(a_delay=1.0, b_delay=8.0, on_b_started=resume_a)
     messages: list[dict[str, Any]] = [{"role": "system", "content": "Fencing agent."}]
@@ -132,13 +142,9 @@ def test_stopped_lease_holder_cannot_commit(proxy, shared_store, upstream, api_k
             a.proc.send_signal(signal.SIGCONT)
     # A wakes with its summary answered: its candidate still has the active generation and the
     # same source range, so only the fence can refuse it.
-    wait_until(
-        lambda: counter(a.url, "ctxproxy_compactions_total", result="discarded") >= 1,
-        timeout=20,
-        what="A's late commit to be refused",
-    )
+    wait_until(lambda: refused, timeout=30, what="A's late commit to be refused")
+    assert refused == [False], "A's commit was refused only after B's had landed"
     assert counter(a.url, "ctxproxy_compactions_total", result="committed") == 0
-    assert not script.b_replies[0].done.is_set(), "A's commit was refused only after B's had landed"
     script.b_replies[0].done.wait(15)
     wait_until(
         lambda: counter(b.url, "ctxproxy_compactions_total", result="committed") >= 1,
