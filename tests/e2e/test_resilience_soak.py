@@ -93,9 +93,9 @@ class Agents:
 
     def _agent(self, i: int, n: int) -> None:
         # Each agent works in SLOTS conversations, rewinding one to its start every 10 turns (a
-        # fork). The per-process history cache keeps up to 4 histories per conversation start
-        # and is bounded only at 256 MB: the warm-up fills it for these conversations, so growth
-        # measured after it is what the load leaks, not the cache filling.
+        # fork). The per-process caches are bounded but large (history cache 256 MB, projection
+        # memos of 1,024 branches, 200,000 token counts) and every rewind is a new branch, so part
+        # of the growth measured is those caches filling, in proportion to the history sizes.
         messages: list[dict[str, Any]] = []
         with httpx.Client(base_url=self.url, timeout=30) as client:
             for k in range(n):
