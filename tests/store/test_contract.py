@@ -612,12 +612,15 @@ async def test_last_call_by_branch_and_purpose(store: Store) -> None:
     early = call_record(conv.id, main, "m1", 10.0)
     late = call_record(conv.id, main, "m2", 20.0)
     summary = call_record(conv.id, main, "s1", 30.0, purpose="summary")
-    other = call_record(conv.id, "b_other", "o1", 40.0)
+    await store.append(origin(conv), new_events(T1, [U1, A1]), None)
+    fork = await store.append(origin(conv), new_events(T1, [U2]), None)
+    other = call_record(conv.id, fork.branch_id, "o1", 40.0)
     for call in (late, early, summary, other):
         await store.record_call(call)
     assert await store.last_call(main, "main") == late
     assert await store.last_call(main, "summary") == summary
-    assert await store.last_call("b_other", "main") == other
+    assert await store.last_call(fork.branch_id, "main") == other
+    assert await store.last_call("b_unknown", "main") is None
 
 
 # -- checkpoints ----------------------------------------------------------------------------------
