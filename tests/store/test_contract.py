@@ -32,7 +32,7 @@ from proxy.store.base import (
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
 from proxy.types import Message
-from tests.support.redis_server import session_server
+from tests.support.redis_server import session_cluster, session_server
 
 
 def _sqlite(tmp_path: Path, name: str) -> Store:
@@ -58,13 +58,31 @@ def _redis_cleanup(tmp_path: Path) -> None:
         client.close()
 
 
+def _cluster(tmp_path: Path, name: str) -> Store:
+    return RedisStore(session_cluster().url, prefix=f"{_redis_root(tmp_path)}{name}:")
+
+
+def _cluster_cleanup(tmp_path: Path) -> None:
+    cluster = session_cluster()
+    for node in cluster.primaries():
+        client = node.client()
+        try:
+            with client.pipeline(transaction=False) as pipe:
+                for key in list(client.scan_iter(match=_redis_root(tmp_path) + "*", count=1000)):
+                    pipe.unlink(key)  # one key a command: a cluster node refuses keys of several slots
+                pipe.execute()
+        finally:
+            client.close()
+
+
 BACKENDS: dict[str, Callable[[Path, str], Store]] = {
     "sqlite": _sqlite,
     "redis": _redis,
+    "redis-cluster": _cluster,
 }
 # Per-backend needs of the `stores` fixture: a fixture to start first, a cleanup after each test.
-_SERVER_FIXTURE = {"redis": "redis_server"}
-_CLEANUP: dict[str, Callable[[Path], None]] = {"redis": _redis_cleanup}
+_SERVER_FIXTURE = {"redis": "redis_server", "redis-cluster": "redis_cluster"}
+_CLEANUP: dict[str, Callable[[Path], None]] = {"redis": _redis_cleanup, "redis-cluster": _cluster_cleanup}
 
 
 class Stores:

@@ -5,8 +5,10 @@ keys of one slot, and only keys it was given in KEYS. So a conversation keeps a 
 whose names follow from its id alone, and everything variable (branches, events, checkpoints, call
 records, leases) is a field or member inside them: a script never builds a key name from a value.
 
-Ids carry the tag. A conversation id is ``c_`` + 16 hex digits; its tag is the first three
-(4096 tags, spread over the cluster's slots). Its main branch is ``b_`` + the same 16 digits, a
+Ids carry the tag. A conversation id is ``c_`` + 16 hex digits; its tag is the first two
+(256 tags, each a slot of its own, spread over the primaries by the cluster's slot map; enough to
+balance a few dozen primaries, few enough that a listing scatters over all of them in one pipelined
+pass). Its main branch is ``b_`` + the same 16 digits, a
 fork ``b_`` + the 16 digits + ``_`` + random hex, so a branch id names its conversation and slot.
 A conversation created for an external id (X-Conversation-Id) gets a tag derived from the tenant
 and that id, so the external-id key lives in the conversation's slot too.
@@ -28,7 +30,7 @@ Per conversation (K = ``P{tag}:``, cid its id):
     K ext:{scoped}      string external id -> conversation id (tenant-scoped)
 
 Per tag, shared by the conversations of that tag (the cluster-wide indexes, sharded so that a
-script updates them in the conversation's own slot; listings scatter over the 4096 shards and merge):
+script updates them in the conversation's own slot; listings scatter over the 256 shards and merge):
 
     K convs             zset  conversation id -> updated_at (listing, retention)
     K tombstones        zset  deleted conversation id -> deleted_at (fencing late writes)
@@ -56,8 +58,8 @@ import hashlib
 import re
 import secrets
 
-TAG_DIGITS = 3
-TAGS = tuple(f"{i:03x}" for i in range(16**TAG_DIGITS))
+TAG_DIGITS = 2
+TAGS = tuple(f"{i:02x}" for i in range(16**TAG_DIGITS))
 LAYOUT = "2"
 
 _CONV = re.compile(r"c_([0-9a-f]{16})")
