@@ -159,8 +159,10 @@ class RedisCluster:
             "nodes.conf",
             "--cluster-node-timeout",
             str(node_timeout_ms),
+            "--appendonly",
+            "no",  # a restarted node resyncs from its primary
         )
-        # persistent keeps each node's directory (nodes.conf) across a kill and restart; AOF is on.
+        # persistent keeps each node's directory (nodes.conf) across a kill and restart.
         # The bus port is named (free) rather than port + 10000, which may be past 65535.
         self.nodes = [
             RedisServer(persistent=True, extra=(*cluster_args, "--cluster-port", str(free_port()))) for _ in range(6)

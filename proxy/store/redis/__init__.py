@@ -21,19 +21,30 @@ answers 503). The pool reconnects, and the cluster client re-reads the slot map,
 One class, `RedisStore`, assembled from one module per concern over a shared connection:
 connection.py (client, scripts.py, the error boundary, scatter over shards), keys.py (the layout),
 identity.py (finding a conversation by its hashes), history.py (conversations, events, deletes),
-checkpoints.py (checkpoints, leases), calls.py (call records, the ledger).
+checkpoints.py (checkpoints, leases), calls.py (call records, the ledger), migrate.py (the
+conversion of data written before cluster support, at start-up).
 """
 
 from __future__ import annotations
 
 from .calls import Calls
 from .checkpoints import Checkpoints
-from .connection import DEFAULT_PREFIX
+from .connection import DEFAULT_PREFIX, guarded
 from .history import History
+from .migrate import migrate
 
 
 class RedisStore(History, Checkpoints, Calls):
     """The `Store` over Redis; `RedisStore.from_url(url)` or `RedisStore(url, prefix)`."""
+
+    @guarded
+    async def open(self) -> None:
+        await super().open()
+        try:
+            await migrate(self)  # data of the layout before cluster support, converted once
+        except BaseException:
+            await self.close()
+            raise
 
 
 __all__ = ["DEFAULT_PREFIX", "RedisStore"]

@@ -17,8 +17,11 @@ reconnects on the next call.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Self, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -27,11 +30,19 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MasterDownError,
+    RedisError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...errors import StoreError
-from .keys import LAYOUT, TAGS, Layout
+from .keys import TAGS, Layout
 from .scripts import sources
 
 DEFAULT_PREFIX = "ctxproxy:"
@@ -39,6 +50,17 @@ SOCKET_TIMEOUT = 1.5
 CONNECT_TIMEOUT = 1.5
 BATCH = 1000
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+FAILOVER_WAIT_MS = 10_000
+_FAILOVER_ERRORS = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterDownError,
+    MasterDownError,
+    SlotNotCoveredError,
+    TryAgainError,
+    TimeoutError,
+    OSError,
+)
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -68,6 +90,7 @@ class RedisConnection:
         connect_timeout: float = CONNECT_TIMEOUT,
         wait_replicas: int = 0,
         wait_timeout_ms: int = 100,
+        failover_wait_ms: int | None = None,
     ) -> None:
         self.url = url
         try:
@@ -80,6 +103,8 @@ class RedisConnection:
         self.connect_timeout = connect_timeout
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
+        default_wait = FAILOVER_WAIT_MS if self.cluster else 0
+        self.failover_wait = (default_wait if failover_wait_ms is None else failover_wait_ms) / 1000
         self._r: Any = None
         self._scripts: dict[str, Any] = {}
         self.location = _redacted(url)
@@ -89,21 +114,23 @@ class RedisConnection:
         """``redis://[:password@]host:port/db``, ``rediss://`` (TLS) or ``redis+cluster://h:p,h:p``;
         ``?prefix=...`` sets the key prefix, ``?wait_replicas=N&wait_timeout_ms=T`` the WAIT."""
         parts = urlsplit(url)
-        options = {"prefix": DEFAULT_PREFIX, "wait_replicas": "0", "wait_timeout_ms": "100"}
+        options = {"prefix": DEFAULT_PREFIX, "wait_replicas": "0", "wait_timeout_ms": "100", "failover_wait_ms": ""}
         rest: list[tuple[str, str]] = []
         for name, value in parse_qsl(parts.query, keep_blank_values=True):
             if name in options:
                 options[name] = value
             else:
                 rest.append((name, value))
+        names = ("wait_replicas", "wait_timeout_ms", "failover_wait_ms")
         try:
             wait, timeout = int(options["wait_replicas"]), int(options["wait_timeout_ms"])
+            failover = int(options["failover_wait_ms"]) if options["failover_wait_ms"] else None
         except ValueError:
-            raise StoreError("wait_replicas and wait_timeout_ms in the store URL must be integers") from None
-        if wait < 0 or timeout < 0:
-            raise StoreError("wait_replicas and wait_timeout_ms in the store URL must not be negative")
+            raise StoreError(f"{', '.join(names)} in the store URL must be integers") from None
+        if min(wait, timeout, failover or 0) < 0:
+            raise StoreError(f"{', '.join(names)} in the store URL must not be negative")
         clean = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
-        return cls(clean, options["prefix"], wait_replicas=wait, wait_timeout_ms=timeout)
+        return cls(clean, options["prefix"], wait_replicas=wait, wait_timeout_ms=timeout, failover_wait_ms=failover)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @guarded
@@ -132,7 +159,6 @@ class RedisConnection:
         self._scripts = {name: client.register_script(src) for name, src in sources().items()}
         try:
             await client.ping()
-            await client.set(self.keys.plain("meta", "layout"), LAYOUT, nx=True)
         except BaseException:
             await self.close()
             raise
@@ -154,12 +180,22 @@ class RedisConnection:
         return self._r
 
     async def _run(self, name: str, keys: list[str], *args: Any) -> Any:
-        """One script over `keys` (one slot); with wait_replicas, WAIT on the same connection."""
+        """One script over `keys` (one slot), retried while the cluster fails over (at most
+        failover_wait; every script is idempotent or fenced, so a retry after a lost reply is
+        safe); with wait_replicas, followed by WAIT on the same connection."""
         self.r  # noqa: B018 -- raises StoreError when closed
         script = self._scripts[name]
-        if self.wait_replicas and name not in _READ_ONLY:
-            return await self._run_and_wait(script, keys, args)
-        return await script(keys=keys, args=list(args))
+        waits = self.wait_replicas and name not in _READ_ONLY
+        deadline = time.monotonic() + self.failover_wait
+        while True:
+            try:
+                if waits:
+                    return await self._run_and_wait(script, keys, args)
+                return await script(keys=keys, args=list(args))
+            except _FAILOVER_ERRORS:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.2)
 
     async def _run_and_wait(self, script: Any, keys: list[str], args: Iterable[Any]) -> Any:
         # WAIT counts the replicas that have this connection's writes, so it must follow the
@@ -168,11 +204,22 @@ class RedisConnection:
         if self.cluster:
             node = client.get_node_from_key(keys[0])
             client = self._node_clients.get(node.name) or self._node_client(node)
-        async with client.pipeline(transaction=False) as pipe:
-            await script(keys=keys, args=list(args), client=pipe)
-            pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-            reply, _acked = await pipe.execute()
-        return reply
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                await script(keys=keys, args=list(args), client=pipe)
+                pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+                reply, _acked = await pipe.execute()
+            return reply
+        except (RedisError, OSError) as exc:
+            if not self.cluster:
+                raise
+            # The node client knows no slot map: let the cluster client see the failover (it
+            # re-reads the map on a broken connection or a MOVED), then retry like any failover.
+            with contextlib.suppress(RedisError, OSError):
+                await self.r.exists(keys[0])
+            if isinstance(exc, AskError):  # MovedError too: the slot has a new primary
+                raise TryAgainError(str(exc)) from exc
+            raise
 
     def _node_client(self, node: ClusterNode) -> Any:
         client = aioredis.Redis(
