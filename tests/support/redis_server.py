@@ -195,7 +195,8 @@ class RedisCluster:
         return self
 
     def wait_healthy(self, timeout: float = 30) -> None:
-        """Every live node says cluster_state:ok and sees three primaries with slots."""
+        """Every live node says cluster_state:ok and sees three primaries with slots; every replica
+        is in sync with its primary (and, with all six up, every primary has its replica)."""
 
         def ok() -> bool:
             for node in self.live():
@@ -204,6 +205,15 @@ class RedisCluster:
                     if "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
                         return False
                     if len(self._primaries(client)) != 3:
+                        return False
+                    replication = client.info("replication")
+                    if replication["role"] == "slave" and replication.get("master_link_status") != "up":
+                        return False  # still syncing: a WAIT would time out, a failover lose data
+                    if (
+                        replication["role"] == "master"
+                        and len(self.live()) == 6
+                        and not replication["connected_slaves"]
+                    ):
                         return False
                 finally:
                     client.close()
