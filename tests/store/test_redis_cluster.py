@@ -8,12 +8,13 @@ import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy import identify
-from proxy.config import Config
+from proxy.config import Config, load_config
 from proxy.errors import StoreError
 from proxy.store import make_store
 from proxy.store.base import CallRecord, CheckpointCandidate, NewEvent, Position
@@ -22,6 +23,7 @@ from proxy.store.redis.keys import Layout
 from tests.support.redis_server import RedisCluster
 
 T1 = "t_tenant_one"
+REPO = Path(__file__).resolve().parent.parent.parent
 
 
 def events(n: int, tag: str = "") -> list[NewEvent]:
@@ -135,3 +137,9 @@ async def test_wait_replicas_waits_for_an_ack(redis_cluster: RedisCluster, clust
         os.kill(replica.proc.pid, signal.SIGCONT)
     assert pos.seq == 4
     assert waited >= 0.4, f"the append came back after {waited:.3f} s without a replica's ack"
+
+
+def test_the_cluster_deployment_config_is_valid() -> None:
+    config = load_config(REPO / "deploy" / "config.cluster.yaml")
+    store = make_store(config.store)
+    assert isinstance(store, RedisStore) and store.cluster and store.wait_replicas == 1
