@@ -107,6 +107,8 @@ class RedisConnection:
         self.failover_wait = (default_wait if failover_wait_ms is None else failover_wait_ms) / 1000
         self._r: Any = None
         self._scripts: dict[str, Any] = {}
+        self._node_clients: dict[str, Any] = {}  # plain clients per cluster node, for WAIT
+        self._tenants: dict[str, str] = {}  # conversation id -> tenant (never changes), bounded
         self.location = _redacted(url)
 
     @classmethod
@@ -165,9 +167,10 @@ class RedisConnection:
 
     async def close(self) -> None:
         client, self._r = self._r, None
-        if client is not None:
+        nodes, self._node_clients = list(self._node_clients.values()), {}
+        for c in [client, *nodes] if client is not None else nodes:
             try:
-                await client.aclose()
+                await c.aclose()
             except (RedisError, OSError):
                 pass
 
@@ -233,10 +236,6 @@ class RedisConnection:
         )
         self._node_clients[node.name] = client
         return client
-
-    @functools.cached_property
-    def _node_clients(self) -> dict[str, Any]:
-        return {}
 
     async def scatter(self, build: Callable[[Any, str], None]) -> list[Any]:
         """One command per tag shard (`build(pipe, tag)` adds it), pipelined; the replies by tag."""

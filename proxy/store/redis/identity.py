@@ -98,10 +98,3 @@ class Identity(RedisConnection):
         if len(self._tenants) >= TENANT_CACHE:
             self._tenants.clear()
         self._tenants[cid] = tenant
-
-    @property
-    def _tenants(self) -> dict[str, str]:
-        cache: dict[str, str] | None = self.__dict__.get("_tenant_cache")
-        if cache is None:
-            cache = self.__dict__["_tenant_cache"] = {}
-        return cache
