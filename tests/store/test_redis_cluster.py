@@ -143,3 +143,25 @@ def test_the_cluster_deployment_config_is_valid() -> None:
     config = load_config(REPO / "deploy" / "config.cluster.yaml")
     store = make_store(config.store)
     assert isinstance(store, RedisStore) and store.cluster and store.wait_replicas == 1
+
+
+async def test_a_connection_torn_down_inside_redis_py_is_a_store_error(cluster_store: Any) -> None:
+    """redis-py can fail with an AttributeError when a concurrent disconnect tore its connection
+    down (a failover); that is a StoreError (503), while an AttributeError of our own is a bug."""
+    store = await cluster_store()
+    namespace: dict[str, Any] = {"__name__": "redis.asyncio.connection"}
+    exec("async def ping():\n    raise AttributeError(\"'NoneType' object has no attribute 'writelines'\")", namespace)
+    real = store._r
+    try:
+        store._r = type("Torn", (), {"ping": staticmethod(namespace["ping"])})()
+        with pytest.raises(StoreError, match="writelines"):
+            await store.ping()
+
+        async def ours() -> None:
+            raise AttributeError("a bug of ours")
+
+        store._r = type("Buggy", (), {"ping": staticmethod(ours)})()
+        with pytest.raises(AttributeError):
+            await store.ping()
+    finally:
+        store._r = real

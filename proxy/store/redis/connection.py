@@ -74,7 +74,9 @@ def guarded(fn: F) -> F:
             return await fn(self, *args, **kwargs)
         except StoreError:
             raise
-        except (TimeoutError, RedisError, OSError) as exc:
+        except (TimeoutError, RedisError, OSError, AttributeError) as exc:
+            if isinstance(exc, AttributeError) and not _inside_redis_py(exc):
+                raise
             raise StoreError(f"redis store at {self.location} failed: {type(exc).__name__}: {exc}") from exc
 
     return wrapper  # type: ignore[return-value]
@@ -195,7 +197,9 @@ class RedisConnection:
                 if waits:
                     return await self._run_and_wait(script, keys, args)
                 return await script(keys=keys, args=list(args))
-            except _FAILOVER_ERRORS:
+            except (*_FAILOVER_ERRORS, AttributeError) as exc:
+                if isinstance(exc, AttributeError) and not _inside_redis_py(exc):
+                    raise
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(0.2)
@@ -288,6 +292,16 @@ class RedisConnection:
 
 
 _READ_ONLY = frozenset({"probe", "active", "lineage"})
+
+
+def _inside_redis_py(exc: BaseException) -> bool:
+    """An AttributeError raised inside redis-py itself: its connection torn down under it by a
+    concurrent disconnect (seen during failovers, ``_writer`` already None) -- a broken
+    connection, not a bug of ours."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith("redis.")
 
 
 def num(value: float) -> str:
