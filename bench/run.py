@@ -10,16 +10,18 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from bench.bodies import AGENT_SOURCE, TRANSCRIPTS, agent_body, scaling_body
-from bench.overhead import Cell, Target, run_loadgen, run_overhead
+from bench.memory import run_memory
+from bench.overhead import Cell, Target, run_overhead
 from bench.procs import Proc, free_port
+from bench.profile import profile_ctxproxy
 from bench.report import render, targets
 from bench.savings import run_savings
 from bench.scaling import run_compaction, run_scaling
+from bench.workers import ctxproxy_proc, run_workers, start_workers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -99,113 +101,6 @@ policies:
     return ctx, lite
 
 
-def profile_ctxproxy(
-    ctx: Target, run_dir: Path, base_body: Path, seconds: float, concurrency: int = 16, label: str = "agent body"
-) -> dict[str, Any]:
-    """py-spy (installed from PyPI if missing) on the ctxproxy PID during a non-stream load."""
-    spy = shutil.which("py-spy")
-    if spy is None:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "py-spy"],
-            timeout=300,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        spy = shutil.which("py-spy")
-    if spy is None:
-        return {"note": "py-spy could not be installed"}
-    assert ctx.proc is not None
-    out = run_dir / f"profile-{label.replace(' ', '-')}.raw"
-    cmd = [
-        spy,
-        "record",
-        "--pid",
-        str(ctx.proc.pid),
-        "--duration",
-        str(int(seconds)),
-        "--rate",
-        "250",
-        "--format",
-        "raw",
-        "--output",
-        str(out),
-        "--nonblocking",
-    ]
-    holder: list[subprocess.Popen[str]] = []
-
-    def start_spy() -> None:  # after the warm-up, right before GO
-        holder.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        time.sleep(0.5)
-
-    try:
-        spec = {
-            "host": "127.0.0.1",
-            "port": ctx.port,
-            "path": "/v1/chat/completions",
-            "base_body": str(base_body),
-            "stream": False,
-            "concurrency": concurrency,
-            "requests_per_worker": 400 if concurrency == 1 else 120,
-            "max_seconds": seconds,
-            "key_prefix": f"sk-prof-{run_dir.name}-{concurrency}",
-        }
-        result, cpu = run_loadgen(
-            spec, run_dir / "spec-profile.json", ctx.proc.pid, timeout=seconds + 120, on_ready=start_spy
-        )
-        if holder:
-            holder[0].wait(seconds + 60)
-    finally:
-        for record in holder:
-            if record.poll() is None:
-                record.kill()
-                record.wait(5)
-    if not out.exists():
-        err = holder[0].stderr.read() if holder and holder[0].stderr else ""
-        return {"note": f"py-spy produced no profile: {err[-500:]}"}
-    self_c: Counter[str] = Counter()
-    total_c: Counter[str] = Counter()
-    samples = 0
-    for line in out.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
-            continue
-        n = int(count)
-        frames = [f for f in stack.split(";") if f]
-        if not frames:
-            continue
-        samples += n
-        self_c[_frame(frames[-1])] += n
-        for f in {_frame(x) for x in frames}:
-            total_c[f] += n
-    if not samples:
-        return {"note": "no samples"}
-
-    def top(c: Counter[str], own: bool = False) -> list[dict[str, Any]]:
-        items = [(f, n) for f, n in c.most_common() if not own or f.startswith(("proxy/", "policies/"))]
-        return [{"function": f, "pct": round(100 * n / samples, 1)} for f, n in items[:25]]
-
-    return {
-        "label": label,
-        "note": f"{label}: {samples} samples at 250 Hz over {seconds:g} s of {concurrency}-client non-stream load "
-        f"({len(result['samples'])} requests, {(cpu or 0) * 1000 / max(1, len(result['samples'])):.2f} "
-        f"CPU ms/req; idle samples included; raw stacks in {out.name})",
-        "samples": samples,
-        "top_self": top(self_c),
-        "top_total": top(total_c, own=True),
-    }
-
-
-def _frame(frame: str) -> str:
-    """'func (path/to/file.py:123)' -> 'file.py:func' with the path shortened to the package."""
-    name, _, where = frame.partition(" (")
-    path = where.rstrip(")").rsplit(":", 1)[0]
-    for marker in ("/site-packages/", "/work/main/", "/lib/python3.11/"):
-        if marker in path:
-            path = path.split(marker, 1)[1]
-            break
-    return f"{path}:{name}"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="a few seconds: 1 round, few requests, small replay set")
@@ -213,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy (never installs it)")
     p.add_argument(
         "--only",
-        default="overhead,scaling,compaction,savings",
-        help="comma list of phases: overhead,scaling,compaction,savings",
+        default="overhead,scaling,workers,memory,compaction,savings",
+        help="comma list of phases: overhead,scaling,workers,memory,compaction,savings",
     )
     p.add_argument("--profile", action="store_true", help="also profile ctxproxy under load with py-spy")
     p.add_argument("--out", help="results directory (default bench/results/<stamp>)")
@@ -273,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx_cfg, lite_cfg = write_configs(run_dir, mock_port)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("CTXPROXY_ADMIN_TOKEN", None)
-        need_proxies = bool(phases & {"overhead", "scaling"})
+        need_proxies = bool(phases & {"overhead", "scaling", "workers"})
         tgt: dict[str, Target] = {"direct": Target("direct", mock_port, None)}
         if need_proxies:
             pt_port = free_port()
@@ -297,30 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(pt)
             pt.start()
             tgt["passthrough"] = Target("passthrough", pt_port, pt)
-            ctx_port = free_port()
-            ctx = Proc(
-                "ctxproxy",
-                [
-                    sys.executable,
-                    "-m",
-                    "proxy.cli",
-                    "serve",
-                    "--config",
-                    str(ctx_cfg),
-                    "--port",
-                    str(ctx_port),
-                    "--log-level",
-                    "warning",
-                ],
-                ctx_port,
-                "/healthz",
-                cwd=str(ROOT),
-                env=env,
-                log=run_dir / "ctxproxy.log",
-            )
+            ctx = ctxproxy_proc("ctxproxy", ctx_cfg, env, run_dir / "ctxproxy.log")
             procs.append(ctx)
             ctx.start(60)
-            tgt["ctxproxy"] = Target("ctxproxy", ctx_port, ctx)
+            tgt["ctxproxy"] = Target("ctxproxy", ctx.port, ctx)
         report["litellm"] = {"status": "skipped (--no-litellm)" if args.no_litellm else "not run"}
         if "overhead" in phases and not args.no_litellm:
             exe, status = ensure_litellm(install=not quick)
@@ -405,6 +280,34 @@ def main(argv: list[str] | None = None) -> int:
                 "Bodies hold N-1 user/assistant messages of real transcript text sized so the body stays ~80-100 kB "
                 "whatever N (same bytes, different event counts); pass-through shown for the cost of the bytes alone."
             )
+        if "workers" in phases:
+            log("workers: ctxproxy --workers 2 vs 1 worker, 16 clients")
+            two_cfg = run_dir / "ctxproxy-2w.yaml"
+            two_cfg.write_text(ctx_cfg.read_text().replace("ctxproxy.db", "ctxproxy-2w.db"))
+            two = ctxproxy_proc("ctxproxy-2w", two_cfg, env, run_dir / "ctxproxy-2w.log", workers=2)
+            procs.append(two)
+            start_workers(two, 2)
+            report["workers"] = run_workers(
+                tgt["ctxproxy"],
+                Target("ctxproxy-2w", two.port, two),
+                rounds,
+                run_dir,
+                base_body,
+                5 if quick else 20,
+                8 if quick else 30,
+                log,
+            )
+            two.stop()
+        if "memory" in phases:
+            n_conv = 100 if quick else 1000
+            log(f"memory: RSS of a fresh ctxproxy after {n_conv} conversations of 50 turns")
+            mem_cfg = run_dir / "ctxproxy-mem.yaml"
+            mem_cfg.write_text(ctx_cfg.read_text().replace("ctxproxy.db", "ctxproxy-mem.db"))
+            mem = ctxproxy_proc("ctxproxy-mem", mem_cfg, env, run_dir / "ctxproxy-mem.log")
+            procs.append(mem)
+            mem.start(60)
+            report["memory"] = run_memory(mem, n_conv, 50, log)
+            mem.stop()
         if "compaction" in phases:
             log("compaction: in-process Compactor with a fixed-latency summarizer stub")
             report["compaction"] = run_compaction(

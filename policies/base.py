@@ -84,6 +84,9 @@ class Budget:
     summarizer: Budget | None = None
     """the summarizer model's own limits (its window, its reply reserve, its framing); None: the
     summarizer shares this budget"""
+    summary_max_tokens: int | None = None
+    """the longest summary a compaction may commit (None: not known); planning keeps room for a
+    summary this large, so the projection after the commit lands near `target`"""
 
     def __post_init__(self) -> None:
         if self.context_window <= 0:
@@ -95,6 +98,8 @@ class Budget:
             )
         if self.fixed_tokens < 0:
             raise ValueError(f"fixed_tokens must be >= 0, got {self.fixed_tokens}")
+        if self.summary_max_tokens is not None and self.summary_max_tokens < 0:
+            raise ValueError(f"summary_max_tokens must be >= 0, got {self.summary_max_tokens}")
 
     @property
     def input_budget(self) -> int:
@@ -224,6 +229,9 @@ class CompactionPlan:
     through_seq: int
     chunks: tuple[tuple[Item, ...], ...]
     reason: str
+    released_pins: tuple[int, ...] = ()
+    """pins released by the projection that planned this (`pins.release_pins`): the summarizer
+    sees them as history, not among the messages kept verbatim"""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -240,6 +248,7 @@ class CompactionPlan:
                 if chunk
             ],
             "reason": self.reason,
+            "released_pins": _ranges(self.released_pins),
         }
 
 
@@ -287,6 +296,13 @@ class ProjectionRecord:
     repaired: tuple[tuple[int, str], ...] = ()
     input_budget: int = 0
     trigger_tokens: int = 0
+    cut_to_fit: tuple[int, ...] = ()
+    """seqs of the newest turn's tool results cut head + tail because the request could not fit
+    otherwise (their entries are in `trimmed` too)"""
+    released_pins: tuple[int, ...] = ()
+    """seqs pinned by a rule yet treated like other history (summarized, trimmed, pruned): the
+    rule pins beyond the first user message took more than half the input budget, so the oldest
+    of them were released (`pins.release_pins`)"""
     sent_ranges: tuple[tuple[int, ...], tuple[tuple[int, int], ...]] | None = field(
         default=None, compare=False, repr=False
     )
@@ -314,6 +330,8 @@ class ProjectionRecord:
             "pinned_seqs": list(self.pinned_seqs),
             "orphan_seqs": list(self.orphan_seqs),
             "repaired": [{"seq": seq, "tool_call_id": tid} for seq, tid in self.repaired],
+            "cut_to_fit": list(self.cut_to_fit),
+            "released_pins": _ranges(self.released_pins),
         }
 
     def summary_dict(self) -> dict[str, Any]:
@@ -338,6 +356,8 @@ class ProjectionRecord:
             "pinned_seqs": list(self.pinned_seqs),
             "orphans": len(self.orphan_seqs),
             "repaired": len(self.repaired),
+            "cut_to_fit": list(self.cut_to_fit),
+            "released_pins": _ranges(self.released_pins),
         }
 
 

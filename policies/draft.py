@@ -30,6 +30,7 @@ from typing import Any
 from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig, TrimEntry
 from policies.groups import Group, effective_boundary, last_index, synthetic_result
 from policies.history import HistoryIndex, index_items
+from policies.pins import release_pins
 from policies.summary_prompt import summary_block
 from policies.text import clone
 
@@ -78,6 +79,11 @@ class StepContext:
     """the items' `HistoryIndex` (groups are `index.groups`); None only for hand-built contexts"""
     renderer: Renderer | None = None
     """how groups, summaries and trimmed results are rendered (None: `PLAIN`)"""
+    released: tuple[int, ...] = ()
+    """rule pins released because pins took more than half the input budget (`pins.release_pins`)"""
+    recall_tool: str | None = None
+    """the name of the recall tool this request offers the model (None: not offered); trim
+    markers and the summary block say it can fetch what they stand for"""
 
     @property
     def trigger_tokens(self) -> int:
@@ -97,6 +103,8 @@ class Draft:
     pruned_seqs: tuple[int, ...] = ()
     over_trigger: bool = False
     plan: CompactionPlan | None = None
+    cut_to_fit: tuple[int, ...] = ()
+    """seqs of the newest turn's tool results cut so the request fits (`prune_groups`)"""
 
     @cached_property
     def slots(self) -> tuple[Slot, ...]:
@@ -145,11 +153,12 @@ def render_slot(index: int, group: Group, is_last: bool, keep: bool, protected: 
 
 
 TrimOne = Callable[
-    [Slot, Message, int, float, int, CountFn], tuple[str, tuple[dict[str, object], TrimEntry] | None, int]
+    [Slot, Message, int, float, int, CountFn, str | None],
+    tuple[str, tuple[dict[str, object], TrimEntry] | None, int],
 ]
-"""(slot, tool message, max_chars, head_ratio, seq, count) -> (tool name, trimmed message and
-its entry or None, tokens of the trimmed message): one tool result's trimmed form, see
-`trim_tool_results.trim_one`"""
+"""(slot, tool message, max_chars, head_ratio, seq, count, recall tool) -> (tool name, trimmed
+message and its entry or None, tokens of the trimmed message): one tool result's trimmed form,
+see `trim_tool_results.trim_one`"""
 
 CapSlot = Callable[[Slot, int, StepContext, TrimOne | None], tuple[Slot, list[TrimEntry]]]
 """(slot, max_chars, ctx, trim_one) -> the slot with its tool results capped and their entries"""
@@ -165,9 +174,11 @@ class Renderer:
     def slot(self, index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn) -> Slot:
         return render_slot(index, group, is_last, keep, protected, count)
 
-    def summary(self, text: str, covered: int, count: CountFn) -> tuple[tuple[Message, ...], int]:
+    def summary(
+        self, text: str, covered: int, count: CountFn, recall_tool: str | None = None
+    ) -> tuple[tuple[Message, ...], int]:
         """The summary block of a checkpoint covering through `covered`, and its tokens."""
-        block = (summary_block(text, covered),)
+        block = (summary_block(text, covered, recall_tool),)
         return block, sum(count(message) for message in block)
 
     def trimmed_slot(
@@ -201,11 +212,14 @@ def layout(
     config: PolicyConfig,
     count: CountFn,
     renderer: Renderer,
+    recall_tool: str | None = None,
 ) -> Layout:
     """The setup `build_draft` and the memo's incremental path share."""
     groups = index.groups
-    pinned = index.pinned(config.pins)
     latest_user = index.last_user
+    first = index.first_user if config.pins.first_user else None
+    always = frozenset(seq for seq in (first, latest_user) if seq is not None)
+    pinned, released = release_pins(index.pinned(config.pins), always, index.tokens_of_one, budget.input_budget // 2)
     covered = effective_boundary(groups, checkpoint)
     ctx = StepContext(
         items=items,
@@ -219,6 +233,8 @@ def layout(
         covered_through=covered,
         index=index,
         renderer=renderer,
+        released=released,
+        recall_tool=recall_tool,
     )
     last = last_index(groups)
     latest_group = index.group_of(latest_user) if latest_user is not None else -1
@@ -236,6 +252,7 @@ def build_draft(
     *,
     index: HistoryIndex | None = None,
     renderer: Renderer | None = None,
+    recall_tool: str | None = None,
 ) -> tuple[Draft, StepContext]:
     """Groups, pins and the checkpoint applied; no step run yet.
 
@@ -246,7 +263,7 @@ def build_draft(
     if index is None:
         index = index_items(items)
     renderer = renderer if renderer is not None else PLAIN
-    shape = layout(items, index, checkpoint, budget, config, count, renderer)
+    shape = layout(items, index, checkpoint, budget, config, count, renderer, recall_tool)
     ctx, groups, covered = shape.ctx, index.groups, shape.ctx.covered_through
     last, latest_group, keep_groups, first_uncovered = shape.last, shape.latest_group, shape.keep, shape.first_uncovered
     head = [
@@ -263,7 +280,7 @@ def build_draft(
     summary: tuple[Message, ...] = ()
     summary_tokens = 0
     if checkpoint is not None and covered > 0:
-        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count)
+        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count, recall_tool)
     draft = Draft(
         prefix=tuple(prefix),
         prefix_tokens=sum(count(message) for message in prefix),

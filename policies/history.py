@@ -30,7 +30,7 @@ from operator import is_not
 
 from policies.base import Item, PinsConfig
 from policies.groups import Group, extend_groups, group_index_of
-from policies.pins import matches_rules
+from policies.pins import matches_rules, pinned_roles
 
 
 def _token() -> object:
@@ -75,11 +75,9 @@ class HistoryIndex:
         """`pins.pinned_seqs(items, config)`, reusing rule matches over the stable part."""
         first = self.first_user if config.first_user else None
         base = frozenset(()) if first is None else frozenset((first,))
-        if not config.roles and not config.patterns:
-            return base
-        key = (config.roles, config.patterns)
+        key = (pinned_roles(config), config.patterns)
         upto, seqs = self.rule_pins.get(key, (0, frozenset()))
-        roles = set(config.roles)
+        roles = set(key[0])
         compiled = [re.compile(pattern) for pattern in config.patterns]
         if upto < self.stable:
             seqs = seqs | rule_matches(self.items[upto : self.stable], roles, compiled)
@@ -106,6 +104,11 @@ class HistoryIndex:
         if index < 0:
             return None
         return next((item for item in self.groups[index].items if item.seq == seq), None)
+
+    def tokens_of_one(self, seq: int) -> int:
+        """`item.tokens` of the item `seq` (0 if none)."""
+        item = self.item_of(seq)
+        return item.tokens if item is not None else 0
 
     def tokens_of(self, seqs: frozenset[int]) -> int:
         """Sum of `item.tokens` over the items with these seqs."""

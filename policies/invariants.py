@@ -9,7 +9,9 @@ the proxy to run in a debug mode.
    incomplete (in flight: there is no next message yet).
 2. `prefix_pinned` — the system/developer prefix is sent first, unchanged.
 3. `latest_turn_verbatim` — the newest user message and the in-flight (last) tool group of the
-   client's history appear unchanged, the group at the very end.
+   client's history appear unchanged, the group at the very end; the one exception: a result of
+   that group cut to fit (`fit_latest`), which keeps its id and other keys, and whose text is a
+   head of the original, the marker naming the event, then a tail of the original.
 4. `coverage` — every item is covered by the effective checkpoint boundary, sent, pruned (recorded)
    or a dropped orphan (recorded): exactly one of them, except pinned items, which may be covered
    and sent.
@@ -27,8 +29,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 from policies.base import Budget, Checkpoint, Item, Message, Projection, ProjectionRecord
+from policies.fit_latest import FIT_MARKER_START
 from policies.groups import group_items, last_index, split_prefix
-from policies.text import tool_call_ids
+from policies.text import content_text, tool_call_ids
 
 
 def tool_pairing(messages: Sequence[Message]) -> list[str]:
@@ -82,10 +85,38 @@ def latest_turn_verbatim(original_history: Sequence[Message], messages: Sequence
     groups = group_items([Item(seq + 1, message, 0) for seq, message in enumerate(history)])
     last = last_index(groups)
     if last >= 0 and groups[last].kind == "tool_call":
-        group = [item.message for item in groups[last].items]
-        if list(messages[len(messages) - len(group) :]) != group:
-            violations.append("the in-flight tool group is not sent verbatim at the end")
+        group = groups[last].items
+        sent = list(messages[len(messages) - len(group) :])
+        if len(sent) != len(group) or not all(
+            message == item.message or is_cut_to_fit(item.message, message, item.seq)
+            for item, message in zip(group, sent, strict=True)
+        ):
+            violations.append("the in-flight tool group is not sent verbatim at the end (nor cut to fit)")
     return violations
+
+
+def is_cut_to_fit(original: Message, sent: Message, seq: int) -> bool:
+    """Whether `sent` is the tool result `original` (event `seq`) cut head + tail to fit: the
+    same keys but content, and text = a head of the original, the fit marker naming the event
+    (alone on its line), a tail of the original."""
+    if original.get("role") != "tool" or {k: v for k, v in sent.items() if k != "content"} != {
+        k: v for k, v in original.items() if k != "content"
+    }:
+        return False
+    text, content = content_text(original.get("content")), sent.get("content")
+    if not isinstance(content, str):
+        return False
+    start = content.find(FIT_MARKER_START)
+    end = content.find("]", start)
+    if start < 0 or end < 0 or (start > 0 and content[start - 1] != "\n"):
+        return False
+    marker = content[start : end + 1]
+    if f"; event {seq}" not in marker or f"({len(text):,} chars)" not in marker:
+        return False
+    head, tail = content[: max(start - 1, 0)], content[end + 2 :]
+    if end + 1 < len(content) and content[end + 1] != "\n":
+        return False
+    return text.startswith(head) and text.endswith(tail) and len(head) + len(tail) <= len(text)
 
 
 def coverage(items: Sequence[Item], checkpoint: Checkpoint | None, projection_record: ProjectionRecord) -> list[str]:

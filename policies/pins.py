@@ -7,12 +7,21 @@ Rules (PinsConfig):
 - `first_user` (default on): the first user message of the branch — usually the objective;
 - `roles`: every message of these roles (an operator decision, so any role is allowed);
 - `patterns`: regexes searched in the text of user/system/developer messages only, so tool
-  output cannot pin itself into every future request.
+  output cannot pin itself into every future request;
+- always: a system or developer message inside the history (Anthropic's and OpenAI's
+  mid-conversation system messages, Claude Code's environment turn). It is an instruction like the
+  prefix (invariant 2): never summarized into data, never dropped.
 
 Invariant: pinning is per message, keeping is per group — the projection keeps the whole group
 of a pinned message (a pinned tool result without its call would break the protocol), but only
 the pinned message itself is guaranteed verbatim. Separately, the projection always keeps the
 newest user message (`latest_user_seq`) even when a checkpoint covers it.
+
+Budget rule (`release_pins`): pins must not crowd out the conversation. When the rule pins beyond
+the first user message (and the newest user message, kept anyway) take more than half the input
+budget together, they are kept newest first while they fit in that half; the older rest is
+released: summarized, trimmed and pruned like other history, and listed in
+`ProjectionRecord.released_pins`. The cut is one seq, so it moves only when a new pin arrives.
 
 Example: PinsConfig(patterns=(r"(?i)\\bmust not\\b",)) pins "You must not touch prod" wherever
 the user said it.
@@ -21,12 +30,19 @@ the user said it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from policies.base import Item, Message, PinsConfig
 from policies.text import message_text
 
 PATTERN_ROLES = ("user", "system", "developer")
+INSTRUCTION_ROLES = ("system", "developer")
+"""Roles pinned wherever they appear in the history, whatever the config says."""
+
+
+def pinned_roles(config: PinsConfig) -> tuple[str, ...]:
+    """The roles whose every message is pinned: the configured ones plus the instruction roles."""
+    return tuple(sorted(set(config.roles) | set(INSTRUCTION_ROLES)))
 
 
 def pinned_seqs(items: Sequence[Item], config: PinsConfig) -> frozenset[int]:
@@ -36,14 +52,31 @@ def pinned_seqs(items: Sequence[Item], config: PinsConfig) -> frozenset[int]:
         first = next((item.seq for item in items if item.message.get("role") == "user"), None)
         if first is not None:
             pinned.add(first)
-    roles = set(config.roles)
+    roles = set(pinned_roles(config))
     compiled = [re.compile(pattern) for pattern in config.patterns]
-    if not roles and not compiled:
-        return frozenset(pinned)
     for item in items:
         if matches_rules(item.message, roles, compiled):
             pinned.add(item.seq)
     return frozenset(pinned)
+
+
+def release_pins(
+    pinned: frozenset[int], always: frozenset[int], tokens: Callable[[int], int], limit: int
+) -> tuple[frozenset[int], tuple[int, ...]]:
+    """(pins kept, seqs released): the pins beyond `always` (the first user message, the newest
+    user message) kept newest first while together they take at most `limit` tokens (half the
+    input budget); from the first that does not fit on, every older one is released."""
+    rule = sorted(pinned - always, reverse=True)
+    costs = [tokens(seq) for seq in rule]
+    if sum(costs) <= limit:
+        return pinned, ()
+    used = 0
+    for position, cost in enumerate(costs):
+        if used + cost > limit:
+            released = rule[position:]
+            return pinned.difference(released), tuple(sorted(released))
+        used += cost
+    return pinned, ()  # unreachable: the sum exceeded the limit
 
 
 def matches_rules(message: Message, roles: set[str], compiled: Sequence[re.Pattern[str]]) -> bool:

@@ -77,8 +77,12 @@ def project(
     budget: Budget,
     config: PolicyConfig,
     count: CountFn,
+    *,
+    recall_tool: str | None = None,
 ) -> Projection:
     """The messages to send for this call and the record of how they were chosen.
+    `recall_tool`: the name of the recall tool the request offers (trim markers and the summary
+    block then say it can fetch what they stand for); None when it is not offered.
 
     Raises `ContextOverflow` when even the irreducible request does not fit."""
-    return run_steps(*build_draft(prefix, items, checkpoint, budget, config, count))
+    return run_steps(*build_draft(prefix, items, checkpoint, budget, config, count, recall_tool=recall_tool))

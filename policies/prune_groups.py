@@ -10,10 +10,13 @@ Rules, applied only while the projection is over `Budget.input_budget`:
 2. still over: cut the tool results of the remaining non-protected groups (pinned messages
    excepted, `exclude_tools` included — it is the last resort) to `old_max_chars`, head + tail,
    oldest first;
-3. still over: raise `ContextOverflow` with the irreducible size.
+3. still over: cut the in-flight group's tool results head + tail to fit (`fit_latest`: the
+   one exception to "the latest turn is verbatim", with a marker naming size and event);
+4. still over: raise `ContextOverflow` with the irreducible size (the newest user message,
+   the prefix, tools, pins and summary alone, the in-flight results reduced to their markers).
 
-Invariant: groups are dropped whole, so tool pairing survives; the newest user message and the
-in-flight group are never cut (DESIGN 3) — if they alone do not fit, that is the overflow.
+Invariant: groups are dropped whole and cut results keep their ids, so tool pairing survives;
+the newest user message is never cut (DESIGN 3) — if it does not fit, that is the overflow.
 
 Example: input budget 8,000; prefix 500, pinned task 300, summary 700, ten groups of 900 and the
 latest turn 1,200 -> drop the six oldest groups (pruned_seqs lists their events) -> 6,300 sent.
@@ -25,6 +28,7 @@ from dataclasses import replace
 
 from policies.base import ContextOverflow, TrimEntry
 from policies.draft import Draft, Slot, StepContext
+from policies.fit_latest import fit_latest
 from policies.trim_tool_results import cap_slot
 
 
@@ -46,6 +50,7 @@ def _cut(slot: Slot, ctx: StepContext) -> tuple[Slot, list[TrimEntry]]:
         exclude=(),
         pinned=ctx.pinned,
         count=ctx.count,
+        recall_tool=ctx.recall_tool,
     )
 
 
@@ -85,16 +90,28 @@ def prune_groups(draft: Draft, ctx: StepContext) -> Draft:
                     entries = [e for e in entries if e.seq not in cut_seqs] + new_entries
         draft = replace(draft, head=tuple(head), tail=tuple(tail), trimmed=tuple(entries))
 
+    draft = fit_latest(draft, ctx)
     if draft.total > limit:
         raise ContextOverflow(
             needed_tokens=draft.total,
             input_budget=limit,
             context_window=budget.context_window,
             max_output_tokens=budget.max_output_tokens,
-            detail=(
-                f"fixed {draft.fixed_tokens:,} + system/developer {draft.prefix_tokens:,} + "
-                f"summary {draft.summary_tokens:,} + pinned and latest turn "
-                f"{sum(slot.total for slot in draft.slots):,}"
-            ),
+            detail=_what_takes_the_room(draft, ctx),
         )
     return draft
+
+
+def _what_takes_the_room(draft: Draft, ctx: StepContext) -> str:
+    """Where the irreducible tokens are: tools and framing, prefix, summary, pins, newest turn."""
+    latest = sum(slot.total for slot in draft.slots if slot.protected)
+    pinned = sum(slot.total for slot in draft.slots if not slot.protected)
+    parts = [
+        f"tools and framing {draft.fixed_tokens:,}",
+        f"system/developer {draft.prefix_tokens:,}",
+        f"summary {draft.summary_tokens:,}",
+        f"pinned messages {pinned:,}",
+        f"newest user message and in-flight turn {latest:,}"
+        + (" with its tool results cut to their markers" if draft.cut_to_fit else ""),
+    ]
+    return " + ".join(parts)

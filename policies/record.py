@@ -40,6 +40,7 @@ def projection_record(
     over_trigger: bool = False,
     plan: CompactionPlan | None = None,
     sent_ranges: tuple[tuple[int, int], ...] | None = None,
+    cut_to_fit: tuple[int, ...] = (),
 ) -> ProjectionRecord:
     """The record of a projection that sent `sent_seqs` (ascending) for `sent_tokens` in total.
     `sent_ranges`: those seqs as inclusive ranges, when the caller already has them."""
@@ -64,6 +65,8 @@ def projection_record(
         input_budget=budget.input_budget,
         trigger_tokens=trigger,
         sent_ranges=(sent_seqs, sent_ranges) if sent_ranges is not None else None,
+        cut_to_fit=cut_to_fit,
+        released_pins=ctx.released,
     )
 
 
@@ -86,6 +89,7 @@ def make_record(draft: Draft, ctx: StepContext) -> ProjectionRecord:
         pruned_seqs=draft.pruned_seqs,
         over_trigger=draft.over_trigger,
         plan=draft.plan,
+        cut_to_fit=draft.cut_to_fit,
     )
 
 

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from policies.text import call_arguments, call_name, message_text, tool_calls
+from policies.text import call_arguments, call_name, defuse_tags, message_text, tag_pattern, tool_calls
 
 MAX_QUERY_TERMS = 16
 _OPEN = "<conversation_history_search>\n"
 _CLOSE = "</conversation_history_search>"
+_DELIMITERS = tag_pattern(("conversation_history_search", "conversation_summary"))
 _TOKEN = re.compile(r'"([^"]*)"?|(\S+)')
 
 
@@ -185,7 +186,7 @@ def render_hit(hit: Hit) -> str:
     """One hit as the recall tool shows it to the model."""
     source = f" {hit.tool}" if hit.tool else ""
     cut = ", excerpt" if hit.truncated else ""
-    body = hit.excerpt.replace(_CLOSE, "</conversation_history_search_>")  # stored text cannot end the block
+    body = defuse_tags(hit.excerpt, _DELIMITERS)  # stored text cannot end the block or open another
     return f"[event {hit.seq} | {hit.role}{source} | {_when(hit.created_at)}{cut}]\n{body}\n"
 
 

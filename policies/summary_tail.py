@@ -8,12 +8,14 @@ Rules:
 - trigger: projected tokens > `trigger` x input_budget (default 80%). Below it the old checkpoint
   stays (compaction is batched, not per turn).
 - target: after compaction the projection should be about `target` x input_budget (default 50%,
-  well below the trigger). The raw tail kept is `keep_recent_tokens` (pi: 20,000), shrunk to
-  `target x input_budget - overhead` when that is smaller (so a 16k-window model does not try to
-  keep a 20k tail), where overhead = fixed + prefix + pinned + current summary (the new summary
-  is assumed about as large as the old one). The tail is the shortest run of newest groups
-  holding at least that many tokens (as currently sent, i.e. after trimming), cut at a group
-  boundary; the last group is always in it, so the latest turn is never summarized.
+  well below the trigger). The room for the raw tail is `target x input_budget - overhead`, where
+  overhead = fixed + prefix + pinned + the summary (the larger of the current one and
+  `Budget.summary_max_tokens`, the longest summary the commit may bring). The tail is the
+  shortest run of newest groups holding at least `keep_recent_tokens` (pi: 20,000; as currently
+  sent, i.e. after trimming), cut at a group boundary, but it stops growing before a group that
+  would take it past the room (so a 16k-window model does not try to keep a 20k tail, and the
+  projection after the commit lands near target, not a group above it); the last group is
+  always in it, so the latest turn is never summarized, however large.
 - Nothing to summarize (everything uncovered is tail) -> no plan. This is what stops a single
   huge tool result from looping compaction: the plan is None and `prune_groups` or
   `ContextOverflow` takes over.
@@ -23,8 +25,8 @@ Rules:
   search on a per-message char cap) — the summarizer request itself must never overflow.
 
 Example: input budget 14,000, trigger 0.8 -> compact above 11,200; target 0.5 -> 7,000; with
-2,500 tokens of overhead the tail keeps min(20,000, 4,500) = 4,500 tokens of newest groups and
-everything uncovered before them goes into chunks.
+2,500 tokens of overhead the tail keeps the newest groups that fit in 4,500 tokens (fewer than
+`keep_recent_tokens`, 20,000) and everything uncovered before them goes into chunks.
 
 `summary_tail` is the pipeline step: it flags the trigger and attaches the plan to the draft
 (`ProjectionRecord.compaction`); it never rewrites messages. The summarizer prompt, the summary
@@ -210,8 +212,8 @@ def plan_compaction(
     """The next compaction to run, or None (under the trigger, or nothing left to summarize).
 
     `projected_tokens`: the current projection's total; `overhead_tokens`: the part of it that is
-    not raw tail (fixed + prefix + pinned head + current summary); `sent_tokens`: what each seq
-    costs as currently sent (defaults to `item.tokens`); `summary_budget`: the summarizer model's
+    not raw tail (fixed + prefix + kept groups + current summary); `sent_tokens`: what each seq
+    costs as currently sent, 0 for kept groups (defaults to `item.tokens`); `summary_budget`: the summarizer model's
     budget when it differs from the main model's (default: `budget.summarizer`);
     `pinned_tokens`: the tokens of the pinned items, when the caller knows them (else summed over
     `items`)."""
@@ -231,12 +233,15 @@ def plan_compaction(
         return sum(sent_tokens.get(item.seq, 0) for item in group.items)
 
     target_tokens = int(config.target * budget.input_budget)
-    keep = max(0, min(config.keep_recent_tokens, target_tokens - overhead_tokens))
+    current_summary = checkpoint.tokens if checkpoint is not None and covered > 0 else 0
+    growth = max(0, (budget.summary_max_tokens or 0) - current_summary)  # the commit's summary may be larger
+    room = max(0, target_tokens - overhead_tokens - growth)
+    keep = min(config.keep_recent_tokens, room)
     tail_start = last_index(uncovered)  # the latest turn is never summarized
     if tail_start <= 0:
         return None
     kept = sum(cost(group) for group in uncovered[tail_start:])
-    while tail_start > 0 and kept < keep:
+    while tail_start > 0 and kept < keep and kept + cost(uncovered[tail_start - 1]) <= room:
         tail_start -= 1
         kept += cost(uncovered[tail_start])
     if tail_start == 0:
@@ -261,7 +266,7 @@ def plan_compaction(
     reason = (
         f"projected {projected_tokens:,} tokens > trigger {trigger_tokens:,} "
         f"({config.trigger:.0%} of input budget {budget.input_budget:,}); "
-        f"keeping a raw tail of {kept:,} tokens (>= {keep:,}) after e{through}"
+        f"keeping a raw tail of {kept:,} tokens (room {room:,} below target {target_tokens:,}) after e{through}"
     )
     return CompactionPlan(
         from_seq=min(group.first_seq for group in summarize),
@@ -276,12 +281,14 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
     over = draft.total > ctx.trigger_tokens
     if not over:
         return draft
+    # A kept group (pinned, the newest user message, the newest group) stays in the projection
+    # whatever is summarized: it is overhead, not tail, or the commit would land above target.
     sent: dict[int, int] = {}
     for slot in draft.tail:
         for seq, tokens in zip(slot.seqs, slot.tokens, strict=True):
             if seq is not None:
-                sent[seq] = tokens
-    tail_tokens = sum(slot.total for slot in draft.tail)
+                sent[seq] = 0 if slot.keep else tokens
+    tail_tokens = sum(slot.total for slot in draft.tail if not slot.keep)
     plan = plan_compaction(
         ctx.items,
         ctx.checkpoint,
@@ -295,4 +302,6 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
         pinned=ctx.pinned,
         pinned_tokens=ctx.index.tokens_of(ctx.pinned) if ctx.index is not None else None,
     )
+    if plan is not None and ctx.released:
+        plan = replace(plan, released_pins=ctx.released)
     return replace(draft, over_trigger=True, plan=plan)

@@ -12,7 +12,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.base import Message
@@ -93,3 +94,25 @@ def clone(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [clone(val) for val in value]
     return value
+
+
+_ANGLES = "<\uff1c\ufe64\u2039\u3008\u27e8"  # "<" and the look-alikes a model may read as one
+_GAP = r"[\s\u200b-\u200d\u2060\ufeff]*"  # whitespace and zero-width characters
+
+
+def tag_pattern(names: Sequence[str]) -> re.Pattern[str]:
+    """Opening and closing tags of `names` as a model may read them, not only as we write them:
+    any case, whitespace or zero-width characters around the slash and between the words of a
+    name (`< /Conversation_Summary >`, `</conversation summary>`), and look-alikes of `<`."""
+    spelled = []
+    for name in names:
+        words = [re.escape(word) for word in re.split(r"[_\-]", name)]
+        spelled.append((_GAP + r"[_\-]?" + _GAP).join(words))
+    return re.compile(rf"[{_ANGLES}]{_GAP}/?{_GAP}(?:{'|'.join(spelled)})", re.IGNORECASE)
+
+
+def defuse_tags(text: str, pattern: re.Pattern[str]) -> str:
+    """`text` with every tag look-alike of `pattern` (see `tag_pattern`) started by `&lt;`
+    instead of an angle bracket, so data placed inside a delimited block cannot end it or open
+    another one."""
+    return pattern.sub(lambda m: "&lt;" + m.group(0)[1:], text)

@@ -12,7 +12,9 @@ Invariants:
   only module of `policies/` that touches the environment or tiktoken.
 - Counts follow OpenAI's chat framing: 3 tokens per message, plus role, content (text parts),
   `name` (+1), tool calls (name + arguments + 3) and `tool_call_id`; an image part is a fixed
-  estimate (`IMAGE_TOKENS`). The request's reply priming (3) belongs in `Budget.fixed_tokens`.
+  estimate (`IMAGE_TOKENS`). The request's reply priming (3) belongs in `Budget.fixed_tokens`,
+  with `count_tools`: tool definitions by their API's published rendering (OpenAI's TypeScript
+  namespaces, `policies.tool_render`; Anthropic's JSON plus its tool-use system prompt).
 - Pure counting only: caching counts between requests (an LRU with a lock) is the caller's
   business; the proxy's `proxy.token_counter.TokenCounter` keys them by event hash, so a request
   costs encoding work proportional to what is new.
@@ -29,6 +31,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,13 +39,12 @@ import tiktoken
 
 from policies.base import Message
 from policies.text import call_arguments, call_name, tool_calls
+from policies.tool_render import function_of, render_functions
 
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 TOKENS_PER_TOOL_CALL = 3
 IMAGE_TOKENS = 765  # a 1024x1024 image at high detail; low detail is 85
-TOOLS_FRAMING = 12
-TOKENS_PER_TOOL = 8
 
 _O200K_PREFIXES = ("gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss", "o1", "o3", "o4")
 _CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")
@@ -129,43 +131,47 @@ def count_message(message: Message, enc: tiktoken.Encoding) -> int:
     return total
 
 
-_TOOL_FIELDS = frozenset(
-    {"type", "name", "description", "parameters", "input_schema", "tools", "strict", "cache_control"}
-)
-"""Fields of a tool definition counted on their own (or not at all: type, strict, cache_control);
-any other field (a custom tool's grammar `format`, a server or MCP tool's configuration) is
-counted as its JSON."""
+TOOLS_FRAMING = 4
+"""The developer message OpenAI renders the tools section into: `<|start|>developer<|message|>`
+... `<|end|>`."""
+ANTHROPIC_TOOL_PROMPT = {"auto": 346, "none": 346, "any": 313, "tool": 313}
+"""The tool-use system prompt Anthropic adds to a request with tools (its published table for the
+Claude 4 family), by `tool_choice` type."""
+_ANTHROPIC_SERVER_TOOL = re.compile(r"_\d{8}$")  # bash_20250124, web_search_20250305, ...
 
 
-def count_tools(tools: Sequence[Mapping[str, Any]] | None, enc: tiktoken.Encoding) -> int:
-    """Estimate of what tool definitions add (OpenAI renders them as a TypeScript namespace;
-    name + description + JSON parameters + a small framing is within a few percent).
+def _is_anthropic(tool: Mapping[str, Any]) -> bool:
+    kind = tool.get("type")
+    return "input_schema" in tool or (isinstance(kind, str) and _ANTHROPIC_SERVER_TOOL.search(kind) is not None)
 
-    Every shape the APIs allow counts: chat `{"type": "function", "function": {...}}`, Responses
-    flat function tools, Anthropic `input_schema`, Codex's `namespace` tool (its nested `tools`,
-    ~2,300 tokens in Codex 0.17x, counted like top-level ones), custom (free-form) tools with
-    their `format`, server tools (web search, code execution) and MCP tool lists by their JSON."""
+
+def _json_tokens(tool: Mapping[str, Any], enc: tiktoken.Encoding) -> int:
+    visible = {k: v for k, v in tool.items() if k != "cache_control"}  # a marker is not model input
+    return _encode_len(enc, json.dumps(visible, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def count_tools(tools: Sequence[Mapping[str, Any]] | None, enc: tiktoken.Encoding, tool_choice: Any = None) -> int:
+    """What tool definitions add to a request, by each API's published rendering.
+
+    - OpenAI (chat `{"type": "function", "function": {...}}`, Responses flat function tools and
+      `namespace` tools with their nested tools, ~2,300 tokens in Codex 0.17x): the TypeScript
+      namespaces OpenAI's harmony renderer writes (`policies.tool_render`), in their developer
+      message (`TOOLS_FRAMING`).
+    - Anthropic (`input_schema` tools, server tools such as `bash_20250124`): each tool's JSON
+      (what the model reads; `cache_control` is not part of it) plus the tool-use system prompt
+      for `tool_choice` (`ANTHROPIC_TOOL_PROMPT`).
+    - Every other shape (custom free-form tools with their grammar `format`, web search, MCP
+      server lists): its JSON."""
     if not tools:
         return 0
-    return TOOLS_FRAMING + sum(_count_tool(tool, enc) for tool in tools if isinstance(tool, Mapping))
-
-
-def _count_tool(tool: Mapping[str, Any], enc: tiktoken.Encoding) -> int:
-    function = tool.get("function", tool)
-    if not isinstance(function, Mapping):
-        return 0
-    total = TOKENS_PER_TOOL
-    total += _encode_len(enc, str(function.get("name", "") or ""))
-    total += _encode_len(enc, str(function.get("description", "") or ""))
-    schema = function.get("parameters", function.get("input_schema"))
-    if schema is not None:
-        total += _encode_len(enc, json.dumps(schema, sort_keys=True, ensure_ascii=False))
-    nested = function.get("tools")
-    if isinstance(nested, list):
-        total += sum(_count_tool(t, enc) for t in nested if isinstance(t, Mapping))
-    rest = {k: v for k, v in function.items() if k not in _TOOL_FIELDS}
-    if rest:
-        total += _encode_len(enc, json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str))
+    valid = [tool for tool in tools if isinstance(tool, Mapping)]
+    rendered = render_functions(valid)
+    total = _encode_len(enc, rendered) + TOOLS_FRAMING if rendered else 0
+    others = [t for t in valid if function_of(t) is None and not (t.get("type") == "namespace" and "name" in t)]
+    total += sum(_json_tokens(tool, enc) for tool in others)
+    if any(_is_anthropic(tool) for tool in valid):
+        kind = tool_choice.get("type") if isinstance(tool_choice, Mapping) else "auto"
+        total += ANTHROPIC_TOOL_PROMPT.get(str(kind), ANTHROPIC_TOOL_PROMPT["auto"])
     return total
 
 
@@ -176,7 +182,9 @@ def message_key(message: Message) -> str:
 
 
 __all__ = [
+    "ANTHROPIC_TOOL_PROMPT",
     "IMAGE_TOKENS",
+    "TOOLS_FRAMING",
     "count_message",
     "count_text",
     "count_tools",

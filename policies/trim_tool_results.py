@@ -10,7 +10,11 @@ Rules (ToolResultsConfig):
 - results of `exclude_tools`, pinned messages, the newest user turn and the in-flight last
   group are never touched;
 - the marker says what happened and where to get the rest:
-  `[trimmed: tool result of bash, 48,210 chars; first 200 and last 200 kept; event 57]`.
+  `[trimmed: tool result of bash, 48,210 chars; first 200 and last 200 kept; event 57]`, and
+  when the request offers the recall tool, that it can fetch it:
+  `[trimmed: tool result of bash, 48,210 chars; first 200 and last 200 kept; event 57;
+  ctxproxy_recall can fetch it]` (a function of the result and the tool name alone, so the
+  bytes stay the same from turn to turn).
 
 Invariant (cache-friendly prefix, DESIGN 11): the old/recent boundary is counted in groups over
 the WHOLE branch history (covered groups included), then rounded down to a multiple of
@@ -37,16 +41,23 @@ def trim_boundary(n_groups: int, config: ToolResultsConfig) -> int:
     return (raw // config.clear_at_least) * config.clear_at_least
 
 
-def trim_marker(tool_name: str, original_chars: int, head: int, tail: int, seq: int, dropped: int) -> str:
+def recall_hint(recall_tool: str | None) -> str:
+    """The end of a marker when the request offers the recall tool: it can fetch the rest."""
+    return f"; {recall_tool} can fetch it" if recall_tool else ""
+
+
+def trim_marker(
+    tool_name: str, original_chars: int, head: int, tail: int, seq: int, dropped: int, recall_tool: str | None = None
+) -> str:
     extra = f"; {dropped} non-text part(s) dropped" if dropped else ""
     return (
         f"[trimmed: tool result of {tool_name}, {original_chars:,} chars; "
-        f"first {head:,} and last {tail:,} kept; event {seq}{extra}]"
+        f"first {head:,} and last {tail:,} kept; event {seq}{extra}{recall_hint(recall_tool)}]"
     )
 
 
 def trim_message(
-    message: Message, *, max_chars: int, head_ratio: float, tool_name: str, seq: int
+    message: Message, *, max_chars: int, head_ratio: float, tool_name: str, seq: int, recall_tool: str | None = None
 ) -> tuple[dict[str, object], TrimEntry] | None:
     """The trimmed copy of a tool result and its record, or None when it already fits."""
     content = message.get("content")
@@ -54,7 +65,7 @@ def trim_message(
     if len(text) <= max_chars:
         return None
     head, tail = cut_text(text, max_chars, head_ratio)
-    marker = trim_marker(tool_name, len(text), len(head), len(tail), seq, non_text_parts(content))
+    marker = trim_marker(tool_name, len(text), len(head), len(tail), seq, non_text_parts(content), recall_tool)
     parts = [part for part in (head, marker, tail) if part]
     if sum(len(part) + 1 for part in parts) >= len(text):
         return None  # the marker would cost more than the cut saves
@@ -72,6 +83,7 @@ def cap_slot(
     pinned: frozenset[int],
     count: CountFn,
     trim_one: TrimOne | None = None,
+    recall_tool: str | None = None,
 ) -> tuple[Slot, list[TrimEntry]]:
     """Cap every eligible tool result of `slot` at `max_chars` (pinned / excluded untouched).
 
@@ -85,7 +97,7 @@ def cap_slot(
         if seq is None or message.get("role") != "tool" or seq in pinned:
             continue
         if trim_one is not None:
-            tool_name, result, tokens = trim_one(slot, message, max_chars, head_ratio, seq, count)
+            tool_name, result, tokens = trim_one(slot, message, max_chars, head_ratio, seq, count, recall_tool)
             if result is None or tool_name in exclude:
                 continue
         else:
@@ -94,7 +106,14 @@ def cap_slot(
             tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
             if tool_name in exclude:
                 continue
-            result = trim_message(message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq)
+            result = trim_message(
+                message,
+                max_chars=max_chars,
+                head_ratio=head_ratio,
+                tool_name=tool_name,
+                seq=seq,
+                recall_tool=recall_tool,
+            )
             if result is None:
                 continue
             tokens = count(result[0])
@@ -110,14 +129,16 @@ def cap_slot(
 
 
 def trim_one(
-    slot: Slot, message: Message, max_chars: int, head_ratio: float, seq: int, count: CountFn
+    slot: Slot, message: Message, max_chars: int, head_ratio: float, seq: int, count: CountFn, recall_tool: str | None
 ) -> tuple[str, tuple[dict[str, object], TrimEntry] | None, int]:
     """(tool name, `trim_message` result, tokens of the trimmed message) of one tool result of
     `slot` (a `TrimOne`); ("", None, 0) when it fits."""
     if len(content_text(message.get("content"))) <= max_chars:
         return "", None, 0
     tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
-    result = trim_message(message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq)
+    result = trim_message(
+        message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq, recall_tool=recall_tool
+    )
     return tool_name, result, count(result[0]) if result is not None else 0
 
 
@@ -132,6 +153,7 @@ def cap(slot: Slot, max_chars: int, ctx: StepContext, trim: TrimOne | None) -> t
         pinned=ctx.pinned,
         count=ctx.count,
         trim_one=trim,
+        recall_tool=ctx.recall_tool,
     )
 
 

@@ -2,6 +2,12 @@
 
 The admin token is separate from client keys and upstream keys and compared in constant time.
 Without a configured token every /admin path answers 404, as if it did not exist.
+
+A conversation is named by its internal id or by the client's own `X-Conversation-Id`, within
+the `tenant` query parameter or alone when only one tenant has a conversation of that id (409
+listing the tenants when several do). Every list says whether more pages exist: `has_more`, and
+the cursor parameter of the next page (`next_cursor`, plus the older names `next_before` /
+`next_after`).
 """
 
 from __future__ import annotations
@@ -15,11 +21,11 @@ from starlette.routing import Route
 from policies.base import KNOWN_ROLES
 from policies.search import Hit, parse_query, search
 
-from .errors import BadRequest, NotFound
+from .errors import BadRequest, Conflict, NotFound
 from .http import RawResponse, json_response, require_token
 from .ledger import GROUP_BY, summarize
 from .services import Services
-from .store.base import UsageQuery
+from .store.base import Conversation, UsageQuery
 
 
 def _state(request: Request) -> Services:
@@ -41,44 +47,62 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     return value
 
 
-async def _conversation_or_404(state: Services, conversation_id: str) -> Any:
-    conversation = await state.store.get_conversation(conversation_id)
-    if conversation is None:
-        raise NotFound(f"No conversation {conversation_id!r}.", param="id")
-    return conversation
+async def _conversation_or_404(state: Services, request: Request) -> Conversation:
+    """The conversation the path names: an internal id, or the client's own id (see the module
+    docstring); with `tenant`, only that tenant's."""
+    ref = request.path_params["id"]
+    tenant = request.query_params.get("tenant") or None
+    conversation = await state.store.get_conversation(ref)
+    if conversation is not None and tenant in (None, conversation.tenant):
+        return conversation
+    found = [c for c in await state.store.conversations_with_external_id(ref) if tenant in (None, c.tenant)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        tenants = ", ".join(c.tenant for c in found)
+        raise Conflict(
+            f"{len(found)} tenants have a conversation {ref!r}: {tenants}. Add ?tenant=<one of them>.", param="tenant"
+        )
+    where = f" for tenant {tenant!r}" if tenant else ""
+    raise NotFound(f"No conversation {ref!r}{where}.", param="id")
+
+
+def _page(data: list[dict[str, Any]], limit: int, cursor: Any) -> dict[str, Any]:
+    """A page of at most `limit` rows out of `data` (fetched with one extra row to know)."""
+    more = len(data) > limit
+    return {"data": data[:limit], "has_more": more, "next_cursor": cursor(data[limit - 1]) if more else None}
 
 
 async def list_conversations(request: Request) -> RawResponse:
     state = _state(request)
     limit = _int_param(request, "limit", 50, 1, 1000)
-    before_raw = request.query_params.get("before")
+    before_raw = request.query_params.get("before") or request.query_params.get("cursor")
     try:
         before = float(before_raw) if before_raw is not None else None
     except ValueError:
         raise BadRequest("Query parameter 'before' must be a timestamp.", param="before") from None
-    rows = await state.store.list_conversations(limit, before)
-    data = [c.to_dict() for c in rows]
-    return json_response({"data": data, "next_before": data[-1]["updated_at"] if len(data) == limit else None})
+    rows = await state.store.list_conversations(limit + 1, before)
+    page = _page([c.to_dict() for c in rows], limit, lambda row: str(row["updated_at"]))
+    return json_response({**page, "next_before": page["data"][-1]["updated_at"] if page["has_more"] else None})
 
 
 async def get_conversation(request: Request) -> RawResponse:
     state = _state(request)
-    conversation = await _conversation_or_404(state, request.path_params["id"])
+    conversation = await _conversation_or_404(state, request)
     branches = await state.store.list_branches(conversation.id)
     return json_response({**conversation.to_dict(), "branches": [b.to_dict() for b in branches]})
 
 
 async def list_events(request: Request) -> RawResponse:
     state = _state(request)
-    conversation = await _conversation_or_404(state, request.path_params["id"])
+    conversation = await _conversation_or_404(state, request)
     branch_id = await _branch_or_default(state, request, conversation.id)
-    after = _int_param(request, "after", 0, 0, 1 << 62)
+    after = _int_param(request, "after", _int_param(request, "cursor", 0, 0, 1 << 62), 0, 1 << 62)
     limit = _int_param(request, "limit", 100, 1, 1000)
-    events = await state.store.lineage_events(branch_id, after, limit)
-    data = [e.to_dict() for e in events]
-    return json_response(
-        {"branch_id": branch_id, "data": data, "next_after": data[-1]["seq"] if len(data) == limit else None}
-    )
+    events = await state.store.lineage_events(branch_id, after, limit + 1)
+    page = _page([e.to_dict() for e in events], limit, lambda row: str(row["seq"]))
+    next_after = page["data"][-1]["seq"] if page["has_more"] else None
+    return json_response({"conversation_id": conversation.id, "branch_id": branch_id, **page, "next_after": next_after})
 
 
 SEARCH_PAGE_CHARS = 32_000
@@ -91,7 +115,7 @@ async def search_events(request: Request) -> RawResponse:
     `q` (words and "quoted phrases", case-insensitive, all must match), `role`, `tool`, `branch`,
     `limit`, `cursor`. Hits oldest first; `next_cursor` is null on the last page."""
     state = _state(request)
-    conversation = await _conversation_or_404(state, request.path_params["id"])
+    conversation = await _conversation_or_404(state, request)
     params = request.query_params
     try:
         query = parse_query(params.get("q", ""))
@@ -119,6 +143,7 @@ async def search_events(request: Request) -> RawResponse:
             "branch_id": branch_id,
             "query": list(query.terms),
             "data": [hit.to_dict() for hit in page],
+            "has_more": more,
             "next_cursor": str(page[-1].seq) if more else None,
         }
     )
@@ -126,11 +151,12 @@ async def search_events(request: Request) -> RawResponse:
 
 async def list_calls(request: Request) -> RawResponse:
     state = _state(request)
-    conversation = await _conversation_or_404(state, request.path_params["id"])
+    conversation = await _conversation_or_404(state, request)
     limit = _int_param(request, "limit", 100, 1, 1000)
-    offset = _int_param(request, "offset", 0, 0, 1 << 62)
-    calls = await state.store.list_calls(conversation.id, limit, offset)
-    return json_response({"data": [c.to_dict() for c in calls]})
+    offset = _int_param(request, "offset", _int_param(request, "cursor", 0, 0, 1 << 62), 0, 1 << 62)
+    calls = await state.store.list_calls(conversation.id, limit + 1, offset)
+    page = _page([c.to_dict() for c in calls], limit, lambda row: str(offset + limit))
+    return json_response({"conversation_id": conversation.id, **page})
 
 
 async def _branch_or_default(state: Services, request: Request, conversation_id: str) -> str:
@@ -147,7 +173,7 @@ async def get_projection(request: Request) -> RawResponse:
     """Exactly what the next call on this branch would send for the stored history, and why:
     the first thing to look at when an agent seems to have forgotten something."""
     state = _state(request)
-    conversation = await _conversation_or_404(state, request.path_params["id"])
+    conversation = await _conversation_or_404(state, request)
     branch_id = await _branch_or_default(state, request, conversation.id)
     last = await state.store.last_call(branch_id, "main")
     if last is None or last.model is None:
@@ -183,17 +209,19 @@ async def get_projection(request: Request) -> RawResponse:
 
 async def list_checkpoints(request: Request) -> RawResponse:
     state = _state(request)
-    conversation = await _conversation_or_404(state, request.path_params["id"])
+    conversation = await _conversation_or_404(state, request)
     checkpoints = await state.store.list_checkpoints(conversation.id)
-    return json_response({"data": [c.to_dict() for c in checkpoints]})
+    return json_response(
+        {"conversation_id": conversation.id, "data": [c.to_dict() for c in checkpoints], "has_more": False}
+    )
 
 
 async def delete_conversation(request: Request) -> RawResponse:
     state = _state(request)
-    conversation_id = request.path_params["id"]
-    if not await state.store.delete_conversation(conversation_id):
-        raise NotFound(f"No conversation {conversation_id!r}.", param="id")
-    return json_response({"deleted": conversation_id})
+    conversation = await _conversation_or_404(state, request)
+    if not await state.store.delete_conversation(conversation.id):
+        raise NotFound(f"No conversation {request.path_params['id']!r}.", param="id")
+    return json_response({"deleted": conversation.id})
 
 
 def _time_param(request: Request, name: str) -> float | None:

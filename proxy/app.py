@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Route
 
-from . import admin, endpoints, retention
+from . import admin, endpoints, retention, ui
 from .catalog import ModelCatalog
 from .chat import endpoint
 from .compaction import Compactor
@@ -38,6 +38,9 @@ def _error_response(request: Request, exc: ProxyError) -> RawResponse:
     """The error in the client API's shape, with the conversation header once the request's
     conversation is known (`chat.handle` sets it right after identifying)."""
     response = error_response(exc, wire_for_path(request.url.path))
+    services = getattr(request.app.state, "ctx", None)
+    if services is not None:  # a message quoting a client's value never quotes an operator secret
+        response.body = services.keys.redact(response.body)
     conversation = getattr(request.state, "conversation_header", None)
     if conversation is not None:
         response.headers.append(conversation)
@@ -118,6 +121,7 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         *admin.routes,
+        *ui.routes,  # the inspector, /ui/ (proxy/ui/)
     ]
     # starlette types handlers as returning its Response; ours return plain ASGI responses
     handlers: dict[Any, Any] = {

@@ -3,7 +3,9 @@
 `handle` reads as DESIGN's steps, one call each: route (`routing`), identify + ingest (`ingest`),
 project (`projection`, which may start a compaction: `compaction`), forward (`upstream`), relay
 (`relay` for streams, `http.RawResponse` for whole bodies), record (`record`). The response turn
-is appended and the call record written after the client has its answer.
+is appended and the call record written after the client has its answer; a request that got no
+answer (an error status from the upstream, or a failure before one) is retracted from the
+history instead (`ingest.reject`).
 """
 
 from __future__ import annotations
@@ -18,15 +20,17 @@ from starlette.requests import Request
 
 from policies.base import Projection
 
-from . import identify, recall, record, routing
+from . import auth, identify, record, routing
 from .compaction import CompactionJob
 from .config import Policy, Route
 from .endpoints import relay_unchanged
 from .errors import ConversationGone, ProxyError, StoreError
-from .http import RawResponse, client_api_key, read_body
-from .ingest import Ingested, append_response, ingest
+from .http import RawResponse, read_body
+from .ingest import Ingested, append_response, ingest, reject
 from .protocols.base import Wire
-from .relay import StreamOutcome, StreamRelay
+from .recall.detour import detour
+from .recall.tool import offered, with_tool
+from .relay import StreamOutcome, StreamRelay, nothing, or_disconnect
 from .services import Services
 from .store.base import CallRecord
 from .upstream.base import UpstreamResponse
@@ -54,8 +58,10 @@ async def handle(request: Request, wire: Wire) -> Any:
     model, stream = wire.envelope(body)
     messages = wire.messages(body)
     route, policy = routing.route_for(config, wire.path, model)
-    tenant = identify.tenant_of(client_api_key(request.headers), services.salt)
+    caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
+    tenant = caller.tenant
     header = config.conversation_header
+    ingested: Ingested | None = None
     try:
         session = identify.session_of(config.session_headers, request.headers, body.get("tools"))
         ingested = await ingest(
@@ -65,14 +71,15 @@ async def handle(request: Request, wire: Wire) -> Any:
         request.state.conversation_header = (header, _conversation_of(ingested))
         call = await _open_call(services, route, model, stream, body, ingested, started)
         sent = messages
-        recalling = policy.rewrite and wire.rewrite_allowed(body) and recall.offered(policy, wire, body, stream)
+        rewriting = policy.rewrite and wire.rewrite_allowed(body)
+        recalling = rewriting and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
         if recalling:
-            body = recall.with_tool(body, policy.recall)  # before projecting: the tool counts in the budget
-        if policy.rewrite and wire.rewrite_allowed(body):
+            body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget
+        if rewriting:
             # A litellm route's window and prices are its provider model's, whatever the client calls it.
-            auth = routing.summary_auth(services.keys, wire, route, request.headers)
+            credentials = routing.summary_auth(services.keys, wire, route, request.headers, caller)
             projection = await _project(
-                services, wire, route, policy, route.upstream.model or model, body, ingested, auth
+                services, wire, route, policy, route.upstream.model or model, body, ingested, credentials
             )
             call.projection = projection.record.summary_dict()
             if _rewritten(projection):
@@ -80,7 +87,11 @@ async def handle(request: Request, wire: Wire) -> Any:
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
             raise
-        return await _passthrough(services, wire, route, request, raw, body, stream, exc)
+        return await _passthrough(services, wire, route, request, raw, body, stream, exc, caller)
+    except ProxyError:
+        if ingested is not None:  # refused by the proxy itself (an impossible budget): nothing stays
+            await _reject(services, ingested)
+        raise
     known = ingested.known.encoded if ingested.known else None
     outgoing = sent if recalling or sent is not messages else None
     encoded, ingested.remembered.encoded = wire.encode(body, outgoing, stream, known)
@@ -88,14 +99,20 @@ async def handle(request: Request, wire: Wire) -> Any:
     echo = [(header, _conversation_of(ingested))]
 
     try:
-        headers = routing.upstream_headers(services.keys, wire, route, request.headers, frozenset({header.lower()}))
-        upstream = await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+        drop = frozenset({header.lower()})
+        headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
+        sending = services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+        upstream = await or_disconnect(request.receive, sending)
     except ProxyError as exc:
         record.failed(call, exc, t0)
+        call.branch_id = None  # a rejected call is no branch's last call
         await services.recorder.finish(call, wire.name, record.error_kind(exc))
+        await _reject(services, ingested)
         raise
+    if upstream is None:
+        return await _client_left(services, wire, call, t0)
     if recalling:
-        upstream, call, t0 = await recall.detour(services, wire, route, policy, body, sent, call, upstream, headers, t0)
+        upstream, call, t0 = await detour(services, wire, route, policy, body, sent, call, upstream, headers, t0)
 
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         observer = wire.observer(body)
@@ -105,7 +122,7 @@ async def handle(request: Request, wire: Wire) -> Any:
             await _close_call(services, wire, call, ingested, kind)
 
         return StreamRelay(upstream, observer, finish, echo)
-    return await _relay_whole(services, wire, call, ingested, upstream, t0, echo)
+    return await _relay_whole(services, wire, call, ingested, upstream, t0, echo, request)
 
 
 async def _open_call(
@@ -128,7 +145,7 @@ async def _project(
     model: str,
     body: dict[str, Any],
     ingested: Ingested,
-    auth: dict[str, str],
+    credentials: dict[str, str],
 ) -> Projection:
     """Project with the active checkpoint; start a compaction when the plan asks for one, and
     wait for it (bounded) only when the request could not be served without dropping history."""
@@ -155,7 +172,7 @@ async def _project(
         hashes=ingested.hashes,
         plan=plan,
         previous=checkpoint,
-        client_auth=auth,
+        client_auth=credentials,
         wire=wire,
     )
     task = services.compactor.request(job)
@@ -178,36 +195,59 @@ async def _relay_whole(
     upstream: UpstreamResponse,
     t0: float,
     echo: list[tuple[str, str]],
-) -> RawResponse:
+    request: Request,
+) -> Any:
     call.upstream_status = upstream.status
     call.request_id = upstream.request_id
     call.ttfb_ms = record.ms(time.monotonic() - t0)
     try:
-        data = await upstream.read()
+        data = await or_disconnect(request.receive, upstream.read())
     except ProxyError as exc:
         record.failed(call, exc, t0)
+        call.branch_id = None
         await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
+        await _reject(services, ingested)
         raise
     finally:
         upstream.close()
+    if data is None:
+        return await _client_left(services, wire, call, t0)
     call.latency_ms = record.ms(time.monotonic() - t0)
     status = upstream.status
+    if status >= 400:
+        data = services.keys.redact(data)  # an upstream that echoes the key it was sent
 
     async def bookkeeping() -> None:
         # After the client has its answer: parse, store the response turn, write the record.
         await _close_call(services, wire, call, ingested, record.answered(call, wire, status, data))
 
-    return RawResponse(data, status, [*upstream.headers, *echo], after=bookkeeping)
+    return RawResponse(data, status, [*services.keys.redact_headers(upstream.headers), *echo], after=bookkeeping)
+
+
+async def _client_left(services: Services, wire: Wire, call: CallRecord, t0: float) -> Any:
+    record.client_left(call, t0)
+    await services.recorder.finish(call, wire.name)
+    return nothing
 
 
 async def _close_call(
     services: Services, wire: Wire, call: CallRecord, ingested: Ingested, error_kind: str | None
 ) -> None:
-    """Write the record; a complete answer also calibrates the estimate and joins the history."""
+    """Write the record; an accepted request joins the history (with its answer when complete,
+    which also calibrates the estimate), a rejected one is retracted."""
+    accepted = call.upstream_status is not None and 200 <= call.upstream_status < 300
+    if not accepted:
+        call.branch_id = None  # a rejected call is no branch's last call
     await services.recorder.finish(call, wire.name, error_kind)
-    if call.status != "complete":
+    if not accepted:
+        await _reject(services, ingested)
         return
-    if call.projection is not None and call.branch_id is not None and "recall_rounds" not in call.projection:
+    if (
+        call.status == "complete"
+        and call.projection is not None
+        and call.branch_id is not None
+        and "recall_rounds" not in call.projection
+    ):
         # What the upstream billed feeds the estimate of the next call on this branch.
         services.projector.calibrate(
             call.branch_id,
@@ -215,14 +255,19 @@ async def _close_call(
             call.projection.get("sent_tokens") or 0,
             call.usage.get("input_total"),
         )
-    if call.response is None:
-        return
     try:
-        await append_response(services.store, ingested, call.response, call.id)
+        await append_response(services.store, ingested, call.response if call.status == "complete" else None, call.id)
     except StoreError as exc:
         # The conversation was deleted while the call ran, or the store failed after the answer
         # was already relayed: the client has its answer, the call record says what happened.
         log.warning("response of call %s not stored: %s", call.id, exc)
+
+
+async def _reject(services: Services, ingested: Ingested) -> None:
+    try:
+        await reject(services.store, ingested)
+    except StoreError as exc:
+        log.warning("events of a rejected request in conversation %s kept: %s", ingested.identity.conversation_id, exc)
 
 
 async def _passthrough(
@@ -234,6 +279,7 @@ async def _passthrough(
     body: dict[str, Any],
     stream: bool,
     exc: StoreError,
+    caller: auth.Caller,
 ) -> Any:
     """`store_failure: passthrough`: the store is down, so relay the client's request unrewritten,
     record nothing, and say so in a response header."""
@@ -241,13 +287,13 @@ async def _passthrough(
     services.metrics.observe_store_passthrough(route.name)
     encoded, _ = wire.encode(body, None, stream, None)
     drop = frozenset({services.config.conversation_header.lower()})
-    headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop)
+    headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
     degraded = [(DEGRADED_HEADER, "store-unavailable")]
     payload = raw if encoded is None else encoded
     upstream = await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         return StreamRelay(upstream, wire.observer(body), _unrecorded, degraded)
-    return await relay_unchanged(upstream, degraded)
+    return await relay_unchanged(services.keys, upstream, degraded)
 
 
 async def _unrecorded(outcome: StreamOutcome) -> None:

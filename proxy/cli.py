@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import sys
 
-from .config import Config, Route, load_config
+from .config import Client, Config, Route, load_config
 from .errors import ConfigError
 from .keys import resolve_keys
 
@@ -19,9 +19,19 @@ def _target(route: Route) -> str:
     return str(upstream.base_url)
 
 
+def _client(client: Client) -> str:
+    key = f"key from ${client.key_env}" if client.key_env else "key by SHA-256 digest"
+    routes = f"; routes {', '.join(client.routes)}" if client.routes is not None else ""
+    return f"{client.name} (tenant {client.tenant_name}; {key}{routes})"
+
+
 def _describe(config: Config) -> list[str]:
     admin = f"on when ${config.admin_token_env} is set" if config.admin_token_env else "off"
     lines = [f"store: {config.store}", f"admin API: {admin}"]
+    if config.clients:
+        lines.append("clients: " + ", ".join(_client(c) for c in config.clients))
+    if config.open_access:
+        lines.append("open access: callers without a client key may use routes with the operator's key")
     for route in config.routes:
         match = f"model {route.match.model}" + (f", path {route.match.path}" if route.match.path else "")
         key = f"key from ${route.upstream.api_key_env}" if route.upstream.api_key_env else "client's own key"
@@ -59,9 +69,9 @@ def check_config(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from .app import create_app
+    from .server import run, run_workers
+    from .workers import prepare as prepare_workers
 
     config = _load(args.config)
     if config is None:
@@ -69,16 +79,15 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    app = create_app(config)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=args.log_level,
-        access_log=args.access_log,
-        timeout_graceful_shutdown=30,
-        h11_max_incomplete_event_size=64 * 1024,
-    )
+    if args.workers > 1:  # uvicorn spawns the workers; each builds its app from the config file
+        try:
+            factory = prepare_workers(args.config, config, args.log_level)
+        except ConfigError as exc:
+            print("\n".join(exc.problems), file=sys.stderr)
+            return 1
+        run_workers(config, factory, args.workers, host, port, args.log_level, args.access_log)
+    else:
+        run(config, create_app(config), host, port, args.log_level, args.access_log)
     return 0
 
 
@@ -128,6 +137,12 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctxproxy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--port", type=int)
     p_serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p_serve.add_argument("--access-log", action="store_true")
+    p_serve.add_argument("--workers", type=_positive, default=1, help="processes on one socket and one store")
     p_serve.set_defaults(func=serve)
     p_check = sub.add_parser("check-config", help="validate a config file and print the resolved routes")
     p_check.add_argument("config")

@@ -167,7 +167,8 @@ class Compactor:
 
     async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
-        pinned = pinned_items(job.items, job.policy.pins)
+        released = set(plan.released_pins)  # summarized like other history: not shown as kept verbatim
+        pinned = [item for item in pinned_items(job.items, job.policy.pins) if item.seq not in released]
         allowed = [message_text(item.message) for item in pinned] + [message_text(m) for m in job.prefix]
         summary = job.previous.summary if job.previous else None
         candidate = self._candidate(job, summary or "", 0, token)

@@ -92,6 +92,35 @@ class Route(_Frozen):
     policy: str = "default"
 
 
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class Client(_Frozen):
+    """A client allowed to spend the operator's upstream keys (LiteLLM's "virtual keys"). Its key
+    comes from an environment variable (`key_env`) or is given as the hex SHA-256 digest of the
+    key (`key_sha256`), so the config file never holds it. Its requests belong to `tenant`
+    (default: the client's name): clients given the same tenant share conversations on purpose.
+    `routes` limits the route names it may use (default: every route)."""
+
+    name: str = Field(pattern=_NAME)
+    key_env: str | None = None
+    key_sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
+    tenant: str | None = Field(None, pattern=_NAME)
+    routes: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _one_key(self) -> Client:
+        if (self.key_env is None) == (self.key_sha256 is None):
+            raise ValueError("needs exactly one of key_env (an environment variable) or key_sha256 (a hex digest)")
+        if self.tenant_name == "anonymous" or self.tenant_name.startswith("t_"):
+            raise ValueError("tenant must not be 'anonymous' or start with 't_' (the names of key fingerprints)")
+        return self
+
+    @property
+    def tenant_name(self) -> str:
+        return self.tenant or self.name
+
+
 class Summarizer(_Frozen):
     model: str | None = None
     base_url: str | None = None
@@ -111,11 +140,11 @@ class Summarizer(_Frozen):
 
 
 class Recall(_Frozen):
-    """The recall tool the proxy offers the model (`proxy/recall.py`): `auto` offers it when the
-    client's own request carries tools. Off by default for now: with it on, the upstream body of a
-    tool-using request gains one tool."""
+    """The recall tool the proxy offers the model (`proxy/recall/`): `auto` (the default) offers it
+    when the client's own request carries tools (a tool-using agent, whose model takes tools);
+    `true` always; `false` never. Only on rewriting routes (`rewrite: true`)."""
 
-    enabled: Literal["auto"] | bool = False
+    enabled: Literal["auto"] | bool = "auto"
     tool_name: str = Field("ctxproxy_recall", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     max_result_tokens: int = Field(2000, ge=100, le=50_000)
     max_rounds: int = Field(3, ge=1, le=10)
@@ -147,8 +176,15 @@ class Policy(PolicyConfig):
 
 
 class Limits(_Frozen):
+    """What a client may send (proxy/request_head.py enforces the head, proxy/http.py the body)."""
+
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     receive_timeout: float = Field(60.0, gt=0)
+    header_timeout: float = Field(10.0, gt=0)
+    """Seconds from a connection's first byte (or its opening) to the end of the request head."""
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    """Request line plus all header lines."""
+    max_headers: int = Field(100, ge=8)
 
 
 class Retention(_Frozen):
@@ -163,8 +199,17 @@ class Retention(_Frozen):
 
 
 class Server(_Frozen):
+    """How `ctxproxy serve` listens, caps and drains (proxy/server.py, proxy/edge.py)."""
+
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)
+    http: Literal["auto", "h11", "httptools"] = "auto"
+    """uvicorn's HTTP/1.1 implementation; `auto` is httptools when it is installed."""
+    max_concurrent_requests: int | None = Field(256, ge=1)
+    """Model calls served at once (streams count until they end); more get 503 + Retry-After."""
+    retry_after: int = Field(1, ge=0)
+    shutdown_grace: float = Field(30.0, ge=0)
+    """On SIGTERM: how long in-flight model calls may run on after readiness failed."""
 
 
 class Config(_Frozen):
@@ -178,6 +223,12 @@ class Config(_Frozen):
     compaction_lease_seconds: float = Field(30.0, ge=1)
     """How long a replica's compaction lease lives without renewal: a replica that dies
     mid-compaction blocks the branch's compaction this long at most."""
+    clients: tuple[Client, ...] = ()
+    """The client keys that may spend the operator's keys (see `Client` and proxy/auth.py)."""
+    open_access: bool = False
+    """Serve routes that use the operator's key (`api_key_env`) to callers without a client key,
+    as before `clients:` existed: anyone who can reach the proxy spends the key. Without it and
+    without clients, the proxy refuses to start when a route has `api_key_env`."""
     server: Server = Server()
     limits: Limits = Limits()
     retention: Retention = Retention()
@@ -187,7 +238,10 @@ class Config(_Frozen):
     @field_validator("store")
     @classmethod
     def _store_url(cls, value: str) -> str:
-        if not (value.startswith("sqlite:///") or value.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://"))):
+        if not (
+            value.startswith("sqlite:///")
+            or value.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://"))
+        ):
             raise ValueError("must be sqlite:///PATH, redis://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]")
         return value
 
@@ -201,6 +255,14 @@ class Config(_Frozen):
             if route.policy not in self.policies:
                 known = ", ".join(sorted(self.policies)) or "none"
                 raise ValueError(f"routes.{index}.policy: unknown policy {route.policy!r} (defined: {known})")
+        clients: set[str] = set()
+        for index, client in enumerate(self.clients):
+            if client.name in clients:
+                raise ValueError(f"clients.{index}.name: duplicate client name {client.name!r}")
+            clients.add(client.name)
+            unknown = sorted(set(client.routes or ()) - names)
+            if unknown:
+                raise ValueError(f"clients.{index}.routes: unknown route(s) {', '.join(unknown)}")
         return self
 
     def route_for(self, path: str, model: str) -> Route | None:

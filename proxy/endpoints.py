@@ -6,25 +6,29 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from . import routing
+from . import auth, routing
 from .errors import NotFound
 from .http import RawResponse, json_response, read_body, require_token
+from .keys import Keys
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .protocols.anthropic import WIRE as ANTHROPIC
 from .protocols.anthropic.validate import parse_body, require_model
 from .services import Services
-from .upstream.base import UpstreamResponse, upstream_request_headers
+from .upstream.base import CREDENTIAL_HEADERS, UpstreamResponse, upstream_request_headers
 
 
 async def relay_unchanged(
-    upstream: UpstreamResponse, extra_headers: list[tuple[str, str]] | None = None
+    keys: Keys, upstream: UpstreamResponse, extra_headers: list[tuple[str, str]] | None = None
 ) -> RawResponse:
-    """The upstream's whole answer as it came: status, headers, body."""
+    """The upstream's whole answer as it came: status, headers, body -- an error's with the
+    operator's secrets redacted (`Keys.redact`)."""
     try:
         body = await upstream.read()
     finally:
         upstream.close()
-    return RawResponse(body, upstream.status, [*upstream.headers, *(extra_headers or [])])
+    if upstream.status >= 400:
+        body = keys.redact(body)
+    return RawResponse(body, upstream.status, [*keys.redact_headers(upstream.headers), *(extra_headers or [])])
 
 
 ROOT_HINT = {
@@ -64,16 +68,17 @@ async def list_models(request: Request) -> RawResponse:
     services: Services = request.app.state.ctx
     route = next((r for r in services.config.routes if not r.upstream.model), None)
     if route is None:
+        auth.authenticate(services.keys, services.config, services.config.routes[0], request.headers, services.salt)
         data = [
             {"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
             for r in services.config.routes
         ]
         return json_response({"object": "list", "data": data})
+    caller = auth.authenticate(services.keys, services.config, route, request.headers, services.salt)
     key = services.upstream_key(route)
-    headers = upstream_request_headers(
-        request.headers, {"Authorization": f"Bearer {key}"} if key else None, frozenset()
-    )
-    return await relay_unchanged(await services.upstream.send(route, "GET", "/models", None, headers))
+    drop = frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
+    headers = upstream_request_headers(request.headers, {"Authorization": f"Bearer {key}"} if key else None, drop)
+    return await relay_unchanged(services.keys, await services.upstream.send(route, "GET", "/models", None, headers))
 
 
 async def count_tokens(request: Request) -> RawResponse:
@@ -86,7 +91,8 @@ async def count_tokens(request: Request) -> RawResponse:
     route = config.route_for(ANTHROPIC.path, model)
     if route is None:
         raise NotFound(f"No route serves model {model!r} on {ANTHROPIC.path}.", param="model")
+    caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
     drop = frozenset({config.conversation_header.lower()})
-    headers = routing.upstream_headers(services.keys, ANTHROPIC, route, request.headers, drop)
+    headers = routing.upstream_headers(services.keys, ANTHROPIC, route, request.headers, drop, caller)
     path = ANTHROPIC.upstream_path + "/count_tokens"
-    return await relay_unchanged(await services.upstream.send(route, "POST", path, raw, headers))
+    return await relay_unchanged(services.keys, await services.upstream.send(route, "POST", path, raw, headers))

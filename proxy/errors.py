@@ -7,11 +7,15 @@
         ├── BadRequest              400 invalid_request_error
         │   └── ContextLengthExceeded   400 invalid_request_error / context_length_exceeded
         ├── Unauthorized            401 authentication_error
+        ├── Forbidden               403 permission_error (a client key off its routes; a form without CSRF proof)
         ├── NotFound                404 not_found_error
+        ├── Conflict                409 invalid_request_error / ambiguous_conversation
         ├── RequestTimeout          408 invalid_request_error / request_timeout
         ├── PayloadTooLarge         413 invalid_request_error / request_too_large
         ├── UpstreamError           502 upstream_error (refused, reset, malformed answer)
         │   └── UpstreamTimeout     504 upstream_error / upstream_timeout
+        ├── Overloaded              503 service_unavailable / overloaded (concurrency cap) or
+        │                           shutting_down (draining); sent with Retry-After
         └── StoreUnavailable        503 service_unavailable / store_unavailable
             └── StoreError          raised by a store backend (proxy/store/); the message is for
                 │                   the log: the app answers with StoreUnavailable's own message
@@ -74,10 +78,22 @@ class Unauthorized(ProxyError):
     code = "invalid_api_key"
 
 
+class Forbidden(ProxyError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
+
+
 class NotFound(ProxyError):
     status = 404
     type = "not_found_error"
     code = "not_found"
+
+
+class Conflict(ProxyError):
+    status = 409
+    type = "invalid_request_error"
+    code = "ambiguous_conversation"
 
 
 class PayloadTooLarge(ProxyError):
@@ -101,6 +117,12 @@ class UpstreamError(ProxyError):
 class UpstreamTimeout(UpstreamError):
     status = 504
     code = "upstream_timeout"
+
+
+class Overloaded(ProxyError):
+    status = 503
+    type = "service_unavailable"
+    code = "overloaded"
 
 
 class StoreUnavailable(ProxyError):

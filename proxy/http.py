@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ import anyio
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
+from . import codec
 from .config import Limits
 from .errors import BadRequest, NotFound, PayloadTooLarge, ProxyError, RequestTimeout, Unauthorized, openai_error_bytes
 from .protocols.base import Wire
@@ -53,7 +53,7 @@ class RawResponse:
 
 
 def json_response(data: Any, status: int = 200, headers: list[tuple[str, str]] | None = None) -> RawResponse:
-    body = json.dumps(data).encode()
+    body = codec.dumps(data)
     return RawResponse(body, status, [("content-type", "application/json"), *(headers or [])])
 
 

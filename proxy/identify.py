@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import codec
 from .types import Message
 
 PREFIX_ROLES = frozenset({"system", "developer"})
@@ -68,8 +69,8 @@ def canonical_arguments(arguments: Any) -> Any:
     if not isinstance(arguments, str) or not arguments:
         return arguments or ""
     try:
-        value = json.loads(arguments)
-    except ValueError:
+        value = codec.loads(arguments)
+    except codec.JsonRejected:  # not JSON, or hostile JSON (too deep, huge integers)
         return arguments
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -164,11 +165,16 @@ def session_of(names: Sequence[str], headers: Mapping[str, str], tools: Any) -> 
     return None
 
 
+def blob_text(value: Any) -> str:
+    """How a blob (tool definitions, a system prefix) is stored: key-sorted JSON."""
+    return codec.dumps_sorted(value).decode()
+
+
 def tools_hash(tools: Any) -> str | None:
     """The digest under which a call's tool definitions are stored (None without tools)."""
     if not tools:
         return None
-    return blob_hash(json.dumps(tools, sort_keys=True))
+    return blob_hash(blob_text(tools))
 
 
 def tenant_of(api_key: str | None, salt: bytes) -> str:

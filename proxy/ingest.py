@@ -22,6 +22,16 @@ new messages, and the store resolves the conversation and appends. Resolution:
 
 The append is idempotent: re-sent messages whose chain hash is stored only move the position,
 and the first new message after a non-head position forks a branch there.
+
+Rejected requests leave no trace: the request's new events are appended unstamped (the branch's
+and conversation's `updated_at` and system hash stay as they were), and `append_response` stamps
+them once the upstream accepted the request (2xx), with the answer when there is one. When the
+upstream (or the proxy itself) rejects the request instead, `reject` retracts those events --
+and the branch they forked, if any -- so identity matching, projections and the admin API's
+default branch are exactly as before the request. A turn the client saw answered, even partly
+(a stream cut after its first byte), is never retracted: its upstream status was 2xx. The
+retraction is a compare-and-set: if anything was appended after the events or forked inside them
+meanwhile (a concurrent request built on them), they stay.
 """
 
 from __future__ import annotations
@@ -52,6 +62,8 @@ class Ingested:
     """The remembered history this request starts with (None: nothing of it was remembered)."""
     remembered: Remembered
     """This request's history as remembered for the next one (the wire adds its encodings)."""
+    appended: list[str]
+    """The chain hashes of the events this request appended (what `reject` retracts)."""
 
 
 async def ingest(
@@ -74,7 +86,8 @@ async def ingest(
     system_hash = identify.prefix_hash(prefix)
     position, identity = await _append_request(store, tenant, system_hash, history, hashes, explicit, session)
     cache.remember(tenant, remembered)
-    return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered)
+    appended = hashes[identity.matched :]
+    return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered, appended)
 
 
 async def _append_request(
@@ -117,7 +130,7 @@ async def _append_request(
         NewEvent(role=str(m.get("role")), message=m, chain_hash=h, source="request")
         for m, h in zip(history[matched:], hashes[matched:], strict=True)
     ]
-    position = await store.append(start, new, system_hash)
+    position = await store.append(start, new, None, stamp=False)  # stamped once answered
     identity = Identity(
         tenant=tenant,
         conversation_id=position.conversation_id,
@@ -146,13 +159,19 @@ async def _session_start(store: Store, tenant: str, session: identify.Session) -
     return Position(conversation.id, conversation.main_branch_id, 0), False
 
 
-async def append_response(store: Store, ingested: Ingested, message: Message, call_id: str) -> Position:
-    parent = ingested.hashes[-1] if ingested.hashes else identify.root_hash(ingested.identity.tenant)
-    event = NewEvent(
-        role="assistant",
-        message=message,
-        chain_hash=identify.message_hash(parent, message),
-        source="response",
-        call_id=call_id,
-    )
-    return await store.append(ingested.position, [event], None)
+async def append_response(store: Store, ingested: Ingested, message: Message | None, call_id: str) -> Position:
+    """The upstream accepted the request: stamp its events (and the system prefix it was called
+    with) and append the answer, when there is a whole one."""
+    events = []
+    if message is not None:
+        parent = ingested.hashes[-1] if ingested.hashes else identify.root_hash(ingested.identity.tenant)
+        chain_hash = identify.message_hash(parent, message)
+        events.append(
+            NewEvent(role="assistant", message=message, chain_hash=chain_hash, source="response", call_id=call_id)
+        )
+    return await store.append(ingested.position, events, ingested.system_hash)
+
+
+async def reject(store: Store, ingested: Ingested) -> bool:
+    """The request was rejected: retract the events it appended (see the module docstring)."""
+    return await store.retract(ingested.position, ingested.appended)

@@ -5,17 +5,25 @@ Every `*_env` setting is resolved here and nowhere else: route upstream keys
 set, or the proxy refuses to start with one line per missing variable, rather than failing with a
 401 at the first request or the first compaction. The admin and metrics tokens are optional by
 design: while a named variable is unset, its endpoints answer 404, as if they did not exist.
+Client keys (`clients[].key_env`) must be set too; they are kept only as SHA-256 digests, like
+the ones given as `key_sha256`. A route that spends the operator's key needs `clients:` (or an
+explicit `open_access: true`), or the proxy refuses to start: an unauthenticated proxy in front
+of the operator's key lets anyone who reaches it spend that key.
 Values are never logged or stored; only the names appear in messages.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .config import Config, Route
+from .config import Client, Config, Route
 from .errors import ConfigError
+
+REDACTED = b"[redacted]"
 
 
 @dataclass(frozen=True)
@@ -26,12 +34,41 @@ class Keys:
     """Upstream keys by route name."""
     admin_token: str | None = None
     metrics_token: str | None = None
+    clients: tuple[tuple[bytes, Client], ...] = ()
+    """The configured clients with the SHA-256 digest of their key."""
 
     def upstream_key(self, route: Route) -> str | None:
         return self.routes.get(route.name)
 
+    def client_for(self, presented: str | None) -> Client | None:
+        """The configured client whose key was presented, compared in constant time: every
+        digest is compared, whichever matches."""
+        if not presented or not self.clients:
+            return None
+        digest = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
+        found = None
+        for expected, client in self.clients:
+            if hmac.compare_digest(digest, expected):
+                found = client
+        return found
+
     def get(self, env_name: str | None) -> str | None:
         return self.values.get(env_name) if env_name else None
+
+    def redact(self, data: bytes) -> bytes:
+        """`data` with every operator secret replaced: an upstream that echoes the key it was
+        sent in an error body or header must not hand it to the client, the records or the logs."""
+        for secret in self._secrets():
+            if secret in data:
+                data = data.replace(secret, REDACTED)
+        return data
+
+    def redact_headers(self, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [(name, self.redact(value.encode("latin-1")).decode("latin-1")) for name, value in headers]
+
+    def _secrets(self) -> list[bytes]:
+        found = {*self.values.values(), *self.routes.values(), self.admin_token, self.metrics_token}
+        return sorted((s.encode() for s in found if s and len(s) >= 8), key=len, reverse=True)
 
 
 def resolve_keys(config: Config, env: Mapping[str, str] | None = None) -> Keys:
@@ -56,8 +93,24 @@ def resolve_keys(config: Config, env: Mapping[str, str] | None = None) -> Keys:
     for name, policy in config.policies.items():
         if policy.summarizer.api_key_env:
             need(policy.summarizer.api_key_env, f"policies.{name}.summarizer.api_key_env")
+    clients: list[tuple[bytes, Client]] = []
+    for index, client in enumerate(config.clients):
+        if client.key_sha256 is not None:
+            clients.append((bytes.fromhex(client.key_sha256), client))
+        elif client.key_env and (value := env.get(client.key_env)):
+            clients.append((hashlib.sha256(value.encode()).digest(), client))  # only the digest is kept
+        else:
+            problems.append(f"clients.{index}.key_env: environment variable {client.key_env} is not set")
+    if not config.clients and not config.open_access:
+        problems.extend(
+            f"routes.{index}.upstream.api_key_env: route {route.name!r} spends the operator's key, and no "
+            "clients are configured to authenticate its callers: add clients: (see config.example.yaml), "
+            "or set open_access: true to serve anyone who can reach the proxy"
+            for index, route in enumerate(config.routes)
+            if route.upstream.api_key_env
+        )
     if problems:
         raise ConfigError(problems)
     admin = env.get(config.admin_token_env) if config.admin_token_env else None
     metrics = env.get(config.metrics_token_env) if config.metrics_token_env else None
-    return Keys(values, routes, admin or None, metrics or None)
+    return Keys(values, routes, admin or None, metrics or None, tuple(clients))

@@ -124,6 +124,11 @@ class Metrics:
         self.cost = Counter(
             "ctxproxy_cost_usd_total", "Cost in USD at litellm's prices (known prices only).", ("route",)
         )
+        self.recall = Counter(
+            "ctxproxy_recall_total",
+            "Recall detours: answers consumed by the recall tool (round), upstreams that rejected it (tool_rejected).",
+            ("route", "outcome"),
+        )
         self.store_passthrough = Counter(
             "ctxproxy_store_passthrough_total",
             "Requests relayed unrewritten and unrecorded because the store failed.",
@@ -156,6 +161,9 @@ class Metrics:
     def observe_compaction(self, result: str) -> None:
         self.compactions.inc((result,))
 
+    def observe_recall(self, route: str, outcome: str) -> None:
+        self.recall.inc((route, outcome))
+
     def observe_store_passthrough(self, route: str) -> None:
         self.store_passthrough.inc((route,))
 
@@ -170,6 +178,7 @@ class Metrics:
             self.tokens_saved,
             self.compactions,
             self.cost,
+            self.recall,
             self.store_passthrough,
         ):
             lines.extend(metric.render())

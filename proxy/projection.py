@@ -14,6 +14,11 @@ reserve is the request's `max_completion_tokens`/`max_tokens`, else the policy's
 is calibrated with the last real usage on the branch: if the upstream billed 8% more input than
 we counted for the previous call, the input budget shrinks by 8% (clamped), and the factor is
 dropped when a new checkpoint changes what is sent (seed 000).
+
+Recall: when the request's tools (the body as it goes upstream) hold the route's recall tool,
+the projection is told its name (`recall_tool`), so trim markers and the summary block say the
+tool can fetch what they stand for; the same tools on every request of a conversation give the
+same bytes.
 """
 
 from __future__ import annotations
@@ -111,13 +116,21 @@ class Projector:
                 param="max_tokens",
             )
         tools = body.get("tools")
-        fixed = REPLY_PRIMING_TOKENS + (counter.count_tools(tools) if isinstance(tools, list) else 0)
+        fixed = REPLY_PRIMING_TOKENS + (
+            counter.count_tools(tools, body.get("tool_choice")) if isinstance(tools, list) else 0
+        )
         factor = self.calibration(branch_id, generation)
         if factor > 1.0:
             input_budget = int((window - output) / factor)
             window = output + input_budget
         summarizer = self.summarizer_budget(policy, model)
-        return Budget(context_window=window, max_output_tokens=output, fixed_tokens=fixed, summarizer=summarizer)
+        return Budget(
+            context_window=window,
+            max_output_tokens=output,
+            fixed_tokens=fixed,
+            summarizer=summarizer,
+            summary_max_tokens=self.summary_max_tokens(policy, model),
+        )
 
     def summarizer_budget(self, policy: Policy, model: str) -> Budget:
         """The summarizer model's limits: `summarizer.model`, else the route's model; its window
@@ -207,13 +220,30 @@ class Projector:
             else None
         )
         memo = self.branch_memo(branch_id)
+        tool = recall_tool(policy, body)
         try:
             if memo is None:
-                return project(prefix, items, active, budget, policy, counter)
+                return project(prefix, items, active, budget, policy, counter, recall_tool=tool)
             with memo.lock:
-                return project_cached(memo.cache, prefix, items, active, budget, policy, counter)
+                return project_cached(memo.cache, prefix, items, active, budget, policy, counter, recall_tool=tool)
         except ContextOverflow as exc:
             raise ContextLengthExceeded(overflow_message(exc, self.window(policy, model)), param="messages") from None
+
+
+def recall_tool(policy: Policy, body: Json) -> str | None:
+    """The recall tool's name when the request's tools hold it (in any wire's tool shape:
+    `{"function": {"name"}}` or a top-level `name`), else None."""
+    name = policy.recall.tool_name
+    tools = body.get("tools")
+    if policy.recall.enabled is False or not isinstance(tools, list):
+        return None
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        function = tool.get("function")
+        if tool.get("name") == name or (isinstance(function, dict) and function.get("name") == name):
+            return name
+    return None
 
 
 def overflow_message(exc: ContextOverflow, window: int | None = None) -> str:
@@ -231,7 +261,8 @@ def overflow_message(exc: ContextOverflow, window: int | None = None) -> str:
     return (
         f"This model's maximum context length is {window} tokens. However, you requested "
         f"{requested} tokens ({exc.needed_tokens} in the messages, {exc.max_output_tokens} in the completion). "
-        "ctxproxy could not make it fit even after summarizing and dropping all unpinned history: the system "
-        "prompt, pinned messages and the latest turn alone are too large. Shorten the latest message or tool "
-        f"result, lower max_tokens, or start a new conversation.{calibrated} ({exc.detail or 'no further detail'})"
+        "ctxproxy could not make it fit even after summarizing and dropping all unpinned history and cutting the "
+        "latest tool results to their markers: the system prompt, tools, pinned messages and the newest user "
+        "message alone are too large. Shorten the latest message, lower max_tokens, or start a new "
+        f"conversation.{calibrated} ({exc.detail or 'no further detail'})"
     )

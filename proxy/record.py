@@ -5,28 +5,29 @@ ends (`answered` for a whole body, `streamed` for a relayed stream, `failed` whe
 and `Recorder.finish` is the one place a record is completed and written: cost at the provider
 model's prices, metrics, then the store. The purposes are `main` (the client's own call) and
 `summary` (a compaction's summarizer call) and `recall` (a call whose answer called the proxy's
-recall tool and was consumed by it, `proxy/recall.py`); all go to the ledger, and only main calls
+recall tool and was consumed by it, `proxy/recall/`); all go to the ledger, and only main calls
 feed the context calibration.
 
 The status of a streamed call follows from who ended it: the end event reaching the client is
 `complete` (a disconnect after it is the client hanging up, not a loss); a client that went away
 earlier leaves `partial`; an upstream that broke off leaves `partial` if it had sent chunks, else
 `error`; an error event inside the stream (Anthropic `error`, Responses `response.failed`) is `error`.
+A whole answer the client hung up before is `partial` too (`client_left`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import time
 from collections import OrderedDict
 from typing import Any
 
+from . import codec
 from .catalog import ModelCatalog
 from .config import Route
 from .errors import ProxyError, StoreError, UpstreamTimeout
-from .identify import blob_hash
+from .identify import blob_hash, blob_text
 from .ledger import call_cost
 from .metrics import Metrics
 from .protocols.base import StreamObserver, Wire
@@ -59,6 +60,13 @@ def error_kind(exc: ProxyError, answering: bool = False) -> str:
 def failed(call: CallRecord, exc: ProxyError, t0: float) -> None:
     """The hop raised before or while the answer arrived."""
     call.error = exc.message
+    call.latency_ms = ms(time.monotonic() - t0)
+
+
+def client_left(call: CallRecord, t0: float) -> None:
+    """The client hung up before a whole answer reached it; the upstream request was cancelled."""
+    call.status = "partial"
+    call.error = "client disconnected before the answer was complete"
     call.latency_ms = ms(time.monotonic() - t0)
 
 
@@ -157,10 +165,14 @@ class Recorder:
         """System prefixes and tool definitions are stored once by content, referenced by calls."""
         if not value:
             return None
-        data = json.dumps(value, sort_keys=True)
-        digest = digest or blob_hash(data)
-        if self._known_blobs.add(digest):
-            await self.store.put_blob(digest, data)
+        if digest is not None and not self._known_blobs.add(digest):
+            return digest  # stored already: no need to serialize it again
+        data = blob_text(value)
+        if digest is None:
+            digest = blob_hash(data)
+            if not self._known_blobs.add(digest):
+                return digest
+        await self.store.put_blob(digest, data)
         return digest
 
     async def finish(self, call: CallRecord, wire: str, error_kind: str | None = None) -> None:
@@ -180,7 +192,7 @@ class Recorder:
 
 def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
-        parsed = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        parsed = codec.loads(data)
+    except codec.JsonRejected:
         return None
     return parsed if isinstance(parsed, dict) else None

@@ -10,21 +10,60 @@ going away.
 
 Each complete SSE event is forwarded as soon as it is complete; the wire's observer reads it on the
 side and may rewrite or drop it (the usage chunk a client did not ask for).
+
+A whole (non-streamed) answer is awaited with `or_disconnect`: the client may hang up while the
+upstream is still working on it (most upstreams send nothing until the answer is ready), and
+then the upstream request is cancelled and the call recorded `partial`, not `complete`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from .errors import ProxyError
+from .edge import SHUTDOWN_KEY
+from .errors import Overloaded, ProxyError, UpstreamError
 from .protocols.base import StreamObserver
 from .sse import SseSplitter
 from .upstream.base import UpstreamResponse
+
+T = TypeVar("T")
+
+
+async def or_disconnect(receive: Receive, work: Awaitable[T]) -> T | None:
+    """`work`'s result, or None when the client hangs up first (`work` is then cancelled, which
+    closes its upstream request). Only after the request body was read: until then `receive`
+    carries the body. `work` runs in the calling task, as it would without the watch."""
+    current = asyncio.current_task()
+    assert current is not None
+    gone = False
+
+    async def client_gone() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone = True
+        current.cancel()
+
+    watcher = asyncio.ensure_future(client_gone())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if gone and current.uncancel() == 0:
+            return None
+        raise
+    finally:
+        watcher.cancel()
+
+
+async def nothing(scope: Scope, receive: Receive, send: Send) -> None:
+    """The response to a client that is gone."""
 
 
 @dataclass
@@ -51,6 +90,7 @@ class StreamRelay:
         self.observer = observer
         self.finish = finish
         self.headers = [*upstream.headers, *extra_headers]
+        self._started = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = StreamOutcome()
@@ -65,13 +105,23 @@ class StreamRelay:
                             group.cancel_scope.cancel()
                             return
 
+                async def watch_shutdown(shutdown: asyncio.Event) -> None:
+                    await shutdown.wait()
+                    outcome.error = Overloaded("The proxy is shutting down; the stream was cut.", code="shutting_down")
+                    group.cancel_scope.cancel()
+
                 group.start_soon(watch_disconnect)
+                shutdown = scope.get(SHUTDOWN_KEY)
+                if shutdown is not None:
+                    group.start_soon(watch_shutdown, shutdown)
                 try:
                     await self._copy(send, outcome)
                 except OSError:
                     outcome.client_disconnected = True
                 finally:
                     group.cancel_scope.cancel()
+            if outcome.error is not None and outcome.error.code == "shutting_down" and self._started:
+                await send({"type": "http.response.body", "body": self.observer.error_event(outcome.error)})
         finally:
             outcome.ended_at = time.monotonic()
             self.upstream.close()
@@ -86,6 +136,7 @@ class StreamRelay:
                 "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers],
             }
         )
+        self._started = True
         splitter = SseSplitter()
         try:
             async for piece in self.upstream.pieces():
@@ -97,6 +148,12 @@ class StreamRelay:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
             outcome.upstream_finished = True
             outcome.truncated = splitter.rest()
+            if not self.observer.done and self.observer.failure() is None:
+                # A clean close before the API's end event is still a cut: tell the client so.
+                cut = UpstreamError(
+                    f"The upstream closed the stream before its end event ({self.observer.chunks} chunks)."
+                )
+                await send({"type": "http.response.body", "body": self.observer.error_event(cut), "more_body": True})
         except ProxyError as exc:
             outcome.error = exc
             # In the client API's own stream vocabulary (Anthropic `event: error`, Responses, chat).

@@ -2,13 +2,15 @@
 
 A route is matched by path and model (glob), first match wins. The credentials sent upstream
 are the route's own key in the wire's header when the route names one (`api_key_env`), else the
-client's own key, forwarded as it came; no request field or header can choose the host.
+client's own key, forwarded as it came -- never a configured client key (`proxy/auth.py` says who
+the caller is); no request field or header can choose the host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .auth import Caller
 from .config import Config, Policy, Route
 from .errors import NotFound, Unauthorized
 from .http import client_api_key
@@ -31,23 +33,30 @@ def route_for(config: Config, path: str, model: str) -> tuple[Route, Policy]:
 
 
 def upstream_headers(
-    keys: Keys, wire: Wire, route: Route, client_headers: Mapping[str, str], drop: frozenset[str]
+    keys: Keys, wire: Wire, route: Route, client_headers: Mapping[str, str], drop: frozenset[str], caller: Caller
 ) -> dict[str, str]:
     """The headers of the upstream request: the client's, minus hop-by-hop and our own, with the
-    route's key in place of the client's credentials when the route has one."""
+    route's key in place of the client's credentials when the route has one; a configured
+    client's key is dropped, never forwarded."""
     key = keys.upstream_key(route)
-    if key is None and route.upstream.model and client_api_key(client_headers) is None:
+    if key is None and route.upstream.model and (client_api_key(client_headers) is None or not caller.forwards_key):
         raise Unauthorized(
-            "This route forwards your API key to its provider, and the request carries none. "
-            "Send 'Authorization: Bearer <key>'."
+            "This route forwards your own provider API key, and the request carries none (a client key "
+            "of this proxy is not forwarded). Send 'Authorization: Bearer <key>'."
         )
+    if key is None and not caller.forwards_key:
+        drop = drop | CREDENTIAL_HEADERS
     return upstream_request_headers(client_headers, wire.auth_headers(key) if key else None, drop)
 
 
-def summary_auth(keys: Keys, wire: Wire, route: Route, client_headers: Mapping[str, str]) -> dict[str, str]:
+def summary_auth(
+    keys: Keys, wire: Wire, route: Route, client_headers: Mapping[str, str], caller: Caller
+) -> dict[str, str]:
     """Credentials for a summarizer call on the route's upstream: the route's key, else the
-    client's own (held in memory for the job only, never stored)."""
+    client's own (held in memory for the job only, never stored), never a client key."""
     key = keys.upstream_key(route)
     if key is not None:
         return wire.auth_headers(key)
+    if not caller.forwards_key:
+        return {}
     return {k: v for k, v in client_headers.items() if k.lower() in CREDENTIAL_HEADERS}

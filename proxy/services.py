@@ -5,7 +5,7 @@ Handlers reach them as `request.app.state.ctx`; nothing else is shared between r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .compaction import Compactor
 from .config import Config, Route
@@ -13,6 +13,7 @@ from .history_cache import HistoryCache
 from .keys import Keys
 from .metrics import Metrics
 from .projection import Projector
+from .recall.memory import RejectedTool
 from .record import Recorder
 from .store.base import Store
 from .upstream import RoutedUpstream
@@ -31,6 +32,8 @@ class Services:
     history: HistoryCache
     salt: bytes
     """The store's tenant salt: a client key becomes a tenant only as a salted fingerprint."""
+    recalls_rejected: RejectedTool = field(default_factory=RejectedTool)
+    """Routes and models whose upstream rejected the recall tool (in process memory)."""
 
     def upstream_key(self, route: Route) -> str | None:
         return self.keys.upstream_key(route)

@@ -73,8 +73,9 @@ class TokenCounter:
     def count_text(self, text: str) -> int:
         return count_text(text, self.encoding)
 
-    def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
-        return count_tools(tools, self.encoding)
+    def count_tools(self, tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = None) -> int:
+        """The request's tool definitions, by their API's rendering (`policies.tokens.count_tools`)."""
+        return count_tools(tools, self.encoding, tool_choice)
 
     def __len__(self) -> int:
         return len(self._cache)

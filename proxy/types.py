@@ -26,3 +26,13 @@ class Identity:
     external_id: str | None = None
     created: bool = False
     forked: bool = False
+
+
+def as_list(value: Any) -> list[Any]:
+    """`value` when it is a JSON array, else empty: upstream answers are read defensively."""
+    return value if isinstance(value, list) else []
+
+
+def as_dict(value: Any) -> Json:
+    """`value` when it is a JSON object, else empty."""
+    return value if isinstance(value, dict) else {}

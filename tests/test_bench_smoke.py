@@ -21,7 +21,7 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=600,  # a hang, not a speed limit: the quick run takes a minute or two on a busy machine
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
@@ -59,4 +59,13 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
         "prefix_reuse",
         "baseline_prefix_reuse",
     } <= set(summary[0])
+    workers = report["workers"]["rows"]
+    assert {r["target"] for r in workers} == {"ctxproxy", "ctxproxy-2w"}
+    assert all(r["requests"] > 0 and r["errors"] == 0 for r in workers), workers
+    assert set(report["workers"]["ratios"]) == {"non-stream c=16", "stream c=16"}
+
+    memory = report["memory"]
+    assert memory["ok"] == memory["conversations"] > 0 and memory["errors"] == 0, memory
+    assert memory["rss_after_mb"] > 0
+
     assert all(t["met"] in (True, False, None) for t in report["targets"])

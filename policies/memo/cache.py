@@ -96,13 +96,15 @@ class MemoRenderer(Renderer):
         cache.put(key, (group, flags, count, slot))
         return slot
 
-    def summary(self, text: str, covered: int, count: CountFn) -> tuple[tuple[Message, ...], int]:
+    def summary(
+        self, text: str, covered: int, count: CountFn, recall_tool: str | None = None
+    ) -> tuple[tuple[Message, ...], int]:
         cache = self.cache
-        key = ("summary", covered)
+        key = ("summary", covered, recall_tool)
         memo = cache.get(key)
         if memo is not None and memo[0] == text and memo[1] is count:
             return memo[2], memo[3]
-        block, tokens = super().summary(text, covered, count)
+        block, tokens = super().summary(text, covered, count, recall_tool)
         cache.put(key, (text, count, block, tokens))
         return block, tokens
 
@@ -114,7 +116,7 @@ class MemoRenderer(Renderer):
         config = ctx.config.tool_results
         pinned_here = ctx.pinned.intersection(slot.seqs)
         key = ("slot_trim", id(slot), max_chars)
-        settings = (config.head_ratio, config.exclude_tools, pinned_here)
+        settings = (config.head_ratio, config.exclude_tools, pinned_here, ctx.recall_tool)
         memo = cache.get(key)
         if memo is not None and memo[0] is slot and memo[1] is ctx.count and memo[2] == settings:
             return memo[3], memo[4]
@@ -123,16 +125,23 @@ class MemoRenderer(Renderer):
         return new_slot, entries
 
     def trim_one(
-        self, slot: Slot, message: Message, max_chars: int, head_ratio: float, seq: int, count: CountFn
+        self,
+        slot: Slot,
+        message: Message,
+        max_chars: int,
+        head_ratio: float,
+        seq: int,
+        count: CountFn,
+        recall_tool: str | None,
     ) -> tuple[str, tuple[dict[str, object], TrimEntry] | None, int]:
         """`trim_tool_results.trim_one`, once per message object and (max_chars, head_ratio); the
         entry is checked against everything else it depends on (seq, the calling assistant
         message that names the tool, `count`)."""
         cache = self.cache
-        key = ("trim", id(message), max_chars, head_ratio)
+        key = ("trim", id(message), max_chars, head_ratio, recall_tool)
         call = slot.group.items[0].message  # names the tool
         memo = cache.get(key)
         if memo is None or memo[0] is not message or memo[1] is not count or memo[2] != seq or memo[3] is not call:
-            memo = (message, count, seq, call, *trim_one(slot, message, max_chars, head_ratio, seq, count))
+            memo = (message, count, seq, call, *trim_one(slot, message, max_chars, head_ratio, seq, count, recall_tool))
             cache.put(key, memo)
         return memo[4], memo[5], memo[6]

@@ -20,9 +20,10 @@ renders the rest. The reused slots are exactly what a fresh render would produce
 - trimming of a slot depends on its side of the trim boundary: when the (quantized) boundary
   moves, slots from the lower of the two boundaries on are re-rendered;
 - pins of the shared items cannot change (rules read the item only; the first user message
-  is shared), and the only other flags that change — `keep`/`protected` of the previous newest
-  user message's group — do not change what a `user` group renders to (it is never trimmed);
-  flags only matter to `prune_groups`, which this path never runs.
+  is shared) unless pins are released (`pins.release_pins`; the state is rebuilt when the
+  released seqs or the recall tool differ), and the only other flags that change —
+  `keep`/`protected` of the previous newest user message's group — do not change what a
+  `user` group renders to (it is never trimmed); flags only matter to `prune_groups`, which this path never runs.
 
 The result is returned only when no step would change it: `summary_tail` sees a total at or
 below the trigger (no plan) and `prune_groups` sees one within the input budget. Otherwise
@@ -63,17 +64,22 @@ def project_cached(
     budget: Budget,
     config: PolicyConfig,
     count: CountFn,
+    *,
+    recall_tool: str | None = None,
 ) -> Projection:
-    """`policies.projection.project(prefix, items, checkpoint, budget, config, count)`, byte for
-    byte, doing only the work `cache` (this branch's, from its previous calls) has not done.
+    """`policies.projection.project(prefix, items, checkpoint, budget, config, count,
+    recall_tool=recall_tool)`, byte for byte, doing only the work `cache` (this branch's, from
+    its previous calls) has not done.
 
     Raises `ContextOverflow` when even the irreducible request does not fit."""
     index = cache.index(items)
-    fast = project_incremental(prefix, items, index, checkpoint, budget, config, count, cache)
+    fast = project_incremental(prefix, items, index, checkpoint, budget, config, count, cache, recall_tool)
     if fast is not None:
         cache.incremental += 1
         return fast
-    draft, ctx = build_draft(prefix, items, checkpoint, budget, config, count, index=index, renderer=cache.renderer)
+    draft, ctx = build_draft(
+        prefix, items, checkpoint, budget, config, count, index=index, renderer=cache.renderer, recall_tool=recall_tool
+    )
     return run_steps(draft, ctx)
 
 
@@ -97,11 +103,12 @@ def project_incremental(
     config: PolicyConfig,
     count: CountFn,
     cache: ProjectionCache,
+    recall_tool: str | None = None,
 ) -> Projection | None:
     """`project()`'s result from the cached tail, or None when a step would change the draft
     (then the caller runs the full pipeline). `index` is `cache.index(items)` of this call."""
     renderer = cache.renderer
-    shape = layout(items, index, checkpoint, budget, config, count, renderer)
+    shape = layout(items, index, checkpoint, budget, config, count, renderer, recall_tool)
     ctx, groups, covered = shape.ctx, index.groups, shape.ctx.covered_through
     last, latest_group, keep_groups, first_uncovered = shape.last, shape.latest_group, shape.keep, shape.first_uncovered
     trimming = "trim_tool_results" in config.order
@@ -123,8 +130,17 @@ def project_incremental(
         or state.covered != covered
         or not (state.count is count or state.count == count)
         or not (state.config is config or state.config == config)
+        or state.recall_tool != recall_tool
+        or state.released != ctx.released
     ):
-        state = TailState(covered=covered, config=config, count=count, boundary=boundary)
+        state = TailState(
+            covered=covered,
+            config=config,
+            count=count,
+            boundary=boundary,
+            recall_tool=recall_tool,
+            released=ctx.released,
+        )
         keep, start = 0, first_uncovered
     else:
         resume = state.stable_groups
@@ -157,7 +173,7 @@ def project_incremental(
     summary: tuple[Message, ...] = ()
     summary_tokens = 0
     if checkpoint is not None and covered > 0:
-        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count)
+        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count, recall_tool)
     base = budget.fixed_tokens + prefix_tokens + summary_tokens
     raw_total = base + sum(slot.total for slot in head) + state.raw_ends[-1]
     total = base + sum(slot.total for slot in sent_head) + state.tok_ends[-1]

@@ -44,6 +44,9 @@ class TailState:
     config: PolicyConfig | None = None
     count: CountFn | None = None
     boundary: int = NO_TRIM
+    recall_tool: str | None = None
+    released: tuple[int, ...] = ()
+    """`StepContext.released` of the call the state was built for"""
     slot_groups: list[int] = field(default_factory=list)
     """group index of each slot (orphans have no slot), ascending"""
     body: list[Message] = field(default_factory=list)

@@ -300,9 +300,24 @@ class Store(Protocol):
 
     async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation: ...
 
-    async def append(self, start: Position, events: list[NewEvent], system_hash: str | None) -> Position:
+    async def conversations_with_external_id(self, external_id: str) -> list[Conversation]:
+        """Every tenant's conversation with this client-chosen id (the admin API's lookup by the
+        `X-Conversation-Id` a client sent), oldest first."""
+
+    async def append(
+        self, start: Position, events: list[NewEvent], system_hash: str | None, stamp: bool = True
+    ) -> Position:
         """Append after `start`: events whose chain hash is already stored just move the position;
-        a new event after a non-head position forks a child branch there. Idempotent."""
+        a new event after a non-head position forks a child branch there. Idempotent. With
+        `stamp`, the branch's `system_hash` (when given) and `updated_at` and the conversation's
+        `updated_at` are set; without it (a request not answered yet) they stay as they were."""
+
+    async def retract(self, end: Position, hashes: list[str]) -> bool:
+        """Undo an unstamped append that ended at `end` and stored the events `hashes` (oldest
+        first), because their request was rejected: when they are still the newest events of
+        `end.branch_id` (nothing appended after them, no branch forked inside them), delete them
+        and move the head back; a non-main branch left without events of its own (the fork that
+        append created) is deleted. True when undone; False, changing nothing, otherwise."""
 
     async def put_blob(self, digest: str, data: str) -> None:
         """Content-addressed storage for system prefixes and tool definitions."""

@@ -13,6 +13,7 @@ nowhere else; messages name the route and host, never a key.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -37,17 +38,34 @@ class HttpResponse(UpstreamResponse):
         self._route = route
 
     async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        """The whole body, to its end. A success must be one complete JSON document: all three
+        APIs answer JSON, and an answer cut off half-way (a closed connection, with or without
+        Content-Length) would otherwise reach the client as a 200 with broken JSON."""
         timeouts = self._route.upstream.timeouts
         remaining = max(0.001, timeouts.total - (time.monotonic() - self.started))
+        chunks: list[bytes] = []
+        size = 0
         try:
             async with asyncio.timeout(remaining):
-                data = await self._response.content.read(limit)
+                while piece := await self._response.content.read(limit - size + 1):
+                    chunks.append(piece)
+                    size += len(piece)
+                    if size > limit:
+                        raise UpstreamError(_where(self._route) + f" sent an answer over {limit:,} bytes")
         except TimeoutError:
             raise UpstreamTimeout(
                 _where(self._route) + f" did not finish its answer within {timeouts.total:g} s"
             ) from None
         except aiohttp.ClientError as exc:
-            raise UpstreamError(_where(self._route) + f" broke off its answer: {type(exc).__name__}") from None
+            raise UpstreamError(
+                _where(self._route) + f" cut off its answer after {size:,} bytes ({type(exc).__name__})"
+            ) from None
+        data = b"".join(chunks)
+        if 200 <= self.status < 300 and not _is_json(data):
+            raise UpstreamError(
+                _where(self._route) + f" sent a {self.status} answer of {size:,} bytes that is not complete JSON "
+                "(cut off, or not JSON at all)"
+            )
         return data
 
     async def pieces(self) -> AsyncIterator[bytes]:
@@ -64,6 +82,14 @@ class HttpResponse(UpstreamResponse):
 
     def close(self) -> None:
         self._response.close()
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
+        return False
+    return True
 
 
 def _where(route: Route) -> str:

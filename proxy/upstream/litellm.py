@@ -87,6 +87,11 @@ def _import() -> Any:
     module = importlib.import_module("litellm")
     setattr(module, "suppress_debug_info", True)  # noqa: B010 -- not declared by the module
     setattr(module, "telemetry", False)  # noqa: B010
+    # The OpenAI-compatible providers' HTTP client: litellm's default follows redirects, so an
+    # upstream answering 307 would make the proxy connect wherever it points (SSRF, and the key
+    # along with it). Redirects are relayed to the client as the raw HTTP hop does.
+    httpx = importlib.import_module("httpx")  # litellm's own HTTP library, loaded with it
+    setattr(module, "aclient_session", httpx.AsyncClient(follow_redirects=False))  # noqa: B010
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
         logging.getLogger(name).setLevel(logging.WARNING)  # not a line per call at INFO
     return module

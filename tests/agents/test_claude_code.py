@@ -10,11 +10,12 @@ context-management, interleaved thinking, effort and, on the first try, mid-conv
 turns; `thinking: adaptive`, `context_management` edits, `output_config.effort`. The system
 prompt is `system` text blocks (a billing-header line first, cache_control on two of them),
 ~11,400 tokens with the tool definitions (Agent, Bash, Edit, Read, Skill, ToolSearch,
-Workflow, ...). The environment (cwd, date) goes into a `<system-reminder>` text block of the
-first user message. Its very first request puts that environment in a `{"role": "system"}`
-message *inside* `messages` (a beta); an API that refuses it gets the same request again with a
-user message instead. The newest message carries `cache_control` (the tool result block or the
-prompt); the next request re-sends it without. No side calls in `-p` mode here.
+Workflow, ...). The environment (cwd, platform, deferred tools, agents, skills) is a
+`{"role": "system"}` message right after the first user message (the API's mid-conversation
+system messages; the proxy accepts and pins it; an API that refused it would get the request again
+with the environment folded into the first user message). The newest message carries
+`cache_control` (the tool result block or the prompt); the next request re-sends it without. No
+side calls in `-p` mode here.
 """
 
 from __future__ import annotations
@@ -117,8 +118,7 @@ def _check(p: Any, claude_upstream: AnthropicUpstream, name: str, answers: int) 
     )
     assert got.ledger["input_total"] == total
     assert got.ledger["output"] == sum(u["output_tokens"] for u in billed)
-    # the scripted upstream bills tools as their JSON: ~3.4% over the estimate on this prefix
-    assert harness.first_estimate_error(got) < 0.05, harness.report(name, got, len(requests))
+    assert harness.first_estimate_error(got) < 0.03, harness.report(name, got, len(requests))
     print(harness.report(name, got, len(requests)))
     return got
 
@@ -191,7 +191,8 @@ def test_claude_code_interactive_compact(proxy, claude_upstream, tmp_path):
             return Reply(text=harness.summary(body))
         if not body.get("tools"):
             return Reply(text="Launch code lookup")
-        last = json.dumps(body["messages"][-1])
+        # the newest user turn (a mid-conversation system message may come after it)
+        last = json.dumps(next(m for m in reversed(body["messages"]) if m["role"] == "user"))
         if COMPACT_MARK in last:
             facts = ", ".join(sorted(set(harness.FACT_PATTERN.findall(text)))) or "unknown"
             summary = (

@@ -87,9 +87,7 @@ def _check(p: Any, name: str, run: harness.AgentRun, bodies: list[dict[str, Any]
     assert any(c["status"] == "active" for c in got.checkpoints), got.checkpoints
     assert all(c["status"] == "complete" for c in got.calls), [c["status"] for c in got.calls]
     assert got.ledger["input_total"] == sum(billed)
-    # the scripted upstreams bill tools as their whole JSON (keys included), which the estimate
-    # (names, descriptions, schemas) undercounts by ~15 tokens a tool: under 6% on pi's prefix
-    assert harness.first_estimate_error(got) < 0.06, harness.report(name, got, len(bodies))
+    assert harness.first_estimate_error(got) < 0.03, harness.report(name, got, len(bodies))
     print(harness.report(name, got, len(bodies)))
 
 

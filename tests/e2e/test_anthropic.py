@@ -467,7 +467,8 @@ def test_long_tool_session_with_thinking_trimming_and_summaries(proxied, claude_
     assert len(agent) == 34
     for body in agent:
         sent = body["messages"]
-        assert body["system"] == SYSTEM and body["tools"] == TOOLS
+        assert body["system"] == SYSTEM and body["tools"][:-1] == TOOLS
+        assert body["tools"][-1]["name"] == "ctxproxy_recall"  # recall is offered to a tool-using agent
         markers = sum(
             1
             for m in sent

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_rewriting import OBJECTIVE, SYSTEM, is_summary_request, summary_requests, wait_checkpoints
+from tests.support import transcripts
 from tests.support.upstream_server import Reply, UpstreamServer, count_prompt_tokens, tool_call
 
 
@@ -172,3 +173,100 @@ def test_an_impossible_user_message_is_a_400_naming_the_window_and_the_conversat
     assert "maximum context length is 8000 tokens" in error.message
     assert error.response.headers.get("x-conversation-id")
     assert not [r for r in upstream.chat_requests if r.body.get("model") == model]
+
+
+@pytest.mark.parametrize("window", [8_000, 16_000])
+def test_a_long_replayed_transcript_sends_nothing_over_the_window(proxy, upstream, api_key, monkeypatch, window):
+    """A long real-agent run (the longest shared one, else one built from the vendored runs),
+    replayed through the proxy: the upstream answers with the run's own assistant turns, the
+    summarizer is the route's model with the same window, and no request of this model, summary
+    calls included, exceeds it."""
+    data = transcripts.load(transcripts.long_run())
+    model = f"gpt-fit-replay-{window}"
+    monkeypatch.setitem(upstream.context_windows, model, window)
+    policy = {"context_window": window, "max_output_tokens": 1000, "overflow_wait": 20, "summarizer": {"timeout": 5}}
+    p = proxy(policies={"default": policy})
+    history = data["messages"]
+    script = [m for m in history if m["role"] == "assistant"]
+    position = {"i": 0}
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=summary_text(summary_limit(body) // 3))
+        message = script[position["i"]]
+        position["i"] += 1
+        return Reply(content=message.get("content") or None, tool_calls=message.get("tool_calls"), completion_tokens=5)
+
+    upstream.responder = respond
+    client = p.client(api_key)
+    kwargs = {"tools": data["tools"]} if data.get("tools") else {}
+    for index, message in enumerate(history):
+        if message["role"] == "assistant" and index > 0:
+            response = client.chat.completions.create(model=model, messages=history[:index], **kwargs)
+            assert (response.choices[0].message.content or None) == (message.get("content") or None)
+    assert over_window(upstream, model, window) == []
+    assert summary_requests(upstream, model), "the run never compacted"
+
+
+HUGE_TOOLS = [
+    {"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}}
+]
+
+
+def huge_log(tokens: int) -> str:
+    """About `tokens` tokens of distinct log lines (first and last lines recognisable)."""
+    lines = [f"FIRST LINE of the build log, {tokens} tokens follow"]
+    lines += [f"{i:06d} compile unit {i} ok, warnings {i % 7}" for i in range(tokens // 12)]
+    return "\n".join([*lines, "LAST LINE: 3 tests failed"])
+
+
+def test_a_60k_token_tool_result_in_the_newest_turn_is_cut_and_served(proxy, upstream, api_key, monkeypatch):
+    model = "gpt-fit-huge-result"
+    window = 16_000
+    monkeypatch.setitem(upstream.context_windows, model, window)
+    policy = {"context_window": window, "max_output_tokens": 1000, "recall": {"enabled": "auto"}}
+    p = proxy(policies={"default": policy})
+    client = p.client(api_key)
+    call = tool_call("bash", {"command": "cat build.log"}, id="call_huge")
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=summary_text(summary_limit(body) // 3))
+        if body["messages"][-1]["role"] == "tool":
+            return Reply(content="The build log ends with 3 failed tests.")
+        return Reply(content=None, tool_calls=[call])
+
+    upstream.responder = respond
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    raw = client.chat.completions.with_raw_response.create(model=model, messages=messages, tools=HUGE_TOOLS)
+    conv = raw.headers["x-conversation-id"]
+    messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+    log = huge_log(60_000)
+    messages.append({"role": "tool", "tool_call_id": "call_huge", "content": log})
+    assert count_prompt_tokens({"messages": messages}) > 55_000
+
+    answer = client.chat.completions.create(model=model, messages=messages, tools=HUGE_TOOLS)
+    assert answer.choices[0].message.content == "The build log ends with 3 failed tests."
+
+    sent = [r.body for r in upstream.chat_requests if r.body.get("model") == model and not is_summary_request(r.body)][
+        -1
+    ]
+    assert count_prompt_tokens(sent) + 1000 <= window
+    assert over_window(upstream, model, window) == []
+    result = sent["messages"][-1]
+    assert result["tool_call_id"] == "call_huge" and sent["messages"][-2]["tool_calls"][0]["id"] == "call_huge"
+    events = p.events(conv)
+    stored = next(e for e in events if e["role"] == "tool")
+    marker = re.search(r"\[trimmed to fit the context window: [^\]]*\]", result["content"])
+    assert marker, result["content"][:300]
+    assert f"; event {stored['seq']}; ctxproxy_recall can fetch it]" in marker.group(0)
+    assert re.search(rf"tool result of bash, [\d,]+ tokens \({len(log):,} chars\)", marker.group(0))
+    head, tail = result["content"][: marker.start()].rstrip("\n"), result["content"][marker.end() :].lstrip("\n")
+    assert log.startswith(head) and log.endswith(tail) and head.startswith("FIRST LINE") and tail.endswith("failed")
+    assert stored["message"]["content"] == log  # the stored event keeps it whole, byte for byte
+
+    def cut(call: dict[str, Any]) -> bool:
+        return bool((call.get("projection") or {}).get("cut_to_fit"))
+
+    records = p.wait_calls(conv, 2, until=lambda calls: any(cut(c) for c in calls))
+    assert next(c for c in records if cut(c))["projection"]["cut_to_fit"] == [stored["seq"]]

@@ -222,7 +222,8 @@ def test_long_function_call_session_small_window(proxy, rup, api_key, monkeypatc
         response = raw.parse()
         convs.add(raw.headers["x-conversation-id"])
         sent = agent_bodies(rup)[-1]
-        assert sent["instructions"] == INSTRUCTIONS and sent["tools"] == TOOLS and sent["store"] is False
+        assert sent["instructions"] == INSTRUCTIONS and sent["tools"][:-1] == TOOLS and sent["store"] is False
+        assert sent["tools"][-1]["name"] == "ctxproxy_recall"  # recall is offered to a tool-using agent
         assert sent["input"][0] == OBJECTIVE, "the objective is pinned"
         items += list(response.output)
         calls = [o for o in response.output if o.type == "function_call"]

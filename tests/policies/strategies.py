@@ -16,9 +16,11 @@ from typing import Any
 from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, Item, Message, PinsConfig, PolicyConfig, ToolResultsConfig
-from policies.groups import effective_boundary, group_items, last_index, render_group
-from policies.pins import latest_user_seq, pinned_seqs
+from policies.fit_latest import cut_result
+from policies.groups import Group, effective_boundary, group_items, last_index, render_group
+from policies.pins import latest_user_seq, pinned_seqs, release_pins
 from policies.summary_prompt import summary_block
+from policies.text import content_text, non_text_parts
 
 TOOL_NAMES = ("bash", "read_file", "search", "edit")
 SIZES = (0, 12, 200, 900, 3000, 9000, 32000)
@@ -191,12 +193,46 @@ def cases(draw: st.DrawFn, max_groups: int = 24) -> Case:
     return Case(prefix, messages, items, draw(checkpoints(len(items))), draw(budgets()), draw(configs()))
 
 
+def kept_pins(case: Case) -> set[int]:
+    """The pins the projection keeps: the rule pins beyond the first and the newest user message
+    are released oldest first once together they take more than half the input budget."""
+    pins = case.config.pins
+    pinned = pinned_seqs(case.items, pins)
+    latest = latest_user_seq(case.items)
+    first = next((item.seq for item in case.items if item.message.get("role") == "user"), None)
+    always = frozenset(seq for seq in (first if pins.first_user else None, latest) if seq is not None)
+    tokens = {item.seq: item.tokens for item in case.items}
+    kept, _ = release_pins(pinned, always, lambda seq: tokens[seq], case.budget.input_budget // 2)
+    return set(kept)
+
+
+def irreducible_group(group: Group, is_last: bool, head_ratio: float, count: Any = fake_count) -> int:
+    """Tokens of a kept group when nothing of it can be dropped: the in-flight tool group's
+    results reduced to their markers where that is smaller (`fit_latest`), others as rendered."""
+    total = 0
+    for seq, message in render_group(group, is_last=is_last):
+        tokens = count(message)
+        content = message.get("content")
+        if (
+            is_last
+            and seq is not None
+            and message.get("role") == "tool"
+            and (content_text(content) or non_text_parts(content))
+        ):
+            name = group.tool_name(str(message.get("tool_call_id", "")))
+            cut, _ = cut_result(message, tokens=tokens, max_chars=0, head_ratio=head_ratio, tool_name=name, seq=seq)
+            tokens = min(tokens, count(cut))
+        total += tokens
+    return total
+
+
 def mandatory_tokens(case: Case, count: Any = fake_count) -> int:
-    """What the request costs after every droppable group is gone (the strategies only pin user
-    messages, which are single-message groups, so nothing kept can be cut)."""
+    """What the request costs after every droppable group is gone and the in-flight results are
+    cut to their markers (the strategies only pin user messages, which are single-message
+    groups, so nothing else kept can be cut)."""
     groups = group_items(case.items)
     covered = effective_boundary(groups, case.checkpoint)
-    keep = set(pinned_seqs(case.items, case.config.pins))
+    keep = kept_pins(case)
     latest = latest_user_seq(case.items)
     if latest is not None:
         keep.add(latest)
@@ -208,7 +244,7 @@ def mandatory_tokens(case: Case, count: Any = fake_count) -> int:
         is_last = index == last
         if group.kind == "orphan" or not (is_last or keep & set(group.seqs)):
             continue
-        total += sum(count(m) for _, m in render_group(group, is_last=is_last))
+        total += irreducible_group(group, is_last, case.config.tool_results.head_ratio, count)
     return total
 
 
@@ -216,7 +252,7 @@ def expected_head(case: Case) -> tuple[int, ...]:
     """Seqs of covered groups the projection must keep (pinned or newest user message)."""
     groups = group_items(case.items)
     covered = effective_boundary(groups, case.checkpoint)
-    keep = set(pinned_seqs(case.items, case.config.pins))
+    keep = kept_pins(case)
     latest = latest_user_seq(case.items)
     if latest is not None:
         keep.add(latest)

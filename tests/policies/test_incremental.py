@@ -51,6 +51,7 @@ def test_a_growing_branch_projects_as_without_a_cache(
     checkpoint: Checkpoint | None = None
     cache = ProjectionCache(max_entries=data.draw(st.sampled_from((1, 64, 16384))))
     next_seq = 2
+    recall_tool = data.draw(st.sampled_from((None, "ctxproxy_recall")))
 
     def add(*new: dict[str, Any]) -> None:
         nonlocal next_seq
@@ -61,7 +62,7 @@ def test_a_growing_branch_projects_as_without_a_cache(
     for turn in range(1, data.draw(st.integers(2, 14))):
         action = data.draw(
             st.sampled_from(
-                ("append",) * 6 + ("in_flight", "checkpoint", "budget", "edit", "rewind", "prefix", "config")
+                ("append",) * 6 + ("in_flight", "checkpoint", "budget", "edit", "rewind", "prefix", "config", "recall")
             )
         )
         last = history[-1].message if history else None
@@ -94,12 +95,14 @@ def test_a_growing_branch_projects_as_without_a_cache(
             prefix = [dict(m) for m in data.draw(prefixes)]
         elif action == "config":
             config = data.draw(configs())
+        elif action == "recall":  # the request offers the recall tool, or stops offering it
+            recall_tool = None if recall_tool else "ctxproxy_recall"
         event(f"action {action}")
         history = list(history)  # a new list each request, the same Item objects (the proxy's way)
         active = checkpoint if checkpoint is not None and checkpoint.covered_through_seq <= history[-1].seq else None
         case = Case(prefix, [i.message for i in history], history, active, budget, config)
         before = cache.incremental
-        assert outcome(case, history, active, cache) == outcome(case, history, active, None)
+        assert outcome(case, history, active, cache, recall_tool) == outcome(case, history, active, None, recall_tool)
         event("answered incrementally" if cache.incremental > before else "full pipeline")
 
 

@@ -22,10 +22,19 @@ from tests.policies.test_properties import SETTINGS
 BIG = Budget(200_000, 4_000, 100)
 
 
-def outcome(case: Case, items_: list[Item], checkpoint: Checkpoint | None, cache: ProjectionCache | None) -> Any:
+def outcome(
+    case: Case,
+    items_: list[Item],
+    checkpoint: Checkpoint | None,
+    cache: ProjectionCache | None,
+    recall_tool: str | None = None,
+) -> Any:
     try:
         args = (case.prefix, items_, checkpoint, case.budget, case.config, fake_count)
-        projection = project(*args) if cache is None else project_cached(cache, *args)
+        if cache is None:
+            projection = project(*args, recall_tool=recall_tool)
+        else:
+            projection = project_cached(cache, *args, recall_tool=recall_tool)
     except ContextOverflow as exc:
         return ("overflow", str(exc))
     return fingerprint(projection)

@@ -51,10 +51,20 @@ def test_a_kept_group_too_large_gets_its_tool_results_cut() -> None:
     assert projection.record.pruned_seqs == ()
 
 
-def test_overflow_when_the_latest_turn_alone_does_not_fit() -> None:
+def test_a_too_large_in_flight_result_is_cut_to_fit_not_refused() -> None:
     history = items(user("goal"), calls("a"), result("a", "x" * 60_000))
+    projection = project(SYSTEM, history, None, Budget(8_000, 1_000), PolicyConfig(), fake_count)
+    assert projection.record.sent_tokens <= 7_000
+    assert projection.record.cut_to_fit == (3,)
+    assert "[trimmed to fit the context window: tool result of bash" in projection.messages[-1]["content"]
+    assert check_all(SYSTEM, history, None, Budget(8_000, 1_000), projection) == []
+
+
+def test_overflow_when_the_newest_user_message_alone_does_not_fit() -> None:
+    history = items(user("goal"), calls("a"), result("a", "x" * 6_000), user("y" * 60_000))
     with pytest.raises(ContextOverflow) as info:
         project(SYSTEM, history, None, Budget(8_000, 1_000), PolicyConfig(), fake_count)
     error = info.value
     assert error.input_budget == 7_000 and error.needed_tokens > 15_000
     assert "window 8,000 − max output 1,000" in str(error)
+    assert "newest user message and in-flight turn" in error.detail

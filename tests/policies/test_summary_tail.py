@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from policies.base import Budget, Checkpoint, Item, PolicyConfig
 from policies.groups import group_items
 from policies.summary_tail import chunk_limit, cut_message, make_chunks, plan_compaction
@@ -52,7 +54,25 @@ def test_keep_recent_shrinks_to_the_target() -> None:
     p = plan(h, PolicyConfig(keep_recent_tokens=20_000), overhead=5_000)  # target 7,000 - 5,000
     assert p is not None
     tail_tokens = sum(i.tokens for i in h if i.seq > p.through_seq)
-    assert 2_000 <= tail_tokens < 2_000 + 1_100
+    assert 2_000 - 1_100 < tail_tokens <= 2_000  # never a group past the target
+
+
+def test_the_room_reserves_the_longest_summary_the_commit_may_bring() -> None:
+    h = history(20)
+    total = sum(i.tokens for i in h)
+    budget = Budget(16_000, 2_000, 0, summary_max_tokens=1_500)
+    p = plan_compaction(
+        h, None, budget, PolicyConfig(), projected_tokens=total, overhead_tokens=2_000, count=fake_count
+    )
+    assert p is not None
+    tail_tokens = sum(i.tokens for i in h if i.seq > p.through_seq)
+    assert 3_500 - 1_100 < tail_tokens <= 3_500  # 7,000 - 2,000 overhead - 1,500 for the summary
+
+
+def test_the_tail_shrinks_to_the_newest_group_when_nothing_else_fits() -> None:
+    h = history(20)
+    p = plan(h, PolicyConfig(keep_recent_tokens=20_000), overhead=7_500)  # over the target already
+    assert p is not None and p.through_seq == h[-3].seq  # only the newest group stays raw
 
 
 def test_plan_starts_after_the_checkpoint_and_never_takes_the_last_group() -> None:
@@ -97,3 +117,41 @@ def test_cut_message_cuts_arguments_too() -> None:
     assert len(cut["tool_calls"][0]["function"]["arguments"]) < 200
     assert message["tool_calls"][0]["function"]["arguments"] == "A" * 10_000
     assert cut_message(user("short"), 100) == user("short")
+
+
+@pytest.mark.parametrize("window", [8_000, 16_000])
+@pytest.mark.parametrize("objective_tokens", [50, 1_500])
+def test_after_a_commit_the_projection_lands_near_target(window: int, objective_tokens: int) -> None:
+    """Project, apply the plan with a summary as long as the limit allows, project the same
+    history again: it lands at or below target (or, when the prefix, pins and summary alone
+    leave no room, at the newest group alone), and not far below."""
+    from policies.compaction import next_checkpoint
+    from policies.projection import project
+
+    budget = Budget(window, 1_000, 300, summary_max_tokens=window // 10)
+    config = PolicyConfig()
+    target = int(config.target * budget.input_budget)
+    prefix = [{"role": "system", "content": "s" * 2_000}]
+    messages: list[dict[str, object]] = [user("objective " + "o" * (objective_tokens * 4))]
+    checkpoint = None
+    landed = []
+    for turn in range(120):
+        messages += [calls(f"c{turn}"), result(f"c{turn}", f"{turn}:" + "r" * (600 + 350 * (turn % 9)))]
+        history = items(*messages)
+        projection = project(prefix, history, checkpoint, budget, config, fake_count)
+        plan = projection.record.compaction
+        if plan is None:
+            continue
+        summary = "## Key facts\n" + "f" * (budget.summary_max_tokens or 0) * 4  # as long as allowed
+        checkpoint = next_checkpoint(checkpoint, plan, summary, fake_count)
+        after = project(prefix, history, checkpoint, budget, config, fake_count)
+        newest = sum(i.tokens for i in history if i.seq >= history[-2].seq)
+        floor = (
+            after.record.sent_tokens
+            - sum(i.tokens for i in history if i.seq in after.record.sent_seqs and i.seq > plan.through_seq)
+            + newest
+        )
+        landed.append(after.record.sent_tokens / max(target, floor))
+        assert after.record.sent_tokens <= max(target, floor) + 1, (turn, after.record.sent_tokens, target, floor)
+    assert len(landed) >= 3
+    assert sum(landed) / len(landed) > 0.7  # near target, not far below it

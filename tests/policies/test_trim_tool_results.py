@@ -37,6 +37,47 @@ def test_marker_names_tool_size_kept_chars_and_event() -> None:
     assert (entry.seq, entry.tool_call_id, entry.original_chars, entry.kept_chars) == (57, "c1", 48_210, 400)
 
 
+def test_the_marker_says_the_recall_tool_can_fetch_it_when_offered() -> None:
+    text = "H" * 200 + "x" * 47_810 + "T" * 200
+    message = result("c1", text)
+    offered = trim_message(
+        message, max_chars=400, head_ratio=0.5, tool_name="grep", seq=57, recall_tool="ctxproxy_recall"
+    )
+    assert offered is not None
+    assert offered[0]["content"] == (
+        "H" * 200
+        + "\n[trimmed: tool result of grep, 48,210 chars; first 200 and last 200 kept; event 57; "
+        + "ctxproxy_recall can fetch it]\n"
+        + "T" * 200
+    )
+    again = trim_message(
+        message, max_chars=400, head_ratio=0.5, tool_name="grep", seq=57, recall_tool="ctxproxy_recall"
+    )
+    assert again is not None and again[0] == offered[0]  # byte-stable from turn to turn
+
+
+def test_projection_markers_and_summary_name_the_recall_tool_only_when_offered() -> None:
+    from policies.base import Checkpoint
+    from policies.projection import project
+    from policies.summary_prompt import summary_block
+
+    history = items(user("task"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3_000))])
+    checkpoint = Checkpoint(1, 3, "## Goal\nthe task", 20)
+    budget = Budget(200_000, 1_000)
+    on = project([], history, checkpoint, budget, PolicyConfig(), fake_count, recall_tool="ctxproxy_recall")
+    off = project([], history, checkpoint, budget, PolicyConfig(), fake_count)
+    marked = [m for m in on.messages if "[trimmed: tool result" in str(m.get("content"))]
+    assert marked and all("event" in m["content"] and "; ctxproxy_recall can fetch it]" in m["content"] for m in marked)
+    assert not any("can fetch it" in str(m.get("content")) for m in off.messages)
+    block = next(m for m in on.messages if "<conversation_summary" in str(m.get("content")))
+    assert block == summary_block("## Goal\nthe task", 3, "ctxproxy_recall")
+    assert "call the ctxproxy_recall tool to search it" in block["content"]
+    assert (
+        "ctxproxy_recall"
+        not in next(m for m in off.messages if "<conversation_summary" in str(m.get("content")))["content"]
+    )
+
+
 def test_small_results_and_useless_trims_are_left_alone() -> None:
     assert trim_message(result("c", "x" * 400), max_chars=400, head_ratio=0.5, tool_name="t", seq=1) is None
     assert trim_message(result("c", "x" * 450), max_chars=400, head_ratio=0.5, tool_name="t", seq=1) is None

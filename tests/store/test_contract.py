@@ -223,6 +223,70 @@ async def test_find_by_external_id_scoped_per_tenant(store: Store) -> None:
     assert await store.find_conversation("t_other", "session-42") is None
 
 
+async def test_conversations_with_external_id_across_tenants(store: Store) -> None:
+    one = await store.create_conversation(T1, "shared:id/1")
+    await tick()
+    two = await store.create_conversation(T2, "shared:id/1")
+    await store.create_conversation(T1, "shared:id/10")
+    await store.create_conversation(T1, "x:shared:id/1")
+    assert await store.conversations_with_external_id("shared:id/1") == [one, two]
+    assert await store.conversations_with_external_id("shared:id/*") == []
+    assert await store.conversations_with_external_id(one.id) == []
+    await store.delete_conversation(one.id)
+    assert await store.conversations_with_external_id("shared:id/1") == [two]
+
+
+async def _snapshot(store: Store, conv_id: str) -> Any:
+    branches = await store.list_branches(conv_id)
+    return (
+        await store.get_conversation(conv_id),
+        branches,
+        {b.id: await store.lineage_events(b.id, 0, 1000) for b in branches},
+    )
+
+
+async def test_an_unstamped_append_retracted_leaves_no_trace(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    head = await store.append(origin(conv), new_events(T1, [U1, A1]), "sys-1")
+    before = await _snapshot(store, conv.id)
+    await tick()
+    rejected = new_events(T1, [U1, A1, U2], start=2)
+    end = await store.append(head, rejected, None, stamp=False)
+    assert end == Position(conv.id, conv.main_branch_id, 3)
+    assert (await store.get_conversation(conv.id)) == before[0]  # not stamped
+    assert await store.retract(end, [e.chain_hash for e in rejected]) is True
+    assert await _snapshot(store, conv.id) == before
+    assert (await store.find_longest(identify.chain(T1, [U1, A1, U2]), T1, None)).count == 2  # type: ignore[union-attr]
+    # the same request again is appended afresh, at the same place
+    assert await store.append(head, rejected, None, stamp=False) == end
+
+
+async def test_a_retracted_fork_is_removed(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2, A2]), None)
+    before = await _snapshot(store, conv.id)
+    rejected = new_events(T1, [U1, A1, U3], start=2)
+    end = await store.append(Position(conv.id, conv.main_branch_id, 2), rejected, None, stamp=False)
+    assert end.branch_id != conv.main_branch_id
+    assert await store.retract(end, [e.chain_hash for e in rejected]) is True
+    assert await _snapshot(store, conv.id) == before
+    assert (await store.find_longest(identify.chain(T1, [U1, A1, U3]), T1, None)).count == 2  # type: ignore[union-attr]
+
+
+async def test_retract_changes_nothing_once_the_history_moved_on(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    rejected = new_events(T1, [U1, A1])
+    end = await store.append(origin(conv), rejected, None, stamp=False)
+    hashes = [e.chain_hash for e in rejected]
+    later = await store.append(end, new_events(T1, [U1, A1, U2], start=2), None)
+    assert await store.retract(end, hashes) is False
+    fork = await store.append(Position(conv.id, conv.main_branch_id, 1), new_events(T1, [U1, A2], start=1), None)
+    assert await store.retract(later, hashes[1:]) is False  # not the newest events
+    assert await store.retract(fork, [identify.chain(T1, [U1, A3])[1]]) is False  # not these events
+    assert len(await store.lineage_events(later.branch_id, 0, 100)) == 3
+    assert len(await store.list_branches(conv.id)) == 2
+
+
 async def test_create_same_external_id_twice_returns_the_first(store: Store) -> None:
     first = await store.create_conversation(T1, "dup")
     second = await store.create_conversation(T1, "dup")

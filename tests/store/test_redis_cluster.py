@@ -20,7 +20,7 @@ from proxy.store import make_store
 from proxy.store.base import CallRecord, CheckpointCandidate, NewEvent, Position
 from proxy.store.redis import RedisStore
 from proxy.store.redis.keys import Layout
-from tests.support.redis_server import RedisCluster
+from tests.support.redis_server import RedisCluster, dump
 
 T1 = "t_tenant_one"
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -165,3 +165,38 @@ async def test_a_connection_torn_down_inside_redis_py_is_a_store_error(cluster_s
             await store.ping()
     finally:
         store._r = real
+
+
+async def test_a_retracted_request_leaves_no_key_or_field_behind(
+    redis_cluster: RedisCluster, cluster_store: Any
+) -> None:
+    """A rejected request's unstamped append, retracted, leaves every node byte-identical: the
+    conversation's fields, the shard's listing and the tenant-wide identity index outside the slot."""
+    store = await cluster_store()
+    other = await store.create_conversation(T1, None)
+    await store.append(Position(other.id, other.main_branch_id, 0), events(3), "sys")  # shares hashes
+    conv = await store.create_conversation(T1, "ext-retract")
+    head = await store.append(Position(conv.id, conv.main_branch_id, 0), events(2), "sys")
+
+    def snapshot() -> dict[str, str]:
+        out = {}
+        for node in redis_cluster.primaries():
+            client = node.client()
+            try:
+                out |= {k: dump(client, k) for k in client.scan_iter(match=store.prefix + "*", count=1000)}
+            finally:
+                client.close()
+        return out
+
+    before = snapshot()
+    longer = events(3)[2:]  # the same third message `other` holds
+    end = await store.append(head, longer, None, stamp=False)
+    fork_events = events(2, "edited-")
+    fork = await store.append(Position(conv.id, conv.main_branch_id, 0), fork_events, None, stamp=False)
+    assert fork.branch_id != conv.main_branch_id and snapshot() != before
+    assert await store.retract(fork, [e.chain_hash for e in fork_events]) is True
+    assert await store.retract(end, [e.chain_hash for e in longer]) is True
+    assert snapshot() == before
+    match = await store.find_longest([e.chain_hash for e in events(3)], T1, None)
+    assert match is not None and match.position == Position(other.id, other.main_branch_id, 3)
+    assert await store.find_longest([e.chain_hash for e in fork_events], T1, None) is None

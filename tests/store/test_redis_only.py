@@ -32,7 +32,7 @@ from proxy.store.redis.keys import Layout as store_keys
 from proxy.store.redis.keys import tag_of
 from proxy.store.sqlite import SqliteStore
 from proxy.types import Message
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, dump
 
 T1 = "t_tenant_one"
 
@@ -102,21 +102,6 @@ async def open_stores(redis_server: RedisServer, prefix: str, raw: sync_redis.Re
     yield make
     for store in opened:
         await store.close()
-
-
-def dump(client: sync_redis.Redis, key: str) -> str:
-    kind = client.type(key)
-    if kind == "string":
-        return str(client.get(key))
-    if kind == "hash":
-        return repr(sorted(client.hgetall(key).items()))
-    if kind == "list":
-        return repr(client.lrange(key, 0, -1))
-    if kind == "set":
-        return repr(sorted(client.smembers(key)))
-    if kind == "zset":
-        return repr(client.zrange(key, 0, -1))
-    return ""
 
 
 # -- delete ---------------------------------------------------------------------------------------

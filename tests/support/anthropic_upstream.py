@@ -10,7 +10,8 @@ Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thre
   ``message_stop``), each as ``event: NAME\\ndata: JSON\\n\\n``.
 - ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
 - Validation, with the real API's error shape and wording: first message must be a user
-  message; every ``tool_use`` of an assistant turn needs its ``tool_result`` in the next user
+  message; a mid-conversation ``{"role": "system"}`` message (text only) must immediately follow
+  a user message; every ``tool_use`` of an assistant turn needs its ``tool_result`` in the next user
   message (and no ``tool_result`` without its ``tool_use``; results before other blocks); every
   thinking block's signature must verify (they are HMACs of the thinking text, so an altered or
   invented block is rejected); with ``thinking`` enabled, a final assistant turn with tool use
@@ -19,7 +20,8 @@ Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thre
 - Usage: ``input_tokens``, ``cache_creation_input_tokens``, ``cache_read_input_tokens``,
   ``output_tokens``. Prompt caching is simulated: a ``cache_control`` breakpoint whose exact
   prefix was sent before is read from the cache, the rest up to the last breakpoint is written.
-  The token estimate is tiktoken o200k over the text (see :func:`estimate_tokens`).
+  The token estimate is tiktoken o200k over the text, tools as their JSON plus the tool-use
+  system prompt Anthropic documents (see :func:`estimate_tokens`, ``tool_billing``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 from tests.support.scripted_server import RecordedRequest, ScriptedServer
 from tests.support.scripted_server import split_text as _split
+from tests.support.tool_billing import anthropic_tool_prompt
 from tests.support.upstream_server import count_text_tokens
 
 SIGNING_KEY = b"scripted-anthropic-thinking-key"
@@ -73,8 +76,17 @@ def _block_text(block: Any) -> str:
 def _segments(body: dict[str, Any]) -> list[tuple[Any, int, bool]]:
     """(segment, tokens, has cache_control) in cache-prefix order: tools, system, messages."""
     out: list[tuple[Any, int, bool]] = []
+    if body.get("tools"):
+        out.append(("tool-use system prompt", anthropic_tool_prompt(body), False))
     for tool in body.get("tools") or []:
-        out.append((tool, count_text_tokens(json.dumps(tool, sort_keys=True)), bool(tool.get("cache_control"))))
+        visible = {k: v for k, v in tool.items() if k != "cache_control"}
+        out.append(
+            (
+                tool,
+                count_text_tokens(json.dumps(visible, sort_keys=True, ensure_ascii=False)),
+                bool(tool.get("cache_control")),
+            )
+        )
     system = body.get("system")
     if isinstance(system, str):
         out.append((system, count_text_tokens(system), False))
@@ -184,13 +196,26 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             return bad("model: Field required")
         if not isinstance(body.get("max_tokens"), int):
             return bad("max_tokens: Field required")
+        if body["max_tokens"] < 1:
+            return bad("max_tokens: Input should be greater than or equal to 1")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return bad("messages: Field required")
         for i, m in enumerate(messages):
-            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-                return bad(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+            if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
+                return bad(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
             content = m.get("content")
+            if m["role"] == "system":  # a mid-conversation system message: right after a user turn
+                if i == 0 or messages[i - 1].get("role") != "user":
+                    return bad(f"messages.{i}: a system message must immediately follow a user message")
+                blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+                if (
+                    not isinstance(blocks, list)
+                    or not blocks
+                    or any(not isinstance(b, dict) or b.get("type") != "text" or not b.get("text") for b in blocks)
+                ):
+                    return bad(f"messages.{i}.content: a system message needs non-empty text content")
+                continue
             if isinstance(content, str):
                 if not content and not (i == len(messages) - 1 and m["role"] == "assistant"):
                     return bad(

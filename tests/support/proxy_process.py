@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ def default_config(upstream_base_url: str, closed_port: int) -> dict[str, Any]:
 
     return {
         "admin_token_env": "CTXPROXY_ADMIN_TOKEN",
+        "open_access": True,  # any key is its own tenant; tests/e2e/test_auth.py configures clients
         "limits": {"max_body_bytes": 33554432, "receive_timeout": 60},
         "routes": [
             route("main", "gpt-*", upstream_base_url),
@@ -68,8 +69,9 @@ def default_config(upstream_base_url: str, closed_port: int) -> dict[str, Any]:
 class ProxyProcess:
     """``python -m proxy.cli serve`` on a free port, with its own temp dir and SQLite file."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str]) -> None:
+    def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str], args: Sequence[str] = ()) -> None:
         self.workdir = workdir
+        self.args = list(args)  # more `serve` options, e.g. --workers 2
         self.db_path = workdir / "ctxproxy.db"
         self.config = dict(config)
         self.config.setdefault("store", f"sqlite:///{self.db_path}")
@@ -109,7 +111,7 @@ class ProxyProcess:
         text = self.stderr()
         return text[offset:] if starts == self.starts else text
 
-    def start(self) -> ProxyProcess:
+    def start(self, timeout: float = STARTUP_TIMEOUT) -> ProxyProcess:
         self.starts += 1
         cmd = [
             sys.executable,
@@ -122,6 +124,7 @@ class ProxyProcess:
             "127.0.0.1",
             "--port",
             str(self.port),
+            *self.args,
         ]
         with open(self.workdir / f"stdout.{self.starts}.log", "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=out, stderr=err)
@@ -139,7 +142,7 @@ class ProxyProcess:
         try:
             wait_until(
                 healthy,
-                timeout=STARTUP_TIMEOUT,
+                timeout=timeout,
                 interval=0.1,
                 what=f"{self.url}/healthz to answer ok",
                 ignore=(httpx.HTTPError, ValueError),

@@ -132,6 +132,22 @@ class RedisServer:
 _session: RedisServer | None = None
 
 
+def dump(client: redis.Redis, key: str) -> str:
+    """A key's whole value, comparable across snapshots (scores of sorted sets included)."""
+    kind = client.type(key)
+    if kind == "string":
+        return str(client.get(key))
+    if kind == "hash":
+        return repr(sorted(client.hgetall(key).items()))
+    if kind == "list":
+        return repr(client.lrange(key, 0, -1))
+    if kind == "set":
+        return repr(sorted(client.smembers(key)))
+    if kind == "zset":
+        return repr(client.zrange(key, 0, -1, withscores=True))
+    return ""
+
+
 def set_session_server(server: RedisServer | None) -> None:
     global _session
     _session = server

@@ -36,6 +36,7 @@ from typing import Any
 
 from tests.support.scripted_server import RecordedRequest, ScriptedServer
 from tests.support.scripted_server import split_text as _split
+from tests.support.tool_billing import openai_tools_tokens
 from tests.support.upstream_server import _encoding, count_text_tokens, openai_error
 
 __all__ = ["ResponsesReply", "ResponsesServer", "count_input_tokens", "fcall"]
@@ -57,10 +58,9 @@ def _text(content: Any) -> str:
 
 def count_input_tokens(instructions: Any, items: list[dict[str, Any]], tools: Any = None) -> int:
     """Input tokens as this server bills them: framing, instructions, items and, like the real
-    API, the tool definitions (every shape, nested namespace tools included: their JSON)."""
-    total = 3
-    if tools:
-        total += count_text_tokens(json.dumps(tools, sort_keys=True))
+    API, the tool definitions (function and namespace tools as OpenAI's renderer writes them,
+    other shapes as their JSON: `tool_billing`)."""
+    total = 3 + openai_tools_tokens(tools, count_text_tokens)
     if isinstance(instructions, str) and instructions:
         total += 4 + count_text_tokens(instructions)
     for item in items:
@@ -219,6 +219,20 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
                         "required following item.",
                         "input",
                     )
+        limit = body.get("max_output_tokens")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
+            return self._error(
+                f"Invalid type for 'max_output_tokens': expected an integer, but got {type(limit).__name__} instead.",
+                "max_output_tokens",
+                "invalid_type",
+            )
+        if limit is not None and limit < 16:
+            return self._error(
+                f"Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got {limit} "
+                "instead.",
+                "max_output_tokens",
+                "integer_below_min_value",
+            )
         window = self.context_windows.get(body["model"], self.default_window)
         needed = count_input_tokens(body.get("instructions"), items, body.get("tools")) + int(
             body.get("max_output_tokens") or 0

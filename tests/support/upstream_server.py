@@ -23,7 +23,7 @@ test can assert what the proxy actually sent upstream.
 
 Prompt tokens are estimated with tiktoken ``o200k_base`` (loaded offline from litellm's bundled
 cache) by :func:`count_prompt_tokens`: per message 3 tokens of framing plus the encoded content,
-name and tool calls, plus 3 for the reply priming, plus the encoded JSON of ``tools`` if present.
+name and tool calls, plus 3 for the reply priming, plus ``tools`` as OpenAI renders them (``tool_billing``).
 The same number is reported as ``usage.prompt_tokens`` so tests can compare the two.
 
 The server runs uvicorn in a background thread with its own event loop; ``start()`` binds a free
@@ -43,6 +43,7 @@ from typing import Any
 
 from tests.support.scripted_server import RecordedRequest, ScriptedServer, _Dropped
 from tests.support.scripted_server import split_text as _split
+from tests.support.tool_billing import openai_tools_tokens
 
 __all__ = [
     "RecordedRequest",
@@ -121,9 +122,7 @@ def count_prompt_tokens(body: dict[str, Any]) -> int:
             fn = (call or {}).get("function") or {}
             total += 3 + count_text_tokens(str(fn.get("name", "")))
             total += count_text_tokens(str(fn.get("arguments", "")))
-    if body.get("tools"):
-        total += count_text_tokens(json.dumps(body["tools"], sort_keys=True))
-    return total
+    return total + openai_tools_tokens(body.get("tools"), count_text_tokens)
 
 
 # --------------------------------------------------------------------------- script
@@ -436,6 +435,20 @@ class UpstreamServer(ScriptedServer[Reply]):
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         if max_tokens is None:
             max_tokens = self.default_max_tokens
+        elif not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+            name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            return openai_error(
+                f"Invalid type for '{name}': expected an integer, but got {type(max_tokens).__name__} instead.",
+                param=name,
+                code="invalid_type",
+            )
+        elif max_tokens < 1:
+            name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            return openai_error(
+                f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {max_tokens} instead.",
+                param=name,
+                code="integer_below_min_value",
+            )
         if prompt + int(max_tokens) > window:
             if body.get("max_completion_tokens") or body.get("max_tokens"):
                 msg = (

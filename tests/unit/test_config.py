@@ -261,6 +261,7 @@ def check_config(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess
 GOOD_YAML = """\
 store: sqlite:///${CTXTEST_DIR}/ctx.db
 admin_token_env: CTXTEST_ADMIN
+open_access: true
 routes:
   - name: main
     match: {model: "gpt-*"}
@@ -283,6 +284,7 @@ def test_check_config_ok(tmp_path: Path) -> None:
     assert result.stdout.splitlines() == [
         "store: sqlite:////data/ctx.db",
         "admin API: on when $CTXTEST_ADMIN is set",
+        "open access: callers without a client key may use routes with the operator's key",
         "route main: model gpt-* -> https://api.openai.com/v1 (key from $CTXTEST_KEY); policy small "
         "(window 16000, trigger 0.75, keep_recent_tokens 4000)",
         "route local: model *, path /v1/chat/completions -> http://127.0.0.1:8000/v1 (client's own key); "

@@ -1,4 +1,4 @@
-"""proxy.recall's pure parts: when the tool is offered, its stable definition, the tool results."""
+"""proxy.recall's pure parts: when the tool is offered, its stable definition per wire, the results."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.config import Policy
-from proxy.protocols.anthropic.wire import AnthropicWire
-from proxy.protocols.openai_chat.wire import OpenAIChatWire
-from proxy.recall import answer, offered, recall_calls, stream_verdict, tool_definition, with_tool, without_tool
+from proxy.recall.answer import answer, recall_calls
+from proxy.recall.memory import RejectedTool
+from proxy.recall.read import relay_now
+from proxy.recall.tool import definition, offered, tool_name, with_tool, without_tool
+from proxy.recall.turns import intermediate_turn
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
-AUTO = Policy(recall={"enabled": "auto"})
+AUTO = Policy()
+WIRES = ("openai_chat", "anthropic", "openai_responses")
 
 
 @dataclass(frozen=True)
@@ -25,26 +28,47 @@ class Ev:
 
 
 def test_offered_follows_the_policy():
-    chat = OpenAIChatWire()
+    none = RejectedTool()
     body = {"model": "m", "messages": [], "tools": TOOLS}
-    assert offered(AUTO, chat, body, stream=False)
-    assert not offered(Policy(), chat, body, stream=False)  # off by default
-    assert not offered(AUTO, chat, {"model": "m", "messages": []}, stream=False)  # auto: client has no tools
-    assert offered(Policy(recall={"enabled": True}), chat, {"model": "m", "messages": []}, stream=False)
-    assert not offered(AUTO, chat, {**body, "tool_choice": "none"}, stream=False)
-    assert offered(AUTO, chat, body, stream=True)
-    assert not offered(AUTO, AnthropicWire(), body, stream=False)  # not yet
+    assert AUTO.recall.enabled == "auto"  # the default
+    for wire in WIRES:
+        assert offered(AUTO, wire, body, none, "r", "m")
+        assert not offered(Policy(recall={"enabled": False}), wire, body, none, "r", "m")
+        assert not offered(AUTO, wire, {"model": "m", "messages": []}, none, "r", "m")  # auto: no client tools
+        assert offered(Policy(recall={"enabled": True}), wire, {"model": "m", "messages": []}, none, "r", "m")
+    assert not offered(AUTO, "openai_chat", {**body, "tool_choice": "none"}, none, "r", "m")
+    assert not offered(AUTO, "openai_responses", {**body, "tool_choice": "none"}, none, "r", "m")
+    assert not offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "none"}}, none, "r", "m")
+    assert offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "auto"}}, none, "r", "m")
+    assert offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "any"}}, none, "r", "m")
+    assert offered(AUTO, "openai_chat", {**body, "tool_choice": "required"}, none, "r", "m")
+    forced = {"type": "function", "function": {"name": "bash"}}
+    assert not offered(AUTO, "openai_chat", {**body, "tool_choice": forced}, none, "r", "m")  # forced elsewhere
+    assert not offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "tool", "name": "bash"}}, none, "r", "m")
+    prefill = {**body, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "{"}]}
+    assert not offered(AUTO, "anthropic", prefill, none, "r", "m")  # a prefill continues the last turn
+    rejected = RejectedTool()
+    rejected.remember("r", "m")
+    assert not offered(AUTO, "openai_chat", body, rejected, "r", "m")
+    assert offered(AUTO, "openai_chat", body, rejected, "r", "other-model")
+    mine = {**body, "tools": [*TOOLS, definition("openai_chat", AUTO.recall)]}
+    assert not offered(AUTO, "openai_chat", mine, none, "r", "m")  # the client declares one itself
 
 
-def test_definition_is_a_function_of_the_policy_alone():
-    a = json.dumps(with_tool({"tools": TOOLS, "messages": [1]}, AUTO.recall)["tools"][-1])
-    b = json.dumps(with_tool({"tools": [], "messages": [2, 3]}, AUTO.recall)["tools"][-1])
-    assert a == b == json.dumps(tool_definition(AUTO.recall))
-    assert tool_definition(AUTO.recall)["function"]["parameters"]["required"] == ["query"]
+def test_definition_is_a_function_of_the_policy_and_wire_alone():
+    for wire in WIRES:
+        a = json.dumps(with_tool({"tools": TOOLS, "messages": [1]}, wire, AUTO.recall)["tools"][-1])
+        b = json.dumps(with_tool({"tools": [], "messages": [2, 3]}, wire, AUTO.recall)["tools"][-1])
+        assert a == b == json.dumps(definition(wire, AUTO.recall))
+        assert tool_name(definition(wire, AUTO.recall)) == "ctxproxy_recall"
+    assert definition("openai_chat", AUTO.recall)["function"]["parameters"]["required"] == ["query"]
+    assert set(definition("anthropic", AUTO.recall)) == {"name", "description", "input_schema"}
+    responses = definition("openai_responses", AUTO.recall)
+    assert responses["type"] == "function" and responses["strict"] is False and "parameters" in responses
     body = {"tools": TOOLS, "tool_choice": "auto"}
-    assert with_tool(body, AUTO.recall) is not body and body["tools"] == TOOLS
-    assert without_tool(with_tool(body, AUTO.recall), AUTO.recall) == body
-    assert without_tool(with_tool({"tool_choice": "auto"}, AUTO.recall), AUTO.recall) == {}
+    assert with_tool(body, "openai_chat", AUTO.recall) is not body and body["tools"] == TOOLS
+    assert without_tool(with_tool(body, "openai_chat", AUTO.recall), AUTO.recall) == body
+    assert without_tool(with_tool({"tool_choice": "auto"}, "anthropic", AUTO.recall), AUTO.recall) == {}
 
 
 def test_recall_calls_and_answers():
@@ -62,14 +86,52 @@ def test_recall_calls_and_answers():
     assert answer(events, bad, AUTO.recall, len).startswith("Error:")
 
 
-def test_stream_verdict():
-    r = AUTO.recall
-    assert stream_verdict(None, r) is None
-    assert stream_verdict({"role": "assistant", "content": None}, r) is None
-    assert stream_verdict({"role": "assistant", "content": "Hi"}, r) is False
+def test_relay_now():
+    assert not relay_now(None)
+    assert not relay_now({"role": "assistant", "content": None})
+    assert relay_now({"role": "assistant", "content": "Hi"})
     named = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "ctxproxy_recall"}}]}
-    assert stream_verdict(named, r) is True
-    other = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "bash"}}]}
-    assert stream_verdict(other, r) is False
-    prefix = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": {"name": "ctxproxy_"}}]}
-    assert stream_verdict(prefix, r) is None
+    assert not relay_now(named)
+    other = {"role": "assistant", "content": "x", "tool_calls": [{"id": "c", "function": {"name": "bash"}}]}
+    assert not relay_now(other)  # a tool call: read to the end, a recall call may follow
+
+
+def test_intermediate_turn_keeps_only_recall_calls_per_wire():
+    recall = {"id": "r", "type": "function", "function": {"name": "ctxproxy_recall", "arguments": '{"query":"x"}'}}
+    bash = {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    chat = intermediate_turn(
+        "openai_chat", {"role": "assistant", "content": "t", "tool_calls": [bash, recall]}, AUTO.recall
+    )
+    assert chat == {"role": "assistant", "content": "t", "tool_calls": [recall]}
+
+
+def test_the_tool_counts_in_the_budget_on_every_wire():
+    from proxy.catalog import ModelCatalog
+    from proxy.projection import Projector
+
+    projector = Projector(ModelCatalog())
+    policy = Policy(context_window=20000, max_output_tokens=1000)
+    counter = projector.counter("gpt-4o")
+    client_tools = {
+        "openai_chat": TOOLS,
+        "anthropic": [{"name": "bash", "input_schema": {"type": "object"}}],
+        "openai_responses": [{"type": "function", "name": "bash", "parameters": {"type": "object"}}],
+    }
+    for wire, tools in client_tools.items():
+        body = {"model": "m", "tools": tools}
+        plain = projector.budget(policy, "m", body, counter, None, 0)
+        offered_body = with_tool(body, wire, AUTO.recall)
+        with_recall = projector.budget(policy, "m", offered_body, counter, None, 0)
+        added = with_recall.fixed_tokens - plain.fixed_tokens
+        assert added == counter.count_tools(offered_body["tools"]) - counter.count_tools(tools)
+        assert added >= len(json.dumps(definition(wire, AUTO.recall))) // 8, (wire, added)
+
+
+def test_answers_fit_the_room_left():
+    call = {"id": "c", "type": "function", "function": {"name": "ctxproxy_recall", "arguments": '{"query": "port"}'}}
+    events = [Ev(i, "user", {"role": "user", "content": f"port {i} " + "x" * 400}) for i in range(1, 40)]
+    assert answer(events, call, AUTO.recall, len, 10).startswith("Error: the context window has no room")
+    short = answer(events, call, AUTO.recall, lambda text: len(text) // 4, 300)
+    assert len(short) // 4 <= 300 + 40 and "[event 39 | user" in short  # the newest hits are kept
+    full = answer(events, call, AUTO.recall, lambda text: len(text) // 4)
+    assert len(full) > len(short)

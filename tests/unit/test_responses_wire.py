@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from policies.summary_prompt import summary_block
 from policies.trim_tool_results import trim_message
-from proxy import identify
+from proxy import codec, identify
 from proxy.errors import BadRequest
 from proxy.protocols import wire_for_path
 from proxy.protocols.responses import WIRE
@@ -119,7 +119,7 @@ bodies = st.builds(
 def test_round_trip_is_byte_exact(body: dict[str, Any]) -> None:
     messages = request_messages(body)
     raw, _ = WIRE.encode(body, messages, body["stream"], None)
-    assert raw == json.dumps(body).encode()
+    assert raw == codec.dumps(body)
     # the conversion is deterministic, and validates
     assert request_messages(json.loads(json.dumps(body))) == messages
     WIRE.envelope(body)

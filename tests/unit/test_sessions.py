@@ -33,5 +33,6 @@ def test_ref_is_deterministic_and_an_external_id() -> None:
 
 def test_tools_hash_is_the_stored_blob_digest() -> None:
     """Compared against calls' `tools_hash`, which the recorder stores as blob_hash(sorted JSON)."""
-    assert identify.tools_hash(TOOLS) == identify.blob_hash(json.dumps(TOOLS, sort_keys=True))
+    assert identify.tools_hash(TOOLS) == identify.blob_hash(identify.blob_text(TOOLS))
+    assert json.loads(identify.blob_text(TOOLS)) == TOOLS
     assert identify.tools_hash([]) is None and identify.tools_hash(None) is None

@@ -19,6 +19,9 @@ Native -> common (what is hashed, stored and projected):
   `[{"type": "text", "text": P, "cache_control": ...}]` and the string `P` are the same message to
   identity (Claude Code sends its newest prompt as the first and re-sends it as the second).
   A user message with a string content stays as it is.
+* a mid-conversation `{"role": "system"}` message (the API's, after a user turn) -> the same
+  common system message at its place in the history (markers taken off like a user message's):
+  part of the chain, not of the pinned prefix, and pinned by the policies' default `pins.roles`.
 * cache_control markers are taken off the blocks and kept in the message's `_cache_markers` key,
   which identity ignores (`cache_control.py`).
 
@@ -35,8 +38,10 @@ Common -> native (the upstream body after a projection rewrote something):
   kept and the rest is rebuilt;
 * cache_control markers are put back on the blocks that are sent (`cache_control.py`; the wire
   caps them at 4);
-* if the projection starts with an assistant turn (history pruned without a summary), a short
-  user text block saying so is put first: the API requires a user message first.
+* a system message after the prefix goes back as a native `{"role": "system"}` message, never
+  merged with a neighbour;
+* if the projection starts with an assistant turn or a system message (history pruned without a
+  summary), a short user text block saying so is put first: the API requires a user message first.
 
 Identity: the Anthropic SDK re-sends the content blocks of a response as it received them
 (`model_dump(exclude_unset=True)`: exactly the fields the JSON had), and the stream reassembly
@@ -156,6 +161,18 @@ def system_to_common(system: Any) -> list[Message]:
     return [{"role": "system", "content": system}]
 
 
+def mid_system_to_common(native: Json) -> Message:
+    """A mid-conversation system message: its content as sent, cache markers kept aside."""
+    content = native.get("content")
+    out: Message = {"role": "system", "content": content}
+    if isinstance(content, list):
+        markers: list[dict[str, Any]] = []
+        out["content"] = pop_markers(content, [], markers)
+        if markers:
+            out[MARKERS] = markers
+    return out
+
+
 def to_common(body: Json, start: int = 0) -> list[Message]:
     """The request's messages in the common model (validating the native ones from `start`)."""
     out = system_to_common(body.get("system"))
@@ -164,6 +181,8 @@ def to_common(body: Json, start: int = 0) -> list[Message]:
             validate_native(i, native)
         if native["role"] == "assistant":
             out.append(assistant_to_common(native))
+        elif native["role"] == "system":
+            out.append(mid_system_to_common(native))
         else:
             out.extend(user_to_common(native))
     return out
@@ -248,8 +267,10 @@ def _fragment(message: Message) -> _Fragment:
             if isinstance(content, str):
                 return _Fragment("user", content, extra=extra)
             return _Fragment("user", restore_markers(_text_blocks(content), message_markers(message), []), extra=extra)
-        # a system/developer message after the prefix (no policy makes one): plain user text
-        return _Fragment("user", _text_blocks(content))
+        # a system/developer message after the prefix (a mid-conversation system message)
+        if isinstance(content, str):
+            return _Fragment("system", content)
+        return _Fragment("system", restore_markers(_text_blocks(content), message_markers(message), []))
     return _Fragment("user", restore_markers(_text_blocks(content), message_markers(message), []), at, piece, of, extra)
 
 
@@ -307,16 +328,20 @@ def _is_result(block: Any) -> bool:
     return isinstance(block, dict) and block.get("type") == "tool_result"
 
 
-def to_native(messages: list[Message]) -> list[Json]:
-    """The native messages for common `messages` (leading system messages are not included)."""
+def to_native(messages: list[Message], prefix: int | None = None) -> list[Json]:
+    """The native messages for common `messages` without the first `prefix` ones (the top-level
+    `system`; None: every leading system message). A later system message stays one."""
     start = 0
-    while start < len(messages) and messages[start].get("role") in ("system", "developer"):
-        start += 1
+    if prefix is None:
+        while start < len(messages) and messages[start].get("role") in ("system", "developer"):
+            start += 1
+    else:
+        start = prefix
     out: list[Json] = []
     run: list[_Fragment] = []
     for message in messages[start:]:
         frag = _fragment(message)
-        if run and run[-1].role != frag.role:
+        if run and (run[-1].role != frag.role or frag.role == "system"):
             out.append(_native_run(run))
             run = []
         run.append(frag)

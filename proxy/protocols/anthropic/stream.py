@@ -11,9 +11,9 @@ duplicated final event changes nothing.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...errors import ProxyError
 from ...sse import SseEvent
 from ...types import Json, Message
@@ -42,8 +42,8 @@ class MessageStream(BaseObserver):
     def __call__(self, event: SseEvent) -> bytes | None:
         if event.data is not None:
             try:
-                data = json.loads(event.data)
-            except json.JSONDecodeError:
+                data = codec.loads(event.data)
+            except codec.JsonRejected:
                 data = None
             if isinstance(data, dict):
                 self._chunks += 1
@@ -101,16 +101,25 @@ class MessageStream(BaseObserver):
         if not parts or "".join(parts) == "":
             return
         try:
-            self._blocks[index]["input"] = json.loads("".join(parts))
-        except (json.JSONDecodeError, KeyError):
+            self._blocks[index]["input"] = codec.loads("".join(parts))
+        except (codec.JsonRejected, KeyError):
             return
 
     def native(self) -> Json | None:
+        """The message so far; it may be asked for mid-stream (recall watches the answer), so a
+        tool_use block whose input is still streaming is shown with what parses, never consumed."""
         if not self._started and not self._blocks:
             return None
-        for index in list(self._json):
-            self._finish_input(index)  # a stream cut inside a tool_use block
-        return {"role": "assistant", "content": [self._blocks[i] for i in sorted(self._blocks)]}
+        return {"role": "assistant", "content": [self._block(i) for i in sorted(self._blocks)]}
+
+    def _block(self, index: int) -> dict[str, Any]:
+        block, parts = self._blocks[index], self._json.get(index)
+        if not parts or "".join(parts) == "":
+            return block
+        try:
+            return {**block, "input": codec.loads("".join(parts))}  # a stream cut inside a tool_use block
+        except codec.JsonRejected:
+            return block
 
     def message(self) -> Message | None:
         native = self.native()

@@ -2,21 +2,26 @@
 
 The envelope is checked by `validate_envelope`; each native message while it is converted
 (`convert.to_common` calls `validate_native`).
+
+Roles: `user`, `assistant` and, inside `messages`, `system` (the API's mid-conversation system
+messages: content a string or text blocks, never the first message, which must be a user turn).
+Claude Code 2.1 sends its environment as one right after the first user message; placement past
+the first message is the upstream's to judge, as the client's bytes go there unchanged.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...errors import BadRequest
 from ...types import Json
 
 
 def parse_body(raw: bytes) -> Json:
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        body = codec.loads(raw)
+    except codec.JsonRejected as exc:
         raise BadRequest(f"There was an error parsing the body of your request as JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object, got " + type(body).__name__ + ".")
@@ -50,14 +55,33 @@ def _blocks_ok(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(b, dict) and isinstance(b.get("type"), str) for b in value)
 
 
+ROLES = ("user", "assistant", "system")
+
+
+def _validate_system(i: int, content: Any) -> None:
+    where = f"messages.{i}"
+    if i == 0:
+        raise BadRequest('messages: first message must use the "user" role', param=f"{where}.role")
+    if isinstance(content, str):
+        return
+    if not (_blocks_ok(content) and all(b["type"] == "text" and isinstance(b.get("text"), str) for b in content)):
+        raise BadRequest(
+            f"{where}.content: a system message's content must be a string or a list of text blocks",
+            param=f"{where}.content",
+        )
+
+
 def validate_native(i: int, message: Any) -> None:
     where = f"messages.{i}"
     if not isinstance(message, dict):
         raise BadRequest(f"{where}: Input should be a valid dictionary", param=where)
     role = message.get("role")
-    if role not in ("user", "assistant"):
-        raise BadRequest(f"{where}.role: Input should be 'user' or 'assistant'", param=f"{where}.role")
+    if role not in ROLES:
+        raise BadRequest(f"{where}.role: Input should be 'user', 'assistant' or 'system'", param=f"{where}.role")
     content = message.get("content")
+    if role == "system":
+        _validate_system(i, content)
+        return
     if isinstance(content, str):
         return
     if not _blocks_ok(content):

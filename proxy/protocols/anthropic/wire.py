@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...errors import ProxyError
-from ...types import Json, Message
+from ...types import Json, Message, as_list
 from ...usage import Usage, from_anthropic
 from ..base import BaseWire
 from .cache_control import MAX_CACHE_CONTROL, cache_markers, cap_cache_control
@@ -36,10 +36,10 @@ class AnthropicWire(BaseWire):
     ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
         if messages is None:
             return None, {}  # usage is always in Anthropic streams: the client's bytes go as they are
-        native = to_native(messages)
+        native = to_native(messages, prefix=0 if body.get("system") is None else 1)
         if cache_markers(body, native) > MAX_CACHE_CONTROL >= cache_markers(body, body["messages"]):
             body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
-        return json.dumps({**body, "messages": native}).encode(), {}
+        return codec.dumps({**body, "messages": native}), {}
 
     def observer(self, body: Json) -> MessageStream:
         return MessageStream()
@@ -71,8 +71,8 @@ class AnthropicWire(BaseWire):
         return self.upstream_path, body
 
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]:
-        content = parsed.get("content")
-        texts = [b.get("text") for b in content or () if isinstance(b, dict) and b.get("type") == "text"]
+        content = as_list(parsed.get("content"))
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
         text = "".join(t for t in texts if isinstance(t, str))
         return (text or None), parsed.get("usage")
 

@@ -3,14 +3,14 @@
 Most of a projection is the remembered message objects of the previous request, so the body is
 re-encoded only where it changed: the JSON of every message sent last time (as that very object)
 is reused verbatim. The bytes depend only on the body and the messages, never on what was
-remembered: `messages` first, then the other fields as `json.dumps` writes them.
+remembered: `messages` first, then the other fields, compact UTF-8 JSON (`codec.dumps`).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...types import Json, Message
 
 
@@ -33,9 +33,9 @@ def encode_body(
     for message in messages:
         key = id(message)
         hit = known.get(key) if known is not None else None
-        text = hit[1] if hit is not None and hit[0] is message else json.dumps(message)
+        text = hit[1] if hit is not None and hit[0] is message else codec.dumps_str(message)
         fresh[key] = (message, text)
         parts.append(text)
-    rest = json.dumps({k: v for k, v in body.items() if k != "messages"})
+    rest = codec.dumps_str({k: v for k, v in body.items() if k != "messages"})
     head = '{"messages":[' + ",".join(parts) + "]"
     return (head + ("}" if rest == "{}" else "," + rest[1:])).encode(), fresh

@@ -8,11 +8,11 @@ on every other chunk is removed.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...sse import SseEvent
-from ...types import Json, Message
+from ...types import Json, Message, as_dict, as_list
 from ..base import BaseObserver
 
 
@@ -34,7 +34,16 @@ def strip_null_usage(raw: bytes, chunk: Json) -> bytes:
         if needle in raw:
             return raw.replace(needle, b"", 1)
     rest = {k: v for k, v in chunk.items() if k != "usage"}
-    return b"data: " + json.dumps(rest, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + codec.dumps(rest) + b"\n\n"
+
+
+def _index(value: Any) -> int:
+    """A choice's or tool call's `index` (0 when absent or not an integer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 class StreamAccumulator:
@@ -56,30 +65,32 @@ class StreamAccumulator:
         self.model = self.model or chunk.get("model")
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or ():
+        for choice in as_list(chunk.get("choices")):
             if not isinstance(choice, dict):
                 continue
             state = self._choices.setdefault(
-                int(choice.get("index") or 0), {"content": [], "tool_calls": {}, "finish_reason": None, "extra": {}}
+                _index(choice.get("index")), {"content": [], "tool_calls": {}, "finish_reason": None, "extra": {}}
             )
-            delta = choice.get("delta") or {}
+            delta = as_dict(choice.get("delta"))
             if isinstance(delta.get("content"), str):
                 state["content"].append(delta["content"])
             for key in ("refusal", "reasoning_content"):
                 if isinstance(delta.get(key), str):
                     state["extra"][key] = state["extra"].get(key, "") + delta[key]
-            for call in delta.get("tool_calls") or ():
+            for call in as_list(delta.get("tool_calls")):
+                if not isinstance(call, dict):
+                    continue
                 slot = state["tool_calls"].setdefault(
-                    int(call.get("index") or 0), {"id": None, "type": "function", "name": "", "arguments": []}
+                    _index(call.get("index")), {"id": None, "type": "function", "name": "", "arguments": []}
                 )
-                slot["id"] = call.get("id") or slot["id"]
-                slot["type"] = call.get("type") or slot["type"]
-                function = call.get("function") or {}
-                if function.get("name"):
+                slot["id"] = _text(call.get("id")) or slot["id"]
+                slot["type"] = _text(call.get("type")) or slot["type"]
+                function = as_dict(call.get("function"))
+                if isinstance(function.get("name"), str):
                     slot["name"] += function["name"]
                 if isinstance(function.get("arguments"), str):
                     slot["arguments"].append(function["arguments"])
-            if choice.get("finish_reason"):
+            if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                 state["finish_reason"] = choice["finish_reason"]
 
     def message(self, index: int = 0) -> Message | None:
@@ -133,8 +144,8 @@ class StreamFilter(BaseObserver):
             self.done = True
             return event.raw
         try:
-            chunk = json.loads(event.data)
-        except json.JSONDecodeError:
+            chunk = codec.loads(event.data)
+        except codec.JsonRejected:
             return event.raw
         if not isinstance(chunk, dict):
             return event.raw

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...errors import BadRequest
 from ...types import Json, Message
 
@@ -13,8 +13,8 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function
 
 def parse_body(raw: bytes) -> Json:
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        body = codec.loads(raw)
+    except codec.JsonRejected as exc:
         raise BadRequest(
             f"We could not parse the JSON body of your request ({exc}). The body must be a JSON object "
             "following the chat completions API."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...types import Json, Message
+from ...types import Json, Message, as_list
 from .convert import assistant_message, items_to_messages
 from .items import item_type
 
@@ -36,9 +36,9 @@ def output_text(response: Json) -> str | None:
     if isinstance(response.get("output_text"), str):
         return str(response["output_text"])
     texts = []
-    for item in response.get("output") or ():
+    for item in as_list(response.get("output")):
         if isinstance(item, dict) and item_type(item) == "message":
-            for part in item.get("content") or ():
+            for part in as_list(item.get("content")):
                 if isinstance(part, dict) and part.get("type") == "output_text" and isinstance(part.get("text"), str):
                     texts.append(part["text"])
     return "".join(texts) if texts else None

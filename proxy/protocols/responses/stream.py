@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ... import codec
 from ...errors import ProxyError
 from ...sse import SseEvent
 from ...types import Json, Message
@@ -38,8 +39,8 @@ class ResponsesObserver(BaseObserver):
             return event.raw
         self._chunks += 1
         try:
-            data = json.loads(event.data)
-        except json.JSONDecodeError:
+            data = codec.loads(event.data)
+        except codec.JsonRejected:
             return event.raw
         if isinstance(data, dict):
             self._feed(event.event or str(data.get("type")), data)

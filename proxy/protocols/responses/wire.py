@@ -7,9 +7,9 @@ and still recorded.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...errors import ProxyError, openai_error_bytes
 from ...types import Json, Message
 from ...usage import Usage, from_openai_responses
@@ -66,7 +66,7 @@ class ResponsesWire(BaseWire):
             data = body["input"]
         out = {key: (data if key == "input" else value) for key, value in body.items()}
         out.setdefault("input", data)
-        return json.dumps(out).encode(), {}
+        return codec.dumps(out), {}
 
     def observer(self, body: Json) -> ResponsesObserver:
         return ResponsesObserver()

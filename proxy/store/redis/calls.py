@@ -7,10 +7,10 @@ the whole ledger is sharded (``call-index`` per tag), scattered over and merged 
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
 from typing import Any
 
+from ... import codec
 from ...errors import ConversationGone
 from ...ledger import cells_from_calls
 from ...usage import TOKEN_FIELDS
@@ -25,7 +25,7 @@ _KNOWN = frozenset(_CALL_FIELDS)
 class Calls(RedisConnection):
     @guarded
     async def record_call(self, call: CallRecord) -> None:
-        payload = json.dumps(_call_dict(call))
+        payload = codec.dumps_str(_call_dict(call))
         cid = call.conversation_id
         if cid is None or not is_conversation_id(cid):
             if cid is not None:
@@ -113,5 +113,5 @@ def _call_dict(call: CallRecord) -> dict[str, Any]:
 
 
 def _call(payload: str) -> CallRecord:
-    record = json.loads(payload)
+    record = codec.loads(payload)
     return CallRecord(**{k: v for k, v in record.items() if k in _KNOWN})

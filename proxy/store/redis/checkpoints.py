@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 
+from ... import codec
 from ...errors import ConversationGone
 from ..base import CheckpointCandidate, StoredCheckpoint, new_id
 from .connection import RedisConnection, guarded, num
@@ -116,11 +116,11 @@ def _checkpoint_json(cp: StoredCheckpoint) -> str:
     del record["status"]
     if cp.status == "failed":
         record["generation"] = None  # like SQLite: a failed candidate does not hold a generation
-    return json.dumps(record)
+    return codec.dumps_str(record)
 
 
 def _checkpoint(payload: str, status: str) -> StoredCheckpoint:
-    return StoredCheckpoint(status=status, **json.loads(payload))
+    return StoredCheckpoint(status=status, **codec.loads(payload))
 
 
 def _ms(seconds: float) -> str:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
+import re
 import secrets
 import time
 from typing import Any
 
+from ... import codec
 from ...errors import ConversationGone, StoreError
 from ..base import Branch, Conversation, NewEvent, Position, StoredEvent
 from .connection import guarded, num
@@ -30,6 +31,15 @@ class History(Identity):
         return conv if conv is not None and conv.tenant == tenant else None
 
     @guarded
+    async def conversations_with_external_id(self, external_id: str) -> list[Conversation]:
+        # Admin-only: the external-id keys are tenant-scoped and sharded by their own tag, so this
+        # scans them (SCAN, not KEYS; on a cluster every primary).
+        pattern = f"{_glob_escape(self.prefix)}{{??}}:ext:*:{_glob_escape(external_id)}"
+        ids = {str(cid) async for key in self.r.scan_iter(match=pattern, count=1000) if (cid := await self.r.get(key))}
+        found = [c for c in await self._conversations(sorted(ids)) if c.external_id == external_id]
+        return sorted(found, key=lambda c: (c.created_at, c.id))
+
+    @guarded
     async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation:
         now = time.time()
         cid = new_conversation_id(None if external_id is None else ext_tag(tenant, external_id))
@@ -47,14 +57,16 @@ class History(Identity):
         return Conversation(cid, tenant, external_id, now, now, bid)
 
     @guarded
-    async def append(self, start: Position, events: list[NewEvent], system_hash: str | None) -> Position:
+    async def append(
+        self, start: Position, events: list[NewEvent], system_hash: str | None, stamp: bool = True
+    ) -> Position:
         cid = start.conversation_id
         tenant = await self._tenant(cid) if is_conversation_id(cid) else None
         if tenant is None:
             raise ConversationGone(f"conversation {cid} no longer exists")
         now = time.time()
-        args: list[Any] = [cid, start.branch_id, start.seq, "1" if system_hash is not None else "0"]
-        args += [system_hash or "", num(now), secrets.token_hex(4)]
+        mode = ("1" if system_hash is not None else "0") if stamp else "quiet"
+        args: list[Any] = [cid, start.branch_id, start.seq, mode, system_hash or "", num(now), secrets.token_hex(4)]
         for event in events:
             payload = {
                 "role": event.role,
@@ -65,7 +77,7 @@ class History(Identity):
                 "created_at": now,
             }
             args.append(event.chain_hash)
-            args.append(json.dumps(payload))
+            args.append(codec.dumps_str(payload))
         # The tenant-wide index first (identity.py): a crash after it leaves an entry the
         # conversation does not hold, which lookups skip; never a stored event nobody can find.
         hashes = [e.chain_hash for e in events]
@@ -77,6 +89,21 @@ class History(Identity):
         if reply[0] != "OK":
             raise StoreError(f"append refused: {reply[0]} {reply[1:]}")
         return Position(cid, reply[1], int(reply[2]))
+
+    @guarded
+    async def retract(self, end: Position, hashes: list[str]) -> bool:
+        cid = end.conversation_id
+        if not hashes or not is_conversation_id(cid):
+            return False
+        keys = self.keys.conversation(cid)
+        if not int(await self._run("retract", keys, cid, end.branch_id, end.seq, *hashes)):
+            return False
+        # The events are gone from the conversation; now their entries in the tenant-wide index
+        # (a crash in between leaves entries it does not hold, which lookups skip).
+        tenant = await self._tenant(cid)
+        if tenant is not None:
+            await self._index(tenant, cid, hashes, add=False)
+        return True
 
     # -- blobs -------------------------------------------------------------------------------
     @guarded
@@ -147,7 +174,7 @@ class History(Identity):
         flat = await self._run("lineage", self.keys.conversation(cid), branch_id, int(after_seq), int(limit))
         out: list[StoredEvent] = []
         for i in range(0, len(flat), 4):
-            payload = json.loads(flat[i + 3])
+            payload = codec.loads(flat[i + 3])
             out.append(
                 StoredEvent(
                     flat[i],
@@ -194,6 +221,11 @@ class History(Identity):
         )
         merged = heapq.merge(*shards, key=lambda pair: (pair[1], pair[0]))
         return [str(cid) for cid, _ in itertools.islice(merged, limit)]
+
+
+def _glob_escape(text: str) -> str:
+    """`text` matched literally by a SCAN pattern."""
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
 
 
 def _conversation(row: dict[str, str]) -> Conversation | None:

@@ -13,6 +13,7 @@ from importlib import resources
 NAMES = (
     "create",
     "append",
+    "retract",
     "probe",
     "active",
     "commit",

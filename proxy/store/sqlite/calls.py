@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ... import codec
 from ...errors import ConversationGone
 from ...usage import TOKEN_FIELDS
 from ..base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
@@ -151,8 +151,8 @@ def _usage_cells(db: Db, query: UsageQuery) -> list[UsageCell]:
 
 
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    return None if value is None else codec.dumps_str(value)
 
 
 def _loads(value: str | None) -> Any:
-    return None if value is None else json.loads(value)
+    return None if value is None else codec.loads(value)

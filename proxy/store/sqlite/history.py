@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
+from ... import codec
 from ...errors import ConversationGone, StoreError
 from ..base import Branch, Conversation, HashMatch, NewEvent, Position, StoredEvent, new_id
 from .connection import Db, SqliteConnection
@@ -36,6 +36,15 @@ class History(SqliteConnection):
         )
         return Conversation(*row) if row else None
 
+    async def conversations_with_external_id(self, external_id: str) -> list[Conversation]:
+        rows = self._read(
+            lambda db: db.execute(
+                f"SELECT {_CONV_COLS} FROM conversations WHERE external_id = ? ORDER BY created_at, id",
+                (external_id,),
+            ).fetchall()
+        )
+        return [Conversation(*r) for r in rows]
+
     async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation:
         now = time.time()
         conv_id, branch_id = new_id("c"), new_id("b")
@@ -63,8 +72,13 @@ class History(SqliteConnection):
             raise
         return Conversation(conv_id, tenant, external_id, now, now, branch_id)
 
-    async def append(self, start: Position, events: list[NewEvent], system_hash: str | None) -> Position:
-        return self._write(_append, start, events, system_hash, time.time())
+    async def append(
+        self, start: Position, events: list[NewEvent], system_hash: str | None, stamp: bool = True
+    ) -> Position:
+        return self._write(_append, start, events, system_hash, time.time(), stamp)
+
+    async def retract(self, end: Position, hashes: list[str]) -> bool:
+        return bool(hashes) and self._write(_retract, end, hashes)
 
     # -- blobs -------------------------------------------------------------------------------
     async def put_blob(self, digest: str, data: str) -> None:
@@ -145,25 +159,38 @@ def _find(db: Db, hashes: list[str], offset: int, tenant: str, conversation_id: 
     return HashMatch(Position(row[1], row[2], row[3]), offset + best[0] + 1, row[5])
 
 
-def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | None, now: float) -> Position:
-    if db.execute("SELECT 1 FROM conversations WHERE id = ?", (start.conversation_id,)).fetchone() is None:
-        raise ConversationGone(f"conversation {start.conversation_id} no longer exists")
+def _append(
+    db: Db, start: Position, events: list[NewEvent], system_hash: str | None, now: float, stamp: bool
+) -> Position:
+    """Unstamped appends (`stamp` False: a request not yet accepted upstream) move heads but no
+    `updated_at`, so they cannot change which branch is the default one."""
+    conversation = start.conversation_id
+    if stamp:
+        known = db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation)).rowcount > 0
+    else:
+        known = db.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation,)).fetchone() is not None
+    if not known:
+        raise ConversationGone(f"conversation {conversation} no longer exists")
     branch, seq = start.branch_id, start.seq
+    heads: dict[str, int] = {}  # head_seq of the branches read or written so far
+    moved: set[str] = set()  # branches whose head this append moved
     for event in events:
         row = db.execute(
             "SELECT branch_id, seq FROM events WHERE chain_hash = ? AND conversation_id = ?",
-            (event.chain_hash, start.conversation_id),
+            (event.chain_hash, conversation),
         ).fetchone()
         if row is not None:
             branch, seq = row[0], row[1]
             continue
-        head = db.execute("SELECT head_seq FROM branches WHERE id = ?", (branch,)).fetchone()[0]
+        head = heads.get(branch)
+        if head is None:
+            head = heads[branch] = db.execute("SELECT head_seq FROM branches WHERE id = ?", (branch,)).fetchone()[0]
         if seq != head:
             child = new_id("b")
             db.execute(
                 "INSERT INTO branches (id, conversation_id, parent_id, fork_seq, head_seq, "
                 "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (child, start.conversation_id, branch, seq, seq, now, now),
+                (child, conversation, branch, seq, seq, now, now),
             )
             branch = child
         seq += 1
@@ -173,9 +200,9 @@ def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | 
             (
                 branch,
                 seq,
-                start.conversation_id,
+                conversation,
                 event.role,
-                json.dumps(event.message),
+                codec.dumps_str(event.message),
                 event.chain_hash,
                 event.source,
                 event.tokens,
@@ -183,13 +210,48 @@ def _append(db: Db, start: Position, events: list[NewEvent], system_hash: str | 
                 now,
             ),
         )
-        db.execute("UPDATE branches SET head_seq = ?, updated_at = ? WHERE id = ?", (seq, now, branch))
-    if system_hash is not None:
-        db.execute("UPDATE branches SET system_hash = ?, updated_at = ? WHERE id = ?", (system_hash, now, branch))
+        heads[branch] = seq
+        moved.add(branch)
+    # One UPDATE per moved branch at the end, instead of one per event.
+    stamped = ", updated_at = ?" if stamp else ""
+    for other in moved - {branch}:
+        db.execute(
+            f"UPDATE branches SET head_seq = ?{stamped} WHERE id = ?",
+            (heads[other], *([now] if stamp else []), other),
+        )
+    sets: list[str] = ["updated_at = ?"] if stamp else []
+    params: list[Any] = [now] if stamp else []
+    if branch in moved:
+        sets.append("head_seq = ?")
+        params.append(heads[branch])
+    if stamp and system_hash is not None:
+        sets.append("system_hash = ?")
+        params.append(system_hash)
+    if sets:
+        db.execute(f"UPDATE branches SET {', '.join(sets)} WHERE id = ?", (*params, branch))
+    return Position(conversation, branch, seq)
+
+
+def _retract(db: Db, end: Position, hashes: list[str]) -> bool:
+    row = db.execute("SELECT head_seq, fork_seq, parent_id FROM branches WHERE id = ?", (end.branch_id,)).fetchone()
+    if row is None or row[0] != end.seq or row[0] - row[1] < len(hashes):
+        return False
+    cut = end.seq - len(hashes)
+    stored = db.execute(
+        "SELECT chain_hash FROM events WHERE branch_id = ? AND seq > ? ORDER BY seq", (end.branch_id, cut)
+    ).fetchall()
+    if [r[0] for r in stored] != hashes:
+        return False
+    if db.execute("SELECT 1 FROM branches WHERE parent_id = ? AND fork_seq > ?", (end.branch_id, cut)).fetchone():
+        return False
+    db.execute("DELETE FROM events WHERE branch_id = ? AND seq > ?", (end.branch_id, cut))
+    if cut == row[1] and row[2] is not None:
+        db.execute("DELETE FROM branches WHERE id = ?", (end.branch_id,))
+        db.execute("DELETE FROM checkpoints WHERE branch_id = ?", (end.branch_id,))
+        db.execute("DELETE FROM leases WHERE branch_id = ?", (end.branch_id,))
     else:
-        db.execute("UPDATE branches SET updated_at = ? WHERE id = ?", (now, branch))
-    db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, start.conversation_id))
-    return Position(start.conversation_id, branch, seq)
+        db.execute("UPDATE branches SET head_seq = ? WHERE id = ?", (cut, end.branch_id))
+    return True
 
 
 def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
@@ -211,7 +273,7 @@ def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[
             "WHERE branch_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
             (seg_branch, after_seq, seg_upto, limit - len(out)),
         )
-        out.extend(StoredEvent(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6], r[7]) for r in rows)
+        out.extend(StoredEvent(r[0], r[1], r[2], codec.loads(r[3]), r[4], r[5], r[6], r[7]) for r in rows)
         if len(out) >= limit:
             break
     return out

@@ -1,7 +1,10 @@
 -- KEYS: the conversation's. ARGV: cid, start_bid, start_seq, has_sys, sys, now, fork_base,
 -- then (chain_hash, event_json)* -> {'OK', bid, seq} | {'GONE'} | {'NOBRANCH', bid}
+-- has_sys: '1' stamp and set the system hash, '0' stamp only, 'quiet' neither (an unanswered
+-- request): heads move, no branch's or conversation's updated_at does.
 local cid, br, seq = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local has_sys, sys, now, fork_base = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local quiet = has_sys == 'quiet'
 if gone(cid) then return {'GONE'} end
 local forks = 0
 for i = 8, #ARGV, 2 do
@@ -25,9 +28,10 @@ for i = 8, #ARGV, 2 do
     local at = br .. ':' .. seq
     redis.call('HSET', EVENTS, at, payload)
     redis.call('HSET', CHAIN, at, h, 'h:' .. h, br .. ' ' .. seq)
-    bset(br, 'head', seq, 'updated', now)
+    if quiet then bset(br, 'head', seq) else bset(br, 'head', seq, 'updated', now) end
   end
 end
+if quiet then return {'OK', br, tostring(seq)} end
 if bget(br, 'head') then
   if has_sys == '1' then bset(br, 'sys', sys, 'updated', now) else bset(br, 'updated', now) end
 end

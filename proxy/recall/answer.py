@@ -1,0 +1,79 @@
+"""The recall tool's result for one call: search hits or one stored event, bounded.
+
+Results are delimited data (`<conversation_history_search>`, `policies.search.render`), never
+instructions; hits come in history order, each with its event number, and when more match than
+fit the newest are kept and the rest counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from policies.search import SearchableEvent, fit_newest, parse_query, render, render_event, search
+from policies.text import call_arguments, call_name, tool_calls
+
+from ..config import Recall
+from ..types import Message
+
+CHARS_PER_TOKEN = 4
+"""Event texts are cut by characters; results are fitted by the route's tokenizer."""
+
+
+def recall_calls(message: Message | None, settings: Recall) -> list[Mapping[str, Any]]:
+    """The answer's calls of the recall tool (client tool calls beside them are dropped)."""
+    if message is None:
+        return []
+    return [call for call in tool_calls(message) if call_name(call) == settings.tool_name]
+
+
+NO_ROOM = (
+    "Error: the context window has no room left for recall results in this answer; "
+    "answer with what you have, or ask for less."
+)
+MIN_RESULT_TOKENS = 64
+
+
+def answer(
+    events: Sequence[SearchableEvent],
+    call: Mapping[str, Any],
+    settings: Recall,
+    count: Callable[[str], int],
+    limit: int | None = None,
+) -> str:
+    """The tool result for one recall call: search results or one event, within `limit` tokens
+    (default `max_result_tokens`; less when the window has less room left)."""
+    limit = settings.max_result_tokens if limit is None else min(limit, settings.max_result_tokens)
+    if limit < MIN_RESULT_TOKENS:
+        return NO_ROOM
+    try:
+        arguments = json.loads(call_arguments(call) or "{}")
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        return "Error: the arguments must be a JSON object with a string `query`."
+    event = arguments.get("event")
+    if isinstance(event, int) and not isinstance(event, bool):
+        return _fitted_event(events, event, limit, count)
+    text = arguments.get("query")
+    try:
+        query = parse_query(text if isinstance(text, str) else "")
+    except ValueError as exc:
+        return f"Error: {exc}"
+    fitted = fit_newest(search(events, query), limit, count)
+    return render(text if isinstance(text, str) else "", fitted)
+
+
+def _fitted_event(events: Sequence[SearchableEvent], seq: int, limit: int, count: Callable[[str], int]) -> str:
+    """One event, cut by characters until the tokenizer says it fits (digits and symbols take
+    more tokens per character than prose)."""
+    chars = limit * CHARS_PER_TOKEN
+    text = render_event(events, seq, chars)
+    for _ in range(4):
+        used = count(text)
+        if used <= limit:
+            break
+        chars = int(chars * limit / used * 0.9)
+        text = render_event(events, seq, chars)
+    return text

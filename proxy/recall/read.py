@@ -1,0 +1,158 @@
+"""Reading an upstream answer just far enough to know whether it calls the recall tool.
+
+A whole body is read whole. A stream is buffered until it is clear: its first text, before any
+tool call, starts the relay (the buffered pieces first, then the rest as it arrives); once it
+calls any tool it is read to its end, because a recall call may follow a client tool call, and
+then the whole answer is consumed (the client calls are dropped and the model issues them again).
+Tool-call arguments are not shown to people as they stream, so holding them costs no visible
+latency. A recall call after text that already went to the client is answered too, and the
+follow-up continues the client's stream (`watch`, `splice`).
+
+An answer that called recall is recorded here with `purpose: recall`; any other answer is handed
+back to the orchestrator to relay as if it had never been looked at (`Buffered`, `Replayed`), a
+stream that started with text still watched for a later recall call (`watch.Watched`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from policies.text import tool_calls
+
+from .. import record
+from ..config import Recall, Route
+from ..errors import ProxyError
+from ..protocols.base import Wire
+from ..relay import StreamOutcome
+from ..services import Services
+from ..sse import SseEvent, SseSplitter
+from ..store.base import CallRecord
+from ..types import Json, Message
+from ..upstream.base import UpstreamResponse
+from .answer import recall_calls
+from .watch import Answer, Rounds, Watched, may_call, may_write
+
+
+class Buffered(UpstreamResponse):
+    """An upstream answer already read whole (to see whether it called recall)."""
+
+    def __init__(self, upstream: UpstreamResponse, data: bytes) -> None:
+        super().__init__(
+            upstream.status, upstream.headers, upstream.content_type, upstream.request_id, upstream.started
+        )
+        self.data = data
+
+    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        return self.data
+
+    def close(self) -> None:
+        return None
+
+
+class Replayed(UpstreamResponse):
+    """A stream read to its end to decide; its pieces are replayed."""
+
+    def __init__(self, upstream: UpstreamResponse, head: list[bytes]) -> None:
+        super().__init__(
+            upstream.status, upstream.headers, upstream.content_type, upstream.request_id, upstream.started
+        )
+        self.inner, self.head = upstream, head
+
+    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        raise NotImplementedError("a replayed stream is read by pieces")
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        for piece in self.head:
+            yield piece
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def relay_now(message: Message | None) -> bool:
+    """Whether the stream so far shows text before any tool call: nothing can be held back then."""
+    return message is not None and not tool_calls(message) and bool(message.get("content"))
+
+
+async def read_whole(
+    services: Services, wire: Wire, call: CallRecord, upstream: UpstreamResponse, t0: float, settings: Recall
+) -> tuple[UpstreamResponse | None, Message | None]:
+    """A whole answer: (the answer to relay, None), or (None, its message) when it called recall
+    (then it is recorded as a recall call)."""
+    try:
+        data = await upstream.read()
+    except ProxyError as exc:
+        record.failed(call, exc, t0)
+        await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
+        raise
+    finally:
+        upstream.close()
+    parsed = _json(data)
+    message = wire.response(parsed)[0] if parsed is not None else None
+    if not recall_calls(message, settings):
+        return Buffered(upstream, data), None
+    call.purpose = "recall"
+    call.upstream_status, call.request_id = upstream.status, upstream.request_id
+    call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - t0)
+    await services.recorder.finish(call, wire.name, record.answered(call, wire, 200, data))
+    return None, message
+
+
+async def read_stream(
+    services: Services,
+    wire: Wire,
+    body: Json,
+    route: Route,
+    call: CallRecord,
+    upstream: UpstreamResponse,
+    t0: float,
+    rounds: Rounds,
+) -> tuple[UpstreamResponse | None, Message | None]:
+    """A stream, buffered until it is clear whether it calls recall: (a response that relays the
+    buffered events and goes on, still watched for a recall call after its text, None), or
+    (None, its message) once it was read whole and called recall (then it is recorded as a
+    recall call)."""
+    settings = rounds.settings
+    answer = Answer(upstream, aiter(upstream.pieces()), wire.observer(body), SseSplitter(), t0)
+    head: list[SseEvent] = []
+    outcome = StreamOutcome()
+    calling = False
+    try:
+        async for piece in answer.pieces:
+            outcome.first_byte_at = answer.first_byte_at = answer.first_byte_at or time.monotonic()
+            events = answer.splitter.feed(piece)
+            for i, event in enumerate(events):
+                answer.observer(event)
+                head.append(event)
+                if calling or not (may_call(event) or may_write(event)):
+                    continue
+                message = answer.observer.message()
+                calling = bool(message and tool_calls(message))
+                if relay_now(message):
+                    return Watched(services, wire, body, route, call, rounds, answer, head, events[i + 1 :]), None
+    except ProxyError as exc:
+        upstream.close()
+        record.failed(call, exc, t0)
+        await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
+        raise
+    message = answer.observer.message()
+    if not (answer.observer.done and recall_calls(message, settings)):
+        rest = answer.splitter.rest()
+        return Replayed(upstream, [e.raw for e in head] + ([rest] if rest else [])), None
+    upstream.close()
+    outcome.ended_at, outcome.upstream_finished = time.monotonic(), True
+    call.purpose = "recall"
+    kind = record.streamed(call, wire, upstream, answer.observer, outcome, t0)
+    await services.recorder.finish(call, wire.name, kind)
+    return None, message
+
+
+def _json(data: bytes) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None

@@ -1,0 +1,173 @@
+"""A relayed stream that is still watched for a recall call after its text.
+
+`read.read_stream` starts the relay at the stream's first text. From there this response relays
+event by event and keeps reading the answer on the side; once the answer calls any tool, its
+events are held until its end. Then either nothing called recall and the held events follow, or
+recall was called: the held events are dropped, the answer is recorded as a `recall` call, the
+follow-up goes upstream (`Rounds.next_answer`), and its events continue the client's stream
+(`splice.continuation`), watched the same way, while rounds remain. The relay's own observer sees
+exactly what the client gets, so the stored answer and the main call record are the client's view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from policies.text import tool_calls
+
+from .. import record
+from ..config import Recall, Route
+from ..errors import UpstreamError
+from ..protocols.base import StreamObserver, Wire
+from ..relay import StreamOutcome
+from ..services import Services
+from ..sse import SseEvent, SseSplitter, parse_event
+from ..store.base import CallRecord
+from ..types import Json, Message
+from ..upstream.base import UpstreamResponse
+from .answer import recall_calls
+from .splice import Continue, continuation
+
+_CALLS = (b'"tool_calls"', b"content_block_start", b"output_item.added")
+"""Bytes of the events that can start a tool call: a chat delta's `tool_calls`, an Anthropic
+block, a Responses item. Only after such an event is the message reassembled to look for a
+call: reassembling after every text, thinking or argument delta would make a long stream
+quadratic."""
+_TEXT = (b'"content"', b"text_delta", b"text.delta")
+"""Bytes of the events that can carry text: chat `content`, Anthropic `text_delta`, Responses
+`output_text.delta`."""
+
+
+def may_call(event: SseEvent) -> bool:
+    return any(marker in event.raw for marker in _CALLS)
+
+
+def may_write(event: SseEvent) -> bool:
+    return any(marker in event.raw for marker in _TEXT)
+
+
+class Rounds(Protocol):
+    settings: Recall
+
+    def more(self) -> bool:
+        """Whether another recall round may run."""
+
+    async def next_answer(self, message: Message) -> UpstreamResponse:
+        """Answer `message`'s recall calls and send the follow-up; raises ProxyError."""
+
+
+@dataclasses.dataclass
+class Answer:
+    """The upstream answer being read: its pieces, its own observer, when it was sent."""
+
+    upstream: UpstreamResponse
+    pieces: AsyncIterator[bytes]
+    observer: StreamObserver
+    splitter: SseSplitter
+    sent_at: float
+    first_byte_at: float | None = None
+
+
+class Watched(UpstreamResponse):
+    def __init__(
+        self,
+        services: Services,
+        wire: Wire,
+        body: Json,
+        route: Route,
+        call: CallRecord,
+        rounds: Rounds,
+        answer: Answer,
+        head: list[SseEvent],
+        pending: list[SseEvent],
+    ) -> None:
+        first = answer.upstream
+        super().__init__(first.status, first.headers, first.content_type, first.request_id, first.started)
+        self.services, self.wire, self.body, self.route, self.call = services, wire, body, route, call
+        self.rounds, self.settings = rounds, rounds.settings
+        self.answer, self.head, self.pending = answer, head, pending
+        """`head` was observed and is relayed as it is; `pending` arrived with it, not yet observed."""
+
+    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        raise NotImplementedError("a watched stream is read by pieces")
+
+    def close(self) -> None:
+        self.answer.upstream.close()
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        relayed: list[SseEvent] = []
+        for event in self.head:
+            relayed.append(event)
+            yield event.raw
+        shift: Continue | None = None
+        pending = self.pending
+        while True:
+            answer, held, calling = self.answer, [], False
+            async for event in _events(answer, pending):
+                answer.observer(event)
+                calling = calling or (may_call(event) and bool(tool_calls(answer.observer.message() or {})))
+                if calling:
+                    held.append(event)
+                    continue
+                out = event.raw if shift is None else shift(event)
+                if out:
+                    relayed.append(parse_event(out))
+                    yield out
+            pending = []
+            message = answer.observer.message()
+            recalled = recall_calls(message, self.settings) if message is not None else []
+            if message is None or not (calling and answer.observer.done and recalled and self.rounds.more()):
+                for event in held:
+                    out = event.raw if shift is None else shift(event)
+                    if out:
+                        yield out
+                rest = answer.splitter.rest()
+                if rest:
+                    yield rest
+                return
+            await self._consumed(answer)
+            answer.upstream.close()
+            sent = time.monotonic()
+            upstream = await self.rounds.next_answer(message)
+            self.answer = await _opened(self.wire, self.body, upstream, sent)
+            shift = continuation(self.wire.name, relayed)
+
+    async def _consumed(self, answer: Answer) -> None:
+        """Record the answer that called recall after its text went out; mark the main record."""
+        consumed = self.services.recorder.open(
+            self.call.tenant, self.route, self.call.model, "recall", self.call.stream
+        )
+        consumed.conversation_id, consumed.branch_id = self.call.conversation_id, self.call.branch_id
+        consumed.system_hash, consumed.tools_hash = self.call.system_hash, self.call.tools_hash
+        outcome = StreamOutcome(first_byte_at=answer.first_byte_at, ended_at=time.monotonic(), upstream_finished=True)
+        kind = record.streamed(consumed, self.wire, answer.upstream, answer.observer, outcome, answer.sent_at)
+        await self.services.recorder.finish(consumed, self.wire.name, kind)
+        if self.call.projection is not None:
+            # the rounds of this request so far: the ones before the relay started, plus this one
+            before = int(self.call.projection.get("recall_rounds") or 0)
+            self.call.projection = {**self.call.projection, "recall_rounds": before + 1, "recall_spliced": True}
+
+
+async def _events(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[SseEvent]:
+    for event in pending:
+        yield event
+    async for piece in answer.pieces:
+        answer.first_byte_at = answer.first_byte_at or time.monotonic()
+        for event in answer.splitter.feed(piece):
+            yield event
+
+
+async def _opened(wire: Wire, body: Json, upstream: UpstreamResponse, sent: float) -> Answer:
+    """The follow-up as an answer to watch; an upstream that did not answer with a stream is a
+    failure of the client's stream (the relay sends one error event in the API's vocabulary)."""
+    if upstream.status != 200 or not wire.is_stream(upstream.content_type):
+        try:
+            data = await upstream.read()
+        finally:
+            upstream.close()
+        detail = data[:500].decode("utf-8", errors="replace")
+        raise UpstreamError(f"The upstream answered the recall follow-up with HTTP {upstream.status}: {detail}")
+    return Answer(upstream, aiter(upstream.pieces()), wire.observer(body), SseSplitter(), sent)

@@ -1,0 +1,193 @@
+"""Tenant isolation over every endpoint, generated from the app's route table.
+
+Tenant A (client alice) holds a conversation with a secret marker; tenant M (client mallory)
+probes every endpoint with everything it could know or guess of it: A's client-chosen id, A's
+internal id, A's opening turns verbatim (the marker comes after them). The matrix below must
+have one entry per (method, path) of the Starlette route table, so a new endpoint without an
+entry fails `test_the_matrix_covers_every_route`.
+Measured: cross-tenant reads (the marker in any answer or upstream request caused by M)
+and writes (any change to what the admin API shows of A's conversation): both must be 0; A's
+objects answer M's scoped lookups with 404.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from proxy.app import create_app
+from proxy.config import parse_config
+from tests.support.e2e import user
+from tests.support.proxy_process import ADMIN_TOKEN
+
+ALICE, MALLORY = "ck-matrix-alice-" + "1" * 20, "ck-matrix-mallory-" + "2" * 20
+CLIENTS = [
+    {"name": "alice", "key_sha256": hashlib.sha256(ALICE.encode()).hexdigest(), "tenant": "team-a"},
+    {"name": "mallory", "key_sha256": hashlib.sha256(MALLORY.encode()).hexdigest(), "tenant": "team-m"},
+]
+CONVERSATION_PATHS = ["", "/events", "/calls", "/search", "/projection", "/checkpoints"]
+
+
+def route_table() -> set[tuple[str, str]]:
+    config = parse_config({"routes": [{"name": "r", "upstream": {"base_url": "http://127.0.0.1:9/v1"}}]}, env={})
+    table = set()
+    for route in create_app(config, env={}).routes:
+        methods = set(getattr(route, "methods", None) or ()) - {"HEAD"} or {"HEAD"}
+        table.update((method, route.path) for method in methods)
+    return table
+
+
+class Probe:
+    """What M's probes saw: every answer body and every upstream request they caused."""
+
+    def __init__(self, p: Any, upstream: Any, secrets: list[str]) -> None:
+        self.p, self.upstream, self.secrets = p, upstream, secrets
+        self.answers: list[tuple[str, bytes]] = []
+        self.probes = 0
+
+    def send(self, what: str, method: str, path: str, key: str | None = MALLORY, **kw: Any) -> httpx.Response:
+        headers = dict(kw.pop("headers", {}))
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        seen = len(self.upstream.requests)
+        r = httpx.request(method, f"{self.p.url}{path}", headers=headers, timeout=30, **kw)
+        self.probes += 1
+        self.answers.append((what, r.content + json.dumps(dict(r.headers)).encode()))
+        for sent in self.upstream.requests[seen:]:
+            self.answers.append((f"{what} -> upstream", sent.raw + json.dumps(sent.headers).encode()))
+        return r
+
+    def leaks(self) -> list[str]:
+        return [what for what, data in self.answers for s in self.secrets if s.encode() in data]
+
+
+def _model_call(path: str, body: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> Callable[..., None]:
+    def check(probe: Probe, a: dict[str, Any]) -> None:
+        for ref in (a["external_id"], a["id"]):
+            probe.send(path, "POST", path, json=body([user("mallory asks")]), headers={"X-Conversation-Id": ref})
+            own = probe.p.admin_json(f"conversations/{ref}", params={"tenant": "team-m"})
+            assert own["id"] != a["id"] and own["tenant"] == "team-m"  # the id names mallory's own
+        probe.send(f"{path} same history", "POST", path, json=body(a["history"]))
+        for header in ({"Authorization": f"Bearer {ALICE[:-1]}"}, {}):
+            r = httpx.post(f"{probe.p.url}{path}", json=body(a["history"]), headers=header, timeout=30)
+            assert r.status_code == 401, r.text
+
+    return check
+
+
+def _chat_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": "gpt-4o", "messages": messages}
+
+
+def _responses_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": "gpt-4o", "input": messages, "store": False}
+
+
+def _messages_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": "gpt-4o", "max_tokens": 50, "messages": messages}
+
+
+def _plain(path: str, method: str = "GET", **kw: Any) -> Callable[..., None]:
+    def check(probe: Probe, a: dict[str, Any]) -> None:
+        probe.send(path, method, path, **kw)
+
+    return check
+
+
+def _admin(suffix: str, method: str = "GET") -> Callable[..., None]:
+    def check(probe: Probe, a: dict[str, Any]) -> None:
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        for ref in (a["external_id"], a["id"]):
+            path = f"/admin/conversations/{ref}{suffix}"
+            nobody = probe.send(path, method, path, key=None, headers=admin, params={"tenant": "team-z", "q": "x"})
+            assert nobody.status_code == 404, (path, nobody.text)
+            # mallory's own conversation of that name, if its probes made one -- never alice's
+            scoped = probe.send(path, method, path, key=None, headers=admin, params={"tenant": "team-m", "q": "x"})
+            assert scoped.status_code in (200, 404), (path, scoped.text)
+            if scoped.status_code == 200:
+                body = scoped.json()
+                named = body.get("deleted") or body.get("conversation_id") or body.get("id")
+                assert named and named != a["id"], (path, body)
+            as_client = probe.send(path, method, path, key=MALLORY)
+            assert as_client.status_code == 401, (path, as_client.text)
+
+    return check
+
+
+def _admin_collection(path: str) -> Callable[..., None]:
+    def check(probe: Probe, a: dict[str, Any]) -> None:
+        for key in (MALLORY, ALICE):
+            assert probe.send(path, "GET", path, key=key).status_code == 401
+        if path == "/admin/usage":
+            admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            r = probe.send(
+                path, "GET", path, key=None, headers=admin, params={"tenant": "team-m", "conversation": a["id"]}
+            )
+            assert r.status_code == 200 and r.json()["totals"]["calls"] == 0, r.text
+
+    return check
+
+
+MATRIX: dict[tuple[str, str], Callable[..., None]] = {
+    ("POST", "/v1/chat/completions"): _model_call("/v1/chat/completions", _chat_body),
+    ("POST", "/chat/completions"): _model_call("/chat/completions", _chat_body),
+    ("POST", "/v1/responses"): _model_call("/v1/responses", _responses_body),
+    ("POST", "/responses"): _model_call("/responses", _responses_body),
+    ("POST", "/v1/messages"): _model_call("/v1/messages", _messages_body),
+    ("POST", "/v1/messages/count_tokens"): _plain("/v1/messages/count_tokens", "POST", json=_messages_body([])),
+    ("GET", "/v1/models"): _plain("/v1/models"),
+    ("GET", "/"): _plain("/"),
+    ("GET", "/healthz"): _plain("/healthz"),
+    ("GET", "/metrics"): _plain("/metrics"),
+    ("GET", "/admin/usage"): _admin_collection("/admin/usage"),
+    ("GET", "/admin/conversations"): _admin_collection("/admin/conversations"),
+    ("DELETE", "/admin/conversations/{id}"): _admin("", "DELETE"),
+    **{("GET", f"/admin/conversations/{{id}}{suffix}"): _admin(suffix) for suffix in CONVERSATION_PATHS},
+}
+
+
+def test_the_matrix_covers_every_route() -> None:
+    assert set(MATRIX) == route_table()
+
+
+def _view(p: Any, conv: str) -> list[bytes]:
+    head = p.admin(f"conversations/{conv}")
+    parts = [head.content, p.admin(f"conversations/{conv}/calls").content]
+    for branch in head.json()["branches"]:
+        parts.append(p.admin(f"conversations/{conv}/events", params={"branch": branch["id"]}).content)
+    parts.append(p.admin(f"conversations/{conv}/checkpoints").content)
+    return parts
+
+
+def test_no_endpoint_reads_or_writes_another_tenants_conversation(proxy, upstream):
+    p = proxy(open_access=False, clients=CLIENTS)
+    marker = f"alice-secret-{uuid.uuid4().hex}"
+    ref = f"matrix-{uuid.uuid4().hex}"
+    opening = [user("alice opens the thread")]
+    r = p.post_chat(ALICE, _chat_body(opening), headers={"X-Conversation-Id": ref})
+    assert r.status_code == 200
+    opening.append(r.json()["choices"][0]["message"])
+    r = p.post_chat(
+        ALICE, _chat_body([*opening, user(f"the launch code is {marker}")]), headers={"X-Conversation-Id": ref}
+    )
+    assert r.status_code == 200
+    history = [*opening, user("mallory continues")]  # what mallory could know: the opening, not the rest
+    conv = p.admin_json(f"conversations/{ref}", params={"tenant": "team-a"})
+    p.wait_calls(conv["id"], 2)
+    a = {"id": conv["id"], "external_id": ref, "history": history}
+    before = _view(p, conv["id"])
+
+    probe = Probe(p, upstream, [marker])
+    for check in MATRIX.values():
+        check(probe, a)
+    assert probe.leaks() == [], "cross-tenant reads"
+    assert _view(p, conv["id"]) == before, "cross-tenant writes"
+    assert probe.probes >= 40
+    # mallory's own requests did land -- in mallory's tenant
+    mine = [c for c in p.admin_json("conversations", params={"limit": 1000})["data"] if c["tenant"] == "team-m"]
+    assert mine and all(c["id"] != conv["id"] for c in mine)
