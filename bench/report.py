@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,10 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _loads(values: list[float] | None) -> str:
+    return "/".join(f"{v:.2f}" for v in values) if values else "?"
+
+
 def render(report: dict[str, Any]) -> str:
     meta = report["meta"]
     lines = [
@@ -140,6 +145,16 @@ def render(report: dict[str, Any]) -> str:
         f"Produced by `{meta['command']}` on {meta['date']} ({meta['machine']}); "
         f"{meta['duration_s']:.0f} s. Raw numbers: `bench/results/{meta['run']}/report.json`.",
         "",
+    ]
+    load = meta.get("load_average")
+    if load:
+        lines += [
+            f"Machine load (1/5/15-minute load averages, {os.cpu_count()} CPUs): {_loads(load.get('start'))} at the "
+            f"start, {_loads(load.get('end'))} at the end. Other work on the machine inflates latencies and "
+            "lowers req/s; CPU per request and ratios within this run are the comparable numbers.",
+            "",
+        ]
+    lines += [
         "How to run: `python -m bench` (full, several minutes; installs the LiteLLM proxy into "
         "`bench/.venv-litellm` on first use; `--profile` adds py-spy profiles of ctxproxy), "
         "`python -m bench --quick` (seconds; skips LiteLLM unless already installed), "

@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.platform()}",
             "rounds": rounds,
+            "load_average": {"start": [round(x, 2) for x in os.getloadavg()]},
         },
         "notes": [],
     }
@@ -340,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         for proc in reversed(procs):
             proc.stop()
     report["meta"]["duration_s"] = round(time.time() - started, 1)
+    report["meta"]["load_average"]["end"] = [round(x, 2) for x in os.getloadavg()]
     report["targets"] = targets(report)
     (run_dir / "report.json").write_text(json.dumps(report, indent=1))
     md = render(report)

@@ -12,9 +12,10 @@ Invariants:
   only module of `policies/` that touches the environment or tiktoken.
 - Counts follow OpenAI's chat framing: 3 tokens per message, plus role, content (text parts),
   `name` (+1), tool calls (name + arguments + 3) and `tool_call_id`; an image part is a fixed
-  estimate (`IMAGE_TOKENS`). The request's reply priming (3) belongs in `Budget.fixed_tokens`,
-  with `count_tools`: tool definitions by their API's published rendering (OpenAI's TypeScript
-  namespaces, `policies.tool_render`; Anthropic's JSON plus its tool-use system prompt).
+  estimate (`IMAGE_TOKENS`, `IMAGE_TOKENS_LOW` at low detail). The request's reply priming (3)
+  belongs in `Budget.fixed_tokens`, with `count_tools`: tool definitions by their API's
+  published rendering (OpenAI's TypeScript namespaces, `policies.tool_render`; Anthropic's JSON
+  plus its tool-use system prompt).
 - Pure counting only: caching counts between requests (an LRU with a lock) is the caller's
   business; the proxy's `proxy.token_counter.TokenCounter` keys them by event hash, so a request
   costs encoding work proportional to what is new.
@@ -44,7 +45,8 @@ from policies.tool_render import function_of, render_functions
 TOKENS_PER_MESSAGE = 3
 TOKENS_PER_NAME = 1
 TOKENS_PER_TOOL_CALL = 3
-IMAGE_TOKENS = 765  # a 1024x1024 image at high detail; low detail is 85
+IMAGE_TOKENS = 765  # a 1024x1024 image at high detail (OpenAI: 85 + 170 per 512px tile)
+IMAGE_TOKENS_LOW = 85  # OpenAI's fixed cost of an image at `detail: "low"`
 
 _O200K_PREFIXES = ("gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss", "o1", "o3", "o4")
 _CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")
@@ -106,10 +108,18 @@ def _content_tokens(content: Any, enc: tiktoken.Encoding) -> int:
         if isinstance(part.get("text"), str):
             total += _encode_len(enc, part["text"])
         elif part.get("type") in ("image_url", "image", "input_image"):
-            total += IMAGE_TOKENS
+            total += _image_tokens(part)
         else:
             total += _encode_len(enc, json.dumps(part, sort_keys=True, ensure_ascii=False))
     return total
+
+
+def _image_tokens(part: Mapping[str, Any]) -> int:
+    """An image part: `detail: "low"` (chat `image_url.detail`, Responses `detail`) is OpenAI's
+    fixed 85; otherwise the dimensions are unknown here, so a 1024x1024 high-detail image."""
+    image_url = part.get("image_url")
+    detail = image_url.get("detail") if isinstance(image_url, Mapping) else part.get("detail")
+    return IMAGE_TOKENS_LOW if detail == "low" else IMAGE_TOKENS
 
 
 def count_message(message: Message, enc: tiktoken.Encoding) -> int:
@@ -184,6 +194,7 @@ def message_key(message: Message) -> str:
 __all__ = [
     "ANTHROPIC_TOOL_PROMPT",
     "IMAGE_TOKENS",
+    "IMAGE_TOKENS_LOW",
     "TOOLS_FRAMING",
     "count_message",
     "count_text",

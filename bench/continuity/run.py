@@ -75,7 +75,8 @@ def proxy_config(urls: dict[str, str], windows: list[int]) -> dict[str, Any]:
                         "policy": f"w{window}-{mode}",
                     }
                 )
-    return {"admin_token_env": "CTXPROXY_ADMIN_TOKEN", "routes": routes, "policies": policies}
+    # A local bench: anyone who reaches the proxy may spend the scripted upstream's key.
+    return {"admin_token_env": "CTXPROXY_ADMIN_TOKEN", "open_access": True, "routes": routes, "policies": policies}
 
 
 def _headers(wire: str) -> dict[str, str]:

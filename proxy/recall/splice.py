@@ -26,15 +26,15 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..sse import SseEvent
+from ..sse import SseEvent, parse_event
 
 Continue = Callable[[SseEvent], bytes | None]
 _ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-def continuation(wire: str, relayed: Sequence[SseEvent]) -> Continue:
-    """How the follow-up's events continue a client stream that already got `relayed`."""
-    seen = [data for data in (_data(event) for event in relayed) if data is not None]
+def continuation(wire: str, relayed: Sequence[bytes]) -> Continue:
+    """How the follow-up's events continue a client stream that already got the events `relayed`."""
+    seen = [data for data in (_data(parse_event(raw)) for raw in relayed) if data is not None]
     if wire == "anthropic":
         return _anthropic(seen)
     if wire == "openai_responses":

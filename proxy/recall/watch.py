@@ -24,7 +24,7 @@ from ..errors import UpstreamError
 from ..protocols.base import StreamObserver, Wire
 from ..relay import StreamOutcome
 from ..services import Services
-from ..sse import SseEvent, SseSplitter, parse_event
+from ..sse import SseEvent, SseSplitter
 from ..store.base import CallRecord
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
@@ -98,9 +98,10 @@ class Watched(UpstreamResponse):
         self.answer.upstream.close()
 
     async def pieces(self) -> AsyncIterator[bytes]:
-        relayed: list[SseEvent] = []
+        # what the client got, for the splice to continue from (chat needs none of it)
+        keep = self.wire.name != "openai_chat"
+        relayed: list[bytes] = [event.raw for event in self.head] if keep else []
         for event in self.head:
-            relayed.append(event)
             yield event.raw
         shift: Continue | None = None
         pending = self.pending
@@ -114,7 +115,8 @@ class Watched(UpstreamResponse):
                     continue
                 out = event.raw if shift is None else shift(event)
                 if out:
-                    relayed.append(parse_event(out))
+                    if keep:
+                        relayed.append(out)
                     yield out
             pending = []
             message = answer.observer.message()

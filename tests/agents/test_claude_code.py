@@ -106,6 +106,11 @@ def _check(p: Any, claude_upstream: AnthropicUpstream, name: str, answers: int) 
     main = [r for r in requests if r.body.get("tools") and not harness.is_summary(r.body)]
     assert len(main) == harness.STEPS + answers, len(main)
     assert claude_upstream.rejections == [], claude_upstream.rejections[:1]
+    # its environment turn went upstream as the system message it is, on every request (pinned
+    # through compaction): the proxy accepted it, so Claude Code never fell back to a user block
+    for r in main:
+        turn = r.body["messages"][1]
+        assert turn["role"] == "system" and "# Environment" in json.dumps(turn), turn
     got = harness.outcome(p, len(requests))
     assert len(got.conversations) == 1, got.conversations
     assert len(got.branches) == 1, got.branches

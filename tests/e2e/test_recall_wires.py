@@ -563,3 +563,25 @@ def test_follow_ups_stay_within_the_window(proxy, upstream, api_key, monkeypatch
     assert all(FACT in r for r in results)
     assert any("chars left out" in r for r in results), "the two events were not cut to the room left"
     assert all(count_prompt_tokens(r.body) <= window - 200 for r in upstream.chat_requests[before:])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_anthropic_retry_without_the_tool(proxy, servers, api_key, stream):
+    """The retry on the Messages wire, streamed too: the 400 comes before any byte."""
+    claude = servers["anthropic"]
+    p = proxy(**config(servers["openai_chat"], claude, servers["openai_responses"], POLICY))
+    model = f"claude-notools-{uuid.uuid4().hex[:8]}"
+    rejected = {"type": "error", "error": {"type": "invalid_request_error", "message": "tools.1: not allowed"}}
+    claude.push(ClaudeReply(status=400, error=rejected), ClaudeReply(text="fine without it"))
+    agent = ClaudeAgent(p, api_key, claude)
+    agent.model = model
+    text, _, _ = agent.ask(f"hi {uuid.uuid4().hex}", stream)
+    assert text == "fine without it"
+    first, second = agent.bodies()
+    assert [t["name"] for t in first["tools"]] == ["bash", RECALL]
+    assert [t["name"] for t in second["tools"]] == ["bash"]
+    calls = p.wait_calls(agent.conv, 2)
+    assert "not allowed" in next(c for c in calls if c["purpose"] == "recall")["error"]
+    agent.script(call_bash=False, text="again")
+    agent.ask("more", stream)
+    assert [t["name"] for t in agent.bodies()[-1]["tools"]] == ["bash"]

@@ -133,6 +133,25 @@ def _admin_collection(path: str) -> Callable[..., None]:
     return check
 
 
+UI_OPEN = {("GET", "/ui"), ("GET", "/ui/login"), ("GET", "/ui/static/{name}")}
+"""Inspector paths that answer without credentials: a redirect, the login form, static files."""
+
+
+def _operator_only(method: str, template: str) -> Callable[..., None]:
+    """The inspector (/ui) is behind the admin token: a client key of either tenant opens
+    nothing of it (a 303 to the login form, 401, 403 or 404), and no answer carries A's data."""
+
+    def check(probe: Probe, a: dict[str, Any]) -> None:
+        for ref in (a["external_id"], a["id"]):
+            path = template.replace("{id}", ref).replace("{call}", a["call"]).replace("{name}", "style.css")
+            for key in (MALLORY, ALICE):
+                r = probe.send(path, method, path, key=key, data={"token": key})
+                if (method, template) not in UI_OPEN:
+                    assert r.status_code in (303, 401, 403, 404), (path, r.status_code, r.text[:300])
+
+    return check
+
+
 MATRIX: dict[tuple[str, str], Callable[..., None]] = {
     ("POST", "/v1/chat/completions"): _model_call("/v1/chat/completions", _chat_body),
     ("POST", "/chat/completions"): _model_call("/chat/completions", _chat_body),
@@ -148,6 +167,12 @@ MATRIX: dict[tuple[str, str], Callable[..., None]] = {
     ("GET", "/admin/conversations"): _admin_collection("/admin/conversations"),
     ("DELETE", "/admin/conversations/{id}"): _admin("", "DELETE"),
     **{("GET", f"/admin/conversations/{{id}}{suffix}"): _admin(suffix) for suffix in CONVERSATION_PATHS},
+    # the inspector: one rule for all its paths, enforced by its guard (proxy/ui/guard.py)
+    **{
+        (method, path): _operator_only(method, path)
+        for method, path in route_table()
+        if path == "/ui" or path.startswith("/ui/")
+    },
 }
 
 
@@ -179,7 +204,7 @@ def test_no_endpoint_reads_or_writes_another_tenants_conversation(proxy, upstrea
     history = [*opening, user("mallory continues")]  # what mallory could know: the opening, not the rest
     conv = p.admin_json(f"conversations/{ref}", params={"tenant": "team-a"})
     p.wait_calls(conv["id"], 2)
-    a = {"id": conv["id"], "external_id": ref, "history": history}
+    a = {"id": conv["id"], "external_id": ref, "history": history, "call": p.calls(conv["id"])[0]["id"]}
     before = _view(p, conv["id"])
 
     probe = Probe(p, upstream, [marker])

@@ -135,3 +135,56 @@ def test_answers_fit_the_room_left():
     assert len(short) // 4 <= 300 + 40 and "[event 39 | user" in short  # the newest hits are kept
     full = answer(events, call, AUTO.recall, lambda text: len(text) // 4)
     assert len(full) > len(short)
+
+
+def _sse(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def test_splice_continues_the_clients_stream():
+    from proxy.recall.splice import continuation
+    from proxy.sse import parse_event
+
+    relayed = [
+        _sse("message_start", {"type": "message_start", "message": {"usage": {"input_tokens": 5}}}),
+        _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}),
+        _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    ]
+    go = continuation("anthropic", relayed)
+    start = {"type": "message_start", "message": {"usage": {"input_tokens": 9, "cache_read_input_tokens": 2}}}
+    assert go(parse_event(_sse("message_start", start))) is None
+    assert go(parse_event(_sse("ping", {"type": "ping"}))) is None
+    block = go(parse_event(_sse("content_block_start", {"type": "content_block_start", "index": 0})))
+    assert block is not None and json.loads(parse_event(block).data or "")["index"] == 1
+    delta = go(parse_event(_sse("message_delta", {"type": "message_delta", "usage": {"output_tokens": 3}})))
+    usage = json.loads(parse_event(delta or b"").data or "")["usage"]
+    assert usage == {"input_tokens": 9, "cache_read_input_tokens": 2, "output_tokens": 3}  # the final call's
+
+    item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me look."}]}
+    relayed = [
+        _sse("response.created", {"type": "response.created", "sequence_number": 0}),
+        _sse(
+            "response.output_item.done",
+            {"type": "response.output_item.done", "sequence_number": 7, "output_index": 0, "item": item},
+        ),
+    ]
+    go = continuation("openai_responses", relayed)
+    assert go(parse_event(_sse("response.created", {"type": "response.created", "sequence_number": 0}))) is None
+    added = go(
+        parse_event(
+            _sse(
+                "response.output_item.added",
+                {"type": "response.output_item.added", "sequence_number": 2, "output_index": 0},
+            )
+        )
+    )
+    assert json.loads(parse_event(added or b"").data or "") == {
+        "type": "response.output_item.added",
+        "sequence_number": 8,
+        "output_index": 1,
+    }
+    final = {"type": "response.completed", "sequence_number": 3, "response": {"output": [{"type": "message"}]}}
+    done = json.loads(parse_event(go(parse_event(_sse("response.completed", final))) or b"").data or "")
+    assert done["sequence_number"] == 9 and done["response"]["output"] == [item, {"type": "message"}]
+    chat = parse_event(b'data: {"choices": []}\n\n')
+    assert continuation("openai_chat", [])(chat) == chat.raw

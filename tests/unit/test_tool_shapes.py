@@ -152,3 +152,24 @@ def test_anthropic_tools_are_their_json_plus_the_tool_use_prompt() -> None:
 
 def test_no_tools_cost_nothing() -> None:
     assert count_tools(None, ENC) == count_tools([], ENC) == 0
+
+
+def test_image_parts_cost_openais_published_fixed_amounts() -> None:
+    from policies.tokens import IMAGE_TOKENS, IMAGE_TOKENS_LOW, count_message
+
+    url = "data:image/png;base64,iVBORw0KGgo="
+    base = count_message({"role": "user", "content": [{"type": "text", "text": "look"}]}, ENC)
+    parts = {
+        "chat low": ({"type": "image_url", "image_url": {"url": url, "detail": "low"}}, IMAGE_TOKENS_LOW),
+        "chat auto": ({"type": "image_url", "image_url": {"url": url}}, IMAGE_TOKENS),
+        "responses low": ({"type": "input_image", "image_url": url, "detail": "low"}, IMAGE_TOKENS_LOW),
+        "responses high": ({"type": "input_image", "image_url": url, "detail": "high"}, IMAGE_TOKENS),
+        "anthropic": (
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "x"}},
+            IMAGE_TOKENS,
+        ),
+    }
+    for name, (part, cost) in parts.items():
+        message = {"role": "user", "content": [{"type": "text", "text": "look"}, part]}
+        assert count_message(message, ENC) == base + cost, name
+    assert IMAGE_TOKENS_LOW == 85
