@@ -16,6 +16,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -96,6 +97,26 @@ def _where(route: Route) -> str:
     return f"upstream {urlsplit(route.upstream.base_url or '').netloc} (route {route.name!r})"
 
 
+STALE_RETRIES = 2
+"""Sends repeated when a pooled keep-alive connection turns out closed: the upstream closed it
+(a clean FIN, no byte of an answer) while the request was on its way, the race every HTTP/1.1
+client meets at the server's idle timeout. The request never reached a handler, so it is sent
+again on another connection. A reset, a fresh connection that closes, or any answer byte is
+never retried."""
+
+
+def _reuse_trace() -> aiohttp.TraceConfig:
+    """Marks a request's trace context when its connection came from the pool."""
+
+    async def reused(session: aiohttp.ClientSession, context: Any, params: Any) -> None:
+        if isinstance(context.trace_request_ctx, dict):
+            context.trace_request_ctx["reused"] = True
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(reused)
+    return trace
+
+
 class HttpHop:
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
@@ -103,7 +124,11 @@ class HttpHop:
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
         self._session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=True, timeout=aiohttp.ClientTimeout(total=None), trust_env=False
+            connector=connector,
+            auto_decompress=True,
+            timeout=aiohttp.ClientTimeout(total=None),
+            trust_env=False,
+            trace_configs=[_reuse_trace()],
         )
 
     async def close(self) -> None:
@@ -124,9 +149,22 @@ class HttpHop:
         answer_within = min(timeouts.connect + timeouts.first_byte, timeouts.total)
         try:
             async with asyncio.timeout(answer_within):
-                response = await self._session.request(
-                    method, url, data=body, headers=headers, timeout=client_timeout, allow_redirects=False
-                )
+                for attempt in range(STALE_RETRIES + 1):
+                    sent_on: dict[str, bool] = {}
+                    try:
+                        response = await self._session.request(
+                            method,
+                            url,
+                            data=body,
+                            headers=headers,
+                            timeout=client_timeout,
+                            allow_redirects=False,
+                            trace_request_ctx=sent_on,
+                        )
+                        break
+                    except aiohttp.ServerDisconnectedError:
+                        if not sent_on.get("reused") or attempt == STALE_RETRIES:
+                            raise
         except TimeoutError:
             raise UpstreamTimeout(_where(route) + f" did not answer within {answer_within:g} s") from None
         except aiohttp.ServerTimeoutError:
