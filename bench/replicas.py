@@ -6,7 +6,10 @@ agent conversation that grows one turn per request. Configurations, interleaved 
 * `sqlite`      one proxy process, SQLite store;
 * `redis-1`     one proxy process, a private redis-server (started here, stopped by PID);
 * `redis-2`     two proxy processes on that redis-server, half of the clients on each (a load
-                balancer's round robin, without the balancer's own cost).
+                balancer's round robin, without the balancer's own cost);
+* `cluster-1`   one proxy process on a local Redis Cluster (three primaries, three replicas, the
+                tests' `RedisCluster`: six redis-server processes, stopped by PID);
+* `cluster-2`   two proxy processes on that cluster.
 
 Reports requests/s, p50/p99 latency and added p50/p99 over the mock alone. Writes
 bench/results/replicas-<stamp>.json and prints a markdown table. `--quick` for a few seconds.
@@ -29,6 +32,7 @@ from bench.bodies import agent_body
 from bench.overhead import run_loadgen
 from bench.procs import Proc, free_port
 from bench.stats import pct, r
+from tests.support.redis_server import RedisCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,10 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         stderr=subprocess.DEVNULL,
     )
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    cluster = RedisCluster().start()
     procs = [
         _proxy("sqlite", f"sqlite:///{work}/ctxproxy.db", mock_port, work),
         _proxy("redis-a", redis_url, mock_port, work),
         _proxy("redis-b", redis_url, mock_port, work),
+        _proxy("cluster-a", cluster.url, mock_port, work),
+        _proxy("cluster-b", cluster.url, mock_port, work),
     ]
     samples: dict[str, list[float]] = {}
     walls: dict[str, float] = {}
@@ -143,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             "sqlite": [procs[0].port],
             "redis-1": [procs[1].port],
             "redis-2": [procs[1].port, procs[2].port],
+            "cluster-1": [procs[3].port],
+            "cluster-2": [procs[3].port, procs[4].port],
         }
         for rnd in range(rounds):
             names = list(configs)
@@ -161,9 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         mock.stop()
         redis.terminate()
         redis.wait(10)
+        cluster.stop()
     base50, base99 = pct(samples["direct"], 50) or 0.0, pct(samples["direct"], 99) or 0.0
     rows = []
-    for name in ("direct", "sqlite", "redis-1", "redis-2"):
+    for name in ("direct", "sqlite", "redis-1", "redis-2", "cluster-1", "cluster-2"):
         lat = samples[name]
         p50, p99 = pct(lat, 50) or 0.0, pct(lat, 99) or 0.0
         rows.append(

@@ -238,8 +238,11 @@ class Config(_Frozen):
     @field_validator("store")
     @classmethod
     def _store_url(cls, value: str) -> str:
-        if not (value.startswith("sqlite:///") or value.startswith(("redis://", "rediss://"))):
-            raise ValueError("must be sqlite:///PATH or redis://HOST:PORT/DB")
+        if not (
+            value.startswith("sqlite:///")
+            or value.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://"))
+        ):
+            raise ValueError("must be sqlite:///PATH, redis://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]")
         return value
 
     @model_validator(mode="after")

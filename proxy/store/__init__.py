@@ -11,12 +11,12 @@ def make_store(url: str) -> Store:
         from .sqlite import SqliteStore
 
         return SqliteStore.from_url(url)
-    if url.startswith(("redis://", "rediss://")):
+    if url.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")):
         from .redis import RedisStore  # imports the redis client only when it is used
 
         return RedisStore.from_url(url)
     raise StoreError(
-        f"unsupported store URL scheme in {url.split('://', 1)[0]!r}; use sqlite:///PATH or redis://HOST:PORT/DB"
+        f"unsupported store URL scheme in {url.split('://', 1)[0]!r}; use sqlite:///PATH, redis://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]"
     )
 
 

@@ -38,8 +38,23 @@ def responses_server() -> Iterator[ResponsesServer]:
     server.stop()
 
 
+CLUSTER_PREFIX = f"rej-{uuid.uuid4().hex[:8]}:"
+
+
 @pytest.fixture
 def p(proxy, upstream, claude_server, responses_server):
+    return _proxy(proxy, upstream, claude_server, responses_server)
+
+
+@pytest.fixture
+def p_cluster(proxy, upstream, claude_server, responses_server, redis_cluster):
+    """The same proxy on the session's Redis Cluster: the cluster layout's retraction."""
+    return _proxy(
+        proxy, upstream, claude_server, responses_server, store=f"{redis_cluster.url}/?prefix={CLUSTER_PREFIX}"
+    )
+
+
+def _proxy(proxy: Any, upstream: Any, claude_server: Any, responses_server: Any, **store: str) -> Any:
     claude_server.clear()
     responses_server.clear()
 
@@ -53,7 +68,8 @@ def p(proxy, upstream, claude_server, responses_server):
             route("main", "gpt-*", upstream.base_url),
             route("claude", "claude-*", claude_server.url, "/v1/messages"),
             route("resp", "resp-*", responses_server.base_url),
-        ]
+        ],
+        **store,
     )
 
 
@@ -135,6 +151,22 @@ def test_a_rejected_request_leaves_the_history_byte_identical(
     p, upstream, claude_server, responses_server, api_key, wire, rejection, explicit
 ):
     servers = {"chat": upstream, "anthropic": claude_server, "responses": responses_server}
+    rejected_turn_leaves_no_trace(p, servers, api_key, wire, rejection, explicit)
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["implicit", "explicit-id"])
+@pytest.mark.parametrize("wire", list(WIRES))
+def test_a_rejected_request_leaves_no_trace_on_a_redis_cluster(
+    p_cluster, upstream, claude_server, responses_server, api_key, wire, explicit
+):
+    servers = {"chat": upstream, "anthropic": claude_server, "responses": responses_server}
+    rejected_turn_leaves_no_trace(p_cluster, servers, api_key, wire, "negative, streamed", explicit)
+
+
+def rejected_turn_leaves_no_trace(
+    p: Any, servers: dict[str, Any], api_key: str, wire: str, rejection: str, explicit: bool
+) -> None:
+    """An answered turn, a rejected one (nothing of it stays), then a valid one on the same branch."""
     api = WIRES[wire](p, servers[wire])
     headers = {"X-Conversation-Id": f"rej-{uuid.uuid4().hex}"} if explicit else {}
     first = [{"role": "user", "content": f"first question {uuid.uuid4().hex}"}]

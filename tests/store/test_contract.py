@@ -32,7 +32,7 @@ from proxy.store.base import (
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
 from proxy.types import Message
-from tests.support.redis_server import session_server
+from tests.support.redis_server import session_cluster, session_server
 
 
 def _sqlite(tmp_path: Path, name: str) -> Store:
@@ -58,13 +58,31 @@ def _redis_cleanup(tmp_path: Path) -> None:
         client.close()
 
 
+def _cluster(tmp_path: Path, name: str) -> Store:
+    return RedisStore(session_cluster().url, prefix=f"{_redis_root(tmp_path)}{name}:")
+
+
+def _cluster_cleanup(tmp_path: Path) -> None:
+    cluster = session_cluster()
+    for node in cluster.primaries():
+        client = node.client()
+        try:
+            with client.pipeline(transaction=False) as pipe:
+                for key in list(client.scan_iter(match=_redis_root(tmp_path) + "*", count=1000)):
+                    pipe.unlink(key)  # one key a command: a cluster node refuses keys of several slots
+                pipe.execute()
+        finally:
+            client.close()
+
+
 BACKENDS: dict[str, Callable[[Path, str], Store]] = {
     "sqlite": _sqlite,
     "redis": _redis,
+    "redis-cluster": _cluster,
 }
 # Per-backend needs of the `stores` fixture: a fixture to start first, a cleanup after each test.
-_SERVER_FIXTURE = {"redis": "redis_server"}
-_CLEANUP: dict[str, Callable[[Path], None]] = {"redis": _redis_cleanup}
+_SERVER_FIXTURE = {"redis": "redis_server", "redis-cluster": "redis_cluster"}
+_CLEANUP: dict[str, Callable[[Path], None]] = {"redis": _redis_cleanup, "redis-cluster": _cluster_cleanup}
 
 
 class Stores:
@@ -676,12 +694,15 @@ async def test_last_call_by_branch_and_purpose(store: Store) -> None:
     early = call_record(conv.id, main, "m1", 10.0)
     late = call_record(conv.id, main, "m2", 20.0)
     summary = call_record(conv.id, main, "s1", 30.0, purpose="summary")
-    other = call_record(conv.id, "b_other", "o1", 40.0)
+    await store.append(origin(conv), new_events(T1, [U1, A1]), None)
+    fork = await store.append(origin(conv), new_events(T1, [U2]), None)
+    other = call_record(conv.id, fork.branch_id, "o1", 40.0)
     for call in (late, early, summary, other):
         await store.record_call(call)
     assert await store.last_call(main, "main") == late
     assert await store.last_call(main, "summary") == summary
-    assert await store.last_call("b_other", "main") == other
+    assert await store.last_call(fork.branch_id, "main") == other
+    assert await store.last_call("b_unknown", "main") is None
 
 
 # -- checkpoints ----------------------------------------------------------------------------------

@@ -28,9 +28,11 @@ from proxy.store.base import (
     UsageQuery,
 )
 from proxy.store.redis import RedisStore
+from proxy.store.redis.keys import Layout as store_keys
+from proxy.store.redis.keys import tag_of
 from proxy.store.sqlite import SqliteStore
 from proxy.types import Message
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, dump
 
 T1 = "t_tenant_one"
 
@@ -102,21 +104,6 @@ async def open_stores(redis_server: RedisServer, prefix: str, raw: sync_redis.Re
         await store.close()
 
 
-def dump(client: sync_redis.Redis, key: str) -> str:
-    kind = client.type(key)
-    if kind == "string":
-        return str(client.get(key))
-    if kind == "hash":
-        return repr(sorted(client.hgetall(key).items()))
-    if kind == "list":
-        return repr(client.lrange(key, 0, -1))
-    if kind == "set":
-        return repr(sorted(client.smembers(key)))
-    if kind == "zset":
-        return repr(client.zrange(key, 0, -1))
-    return ""
-
-
 # -- delete ---------------------------------------------------------------------------------------
 
 
@@ -153,12 +140,14 @@ async def test_delete_leaves_no_key_or_index_entry_behind(open_stores: Any, raw:
     after = {k: dump(raw, k) for k in raw.scan_iter(match=prefix + "*")}
     for ident in owned:
         assert list(raw.scan_iter(match=f"*{ident}*")) == [], ident
-    # Exactly the keys that existed before, plus the tombstone set that fences late writes.
-    assert set(after) == set(before) | {prefix + "tombstones"}
-    assert raw.zrange(prefix + "tombstones", 0, -1) == [conv.id]
-    # The shared entries (chain hash -> position, the conversation list) are back to what they were.
+    # Exactly the keys that existed before, plus the tombstone set (of the conversation's shard)
+    # that fences late writes.
+    tombstones = store.keys.tagged(tag_of(conv.id), "tombstones")
+    assert set(after) == set(before) | {tombstones}
+    assert raw.zrange(tombstones, 0, -1) == [conv.id]
+    # The shared entries (chain hash -> conversations, the conversation list) are back to what they were.
     for key, value in after.items():
-        if key != prefix + "tombstones":
+        if key != tombstones:
             assert value == before[key], key
             assert not any(ident in value for ident in owned), key
     # The other conversation still answers its prefix; the deleted one stays deleted.
@@ -209,8 +198,8 @@ async def test_concurrent_identical_appends_store_one_set_of_events(
         (conv.main_branch_id, i + 1, m) for i, m in enumerate(messages)
     ]
     assert len(await stores[5].list_branches(conv.id)) == 1
-    assert raw.llen(f"{prefix}events:{conv.main_branch_id}") == 120
-    assert raw.llen(f"{prefix}chain:{conv.main_branch_id}") == 120
+    assert raw.hlen(store_keys(prefix).one(conv.id, "events")) == 120
+    assert raw.hlen(store_keys(prefix).one(conv.id, "chain")) == 240  # position -> hash, hash -> position
 
 
 async def test_concurrent_growing_appends_keep_a_total_order(open_stores: Any) -> None:
@@ -288,13 +277,18 @@ async def test_find_longest_reads_the_tail_first(open_stores: Any, monkeypatch: 
     messages = history(3000)
     await store.append(origin(conv), events_of(messages), None)
     probes: list[tuple[int, int]] = []
-    original = store._probe
+    by_index, by_conversation = store._probe_index, store._probe_one
 
-    async def counting(hashes: list[str], start: int, end: int, *rest: Any) -> Any:
+    async def counting_index(hashes: list[str], start: int, end: int, tenant: str) -> Any:
         probes.append((start, end))
-        return await original(hashes, start, end, *rest)
+        return await by_index(hashes, start, end, tenant)
 
-    monkeypatch.setattr(store, "_probe", counting)
+    async def counting_one(cid: str, hashes: list[str], start: int, end: int) -> Any:
+        probes.append((start, end))
+        return await by_conversation(cid, hashes, start, end)
+
+    monkeypatch.setattr(store, "_probe_index", counting_index)
+    monkeypatch.setattr(store, "_probe_one", counting_one)
     match = await store.find_longest(identify.chain(T1, messages + [msg(3000)]), T1, None)
     assert match is not None and match.count == 3000
     assert probes == [(2997, 3001)]  # one pipelined round trip for the usual continuing request

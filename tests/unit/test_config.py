@@ -180,7 +180,7 @@ def test_unknown_keys_rejected() -> None:
 
 def test_bad_store_url() -> None:
     assert problems({"routes": [route("r")], "store": "postgres://db"}) == [
-        "cfg.yaml: store: must be sqlite:///PATH or redis://HOST:PORT/DB"
+        "cfg.yaml: store: must be sqlite:///PATH, redis://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]"
     ]
 
 

@@ -1,4 +1,9 @@
-"""Call records, and the ledger over them aggregated by `proxy.ledger.cells_from_calls`."""
+"""Call records, and the ledger over them aggregated by `proxy.ledger.cells_from_calls`.
+
+A conversation's records live in its slot (``records``, ``calls``, ``last``); a call no
+conversation owns in the ``orphan-calls`` hash of the shard its id hashes to. The time index of
+the whole ledger is sharded (``call-index`` per tag), scattered over and merged for /admin/usage.
+"""
 
 from __future__ import annotations
 
@@ -11,67 +16,91 @@ from ...ledger import cells_from_calls
 from ...usage import TOKEN_FIELDS
 from ..base import CallRecord, UsageCell, UsageQuery
 from .connection import BATCH, RedisConnection, guarded, num
+from .keys import TAGS, conversation_of, is_conversation_id
 
 _CALL_FIELDS = tuple(f.name for f in fields(CallRecord))
 _KNOWN = frozenset(_CALL_FIELDS)
 
 
 class Calls(RedisConnection):
-    def _last_call_key(self, branch_id: str, purpose: str) -> str:
-        return self._k("last-call", f"{len(purpose)}:{purpose}:{branch_id}")
-
     @guarded
     async def record_call(self, call: CallRecord) -> None:
+        payload = codec.dumps_str(_call_dict(call))
+        cid = call.conversation_id
+        if cid is None or not is_conversation_id(cid):
+            if cid is not None:
+                raise ConversationGone(f"conversation {cid} does not exist")
+            await self._run("record_orphan", self.keys.orphan(call.id), call.id, num(call.started_at), payload)
+            return
         reply = await self._run(
             "record_call",
+            self.keys.conversation(cid),
+            cid,
             call.id,
-            call.conversation_id or "",
             call.branch_id or "",
-            self._last_call_key(call.branch_id, call.purpose) if call.branch_id is not None else "",
+            call.purpose,
             num(call.started_at),
-            codec.dumps_str(_call_dict(call)),
+            payload,
         )
         if reply[0] == "GONE":
-            raise ConversationGone(f"conversation {call.conversation_id} was deleted")
+            raise ConversationGone(f"conversation {cid} was deleted")
 
-    async def _calls(self, ids: list[str]) -> list[CallRecord]:
-        if not ids:
-            return []
+    async def _records(self, cid: str, ids: list[str]) -> list[CallRecord]:
         out: list[CallRecord] = []
         for start in range(0, len(ids), BATCH):
-            values = await self.r.mget([self._k("call", i) for i in ids[start : start + BATCH]])
+            values = await self.r.hmget(self.keys.one(cid, "records"), ids[start : start + BATCH])
             out.extend(_call(v) for v in values if v is not None)
         return out
 
     @guarded
     async def list_calls(self, conversation_id: str, limit: int, offset: int) -> list[CallRecord]:
-        if limit <= 0:
+        if limit <= 0 or not is_conversation_id(conversation_id):
             return []
-        ids = await self.r.zrange(self._k("conv-calls", conversation_id), offset, offset + limit - 1)
-        return await self._calls(ids)
+        ids = await self.r.zrange(self.keys.one(conversation_id, "calls"), offset, offset + limit - 1)
+        return await self._records(conversation_id, ids)
 
     @guarded
     async def last_call(self, branch_id: str, purpose: str) -> CallRecord | None:
-        ids = await self.r.zrange(self._last_call_key(branch_id, purpose), 0, 0, desc=True)
-        calls = await self._calls(ids)
+        cid = conversation_of(branch_id)
+        if cid is None:
+            return None
+        last = await self.r.hget(self.keys.one(cid, "last"), f"{branch_id}|{purpose}")
+        if last is None:
+            return None
+        calls = await self._records(cid, [last.split(" ", 1)[1]])
         return calls[0] if calls else None
 
     @guarded
     async def usage_cells(self, query: UsageQuery) -> list[UsageCell]:
-        # The time range comes from a sorted index (the conversation's, or the global one); the
-        # reference aggregation filters by route and tenant and sums what the records knew.
-        if query.conversation_id is not None:
-            index = self._k("conv-calls", query.conversation_id)
-        else:
-            index = self._k("calls")
+        # The time range comes from a sorted index (the conversation's, or the sharded global one);
+        # the reference aggregation filters by route and tenant and sums what the records knew.
         low = "-inf" if query.since is None else num(query.since)
         high = "+inf" if query.until is None else f"({num(query.until)}"
-        ids = await self.r.zrangebyscore(index, low, high)
-        return cells_from_calls(await self._calls(ids), query)
+        if query.conversation_id is not None:
+            if not is_conversation_id(query.conversation_id):
+                return cells_from_calls([], query)
+            ids = await self.r.zrangebyscore(self.keys.one(query.conversation_id, "calls"), low, high)
+            return cells_from_calls(await self._records(query.conversation_id, ids), query)
+        shards = await self.scatter(
+            lambda pipe, tag: pipe.zrangebyscore(self.keys.tagged(tag, "call-index"), low, high)
+        )
+        calls: list[CallRecord] = []
+        for tag, members in zip(TAGS, shards, strict=True):
+            groups: dict[str, list[str]] = {}
+            for member in members:
+                cid, _, call_id = member.partition("|")
+                groups.setdefault(cid, []).append(call_id)
+            for cid, ids in groups.items():
+                if cid:
+                    calls.extend(await self._records(cid, ids))
+                else:
+                    values = await self.r.hmget(self.keys.tagged(tag, "orphan-calls"), ids)
+                    calls.extend(_call(v) for v in values if v is not None)
+        return cells_from_calls(calls, query)
 
     @guarded
     async def purge_calls(self, before: float) -> int:
-        return await self._purge("purge_calls", before)
+        return await self._purge_by_conversation("call-index", "purge_calls", before)
 
 
 def _call_dict(call: CallRecord) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""Conversations, branches and their events: identity lookups, appends and forks, deletes."""
+"""Conversations, branches and their events: appends and forks, listings, deletes."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import re
 import secrets
 import time
@@ -9,119 +11,62 @@ from typing import Any
 
 from ... import codec
 from ...errors import ConversationGone, StoreError
-from ..base import Branch, Conversation, HashMatch, NewEvent, Position, StoredEvent, new_id
-from .connection import BATCH, RedisConnection, guarded, num, scoped
+from ..base import Branch, Conversation, NewEvent, Position, StoredEvent
+from .connection import guarded, num
+from .identity import Identity
+from .keys import conversation_of, ext_tag, is_conversation_id, main_branch_id, new_conversation_id
 
-TAIL = 4
 
-
-class History(RedisConnection):
-    # -- identity ----------------------------------------------------------------------------
-    @guarded
-    async def find_longest(self, hashes: list[str], tenant: str, conversation_id: str | None) -> HashMatch | None:
-        if not hashes:
-            return None
-        # Most requests continue the stored history by one or two messages: the tail first, then
-        # the rest from the end backwards in pipelined batches, stopping at the first batch with a hit.
-        end = len(hashes)
-        size = TAIL
-        while end > 0:
-            start = max(0, end - size)
-            match = await self._probe(hashes, start, end, tenant, conversation_id)
-            if match is not None:
-                return match
-            end, size = start, BATCH
-        return None
-
-    async def _probe(
-        self, hashes: list[str], start: int, end: int, tenant: str, conversation_id: str | None
-    ) -> HashMatch | None:
-        indices = range(end - 1, start - 1, -1)
-        async with self.r.pipeline(transaction=False) as pipe:
-            for i in indices:
-                key = self._k("hash", scoped(tenant, hashes[i]))
-                if conversation_id is None:
-                    pipe.hgetall(key)
-                else:
-                    pipe.hget(key, conversation_id)
-            results = await pipe.execute()
-        for i, found in zip(indices, results, strict=True):
-            if not found:
-                continue
-            hits: dict[str, str] = found if conversation_id is None else {conversation_id: found}
-            async with self.r.pipeline(transaction=False) as pipe:
-                for cid, where in hits.items():
-                    pipe.hget(self._k("conv", cid), "updated_at")
-                    pipe.hget(self._k("branch", where.split(" ")[0]), "system_hash")
-                details = await pipe.execute()
-            best: tuple[float, str, str | None] | None = None
-            for n, cid in enumerate(hits):
-                updated, system_hash = details[2 * n], details[2 * n + 1]
-                if updated is None:
-                    continue  # deleted meanwhile
-                if best is None or float(updated) > best[0]:
-                    best = (float(updated), cid, system_hash)
-            if best is None:
-                continue
-            branch_id, seq = hits[best[1]].split(" ")
-            return HashMatch(Position(best[1], branch_id, int(seq)), i + 1, best[2])
-        return None
-
+class History(Identity):
     @guarded
     async def find_conversation(self, tenant: str, ref: str) -> Conversation | None:
-        conv = _conversation(await self.r.hgetall(self._k("conv", ref)))
-        if conv is not None and conv.tenant == tenant:
-            return conv
-        cid = await self.r.get(self._k("ext", scoped(tenant, ref)))
-        if cid is None:
+        if is_conversation_id(ref):
+            conv = await self._conversation(ref)
+            if conv is not None and conv.tenant == tenant:
+                return conv
+        cid = await self.r.get(self.keys.ext(tenant, ref))
+        if cid is None or not is_conversation_id(cid):
             return None
-        conv = _conversation(await self.r.hgetall(self._k("conv", cid)))
+        conv = await self._conversation(cid)
         return conv if conv is not None and conv.tenant == tenant else None
 
     @guarded
     async def conversations_with_external_id(self, external_id: str) -> list[Conversation]:
-        # Admin-only: the external-id keys are tenant-scoped, so this scans them (SCAN, not KEYS).
-        pattern = self._k("ext", "*:" + re.sub(r"([\\*?\[\]])", r"\\\1", external_id))
-        ids = [str(cid) async for key in self.r.scan_iter(match=pattern, count=1000) if (cid := await self.r.get(key))]
-        found = [c for c in await self._conversations(ids) if c.external_id == external_id]
+        # Admin-only: the external-id keys are tenant-scoped and sharded by their own tag, so this
+        # scans them (SCAN, not KEYS; on a cluster every primary).
+        pattern = f"{_glob_escape(self.prefix)}{{??}}:ext:*:{_glob_escape(external_id)}"
+        ids = {str(cid) async for key in self.r.scan_iter(match=pattern, count=1000) if (cid := await self.r.get(key))}
+        found = [c for c in await self._conversations(sorted(ids)) if c.external_id == external_id]
         return sorted(found, key=lambda c: (c.created_at, c.id))
 
     @guarded
     async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation:
         now = time.time()
-        conv_id, branch_id = new_id("c"), new_id("b")
-        ext_key = self._k("ext", scoped(tenant, external_id)) if external_id is not None else ""
-        status, cid = await self._run(
-            "create",
-            conv_id,
-            branch_id,
-            tenant,
-            "1" if external_id is not None else "0",
-            ext_key,
-            num(now),
-            external_id or "",
-        )
+        cid = new_conversation_id(None if external_id is None else ext_tag(tenant, external_id))
+        keys = self.keys.conversation(cid)
+        if external_id is not None:
+            keys.append(self.keys.ext(tenant, external_id))
+        bid = main_branch_id(cid)
+        status, found = await self._run("create", keys, cid, bid, tenant, num(now), external_id or "")
         if status == "EXISTS":
-            existing = _conversation(await self.r.hgetall(self._k("conv", cid)))
+            existing = await self._conversation(found)
             if existing is None:
                 raise StoreError("conversation creation raced with a delete; retry")
             return existing
-        return Conversation(conv_id, tenant, external_id, now, now, branch_id)
+        self._remember(cid, tenant)
+        return Conversation(cid, tenant, external_id, now, now, bid)
 
     @guarded
     async def append(
         self, start: Position, events: list[NewEvent], system_hash: str | None, stamp: bool = True
     ) -> Position:
+        cid = start.conversation_id
+        tenant = await self._tenant(cid) if is_conversation_id(cid) else None
+        if tenant is None:
+            raise ConversationGone(f"conversation {cid} no longer exists")
         now = time.time()
-        args: list[Any] = [
-            start.conversation_id,
-            start.branch_id,
-            start.seq,
-            ("1" if system_hash is not None else "0") if stamp else "quiet",
-            system_hash or "",
-            num(now),
-            secrets.token_hex(8),
-        ]
+        mode = ("1" if system_hash is not None else "0") if stamp else "quiet"
+        args: list[Any] = [cid, start.branch_id, start.seq, mode, system_hash or "", num(now), secrets.token_hex(4)]
         for event in events:
             payload = {
                 "role": event.role,
@@ -133,36 +78,53 @@ class History(RedisConnection):
             }
             args.append(event.chain_hash)
             args.append(codec.dumps_str(payload))
-        reply = await self._run("append", *args)
+        # The tenant-wide index first (identity.py): a crash after it leaves an entry the
+        # conversation does not hold, which lookups skip; never a stored event nobody can find.
+        hashes = [e.chain_hash for e in events]
+        await self._index(tenant, cid, hashes, add=True)
+        reply = await self._run("append", self.keys.conversation(cid), *args)
         if reply[0] == "GONE":
-            raise ConversationGone(f"conversation {start.conversation_id} no longer exists")
+            await self._index(tenant, cid, hashes, add=False)
+            raise ConversationGone(f"conversation {cid} no longer exists")
         if reply[0] != "OK":
             raise StoreError(f"append refused: {reply[0]} {reply[1:]}")
-        return Position(start.conversation_id, reply[1], int(reply[2]))
+        return Position(cid, reply[1], int(reply[2]))
 
     @guarded
     async def retract(self, end: Position, hashes: list[str]) -> bool:
-        if not hashes:
+        cid = end.conversation_id
+        if not hashes or not is_conversation_id(cid):
             return False
-        return bool(await self._run("retract", end.conversation_id, end.branch_id, end.seq, *hashes))
+        keys = self.keys.conversation(cid)
+        if not int(await self._run("retract", keys, cid, end.branch_id, end.seq, *hashes)):
+            return False
+        # The events are gone from the conversation; now their entries in the tenant-wide index
+        # (a crash in between leaves entries it does not hold, which lookups skip).
+        tenant = await self._tenant(cid)
+        if tenant is not None:
+            await self._index(tenant, cid, hashes, add=False)
+        return True
 
     # -- blobs -------------------------------------------------------------------------------
     @guarded
     async def put_blob(self, digest: str, data: str) -> None:
-        await self.r.set(self._k("blob", digest), data, nx=True)
+        await self.r.set(self.keys.plain("blob", digest), data, nx=True)
 
     @guarded
     async def get_blob(self, digest: str) -> str | None:
-        value = await self.r.get(self._k("blob", digest))
+        value = await self.r.get(self.keys.plain("blob", digest))
         return None if value is None else str(value)
 
     # -- admin -------------------------------------------------------------------------------
+    async def _conversation(self, cid: str) -> Conversation | None:
+        return _conversation(await self.r.hgetall(self.keys.one(cid, "conv")))
+
     async def _conversations(self, ids: list[str]) -> list[Conversation]:
         if not ids:
             return []
         async with self.r.pipeline(transaction=False) as pipe:
             for cid in ids:
-                pipe.hgetall(self._k("conv", cid))
+                pipe.hgetall(self.keys.one(cid, "conv"))
             rows = await pipe.execute()
         return [c for c in (_conversation(row) for row in rows) if c is not None]
 
@@ -171,41 +133,45 @@ class History(RedisConnection):
         if limit <= 0:
             return []
         top = "+inf" if before is None else f"({num(before)}"
-        ids = await self.r.zrevrangebyscore(self._k("convs"), top, "-inf", start=0, num=limit)
-        return await self._conversations(ids)
+        shards = await self.scatter(
+            lambda pipe, tag: pipe.zrevrangebyscore(
+                self.keys.tagged(tag, "convs"), top, "-inf", start=0, num=limit, withscores=True
+            )
+        )
+        # Every shard is newest first; the merge is too (ties by id, descending, like one zset).
+        merged = heapq.merge(*shards, key=lambda pair: (pair[1], pair[0]), reverse=True)
+        return await self._conversations([cid for cid, _ in itertools.islice(merged, limit)])
 
     @guarded
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
-        return _conversation(await self.r.hgetall(self._k("conv", conversation_id)))
+        if not is_conversation_id(conversation_id):
+            return None
+        return await self._conversation(conversation_id)
 
     @guarded
     async def list_branches(self, conversation_id: str) -> list[Branch]:
-        ids = await self.r.lrange(self._k("conv-branches", conversation_id), 0, -1)
+        if not is_conversation_id(conversation_id):
+            return []
+        ids = await self.r.lrange(self.keys.one(conversation_id, "blist"), 0, -1)
         if not ids:
             return []
-        async with self.r.pipeline(transaction=False) as pipe:
-            for bid in ids:
-                pipe.hgetall(self._k("branch", bid))
-            rows = await pipe.execute()
-        return [
-            Branch(
-                bid,
-                row["conversation_id"],
-                row.get("parent_id"),
-                int(row["fork_seq"]),
-                int(row["head_seq"]),
-                float(row["created_at"]),
-                float(row["updated_at"]),
-            )
-            for bid, row in zip(ids, rows, strict=True)
-            if row
-        ]
+        fields = ("parent", "fork", "head", "created", "updated")
+        rows = await self.r.hmget(
+            self.keys.one(conversation_id, "branches"), [f"{bid}:{f}" for bid in ids for f in fields]
+        )
+        out = []
+        for n, bid in enumerate(ids):
+            parent, fork, head, created, updated = rows[n * 5 : n * 5 + 5]
+            if head is not None:
+                out.append(Branch(bid, conversation_id, parent, int(fork), int(head), float(created), float(updated)))
+        return out
 
     @guarded
     async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
-        if limit <= 0:
+        cid = conversation_of(branch_id)
+        if limit <= 0 or cid is None:
             return []
-        flat = await self._run("lineage", branch_id, int(after_seq), int(limit))
+        flat = await self._run("lineage", self.keys.conversation(cid), branch_id, int(after_seq), int(limit))
         out: list[StoredEvent] = []
         for i in range(0, len(flat), 4):
             payload = codec.loads(flat[i + 3])
@@ -225,14 +191,41 @@ class History(RedisConnection):
 
     @guarded
     async def delete_conversation(self, conversation_id: str) -> bool:
-        return bool(await self._run("delete", conversation_id, num(time.time())))
+        if not is_conversation_id(conversation_id):
+            return False
+        for _ in range(3):  # the external id read first names the key; a changed one retries
+            conv = await self._conversation(conversation_id)
+            if conv is None:
+                return False
+            keys = self.keys.conversation(conversation_id)
+            if conv.external_id is not None:
+                keys.append(self.keys.ext(conv.tenant, conv.external_id))
+            reply = await self._run("delete", keys, conversation_id, num(time.time()), conv.external_id or "")
+            if reply[0] == "NONE":
+                return False
+            if reply[0] == "OK":
+                # The conversation is gone and fenced; now its entries in the tenant-wide index.
+                await self._index(reply[1], conversation_id, reply[2:], add=False)
+                self._tenants.pop(conversation_id, None)
+                return True
+        raise StoreError(f"conversation {conversation_id} kept changing while it was deleted; retry")
 
     @guarded
     async def stale_conversations(self, before: float, limit: int) -> list[str]:
         if limit <= 0:
             return []
-        ids = await self.r.zrangebyscore(self._k("convs"), "-inf", f"({num(before)}", start=0, num=limit)
-        return [str(i) for i in ids]
+        shards = await self.scatter(
+            lambda pipe, tag: pipe.zrangebyscore(
+                self.keys.tagged(tag, "convs"), "-inf", f"({num(before)}", start=0, num=limit, withscores=True
+            )
+        )
+        merged = heapq.merge(*shards, key=lambda pair: (pair[1], pair[0]))
+        return [str(cid) for cid, _ in itertools.islice(merged, limit)]
+
+
+def _glob_escape(text: str) -> str:
+    """`text` matched literally by a SCAN pattern."""
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
 
 
 def _conversation(row: dict[str, str]) -> Conversation | None:

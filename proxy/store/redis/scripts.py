@@ -1,7 +1,8 @@
 """The Lua scripts of the Redis backend: one file each under lua/, every one prefixed with lib.lua.
 
 Each write that must be atomic is one script, run by EVALSHA (redis-py loads it once per server
-and reloads it when the server lost its script cache). The files ship as package data.
+and reloads it when the server lost its script cache). Every key a script touches comes in KEYS,
+all of one conversation's slot (keys.py). The files ship as package data.
 """
 
 from __future__ import annotations
@@ -13,16 +14,19 @@ NAMES = (
     "create",
     "append",
     "retract",
+    "probe",
     "active",
     "commit",
     "failed",
     "record_call",
+    "record_orphan",
     "lineage",
     "delete",
     "acquire",
     "renew",
     "release",
     "purge_calls",
+    "purge_orphans",
     "purge_cks",
 )
 

@@ -1,29 +1,23 @@
--- ARGV: P, cid, now -> 1 when the conversation existed
-local cid, now = ARGV[2], ARGV[3]
-local conv = P .. 'conv:' .. cid
-local tenant = redis.call('HGET', conv, 'tenant')
-if tenant then
-  local idx = index_prefix(tenant)
-  for _, bid in ipairs(redis.call('LRANGE', P .. 'conv-branches:' .. cid, 0, -1)) do
-    for _, h in ipairs(redis.call('LRANGE', P .. 'chain:' .. bid, 0, -1)) do
-      redis.call('HDEL', idx .. h, cid)
-    end
-  end
+-- KEYS: the conversation's, [16] its external-id key when it has one. ARGV: cid, now, external_id
+-- -> {'OK', tenant, chain hashes...} | {'NONE'} | {'RETRY'} (the external id was not what the caller read)
+local cid, now = ARGV[1], ARGV[2]
+local conv = redis.call('HMGET', CONV, 'tenant', 'external_id')
+local tenant = conv[1]
+if not tenant then return {'NONE'} end
+if (conv[2] or '') ~= (ARGV[3] or '') or (conv[2] and not KEYS[16]) then return {'RETRY'} end
+local out = {'OK', tenant}
+local fields = redis.call('HKEYS', CHAIN)
+for _, f in ipairs(fields) do
+  if string.sub(f, 1, 2) == 'h:' then table.insert(out, string.sub(f, 3)) end
 end
-for _, call_id in ipairs(redis.call('ZRANGE', P .. 'conv-calls:' .. cid, 0, -1)) do
-  redis.call('ZREM', P .. 'calls', call_id)
+for _, call_id in ipairs(redis.call('ZRANGE', CALLS, 0, -1)) do
+  redis.call('ZREM', CALL_INDEX, cid .. '|' .. call_id)
 end
-for _, ckid in ipairs(redis.call('LRANGE', P .. 'conv-cks:' .. cid, 0, -1)) do
-  redis.call('ZREM', P .. 'cks-retired', ckid)
+for _, ckid in ipairs(redis.call('LRANGE', CKLIST, 0, -1)) do
+  redis.call('ZREM', CKS_RETIRED, cid .. '|' .. ckid)
 end
-local keys = P .. 'conv-keys:' .. cid
-for _, key in ipairs(redis.call('SMEMBERS', keys)) do
-  redis.call('UNLINK', key)
-end
-redis.call('UNLINK', keys, conv, P .. 'conv-branches:' .. cid, P .. 'conv-cks:' .. cid, P .. 'conv-calls:' .. cid)
-redis.call('ZREM', P .. 'convs', cid)
-if tenant then
-  redis.call('ZADD', P .. 'tombstones', now, cid)
-  return 1
-end
-return 0
+for i = 1, 11 do redis.call('UNLINK', KEYS[i]) end
+if KEYS[16] then redis.call('UNLINK', KEYS[16]) end
+redis.call('ZREM', CONVS, cid)
+redis.call('ZADD', TOMBSTONES, now, cid)
+return out

@@ -1,9 +1,8 @@
--- ARGV: P, cid, bid, ckid, json, covered, created_at
-local cid, bid, ckid = ARGV[2], ARGV[3], ARGV[4]
-if redis.call('EXISTS', P .. 'conv:' .. cid) == 0 then return {'GONE'} end
-local ck = P .. 'ck:' .. ckid
-redis.call('HSET', ck, 'json', ARGV[5], 'status', 'failed', 'covered', ARGV[6], 'branch', bid)
-redis.call('ZADD', P .. 'cks-retired', ARGV[7], ckid)
-redis.call('RPUSH', P .. 'conv-cks:' .. cid, ckid)
-own(cid, ck, P .. 'conv-cks:' .. cid)
+-- KEYS: the conversation's. ARGV: cid, bid, ckid, json, covered, created_at
+local cid, bid, ckid = ARGV[1], ARGV[2], ARGV[3]
+if gone(cid) then return {'GONE'} end
+redis.call('HSET', CKS, ckid, ARGV[4], ckid .. ':status', 'failed', ckid .. ':covered', ARGV[5],
+           ckid .. ':branch', bid, ckid .. ':created', ARGV[6])
+redis.call('ZADD', CKS_RETIRED, ARGV[6], cid .. '|' .. ckid)
+redis.call('RPUSH', CKLIST, ckid)
 return {'OK'}

@@ -1,22 +1,25 @@
--- ARGV: P, before, batch -> how many call records were deleted
-local ids = redis.call('ZRANGEBYSCORE', P .. 'calls', '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+-- KEYS: the conversation's. ARGV: cid, before, call ids... (read from the shard's call index)
+-- -> how many call records were deleted
+local cid, before = ARGV[1], tonumber(ARGV[2])
 local n = 0
-for _, id in ipairs(ids) do
-  local key = P .. 'call:' .. id
-  local payload = redis.call('GET', key)
-  if payload then
-    local c = cjson.decode(payload)
-    local cid, bid, purpose = c['conversation_id'], c['branch_id'], c['purpose']
-    if type(cid) == 'string' then
-      redis.call('ZREM', P .. 'conv-calls:' .. cid, id)
-      redis.call('SREM', P .. 'conv-keys:' .. cid, key)
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local member = cid .. '|' .. id
+  local score = tonumber(redis.call('ZSCORE', CALL_INDEX, member))
+  if score and score < before then
+    local payload = redis.call('HGET', RECORDS, id)
+    if payload then
+      local c = cjson.decode(payload)
+      if type(c['branch_id']) == 'string' and type(c['purpose']) == 'string' then
+        local field = c['branch_id'] .. '|' .. c['purpose']
+        local last = redis.call('HGET', LAST, field)
+        if last and string.match(last, '^%S+ (.*)$') == id then redis.call('HDEL', LAST, field) end
+      end
+      redis.call('HDEL', RECORDS, id)
+      n = n + 1
     end
-    if type(bid) == 'string' and type(purpose) == 'string' then
-      redis.call('ZREM', P .. 'last-call:' .. #purpose .. ':' .. purpose .. ':' .. bid, id)
-    end
-    redis.call('UNLINK', key)
-    n = n + 1
+    redis.call('ZREM', CALLS, id)
+    redis.call('ZREM', CALL_INDEX, member)
   end
-  redis.call('ZREM', P .. 'calls', id)
 end
-return {n, #ids}
+return n

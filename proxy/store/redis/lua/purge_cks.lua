@@ -1,17 +1,19 @@
--- ARGV: P, before, batch -> how many retired checkpoints were deleted
-local ids = redis.call('ZRANGEBYSCORE', P .. 'cks-retired', '-inf', '(' .. ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+-- KEYS: the conversation's. ARGV: cid, before, checkpoint ids... (read from the shard's retired index)
+-- -> how many retired checkpoints were deleted
+local cid, before = ARGV[1], tonumber(ARGV[2])
 local n = 0
-for _, id in ipairs(ids) do
-  local ck = P .. 'ck:' .. id
-  local h = redis.call('HMGET', ck, 'json', 'branch', 'status')
-  if h[1] and h[3] ~= 'active' then
-    local cid = cjson.decode(h[1])['conversation_id']
-    redis.call('LREM', P .. 'conv-cks:' .. cid, 0, id)
-    redis.call('ZREM', P .. 'branch-cks:' .. h[2], id)
-    redis.call('SREM', P .. 'conv-keys:' .. cid, ck)
-    redis.call('UNLINK', ck)
-    n = n + 1
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local member = cid .. '|' .. id
+  local score = tonumber(redis.call('ZSCORE', CKS_RETIRED, member))
+  if score and score < before then
+    local status = ckget(id, 'status')
+    if status and status ~= 'active' then
+      redis.call('LREM', CKLIST, 0, id)
+      redis.call('HDEL', CKS, id, id .. ':status', id .. ':gen', id .. ':covered', id .. ':branch', id .. ':created')
+      n = n + 1
+    end
+    redis.call('ZREM', CKS_RETIRED, member)
   end
-  redis.call('ZREM', P .. 'cks-retired', id)
 end
-return {n, #ids}
+return n

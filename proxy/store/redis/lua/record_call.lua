@@ -1,15 +1,14 @@
--- ARGV: P, call_id, cid ('' = none), bid ('' = none), last_call_key, started_at, json
-local call_id, cid, bid, last_key, started, payload = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-if cid ~= '' and redis.call('ZSCORE', P .. 'tombstones', cid) then return {'GONE'} end
-local key = P .. 'call:' .. call_id
-redis.call('SET', key, payload)
-redis.call('ZADD', P .. 'calls', started, call_id)
-if cid ~= '' then
-  redis.call('ZADD', P .. 'conv-calls:' .. cid, started, call_id)
-  own(cid, key, P .. 'conv-calls:' .. cid)
-end
+-- KEYS: the conversation's. ARGV: cid, call_id, bid ('' = none), purpose, started_at, json
+local cid, call_id, bid, purpose, started = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if redis.call('ZSCORE', TOMBSTONES, cid) then return {'GONE'} end
+redis.call('HSET', RECORDS, call_id, ARGV[6])
+redis.call('ZADD', CALLS, started, call_id)
+redis.call('ZADD', CALL_INDEX, started, cid .. '|' .. call_id)
 if bid ~= '' then
-  redis.call('ZADD', last_key, started, call_id)
-  if cid ~= '' then own(cid, last_key) end
+  local field = bid .. '|' .. purpose
+  local last = redis.call('HGET', LAST, field)
+  if (not last) or tonumber(string.match(last, '^(%S+) ')) <= tonumber(started) then
+    redis.call('HSET', LAST, field, started .. ' ' .. call_id)
+  end
 end
 return {'OK'}

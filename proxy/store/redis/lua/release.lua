@@ -1,4 +1,7 @@
--- ARGV: P, bid, owner, token
-local lease = P .. 'lease:' .. ARGV[2]
-if redis.call('GET', lease) == ARGV[3] .. ' ' .. ARGV[4] then redis.call('DEL', lease) end
+-- KEYS: the conversation's. ARGV: bid, owner, token
+local held = redis.call('HGET', LEASES, 'lease:' .. ARGV[1])
+if held then
+  local who, tok = string.match(held, '^(.*) (%d+) %d+$')
+  if who == ARGV[2] and tok == ARGV[3] then redis.call('HDEL', LEASES, 'lease:' .. ARGV[1]) end
+end
 return 1

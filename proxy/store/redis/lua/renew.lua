@@ -1,5 +1,9 @@
--- ARGV: P, bid, owner, token, ttl_ms -> 1 when renewed
-local lease = P .. 'lease:' .. ARGV[2]
-if redis.call('GET', lease) ~= ARGV[3] .. ' ' .. ARGV[4] then return 0 end
-redis.call('PEXPIRE', lease, ARGV[5])
+-- KEYS: the conversation's. ARGV: bid, owner, token, ttl_ms -> 1 when renewed
+local bid, owner, token = ARGV[1], ARGV[2], ARGV[3]
+local held = redis.call('HGET', LEASES, 'lease:' .. bid)
+if not held then return 0 end
+local who, tok, expires = string.match(held, '^(.*) (%d+) (%d+)$')
+local now = now_ms()
+if who ~= owner or tok ~= token or tonumber(expires) <= now then return 0 end
+redis.call('HSET', LEASES, 'lease:' .. bid, owner .. ' ' .. token .. ' ' .. (now + tonumber(ARGV[4])))
 return 1

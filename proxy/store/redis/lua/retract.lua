@@ -1,38 +1,43 @@
--- ARGV: P, cid, bid, end_seq, then the chain hashes of the events to retract, oldest first
--- -> 1 when undone, 0 when anything moved meanwhile (nothing changed); see Store.retract.
-local cid, bid, end_seq = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local n = #ARGV - 4
-local tenant = redis.call('HGET', P .. 'conv:' .. cid, 'tenant')
-if not tenant or n < 1 then return 0 end
-local b = redis.call('HMGET', bkey(bid), 'head_seq', 'fork_seq', 'parent_id')
-if not b[1] or tonumber(b[1]) ~= end_seq then return 0 end
-local own_n = end_seq - tonumber(b[2])
-if own_n < n then return 0 end
-local stored = redis.call('LRANGE', P .. 'chain:' .. bid, own_n - n, -1)
-for i = 1, n do
-  if stored[i] ~= ARGV[4 + i] then return 0 end
-end
+-- KEYS: the conversation's. ARGV: cid, bid, end_seq, then the chain hashes of the events to
+-- retract, oldest first -> 1 when undone, 0 when anything moved meanwhile (nothing changed);
+-- see Store.retract. The caller then removes the hashes from the tenant-wide index.
+local cid, bid, end_seq = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local n = #ARGV - 3
+if n < 1 or gone(cid) then return 0 end
+local parent, fork, head = branch(bid)
+if not head or head ~= end_seq or end_seq - fork < n then return 0 end
 local cut = end_seq - n
-for _, child in ipairs(redis.call('LRANGE', P .. 'conv-branches:' .. cid, 0, -1)) do
-  local c = redis.call('HMGET', bkey(child), 'parent_id', 'fork_seq')
-  if c[1] == bid and tonumber(c[2]) > cut then return 0 end
-end
-local idx = index_prefix(tenant)
 for i = 1, n do
-  redis.call('HDEL', idx .. ARGV[4 + i], cid)
+  if redis.call('HGET', CHAIN, bid .. ':' .. (cut + i)) ~= ARGV[3 + i] then return 0 end
 end
-local events, chain = P .. 'events:' .. bid, P .. 'chain:' .. bid
-if own_n == n and b[3] then
-  redis.call('UNLINK', bkey(bid), events, chain)
-  redis.call('LREM', P .. 'conv-branches:' .. cid, 0, bid)
-  redis.call('SREM', P .. 'conv-keys:' .. cid, bkey(bid), events, chain)
+-- The fork this append created, left without events of its own, goes with them.
+local drop = parent and cut == fork
+local branches = redis.call('LRANGE', BLIST, 0, -1)
+for _, child in ipairs(branches) do
+  local p, f = branch(child)
+  if p == bid and (f > cut or drop) then return 0 end
+end
+for i = 1, n do
+  local at = bid .. ':' .. (cut + i)
+  redis.call('HDEL', EVENTS, at)
+  redis.call('HDEL', CHAIN, at, 'h:' .. ARGV[3 + i])
+end
+if not drop then
+  bset(bid, 'head', cut)
   return 1
 end
-if own_n == n then
-  redis.call('UNLINK', events, chain)
-else
-  redis.call('LTRIM', events, 0, own_n - n - 1)
-  redis.call('LTRIM', chain, 0, own_n - n - 1)
+local fields = {}
+for _, f in ipairs({'parent', 'fork', 'head', 'created', 'updated', 'sys', 'active'}) do
+  table.insert(fields, bid .. ':' .. f)
 end
-redis.call('HSET', bkey(bid), 'head_seq', cut)
+redis.call('HDEL', BRANCHES, unpack(fields))
+redis.call('LREM', BLIST, 0, bid)
+redis.call('HDEL', LEASES, 'lease:' .. bid, 'token:' .. bid)
+for _, id in ipairs(redis.call('LRANGE', CKLIST, 0, -1)) do
+  if ckget(id, 'branch') == bid then
+    redis.call('LREM', CKLIST, 0, id)
+    redis.call('HDEL', CKS, id, id .. ':status', id .. ':gen', id .. ':covered', id .. ':branch', id .. ':created')
+    redis.call('ZREM', CKS_RETIRED, cid .. '|' .. id)
+  end
+end
 return 1

@@ -1,0 +1,306 @@
+"""Two proxy replicas on a real local Redis Cluster (three primaries, three replicas; the session's
+`redis_cluster`), one scripted upstream.
+
+- Eight conversations driven in parallel, each turn on the other replica than the previous one,
+  under a small window so that compactions run. Mid-run one primary (the one holding the first
+  conversation) is SIGKILLed; its replica is promoted. Clients retry 503s, as agents do. Every
+  turn eventually succeeds; every history is complete and ordered, one branch, one active
+  checkpoint; the ledger is exactly the upstream's (the store waits for a replica's ack, and call
+  records retry through the failover); the conversations' keys are on at least two primaries;
+  DELETE leaves no key of theirs on any node.
+- Acknowledged writes that asynchronous replication lost (the replica was cut off, then its
+  primary killed) are healed by the client's next turn, which re-sends them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.store.redis.keys import Layout
+from tests.e2e.test_replicas import MODEL, SlowSummaries, filler, history, reported_usage, stored, summary_count
+from tests.e2e.test_rewriting import SMALL_POLICY, WINDOW
+from tests.support.redis_server import RedisCluster, RedisServer
+from tests.support.waiting import wait_until
+
+RETRY_FOR = 60.0  # a client gives up on a turn after this long of 503s
+
+
+@pytest.fixture
+def cluster_proxies(proxy, redis_cluster, upstream, monkeypatch):
+    """Two proxy processes on the cluster (own key prefix) and one upstream; returns (a, b, prefix)."""
+
+    def make(**store_options: str) -> tuple[Any, Any, str]:
+        monkeypatch.setitem(upstream.context_windows, MODEL, WINDOW)
+        prefix = f"cl-{uuid.uuid4().hex[:8]}:"
+        query = "&".join(f"{k}={v}" for k, v in {"prefix": prefix, **store_options}.items())
+        store = f"{redis_cluster.url}/?{query}"
+        a = proxy(fresh=True, store=store, policies={"default": SMALL_POLICY}, compaction_lease_seconds=3)
+        b = proxy(fresh=True, store=store, policies={"default": SMALL_POLICY}, compaction_lease_seconds=3)
+        return a, b, prefix
+
+    return make
+
+
+@pytest.fixture
+def healthy_cluster(redis_cluster: RedisCluster) -> Iterator[RedisCluster]:
+    """The session cluster, given back with every node running and three healthy primaries."""
+    yield redis_cluster
+    for node in redis_cluster.nodes:
+        if node.proc is None:
+            node.start()
+    redis_cluster.wait_healthy()
+
+
+def post_turn(p: Any, api_key: str, messages: list[dict[str, Any]], stream: bool) -> httpx.Response:
+    body = {"model": MODEL, "messages": messages, "stream": stream}
+    return p.post_chat(api_key, body, timeout=60)
+
+
+def turn_retrying(p: Any, api_key: str, messages: list[dict[str, Any]], stream: bool) -> tuple[str, str, int]:
+    """One turn, retried on 503 (the store failing over) like an agent's client; returns
+    (assistant text, conversation id, how many 503s it took)."""
+    deadline = time.monotonic() + RETRY_FOR
+    refused = 0
+    while True:
+        r = post_turn(p, api_key, messages, stream)
+        if r.status_code == 200:
+            return text_of(r, stream), r.headers["x-conversation-id"], refused
+        # 503: the store failing over. A 502 before any answer is the loaded test machine's
+        # upstream hop (a reset connection), retried by agents alike; counted apart in the ledger.
+        assert r.status_code in (502, 503), (r.status_code, r.text)
+        if r.status_code == 503:
+            assert r.json()["error"]["type"] == "service_unavailable", r.text
+        refused += 1
+        assert time.monotonic() < deadline, f"still 503 after {RETRY_FOR} s: {r.text}"
+        time.sleep(0.2)
+
+
+def text_of(r: httpx.Response, stream: bool) -> str:
+    if not stream:
+        return r.json()["choices"][0]["message"]["content"] or ""
+    parts = []
+    for line in r.text.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            chunk = json.loads(line[6:])
+            parts.extend(c["delta"].get("content") or "" for c in chunk.get("choices", []))
+    return "".join(parts)
+
+
+def conv_key(prefix: str, conv: str) -> str:
+    return Layout(prefix).one(conv, "conv")
+
+
+def members(client: Any, key: str) -> list[str]:
+    """What a key holds that could name a conversation: members, fields, or its value."""
+    kind = client.type(key)
+    if kind == "set":
+        return list(client.smembers(key))
+    if kind == "zset":
+        return list(client.zrange(key, 0, -1))
+    if kind == "hash":
+        return list(client.hkeys(key))
+    return [client.get(key)] if kind == "string" else []
+
+
+def test_two_replicas_survive_a_primary_killed_mid_run(cluster_proxies, healthy_cluster, upstream, api_key):
+    cluster = healthy_cluster
+    a, b, prefix = cluster_proxies(wait_replicas="1", wait_timeout_ms="500")
+    upstream.responder = SlowSummaries(0.3)
+    n_convs, n_turns, kill_after = 8, 12, 4
+    first_conv: list[str] = []
+    progress = threading.Event()
+    done_turns = [0] * n_convs
+    timings: list[tuple[int, float, float]] = []  # (conversation, turn started, turn done)
+    killed: dict[str, Any] = {}
+    conv_of = [""] * n_convs
+
+    def drive(i: int) -> tuple[list[dict[str, Any]], str, int]:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": f"Cluster agent {i}. Be brief."}]
+        conv_ids, refused = set(), 0
+        for t in range(n_turns):
+            messages.append({"role": "user", "content": filler(i, t)})
+            started = time.monotonic()
+            text, conv, r = turn_retrying((a, b)[(t + i) % 2], api_key, messages, stream=t % 3 == 0)
+            timings.append((i, started, time.monotonic()))
+            assert text == f"ok: {filler(i, t)}"
+            refused += r
+            conv_ids.add(conv)
+            if not first_conv:
+                first_conv.append(conv)
+            conv_of[i] = conv
+            messages.append({"role": "assistant", "content": text})
+            done_turns[i] = t + 1
+            if min(done_turns) >= kill_after:
+                progress.set()
+        assert len(conv_ids) == 1, f"conversation {i} split into {conv_ids}"
+        return messages, conv_ids.pop(), refused
+
+    def kill_a_primary() -> None:
+        assert progress.wait(timeout=120), "the conversations never got going"
+        victim = cluster.node_of(conv_key(prefix, first_conv[0]))
+        killed["homed"] = {i for i, conv in enumerate(conv_of) if cluster.node_of(conv_key(prefix, conv)) is victim}
+        killed["node"] = victim
+        killed["at"] = time.monotonic()
+        victim.kill()  # SIGKILL: its replica must take over
+        wait_until(lambda: len(cluster.primaries()) == 3, timeout=30, what="a replica promoted")
+        killed["promoted"] = time.monotonic()
+        cluster.restart(victim)  # back, as a replica of the promoted node
+
+    with ThreadPoolExecutor(n_convs + 1) as pool:
+        killer = pool.submit(kill_a_primary)
+        results = list(pool.map(drive, range(n_convs)))
+        killer.result()
+    victim: RedisServer = killed["node"]
+    assert victim.port not in [n.port for n in cluster.primaries()]
+    convs = [conv for _, conv, _ in results]
+    assert len(set(convs)) == n_convs
+    # The pause: from the kill to the first turn, begun after it, of a conversation on the dead primary.
+    first = min(done for i, begun, done in timings if begun >= killed["at"] and i in killed["homed"])
+    print(
+        f"\nfailover: {sum(r for _, _, r in results)} turns answered 503 and retried; replica promoted "
+        f"{killed['promoted'] - killed['at']:.2f} s after the kill; first turn on its slots done "
+        f"{first - killed['at']:.2f} s after the kill"
+    )
+
+    calls = settle_ledger(a, upstream, convs)
+    assert summary_count(upstream) >= n_convs, "the small window should have forced compactions"
+    for k, (messages, conv, _) in enumerate(results):
+        reader, other = (a, b)[k % 2], (a, b)[(k + 1) % 2]
+        assert len(reader.conversation(conv)["branches"]) == 1
+        events = reader.events(conv)
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert stored(events) == history(messages)
+        assert other.events(conv) == events
+        checkpoints = reader.admin_json(f"conversations/{conv}/checkpoints")["data"]
+        assert len([c for c in checkpoints if c["status"] == "active"]) == 1, checkpoints
+
+    # the ledger: one complete call record per upstream reply, the same token sums; any other
+    # record is an attempt that never got an answer (a 502 above), with no usage
+    failed = [c for c in calls if c["status"] != "complete"]
+    assert all(c["usage"]["input_total"] is None for c in failed), failed
+    calls = [c for c in calls if c["status"] == "complete"]
+    assert len(calls) == len(upstream.replies_sent) == len({c["id"] for c in calls})
+    assert sum(c["usage"]["input_total"] for c in calls) == sum(reported_usage(r)[0] for r in upstream.replies_sent)
+    assert sum(c["usage"]["output"] for c in calls) == sum(reported_usage(r)[1] for r in upstream.replies_sent)
+    assert sum(1 for c in calls if c["purpose"] == "main") == n_convs * n_turns
+
+    # spread: the conversations live on more than one primary
+    homes = {cluster.node_of(conv_key(prefix, conv)).port for conv in convs}
+    assert len(homes) >= 2, homes
+
+    # DELETE leaves no key of theirs on any node, nor an entry naming them in a shared key
+    for conv in convs:
+        assert a.admin(f"conversations/{conv}", method="DELETE").status_code in (200, 204)
+    leftovers = []
+    for node in cluster.primaries():
+        client = node.client()
+        try:
+            for key in client.scan_iter(match=prefix + "*", count=1000):
+                if key.endswith(":tombstones"):
+                    continue  # the fence that keeps a deleted conversation deleted
+                content = members(client, key)
+                if any(conv[2:] in key or any(conv in str(v) for v in content) for conv in convs):
+                    leftovers.append((node.port, key))
+        finally:
+            client.close()
+    assert leftovers == []
+
+
+def test_writes_lost_by_async_replication_are_healed_by_the_next_turn(
+    cluster_proxies, healthy_cluster, upstream, api_key
+):
+    cluster = healthy_cluster
+    a, b, prefix = cluster_proxies()
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Healing agent."}]
+    conv = ""
+    for t in range(3):
+        messages.append({"role": "user", "content": f"turn {t}"})
+        text, conv, _ = turn_retrying((a, b)[t % 2], api_key, messages, stream=False)
+        messages.append({"role": "assistant", "content": text})
+    a.wait_calls(conv, 3)
+    primary = cluster.node_of(conv_key(prefix, conv))
+    replica = replica_of(cluster, primary)
+    assert replica.proc is not None
+
+    # Cut the replica off (stopped, its link closed), write one more acknowledged turn on the
+    # primary alone, then crash the primary: the turn exists nowhere any more.
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        client = primary.client()
+        try:
+            client.execute_command("CLIENT", "KILL", "TYPE", "replica")
+        finally:
+            client.close()
+        messages.append({"role": "user", "content": "turn 3, acknowledged then lost"})
+        r = post_turn(a, api_key, messages, stream=False)
+        assert r.status_code == 200 and r.headers["x-conversation-id"] == conv
+        messages.append({"role": "assistant", "content": text_of(r, False)})
+        wait_until(lambda: len(a.events(conv)) == 8, what="the turn stored on the primary alone")
+        primary.kill()
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    wait_until(lambda: replica.port in [n.port for n in cluster.primaries()], timeout=30, what="the replica promoted")
+
+    def stored_now() -> list[dict[str, Any]]:
+        r = a.admin(f"conversations/{conv}/events", params={"limit": 1000})
+        return r.json()["data"] if r.status_code == 200 else []
+
+    events = wait_until(stored_now, timeout=30, ignore=(httpx.HTTPError,), what="the conversation readable again")
+    lost = 8 - len(events)
+    assert lost == 2, f"expected the unreplicated turn (2 events) to be lost, {len(events)} events stored"
+    assert stored(events) == history(messages[:-2])
+    # its call record too: the ledger cannot be re-sent (wait_replicas is the remedy)
+    calls = a.calls(conv)
+    assert len(calls) == 3
+    print(f"\nlost by async replication: {lost} acknowledged events and 1 call record")
+
+    # The agent's next turn re-sends the whole history, the lost turn included: it is stored again.
+    messages.append({"role": "user", "content": "turn 4"})
+    text, conv2, _ = turn_retrying(b, api_key, messages, stream=True)
+    assert conv2 == conv
+    messages.append({"role": "assistant", "content": text})
+    healed = b.events(conv)
+    assert stored(healed) == history(messages)
+    assert [e["seq"] for e in healed] == list(range(1, 11))
+    assert len(b.conversation(conv)["branches"]) == 1
+
+
+def settle_ledger(a: Any, upstream: Any, convs: list[str], timeout: float = 60) -> list[dict[str, Any]]:
+    """Wait until background compactions are over and every upstream reply has its complete call
+    record (like test_replicas' settle, counting complete records only)."""
+    calls: list[dict[str, Any]] = []
+
+    def settled() -> list[dict[str, Any]] | None:
+        sent = len(upstream.replies_sent)
+        calls[:] = [
+            c for conv in convs for c in a.admin_json(f"conversations/{conv}/calls", params={"limit": 1000})["data"]
+        ]
+        complete = sum(1 for c in calls if c["status"] == "complete")
+        if complete == sent and all(r.done.is_set() for r in upstream.replies_sent):
+            time.sleep(0.5)  # nothing new started meanwhile?
+            if len(upstream.replies_sent) == sent:
+                return list(calls)
+        return None
+
+    return wait_until(settled, timeout=timeout, interval=0.2, what="every upstream reply to have its call record")
+
+
+def replica_of(cluster: RedisCluster, primary: RedisServer) -> RedisServer:
+    client = primary.client()
+    try:
+        info = client.info("replication")
+    finally:
+        client.close()
+    port = int(info["slave0"]["port"])
+    return next(n for n in cluster.nodes if n.port == port)
