@@ -70,7 +70,7 @@ def sqlite_files_bytes(db_path: Path) -> bytes:
 
 
 def redis_keys_of(client: redis.Redis, prefix: str, conversation_id: str, branch_ids: list[str]) -> list[str]:
-    """Keys (and identity-index fields) under ``prefix`` that still name the conversation or its
+    """Keys (and identity-index members) under ``prefix`` that still name the conversation or its
     branches."""
     ids = [conversation_id, *branch_ids]
     found: list[str] = []
@@ -81,7 +81,8 @@ def redis_keys_of(client: redis.Redis, prefix: str, conversation_id: str, branch
             continue
         kind = client.type(key)
         kind = kind.decode() if isinstance(kind, bytes) else kind
-        if kind == "hash" and name.startswith(f"{prefix}hash:") and client.hexists(key, conversation_id):
+        # the tenant-wide identity index: a set of conversation ids per chain hash
+        if kind == "set" and name.startswith(f"{prefix}hash:") and client.sismember(key, conversation_id):
             found.append(f"{name}[{conversation_id}]")
         elif kind == "zset" and client.zscore(key, conversation_id) is not None and not name.endswith("tombstones"):
             found.append(f"{name}[{conversation_id}]")
