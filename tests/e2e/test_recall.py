@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.support.e2e import user
+from tests.support.e2e import sent_verbatim_in_all, user
 from tests.support.upstream_server import Reply, tool_call
 
 TOOLS = [
@@ -91,8 +91,7 @@ def test_recall_detour_is_invisible_to_the_client(proxy, upstream, api_key, stre
     requests = upstream.chat_requests[before - 4 :]
     defs = [r.body["tools"][-1] for r in requests]
     assert all(d["function"]["name"] == "ctxproxy_recall" for d in defs)
-    wire_form = json.dumps(defs[0])
-    assert all(wire_form.encode() in r.raw for r in requests)
+    assert sent_verbatim_in_all(defs[0], [r.raw for r in requests])
     assert [t["function"]["name"] for t in first.body["tools"]] == ["bash", "ctxproxy_recall"]
 
     # the detour is not history: the stored events are the client's messages and the final answer

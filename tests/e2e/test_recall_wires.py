@@ -26,6 +26,7 @@ import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as ClaudeReply
+from tests.support.e2e import sent_verbatim_in_all
 from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 from tests.support.upstream_server import Reply, UpstreamServer, count_prompt_tokens, tool_call
@@ -346,7 +347,7 @@ def test_recall_detour_is_invisible_on_every_wire(proxy, servers, api_key, wire,
     bodies, raws = agent.bodies(), agent.raws()
     definition = recall_tool(wire, bodies[0])
     assert all(recall_tool(wire, b) == definition for b in bodies)
-    assert all(json.dumps(definition).encode() in raw for raw in raws)
+    assert sent_verbatim_in_all(definition, raws)
 
     # the detour is not history; the ledger has it
     events = p.events(agent.conv)

