@@ -256,13 +256,17 @@ def guarded_httptools(limits: Limits) -> type[asyncio.Protocol]:
     return type("GuardedHttpTools", (GuardedHttpTools,), {"limits": limits})
 
 
+def resolved_kind(kind: str) -> str:
+    """`server.http` with `auto` resolved: httptools when installed, else h11."""
+    if kind != "auto":
+        return kind
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
+
+
 def protocol_class(kind: str, limits: Limits) -> type[asyncio.Protocol]:
-    """The guarded protocol for `server.http` (`auto`: httptools when installed)."""
-    if kind == "auto":
-        try:
-            import httptools  # noqa: F401
-        except ImportError:
-            kind = "h11"
-        else:
-            kind = "httptools"
-    return guarded_httptools(limits) if kind == "httptools" else guarded_h11(limits)
+    """The guarded protocol for `server.http`."""
+    return guarded_httptools(limits) if resolved_kind(kind) == "httptools" else guarded_h11(limits)

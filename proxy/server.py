@@ -21,9 +21,10 @@ import uvicorn
 
 from .config import Config
 from .edge import Edge, Gate
-from .request_head import protocol_class
+from .request_head import protocol_class, resolved_kind
 
 log = logging.getLogger("ctxproxy")
+WORKER_PROTOCOLS = {"h11": "proxy.workers:WorkerH11", "httptools": "proxy.workers:WorkerHttpTools"}
 
 
 class DrainingServer(uvicorn.Server):
@@ -83,7 +84,8 @@ def run_workers(
         timeout_worker_healthcheck=30,  # a worker busy starting (litellm's import) is not hung
         host=host,
         port=port,
-        http=protocol_class(config.server.http, config.limits),
+        # by name: each spawned worker imports it (a class built at run time cannot be pickled)
+        http=WORKER_PROTOCOLS[resolved_kind(config.server.http)],
         log_level=log_level,
         access_log=access_log,
         timeout_graceful_shutdown=int(config.server.shutdown_grace) or None,

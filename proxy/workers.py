@@ -23,6 +23,7 @@ from .config import Config, load_config
 from .edge import Edge, Gate
 from .errors import ConfigError
 from .keys import resolve_keys
+from .request_head import protocol_class
 from .store import make_store
 
 CONFIG_ENV = "CTXPROXY_WORKER_CONFIG"
@@ -60,3 +61,12 @@ def app() -> Edge:
     config = load_config(os.environ[CONFIG_ENV])
     resolve_keys(config)
     return Edge(create_app(config), config.server, Gate())
+
+
+def __getattr__(name: str) -> type[asyncio.Protocol]:
+    """`proxy.workers:WorkerH11` and `:WorkerHttpTools`: a worker's guarded HTTP protocol, with
+    the limits of the worker's config file (uvicorn imports it by name in each worker)."""
+    kinds = {"WorkerH11": "h11", "WorkerHttpTools": "httptools"}
+    if name not in kinds:
+        raise AttributeError(name)
+    return protocol_class(kinds[name], load_config(os.environ[CONFIG_ENV]).limits)

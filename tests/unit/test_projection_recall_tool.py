@@ -20,7 +20,8 @@ def test_named_in_every_wires_tool_shape() -> None:
 def test_none_without_the_tool_or_with_recall_off() -> None:
     assert recall_tool(Policy(recall=Recall(enabled=True)), {"tools": [BASH]}) is None
     assert recall_tool(Policy(recall=Recall(enabled=True)), {}) is None
-    assert recall_tool(Policy(), {"tools": [CHAT]}) is None  # recall off: a client tool of that name is not ours
+    off = Policy(recall=Recall(enabled=False))
+    assert recall_tool(off, {"tools": [CHAT]}) is None  # recall off: a client tool of that name is not ours
 
 
 def test_the_policy_names_the_tool() -> None:

@@ -226,7 +226,7 @@ def _assistant_fragment(message: Message) -> _Fragment:
         text, derived_calls = _assistant_fields(native)
         if text == message.get("content") and derived_calls == calls:
             return _Fragment("assistant", restore_markers(native, message_markers(message), []), extra=extra)
-        blocks = [b for b in native if isinstance(b, dict) and b.get("type") in _THINKING]
+        blocks = [b for b in native if isinstance(b, dict) and str(b.get("type")) in _THINKING]
     else:
         if calls is None and isinstance(message.get("content"), str):
             return _Fragment("assistant", message["content"], extra=extra)

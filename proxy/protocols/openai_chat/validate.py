@@ -77,7 +77,7 @@ def _validate_message(i: int, message: Any) -> None:
         raise BadRequest(
             f"Missing required parameter: '{where}.role'.", param=f"{where}.role", code="missing_required_parameter"
         )
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise BadRequest(
             f"Invalid value: '{role}'. Supported values are: {', '.join(sorted(ROLES))}.",
             param=f"{where}.role",

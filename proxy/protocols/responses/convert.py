@@ -48,7 +48,7 @@ from .items import PRIVATE, TEXT_PARTS, canonical_item, is_assistant_side, item_
 def _visible_parts(content: list[Any]) -> list[Any]:
     out = []
     for part in content:
-        if isinstance(part, dict) and part.get("type") in TEXT_PARTS and isinstance(part.get("text"), str):
+        if isinstance(part, dict) and str(part.get("type")) in TEXT_PARTS and isinstance(part.get("text"), str):
             out.append({"type": "text", "text": part["text"]})
         else:
             out.append(part)

@@ -32,7 +32,7 @@ def validate_input(data: Any) -> None:
             raise _bad(f"Missing required parameter: '{where}.type'.", f"{where}.type", "missing_required_parameter")
         if kind == "message":
             role = item.get("role")
-            if role not in MESSAGE_ROLES:
+            if not isinstance(role, str) or role not in MESSAGE_ROLES:
                 raise _bad(
                     f"Invalid value: '{role}'. Supported values are: 'assistant', 'system', 'developer', and 'user'.",
                     f"{where}.role",
