@@ -31,9 +31,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=11)
     ap.add_argument("--concurrency", type=int, default=6)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--no-whole", action="store_true", help="skip the reference runs with the whole history")
     a = ap.parse_args()
     windows = [int(w) for w in a.windows.split(",")]
-    results = run(windows, a.wires.split(","), a.episodes, a.steps, a.concurrency)
+    results = run(windows, a.wires.split(","), a.episodes, a.steps, a.concurrency, whole=not a.no_whole)
     print(table(results))
     for r in results:
         if r["wrong"] or r["first_errors"]:

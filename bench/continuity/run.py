@@ -25,7 +25,7 @@ from bench.continuity.wires import MAX_TOKENS, SUMMARY_MARK, WIRES
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.proxy_process import UPSTREAM_KEY, ProxyProcess, subprocess_env
 from tests.support.responses_upstream import ResponsesServer
-from tests.support.upstream_server import UpstreamServer
+from tests.support.upstream_server import UpstreamServer, count_text_tokens
 
 WHOLE_WINDOW = 1_000_000
 DEBUG = bool(os.environ.get("CONTINUITY_DEBUG"))
@@ -42,6 +42,7 @@ class Session:
     client_tokens: int = 0
     answers: list[dict[str, Any]] = field(default_factory=list)
     step_latency: list[float] = field(default_factory=list)
+    counted: list[int] = field(default_factory=list)  # tokens per client message, in order
     upstream: Any = None  # the scripted server, to tell a question that took a recall detour
 
     def upstream_requests(self) -> int:
@@ -79,6 +80,14 @@ def proxy_config(urls: dict[str, str], windows: list[int]) -> dict[str, Any]:
     return {"admin_token_env": "CTXPROXY_ADMIN_TOKEN", "open_access": True, "routes": routes, "policies": policies}
 
 
+def _client_tokens(s: Session, wire: Any, history: list[Any]) -> int:
+    """Tokens of the client's whole request: each message counted once (the client re-sends the
+    same objects), plus the body without messages."""
+    for message in history[len(s.counted) :]:
+        s.counted.append(count_text_tokens(json.dumps(message)) + 4)
+    return sum(s.counted) + wire.count(wire.body(s.model, []))
+
+
 def _headers(wire: str) -> dict[str, str]:
     if wire == "anthropic":
         return {"x-api-key": UPSTREAM_KEY, "anthropic-version": "2023-06-01"}
@@ -88,7 +97,7 @@ def _headers(wire: str) -> dict[str, str]:
 async def _turn(client: httpx.AsyncClient, base: str, s: Session, history: list[Any]) -> tuple[str, list[Any], float]:
     wire = WIRES[s.wire]
     body = wire.body(s.model, history)
-    s.client_tokens += wire.count(body)
+    s.client_tokens += _client_tokens(s, wire, history)
     s.requests += 1
     t0 = time.perf_counter()
     r = await client.post(base + wire.path, json=body, headers=_headers(s.wire), timeout=300)
@@ -146,10 +155,14 @@ async def run_session(client: httpx.AsyncClient, base: str, s: Session, episodes
 
 
 def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    lo = 0
-    while lo < n and a[lo] == b[lo]:
-        lo += 1
+    """Length of the common prefix, by bisection over slice comparisons (C speed on long bodies)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
     return lo
 
 
@@ -213,7 +226,7 @@ def summarize(s: Session, stats: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _main(
-    windows: list[int], wires: list[str], episodes: int, steps: int, concurrency: int
+    windows: list[int], wires: list[str], episodes: int, steps: int, concurrency: int, whole: bool = True
 ) -> list[dict[str, Any]]:
     windows_by_model = {model_name(w, win, m): win for w in wires for win in windows for m in ("recall", "plain")}
     windows_by_model.update({model_name(w, 0, "whole"): WHOLE_WINDOW for w in wires})
@@ -239,7 +252,11 @@ async def _main(
                 for w in wires
                 for win in windows
                 for m in ("recall", "plain")
-            ] + [Session(w, WHOLE_WINDOW, "whole", model_name(w, 0, "whole"), upstream=servers[w]) for w in wires]
+            ] + [
+                Session(w, WHOLE_WINDOW, "whole", model_name(w, 0, "whole"), upstream=servers[w])
+                for w in wires
+                if whole
+            ]
             bases = {"chat": proxy.base_url, "anthropic": proxy.url + "/v1", "responses": proxy.base_url}
             direct = {"chat": urls["chat"], "anthropic": urls["anthropic"] + "/v1", "responses": urls["responses"]}
             gate = asyncio.Semaphore(concurrency)
@@ -264,5 +281,7 @@ async def _main(
     return out
 
 
-def run(windows: list[int], wires: list[str], episodes: int, steps: int, concurrency: int) -> list[dict[str, Any]]:
-    return asyncio.run(_main(windows, wires, episodes, steps, concurrency))
+def run(
+    windows: list[int], wires: list[str], episodes: int, steps: int, concurrency: int, whole: bool = True
+) -> list[dict[str, Any]]:
+    return asyncio.run(_main(windows, wires, episodes, steps, concurrency, whole))

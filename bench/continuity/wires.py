@@ -55,6 +55,12 @@ def _tool_names(tools: Any) -> list[str]:
     return out
 
 
+def _view(body: dict[str, Any], texts: list[str], last_user: str, since: int, last_tool: str | None) -> View:
+    """The model reads decoded text: a summarizer request's events are in `body_text` as sent."""
+    decoded = "\n".join(texts)
+    return View(texts, last_user, since, last_tool, _tool_names(body.get("tools")), SUMMARY_MARK in decoded, decoded)
+
+
 class Chat:
     name = "chat"
     path = "/chat/completions"
@@ -89,8 +95,7 @@ class Chat:
                 since += 1
         if messages and messages[-1].get("role") == "tool":
             last_tool = _text(messages[-1].get("content"))
-        raw = json.dumps(body)
-        return View(texts, last_user, since, last_tool, _tool_names(body.get("tools")), SUMMARY_MARK in raw, raw)
+        return _view(body, texts, last_user, since, last_tool)
 
     def reply(self, action: Action) -> upstream_server.Reply:
         calls = [upstream_server.tool_call(n, a) for n, a in action.calls]
@@ -144,8 +149,7 @@ class Anthropic:
                     last_tool = _text(b.get("content"))
                     texts.append(last_tool)
                     since += 1
-        raw = json.dumps(body)
-        return View(texts, last_user, since, last_tool, _tool_names(body.get("tools")), SUMMARY_MARK in raw, raw)
+        return _view(body, texts, last_user, since, last_tool)
 
     def reply(self, action: Action) -> anthropic_upstream.Reply:
         uses = [{"name": n, "input": a} for n, a in action.calls]
@@ -207,8 +211,7 @@ class Responses:
                 texts.append(text)
                 if item.get("role") == "user":
                     last_user, since = text, 0
-        raw = json.dumps(body)
-        return View(texts, last_user, since, last_tool, _tool_names(body.get("tools")), SUMMARY_MARK in raw, raw)
+        return _view(body, texts, last_user, since, last_tool)
 
     def reply(self, action: Action) -> responses_upstream.ResponsesReply:
         calls = [responses_upstream.fcall(n, a) for n, a in action.calls]
