@@ -31,7 +31,7 @@ from ..store.base import CallRecord
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
 from .answer import answer, recall_calls
-from .read import read_stream, read_whole
+from .read import read_recorded, read_stream, read_whole
 from .tool import without_tool
 from .turns import intermediate_turn, tool_result
 
@@ -142,14 +142,7 @@ async def _without_tool(
     """The upstream answered 400 to the request carrying the tool: record that, send the request
     once more without the tool, and remember the route and model when that one is accepted (a
     400 again means the tool was not the reason: it is relayed, nothing is remembered)."""
-    try:
-        data = await upstream.read()
-    except ProxyError as exc:
-        record.failed(call, exc, t0)
-        await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
-        raise
-    finally:
-        upstream.close()
+    data = await read_recorded(services, wire, call, upstream, t0)
     call.purpose = "recall"
     call.upstream_status, call.request_id = upstream.status, upstream.request_id
     call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - t0)

@@ -77,19 +77,27 @@ def relay_now(message: Message | None) -> bool:
     return message is not None and not tool_calls(message) and bool(message.get("content"))
 
 
-async def read_whole(
-    services: Services, wire: Wire, call: CallRecord, upstream: UpstreamResponse, t0: float, settings: Recall
-) -> tuple[UpstreamResponse | None, Message | None]:
-    """A whole answer: (the answer to relay, None), or (None, its message) when it called recall
-    (then it is recorded as a recall call)."""
+async def read_recorded(
+    services: Services, wire: Wire, call: CallRecord, upstream: UpstreamResponse, t0: float
+) -> bytes:
+    """The whole answer, the connection released; a failure to read it finishes the call's
+    record as failed (answering) and is raised."""
     try:
-        data = await upstream.read()
+        return await upstream.read()
     except ProxyError as exc:
         record.failed(call, exc, t0)
         await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
         raise
     finally:
         upstream.close()
+
+
+async def read_whole(
+    services: Services, wire: Wire, call: CallRecord, upstream: UpstreamResponse, t0: float, settings: Recall
+) -> tuple[UpstreamResponse | None, Message | None]:
+    """A whole answer: (the answer to relay, None), or (None, its message) when it called recall
+    (then it is recorded as a recall call)."""
+    data = await read_recorded(services, wire, call, upstream, t0)
     parsed = _json(data)
     message = wire.response(parsed)[0] if parsed is not None else None
     if not recall_calls(message, settings):
