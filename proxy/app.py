@@ -19,14 +19,13 @@ from .chat import endpoint
 from .compaction import Compactor
 from .config import Config
 from .errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable
-from .history_cache import HistoryCache
 from .http import RawResponse, error_response
 from .keys import resolve_keys
 from .metrics import Metrics
 from .projection import Projector
 from .protocols import WIRES, wire_for_path
 from .record import Recorder
-from .services import Services
+from .services import Services, history_cache
 from .store import make_store
 from .summarizer import Summarizer
 from .upstream import RoutedUpstream, uses_litellm
@@ -89,14 +88,14 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
         if uses_litellm(config.routes) or any(p.summarizer.model for p in config.policies.values()):
             upstream.litellm.warm_up()  # import litellm now, not in the first call's way
         catalog = ModelCatalog()
-        projector = Projector(catalog)
+        projector = Projector(catalog, config.caches)
         metrics = Metrics()
         recorder = Recorder(store, metrics, catalog, config.routes)
         compactor = Compactor(store, Summarizer(upstream, keys), projector, recorder)
         compactor.lease_ttl = config.compaction_lease_seconds
         salt = await store.tenant_salt()
         services = Services(
-            config, keys, store, upstream, projector, compactor, recorder, metrics, HistoryCache(), salt
+            config, keys, store, upstream, projector, compactor, recorder, metrics, history_cache(config.caches), salt
         )
         app.state.ctx = services
         purger = None

@@ -198,6 +198,24 @@ class Retention(_Frozen):
     interval_seconds: float = Field(3600.0, gt=0)
 
 
+class Caches(_Frozen):
+    """Per-process memory that spares recomputation, each bounded (proxy/services.py builds them).
+    All of it is derived state: a smaller cache costs CPU on misses, never correctness."""
+
+    history_mb: float = Field(64.0, gt=0)
+    """Remembered request histories (proxy/history_cache.py), by the approximate bytes of their bodies."""
+    history_per_conversation: int = Field(4, gt=0)
+    """Histories remembered per first message (the branches of one conversation)."""
+    token_counts: int = Field(100_000, gt=0)
+    """Token counts per tokenizer encoding, by event hash (proxy/token_counter.py)."""
+    projection_branches: int = Field(256, gt=0)
+    """Branches whose projection memo is kept (proxy/projection.py): the most recently used."""
+    projection_memo_entries: int = Field(4096, gt=0)
+    """Derived renderings memoized per branch (cleared when full)."""
+    calibrations: int = Field(10_000, gt=0)
+    """Branches whose estimate-vs-billed usage factor is remembered."""
+
+
 class Server(_Frozen):
     """How `ctxproxy serve` listens, caps and drains (proxy/server.py, proxy/edge.py)."""
 
@@ -232,6 +250,7 @@ class Config(_Frozen):
     server: Server = Server()
     limits: Limits = Limits()
     retention: Retention = Retention()
+    caches: Caches = Caches()
     routes: list[Route] = Field(min_length=1)
     policies: dict[str, Policy] = Field(default_factory=lambda: {"default": Policy()})
 

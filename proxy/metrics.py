@@ -18,12 +18,14 @@ are spent money) but not in the request counters and histograms, which describe 
     ctxproxy_store_passthrough_total{route}              requests relayed unrewritten, unrecorded,
                                                          because the store failed (store_failure)
     ctxproxy_cost_usd_total{route}
+    ctxproxy_cache_entries{cache}                        gauge, read at render time from the
+                                                         per-process caches (`Metrics.watch`)
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from .store.base import CallRecord
 
@@ -98,6 +100,23 @@ class Histogram:
         return lines
 
 
+class Gauges:
+    """Values read when rendered, from callables returning {label value: number}."""
+
+    def __init__(self, name: str, help: str, label: str) -> None:
+        self.name, self.help, self.label = name, help, label
+        self.sources: list[Callable[[], Mapping[str, float]]] = []
+
+    def render(self) -> list[str]:
+        values: dict[str, float] = {}
+        for source in self.sources:
+            values.update(source())
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} gauge"]
+        for key, value in sorted(values.items()):
+            lines.append(f"{self.name}{_labels((self.label,), (key,))} {_number(value)}")
+        return lines
+
+
 class Metrics:
     def __init__(self) -> None:
         self.requests = Counter(
@@ -134,6 +153,11 @@ class Metrics:
             "Requests relayed unrewritten and unrecorded because the store failed.",
             ("route",),
         )
+        self.caches = Gauges("ctxproxy_cache_entries", "Entries held by each per-process cache.", "cache")
+
+    def watch(self, source: Callable[[], Mapping[str, float]]) -> None:
+        """Render `source()`'s {cache name: entries} as `ctxproxy_cache_entries` on every scrape."""
+        self.caches.sources.append(source)
 
     def observe_call(self, call: CallRecord, wire: str, error_kind: str | None = None) -> None:
         route = call.route
@@ -180,6 +204,7 @@ class Metrics:
             self.cost,
             self.recall,
             self.store_passthrough,
+            self.caches,
         ):
             lines.extend(metric.render())
         return ("\n".join(lines) + "\n").encode()

@@ -33,7 +33,7 @@ from policies.projection import project
 from policies.tokens import encoding_name_for_model
 
 from .catalog import ModelCatalog
-from .config import Policy
+from .config import Caches, Policy
 from .errors import ContextLengthExceeded
 from .history_cache import Remembered
 from .store.base import StoredCheckpoint
@@ -60,12 +60,12 @@ class BranchMemo:
 
 class Projector:
     """Per-process token caches, per-branch projection memos, model metadata and usage
-    calibration; no I/O."""
+    calibration; no I/O. Each is an LRU bounded by `caches` (the config's `caches:` section)."""
 
-    def __init__(self, catalog: ModelCatalog, cache_entries: int = 200_000) -> None:
+    def __init__(self, catalog: ModelCatalog, caches: Caches | None = None) -> None:
         self.catalog = catalog
+        self.caches = caches or Caches()
         self._counters: dict[str, TokenCounter] = {}
-        self._cache_entries = cache_entries
         self._calibration: OrderedDict[str, Calibration] = OrderedDict()
         self._memos: OrderedDict[str, BranchMemo] = OrderedDict()
         self._lock = threading.Lock()
@@ -78,8 +78,9 @@ class Projector:
         with self._lock:
             memo = self._memos.get(branch_id)
             if memo is None:
-                memo = self._memos[branch_id] = BranchMemo(ProjectionCache(max_entries=4096), threading.Lock())
-                while len(self._memos) > 1024:
+                cache = ProjectionCache(max_entries=self.caches.projection_memo_entries)
+                memo = self._memos[branch_id] = BranchMemo(cache, threading.Lock())
+                while len(self._memos) > self.caches.projection_branches:
                     self._memos.popitem(last=False)
             else:
                 self._memos.move_to_end(branch_id)
@@ -89,8 +90,21 @@ class Projector:
         name = encoding_name_for_model(model)
         counter = self._counters.get(name)
         if counter is None:
-            counter = self._counters[name] = TokenCounter.for_model(model, self._cache_entries)
+            counter = self._counters[name] = TokenCounter.for_model(model, self.caches.token_counts)
         return counter
+
+    def cache_sizes(self) -> dict[str, int]:
+        """Entries held now, by cache (the `ctxproxy_cache_entries` gauge): token counts summed
+        over encodings, branch memos, the entries memoized inside them, usage calibrations."""
+        with self._lock:
+            memos = list(self._memos.values())
+            calibrations = len(self._calibration)
+        return {
+            "token_counts": sum(len(c) for c in list(self._counters.values())),
+            "projection_branches": len(memos),
+            "projection_memo_entries": sum(len(m.cache.memo) for m in memos),
+            "calibrations": calibrations,
+        }
 
     def window(self, policy: Policy, model: str) -> int:
         """The configured window: the policy's, else litellm's model map, else the default."""
@@ -177,7 +191,7 @@ class Projector:
         with self._lock:
             self._calibration[branch_id] = Calibration(generation, factor)
             self._calibration.move_to_end(branch_id)
-            while len(self._calibration) > 100_000:
+            while len(self._calibration) > self.caches.calibrations:
                 self._calibration.popitem(last=False)
 
     def items(

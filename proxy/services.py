@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .compaction import Compactor
-from .config import Config, Route
+from .config import Caches, Config, Route
 from .history_cache import HistoryCache
 from .keys import Keys
 from .metrics import Metrics
@@ -35,5 +35,13 @@ class Services:
     recalls_rejected: RejectedTool = field(default_factory=RejectedTool)
     """Routes and models whose upstream rejected the recall tool (in process memory)."""
 
+    def __post_init__(self) -> None:
+        self.metrics.watch(self.projector.cache_sizes)
+
     def upstream_key(self, route: Route) -> str | None:
         return self.keys.upstream_key(route)
+
+
+def history_cache(caches: Caches) -> HistoryCache:
+    """The history cache as the config's `caches:` section bounds it."""
+    return HistoryCache(max_bytes=int(caches.history_mb * 1024 * 1024), per_key=caches.history_per_conversation)
