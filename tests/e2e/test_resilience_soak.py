@@ -96,8 +96,9 @@ class Agents:
     def _agent(self, i: int, n: int) -> None:
         # Each agent works in SLOTS conversations, rewinding one to its start every 10 turns (a
         # fork); a streamed answer is not sent back either, so the next request forks too: the
-        # run makes thousands of branches. The proxy runs the default `caches:` bounds, which the
-        # warm-up mostly fills; what the caches hold at the end is printed from /metrics.
+        # run makes thousands of branches. The proxy runs the default `caches:` bounds: the warm-up
+        # makes ~200 branches, so their memos (256 at most, ~15 kB each here) are full soon after;
+        # token counts and calibrations stay below their bounds. The end state is printed from /metrics.
         messages: list[dict[str, Any]] = []
         with httpx.Client(base_url=self.url, timeout=30) as client:
             for k in range(n):
