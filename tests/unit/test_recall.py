@@ -188,3 +188,14 @@ def test_splice_continues_the_clients_stream():
     assert done["sequence_number"] == 9 and done["response"]["output"] == [item, {"type": "message"}]
     chat = parse_event(b'data: {"choices": []}\n\n')
     assert continuation("openai_chat", [])(chat) == chat.raw
+
+
+def test_rejected_pairs_are_bounded_oldest_forgotten_first():
+    rejected = RejectedTool(limit=3)
+    for model in ("a", "b", "c"):
+        rejected.remember("r", model)
+    rejected.remember("r", "a")  # remembered again: now the newest
+    rejected.remember("r", "d")
+    assert len(rejected) == 3
+    assert ("r", "b") not in rejected
+    assert all(("r", m) in rejected for m in ("a", "c", "d"))
