@@ -1,4 +1,13 @@
-"""create_app(config): the ASGI application and its lifespan (store, upstream session)."""
+"""create_app(config): the ASGI application and its lifespan (store, upstream session).
+
+The model endpoints (the three APIs' paths, `Wire.paths`) are dispatched by `ProxyApp` on the
+scope's path and method before starlette sees the request: they are most of the traffic, and
+starlette's layers (error middleware, exception middleware, router matching every route, the
+`Request` object, the endpoint wrapper) cost about as much per call as the whole bare hop. The
+rest -- admin API, inspector, health, metrics, models, count_tokens -- is a starlette app. Both
+render errors through `_render`: the API's own shape, operator secrets redacted, the
+conversation header once known.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +18,24 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.datastructures import State
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from . import admin, endpoints, retention, ui
 from .catalog import ModelCatalog
-from .chat import endpoint
+from .chat import handle
 from .compaction import Compactor
 from .config import Config
 from .errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable
-from .http import RawResponse, error_response
+from .http import Incoming, RawResponse, error_response
 from .keys import resolve_keys
 from .metrics import Metrics
 from .projection import Projector
 from .protocols import WIRES, wire_for_path
+from .protocols.base import Wire
 from .record import Recorder
 from .services import Services, history_cache
 from .store import make_store
@@ -33,50 +45,80 @@ from .upstream import RoutedUpstream, uses_litellm
 log = logging.getLogger("ctxproxy")
 
 
-def _error_response(request: Request, exc: ProxyError) -> RawResponse:
-    """The error in the client API's shape, with the conversation header once the request's
-    conversation is known (`chat.handle` sets it right after identifying)."""
-    response = error_response(exc, wire_for_path(request.url.path))
-    services = getattr(request.app.state, "ctx", None)
+def _render(
+    services: Services | None, wire: Wire | None, exc: Exception, path: str, conversation: tuple[str, str] | None
+) -> RawResponse:
+    """The error answer: in the client API's shape (`wire`; OpenAI's for paths of no API), with
+    the conversation header once the request's conversation is known (`chat.handle` sets it
+    right after identifying)."""
+    if isinstance(exc, StoreError):
+        log.error("store failure on %s: %s", path, exc)
+        exc = StoreUnavailable("The proxy's store is unavailable; retry shortly.")
+    elif not isinstance(exc, ProxyError):
+        log.exception("unexpected error on %s", path, exc_info=exc)
+        exc = ProxyError("The proxy failed unexpectedly; the error was logged. Retry the request.")
+    response = error_response(exc, wire)
     if services is not None:  # a message quoting a client's value never quotes an operator secret
         response.body = services.keys.redact(response.body)
-    conversation = getattr(request.state, "conversation_header", None)
     if conversation is not None:
         response.headers.append(conversation)
     return response
 
 
-async def _proxy_error(request: Request, exc: Exception) -> RawResponse:
-    assert isinstance(exc, ProxyError)
-    return _error_response(request, exc)
+async def _starlette_error(request: Request, exc: Exception) -> RawResponse:
+    path = request.url.path
+    if isinstance(exc, HTTPException):
+        if exc.status_code == 404:
+            exc = NotFound(f"Unknown path {path}.")
+        elif exc.status_code == 405:
+            exc = _not_allowed(request.method, path)
+        else:
+            error = ProxyError(str(exc.detail))
+            error.status = exc.status_code
+            exc = error
+    return _render(getattr(request.app.state, "ctx", None), wire_for_path(path), exc, path, None)
 
 
-async def _store_error(request: Request, exc: Exception) -> RawResponse:
-    log.error("store failure on %s: %s", request.url.path, exc)
-    return _error_response(request, StoreUnavailable("The proxy's store is unavailable; retry shortly."))
+def _not_allowed(method: str, path: str) -> BadRequest:
+    not_allowed = BadRequest(f"Method {method} is not allowed on {path}.")
+    not_allowed.status = 405
+    return not_allowed
 
 
-async def _http_error(request: Request, exc: Exception) -> RawResponse:
-    assert isinstance(exc, HTTPException)
-    if exc.status_code == 404:
-        return _error_response(request, NotFound(f"Unknown path {request.url.path}."))
-    if exc.status_code == 405:
-        not_allowed = BadRequest(f"Method {request.method} is not allowed on {request.url.path}.")
-        not_allowed.status = 405
-        return _error_response(request, not_allowed)
-    error = ProxyError(str(exc.detail))
-    error.status = exc.status_code
-    return _error_response(request, error)
+class ProxyApp:
+    """The ASGI app: model calls straight to `chat.handle`, everything else to starlette
+    (`site`, which also runs the lifespan and so holds the services in `state.ctx`)."""
+
+    def __init__(self, site: Starlette) -> None:
+        self.site = site
+        self.model_paths: dict[str, Wire] = {path: wire for wire in WIRES for path in wire.paths}
+
+    @property
+    def state(self) -> State:
+        return self.site.state
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        """starlette's routes (the model paths are `model_paths`, POST only)."""
+        return self.site.routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        wire = self.model_paths.get(scope["path"]) if scope["type"] == "http" else None
+        if wire is None:
+            await self.site(scope, receive, send)
+            return
+        services: Services = self.site.state.ctx
+        request = Incoming(scope, receive)
+        try:
+            if scope["method"] != "POST":
+                raise _not_allowed(scope["method"], scope["path"])
+            response = await handle(services, request, wire)
+        except Exception as exc:
+            response = _render(services, wire, exc, scope["path"], request.conversation)
+        await response(scope, receive, send)
 
 
-async def _unexpected(request: Request, exc: Exception) -> RawResponse:
-    log.exception("unexpected error on %s", request.url.path)
-    return _error_response(
-        request, ProxyError("The proxy failed unexpectedly; the error was logged. Retry the request.")
-    )
-
-
-def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
+def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
     keys = resolve_keys(config, env)
 
     @contextlib.asynccontextmanager
@@ -113,7 +155,6 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
             await store.close()
 
     routes = [
-        *(Route(path, endpoint(wire), methods=["POST"]) for wire in WIRES for path in wire.paths),
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
         Route("/v1/messages/count_tokens", endpoints.count_tokens, methods=["POST"]),
         Route("/", endpoints.root, methods=["GET", "HEAD"]),
@@ -124,9 +165,8 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> Starlette:
     ]
     # starlette types handlers as returning its Response; ours return plain ASGI responses
     handlers: dict[Any, Any] = {
-        ProxyError: _proxy_error,
-        StoreError: _store_error,
-        HTTPException: _http_error,
-        Exception: _unexpected,
+        ProxyError: _starlette_error,
+        HTTPException: _starlette_error,
+        Exception: _starlette_error,
     }
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    return ProxyApp(Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers))

@@ -13,10 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
-
-from starlette.requests import Request
 
 from policies.base import Projection
 
@@ -25,7 +22,7 @@ from .compaction import CompactionJob
 from .config import Policy, Route
 from .endpoints import relay_unchanged
 from .errors import ConversationGone, ProxyError, StoreError
-from .http import RawResponse, read_body
+from .http import Incoming, RawResponse, read_body
 from .ingest import Ingested, append_response, ingest, reject
 from .protocols.base import Wire
 from .recall.detour import detour
@@ -40,20 +37,12 @@ log = logging.getLogger("ctxproxy")
 DEGRADED_HEADER = "X-Ctxproxy-Degraded"
 
 
-def endpoint(wire: Wire) -> Callable[[Request], Awaitable[Any]]:
-    async def handle_wire(request: Request) -> Any:
-        return await handle(request, wire)
-
-    return handle_wire
-
-
-async def handle(request: Request, wire: Wire) -> Any:
-    services: Services = request.app.state.ctx
+async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     config = services.config
     t0 = time.monotonic()
     started = time.time()
 
-    raw = await read_body(request, config.limits)
+    raw = await read_body(request.headers, request.receive, config.limits)
     body = wire.parse(raw)
     model, stream = wire.envelope(body)
     messages = wire.messages(body)
@@ -68,7 +57,7 @@ async def handle(request: Request, wire: Wire) -> Any:
             services.store, services.history, wire, tenant, messages, request.headers.get(header), len(raw), session
         )
         # from here on every answer, errors included, names the conversation
-        request.state.conversation_header = (header, _conversation_of(ingested))
+        request.conversation = (header, _conversation_of(ingested))
         call = await _open_call(services, route, model, stream, body, ingested, started)
         sent = messages
         rewriting = policy.rewrite and wire.rewrite_allowed(body)
@@ -195,7 +184,7 @@ async def _relay_whole(
     upstream: UpstreamResponse,
     t0: float,
     echo: list[tuple[str, str]],
-    request: Request,
+    request: Incoming,
 ) -> Any:
     call.upstream_status = upstream.status
     call.request_id = upstream.request_id
@@ -274,7 +263,7 @@ async def _passthrough(
     services: Services,
     wire: Wire,
     route: Route,
-    request: Request,
+    request: Incoming,
     raw: bytes,
     body: dict[str, Any],
     stream: bool,

@@ -86,7 +86,7 @@ async def count_tokens(request: Request) -> RawResponse:
     model; errors in Anthropic's shape (the app's error boundary knows the path is Anthropic's)."""
     services: Services = request.app.state.ctx
     config = services.config
-    raw = await read_body(request, config.limits)
+    raw = await read_body(request.headers, request.receive, config.limits)
     model = require_model(parse_body(raw))
     route = config.route_for(ANTHROPIC.path, model)
     if route is None:

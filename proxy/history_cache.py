@@ -35,7 +35,7 @@ class Remembered:
     size: int
     items: dict[str, list[Item]] = field(default_factory=dict)
     """Token-counted items of the same messages, by tokenizer encoding name."""
-    encoded: dict[int, tuple[Message, str]] = field(default_factory=dict)
+    encoded: dict[int, tuple[Message, bytes]] = field(default_factory=dict)
     """JSON of the messages last sent upstream, by object identity (the object is held, so its id
     cannot be reused while the entry lives); written and reused by the chat wire's `encode_body`
     (`protocols/openai_chat/encode.py`)."""

@@ -1,5 +1,5 @@
-"""The HTTP edge, below the handlers: plain ASGI responses, request body reading with its limits,
-and the credentials a request carries.
+"""The HTTP edge, below the handlers: the model call's request (`Incoming`), plain ASGI
+responses, request body reading with its limits, and the credentials a request carries.
 
 Responses keep upstream headers as a list, so repeated names survive. uvicorn and starlette enforce
 no body limits: a 50 MB body would otherwise be read whole into memory, and a client sending one
@@ -15,13 +15,29 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
-from starlette.requests import ClientDisconnect, Request
+from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from . import codec
 from .config import Limits
 from .errors import BadRequest, NotFound, PayloadTooLarge, ProxyError, RequestTimeout, Unauthorized, openai_error_bytes
 from .protocols.base import Wire
+
+
+class Incoming:
+    """A model call's request as the handlers read it, straight from the ASGI scope (no
+    starlette `Request`: the model endpoints bypass starlette's router, `proxy/app.py`).
+    `conversation` is set once the request's conversation is known, so that every answer from
+    then on, errors included, names it."""
+
+    __slots__ = ("scope", "receive", "headers", "conversation")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.headers = Headers(scope=scope)
+        self.conversation: tuple[str, str] | None = None
 
 
 class RawResponse:
@@ -57,8 +73,9 @@ def json_response(data: Any, status: int = 200, headers: list[tuple[str, str]] |
     return RawResponse(body, status, [("content-type", "application/json"), *(headers or [])])
 
 
-async def read_body(request: Request, limits: Limits) -> bytes:
-    declared = request.headers.get("content-length")
+async def read_body(headers: Mapping[str, str], receive: Receive, limits: Limits) -> bytes:
+    """The whole request body from `receive`, within the body limit and the receive deadline."""
+    declared = headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise BadRequest("The Content-Length header is not a number.")
@@ -68,18 +85,22 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     size = 0
     try:
         async with asyncio.timeout(limits.receive_timeout):
-            async for chunk in request.stream():
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise BadRequest("The client disconnected before the request body was complete.")
+                chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limits.max_body_bytes:
                     raise PayloadTooLarge(_too_large(size, limits))
                 chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
     except TimeoutError:
         raise RequestTimeout(
             f"The request body was not received within {limits.receive_timeout:g} s "
             f"({size} bytes arrived). Send the whole body promptly."
         ) from None
-    except ClientDisconnect:
-        raise BadRequest("The client disconnected before the request body was complete.") from None
     return b"".join(chunks)
 
 

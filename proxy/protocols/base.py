@@ -82,8 +82,8 @@ class Wire(Protocol):
         """Validate messages[start:stop]; the rest equals an earlier accepted request."""
 
     def encode(
-        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
-    ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
+        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None
+    ) -> tuple[bytes | None, dict[int, tuple[Message, bytes]]]:
         """The upstream body with `messages` (None: the client's own) -- or None when the raw
         client bytes can be forwarded -- and per-message encodings to remember."""
 

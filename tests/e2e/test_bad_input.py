@@ -78,6 +78,21 @@ def test_unknown_path_is_404(proxy, api_key):
     assert_openai_error(r, 404)
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses"])
+def test_model_path_takes_only_post(proxy, path):
+    """The model paths are dispatched before starlette's router: another method is still a 405
+    in the API's own error shape, naming the method."""
+    p = proxy()
+    for method in ("GET", "PUT", "DELETE"):
+        r = httpx.request(method, f"{p.url}{path}", timeout=10)
+        assert r.status_code == 405, r.text
+        if path == "/v1/messages":
+            assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
+        else:
+            assert_openai_error(r, 405)
+        assert f"Method {method} is not allowed on {path}." in r.text
+
+
 def test_oversized_body_is_413(proxy, upstream, api_key):
     p = proxy(limits={"max_body_bytes": 4096})
     client = p.client(api_key)

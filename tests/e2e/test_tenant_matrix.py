@@ -35,8 +35,9 @@ CONVERSATION_PATHS = ["", "/events", "/calls", "/search", "/projection", "/check
 
 def route_table() -> set[tuple[str, str]]:
     config = parse_config({"routes": [{"name": "r", "upstream": {"base_url": "http://127.0.0.1:9/v1"}}]}, env={})
-    table = set()
-    for route in create_app(config, env={}).routes:
+    app = create_app(config, env={})
+    table = {("POST", path) for path in app.model_paths}  # dispatched before starlette's router
+    for route in app.routes:
         methods = set(getattr(route, "methods", None) or ()) - {"HEAD"} or {"HEAD"}
         table.update((method, route.path) for method in methods)
     return table

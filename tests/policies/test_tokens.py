@@ -124,3 +124,15 @@ def test_counter_call_keys_by_content() -> None:
     assert counter.misses == 1 and counter.hits == 2
     with pytest.raises(ValueError):
         TokenCounter(encoding_for_model("gpt-4o"), max_entries=0)
+
+
+def test_counter_counts_the_same_tools_once() -> None:
+    counter = TokenCounter(encoding_for_model("gpt-4o"))
+    tools = [{"type": "input_schema_less", "name": "bash", "input_schema": {"type": "object"}}]
+    first = counter.count_tools(tools, {"type": "any"})
+    assert counter.count_tools([dict(tools[0])], {"type": "any"}) == first  # equal JSON: a hit
+    assert counter.hits == 1 and counter.misses == 1
+    counter.count_tools(tools, None)  # another tool_choice renders another prompt: counted anew
+    assert counter.misses == 2
+    assert counter.count_tools(None) == counter.count_tools([]) == 0
+    assert first == count_tools(tools, encoding_for_model("gpt-4o"), {"type": "any"})

@@ -57,7 +57,7 @@ def test_encode_body_equals_plain_json_and_reuses_known_encodings() -> None:
     assert json.loads(payload) == {**body, "messages": messages}
     assert set(encoded) == {id(m) for m in messages}
     # a known object is not re-encoded: a stale (deliberately wrong) encoding would show through
-    encoded[id(messages[0])] = (messages[0], '{"role":"user","content":"cached"}')
+    encoded[id(messages[0])] = (messages[0], b'{"role":"user","content":"cached"}')
     payload2, fresh = encode_body(body, messages, encoded)
     assert json.loads(payload2)["messages"][0]["content"] == "cached"
     # an equal but different object is encoded anew

@@ -32,8 +32,8 @@ class AnthropicWire(BaseWire):
         return to_common(body)
 
     def encode(
-        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
-    ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
+        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None
+    ) -> tuple[bytes | None, dict[int, tuple[Message, bytes]]]:
         if messages is None:
             return None, {}  # usage is always in Anthropic streams: the client's bytes go as they are
         native = to_native(messages, prefix=0 if body.get("system") is None else 1)

@@ -45,8 +45,8 @@ class OpenAIChatWire(BaseWire):
         validate_messages(messages, start, stop)
 
     def encode(
-        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
-    ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
+        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None
+    ) -> tuple[bytes | None, dict[int, tuple[Message, bytes]]]:
         """The upstream body, or None when the client's bytes can go as they are."""
         if messages is None and not stream:
             return None, {}

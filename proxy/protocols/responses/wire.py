@@ -50,8 +50,8 @@ class ResponsesWire(BaseWire):
         return all(isinstance(i, dict) and is_mappable(i) for i in data)
 
     def encode(
-        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, str]] | None
-    ) -> tuple[bytes | None, dict[int, tuple[Message, str]]]:
+        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None
+    ) -> tuple[bytes | None, dict[int, tuple[Message, bytes]]]:
         if messages is None:
             return None, {}  # usage arrives with response.completed: nothing to ask for
         exact = ExactItems(body)
