@@ -111,7 +111,9 @@ class ProxyProcess:
         text = self.stderr()
         return text[offset:] if starts == self.starts else text
 
-    def start(self, timeout: float = STARTUP_TIMEOUT) -> ProxyProcess:
+    def start(self, timeout: float | None = None) -> ProxyProcess:
+        # Read at call time (not as the default's value), so a test can lengthen it.
+        timeout = STARTUP_TIMEOUT if timeout is None else timeout
         self.starts += 1
         cmd = [
             sys.executable,
