@@ -25,7 +25,7 @@ from .compaction import CompactionJob
 from .config import Policy, Route
 from .endpoints import relay_unchanged
 from .errors import ConversationGone, ProxyError, StoreError
-from .http import RawResponse, read_body
+from .http import RawResponse, client_api_key, read_body
 from .ingest import Ingested, append_response, ingest, reject
 from .protocols.base import Wire
 from .recall.detour import detour
@@ -33,6 +33,7 @@ from .recall.tool import offered, with_tool
 from .relay import StreamOutcome, StreamRelay, nothing, or_disconnect
 from .services import Services
 from .store.base import CallRecord
+from .tail_parse import BodyMemo
 from .upstream.base import UpstreamResponse
 
 log = logging.getLogger("ctxproxy")
@@ -54,7 +55,7 @@ async def handle(request: Request, wire: Wire) -> Any:
     started = time.time()
 
     raw = await read_body(request, config.limits)
-    body = wire.parse(raw)
+    body = wire.parse(raw, BodyMemo(services.history, client_api_key(request.headers)))
     model, stream = wire.envelope(body)
     messages = wire.messages(body)
     route, policy = routing.route_for(config, wire.path, model)

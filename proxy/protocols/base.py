@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from ..errors import ProxyError, sse_error_event
 from ..sse import SseEvent
+from ..tail_parse import BodyMemo
 from ..types import Json, Message
 from ..usage import Usage
 
@@ -67,7 +68,9 @@ class Wire(Protocol):
     upstream_path: str
     """Appended to the route's `base_url`."""
 
-    def parse(self, raw: bytes) -> Json: ...
+    def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
+        """The body as a dict; with `memo`, only its new tail when it extends a recent body."""
+
     def envelope(self, body: Json) -> tuple[str, bool]:
         """The model and whether a stream was asked for; BadRequest for a malformed body."""
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from ... import codec
 from ...errors import ProxyError
+from ...tail_parse import BodyMemo
 from ...types import Json, Message, as_list
 from ...usage import Usage, from_anthropic
 from ..base import BaseWire
@@ -22,8 +23,8 @@ class AnthropicWire(BaseWire):
     paths: tuple[str, ...] = ("/v1/messages",)
     upstream_path = "/v1/messages"
 
-    def parse(self, raw: bytes) -> Json:
-        return parse_body(raw)
+    def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
+        return parse_body(raw) if memo is None else memo.parse(raw, "messages", parse_body)
 
     def envelope(self, body: Json) -> tuple[str, bool]:
         return validate_envelope(body)
