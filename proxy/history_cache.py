@@ -63,6 +63,11 @@ class Seen:
     items: list[Any]
     """The parsed array."""
 
+    @property
+    def size(self) -> int:
+        """The raw bytes and, about as much again, the parsed values they keep alive."""
+        return 2 * len(self.raw)
+
 
 class HistoryCache:
     def __init__(self, max_bytes: int = 256 * 1024 * 1024, per_key: int = 4) -> None:
@@ -142,19 +147,26 @@ class HistoryCache:
             bucket = self._bodies.pop(partition, [])
             if replaces is not None and replaces in bucket:
                 bucket.remove(replaces)
-                self._bytes -= len(replaces.raw)
+                self._bytes -= replaces.size
             bucket.insert(0, seen)
-            self._bytes += len(seen.raw)
+            self._bytes += seen.size
             while len(bucket) > self.per_key * 4:
-                self._bytes -= len(bucket.pop().raw)
+                self._bytes -= bucket.pop().size
             self._bodies[partition] = bucket
             self._evict()
+
+    def forget_body(self, partition: bytes, seen: Seen) -> None:
+        with self._lock:
+            bucket = self._bodies.get(partition, [])
+            if seen in bucket:
+                bucket.remove(seen)
+                self._bytes -= seen.size
 
     def _evict(self) -> None:
         while self._bytes > self.max_bytes and (self._bodies or self._entries):
             if self._bodies:
                 _, bodies = self._bodies.popitem(last=False)
-                self._bytes -= sum(len(b.raw) for b in bodies)
+                self._bytes -= sum(b.size for b in bodies)
             else:
                 _, evicted = self._entries.popitem(last=False)
                 self._bytes -= sum(e.size for e in evicted)

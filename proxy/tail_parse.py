@@ -61,10 +61,12 @@ class BodyMemo:
         """`whole(raw)` (a dict), computed from a remembered body when `raw` extends one."""
         for seen in self._cache.bodies(self._partition):
             extended = extend(seen, raw, key)
-            if extended is not None:
+            if isinstance(extended, tuple):
                 body, nxt = extended
                 self._cache.remember_body(self._partition, nxt, seen)
                 return body
+            if extended is REFUTED:
+                self._cache.forget_body(self._partition, seen)
         body = whole(raw)
         located = locate(raw, body, key)
         if located is not None:
@@ -72,8 +74,13 @@ class BodyMemo:
         return body
 
 
-def extend(seen: Seen, raw: bytes, key: str) -> tuple[Json, Seen] | None:
-    """The parsed `raw` and its `Seen` when it extends `seen` (module docstring), else None."""
+REFUTED = object()
+"""`extend`'s answer when the candidate end of `seen`'s array proved wrong (`seen` is useless)."""
+
+
+def extend(seen: Seen, raw: bytes, key: str) -> tuple[Json, Seen] | object | None:
+    """The parsed `raw` and its `Seen` when it extends `seen` (module docstring); else None, or
+    REFUTED."""
     prev, o = seen.raw, seen.close
     if len(raw) <= len(prev) or raw[o] != _COMMA:
         return None
@@ -82,10 +89,10 @@ def extend(seen: Seen, raw: bytes, key: str) -> tuple[Json, Seen] | None:
         return None
     close = len(raw) - (len(prev) - o)
     view = memoryview(prev)
-    if close <= o + 1 or raw[close] != _CLOSE or not raw.startswith(view[:o]) or not raw.endswith(view[o:]):
+    if close <= o + 1 or raw[close] != _CLOSE or not raw.endswith(prev[o:]) or not raw.startswith(view[:o]):
         return None
     if not seen.proven and not _parses(view[seen.start : o + 1]):
-        return None
+        return REFUTED
     tail = codec.loads_items(memoryview(raw)[o + 1 : close], 2)
     if not tail:
         return None

@@ -4,6 +4,7 @@ error -- and a body that extends the previous one byte for byte is not parsed wh
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,8 @@ from proxy.history_cache import HistoryCache
 from proxy.protocols.anthropic.validate import parse_body as anthropic_parse
 from proxy.protocols.openai_chat.validate import parse_body
 from proxy.tail_parse import BodyMemo
+
+PARTITION = hashlib.sha256(b"sk-test").digest()
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -183,9 +186,10 @@ def test_a_duplicate_messages_key_is_never_extended_in_the_wrong_array():
     check(cache, first)
     check(cache, first[:-2] + b',{"role":"assistant"}]}')
     check(cache, first.replace(b"[1]", b'[1,{"role":"assistant"}]'))
-    shadowed = b'{"messages":[{"role":"user"}],"x":[1],"x":2}'
+    shadowed = b'{"messages":[{"role":"user"}],"x":[1],"x":2}'  # the last `]` to try is x's first value's
     check(cache, shadowed)
-    check(cache, shadowed.replace(b"[1]", b'[1,{"role":"assistant"}]'))
+    check(cache, shadowed.replace(b"[1]", b'[1,{"role":"assistant"}]'))  # its proof fails: parsed whole
+    assert shadowed not in [seen.raw for seen in cache.bodies(PARTITION)]  # and the refuted candidate forgotten
 
 
 def test_the_other_wires_keys():
