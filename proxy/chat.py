@@ -55,9 +55,10 @@ async def handle(request: Request, wire: Wire) -> Any:
     started = time.time()
 
     raw = await read_body(request, config.limits)
-    body = wire.parse(raw, BodyMemo(services.history, client_api_key(request.headers)))
+    memo = BodyMemo(services.history, client_api_key(request.headers))
+    body = wire.parse(raw, memo)
     model, stream = wire.envelope(body)
-    messages = wire.messages(body)
+    messages = wire.messages(body, memo)
     route, policy = routing.route_for(config, wire.path, model)
     caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
     tenant = caller.tenant

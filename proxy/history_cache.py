@@ -62,6 +62,9 @@ class Seen:
     """The parsed body, its array's value aside (the key keeps its place)."""
     items: list[Any]
     """The parsed array."""
+    derived: dict[str, Any] = field(default_factory=dict)
+    """What a wire computed from `items` (e.g. their common-model messages), by wire name, for
+    the next body that extends this one (`BodyMemo.derived`)."""
 
     @property
     def size(self) -> int:

@@ -56,6 +56,18 @@ class BodyMemo:
     def __init__(self, cache: HistoryCache, credential: str | None) -> None:
         self._cache = cache
         self._partition = hashlib.sha256((credential or "").encode()).digest()
+        self._extended: Seen | None = None
+        self._seen: Seen | None = None
+
+    def derived(self, name: str) -> Any:
+        """What `keep(name, ...)` left on the body this one extends (its array's first items are
+        the very objects it was computed from); None when this body extends none."""
+        return self._extended.derived.get(name) if self._extended is not None else None
+
+    def keep(self, name: str, value: Any) -> None:
+        """Leave `value`, computed from this body's array items, for the next body extending it."""
+        if self._seen is not None:
+            self._seen.derived[name] = value
 
     def parse(self, raw: bytes, key: str, whole: Callable[[bytes], Json]) -> Json:
         """`whole(raw)` (a dict), computed from a remembered body when `raw` extends one."""
@@ -64,6 +76,7 @@ class BodyMemo:
             if isinstance(extended, tuple):
                 body, nxt = extended
                 self._cache.remember_body(self._partition, nxt, seen)
+                self._extended, self._seen = seen, nxt
                 return body
             if extended is REFUTED:
                 self._cache.forget_body(self._partition, seen)
@@ -71,6 +84,7 @@ class BodyMemo:
         located = locate(raw, body, key)
         if located is not None:
             self._cache.remember_body(self._partition, located)
+        self._seen = located
         return body
 
 

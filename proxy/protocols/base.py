@@ -74,8 +74,9 @@ class Wire(Protocol):
     def envelope(self, body: Json) -> tuple[str, bool]:
         """The model and whether a stream was asked for; BadRequest for a malformed body."""
 
-    def messages(self, body: Json) -> list[Message]:
-        """The request's messages in the common model (system/developer first)."""
+    def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
+        """The request's messages in the common model (system/developer first); with the `memo`
+        the body was parsed with, a wire may reuse what it converted for the body it extends."""
 
     def rewrite_allowed(self, body: Json) -> bool:
         """False: forward the request without projecting it (it is still recorded), e.g. when

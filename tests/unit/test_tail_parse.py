@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from proxy.errors import BadRequest
 from proxy.history_cache import HistoryCache
+from proxy.protocols import ANTHROPIC
 from proxy.protocols.anthropic.validate import parse_body as anthropic_parse
 from proxy.protocols.openai_chat.validate import parse_body
 from proxy.tail_parse import BodyMemo
@@ -200,3 +201,35 @@ def test_the_other_wires_keys():
     first = b'{"model":"m","input":[{"role":"user","content":"hi"}],"store":false}'
     check(cache, first, key="input")
     check(cache, first.replace(b'"}]', b'"},{"type":"function_call_output","call_id":"c","output":"x"}]'), key="input")
+
+
+def test_the_anthropic_wire_converts_only_the_new_native_messages():
+    cache = HistoryCache()
+    natives: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "go", "cache_control": {}}]}]
+    turns = [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"a": [1]}}]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}, {"type": "text", "text": "n"}],
+        },
+        {"role": "system", "content": "mid"},
+        {"role": "assistant", "content": "done"},
+    ]
+    memo_counts = []
+    for turn in [None, *turns]:
+        if turn is not None:
+            natives = natives + [turn]
+        raw = json.dumps({"model": "m", "system": "s", "max_tokens": 5, "messages": natives}).encode()
+        memo = BodyMemo(cache, "sk-a")
+        body = ANTHROPIC.parse(raw, memo)
+        assert ANTHROPIC.messages(body, memo) == ANTHROPIC.messages(anthropic_parse(raw))
+        known = memo.derived(ANTHROPIC.name)
+        memo_counts.append(None if known is None else known[0])
+    assert memo_counts == [None, 1, 2, 3, 4]  # each body reused the conversion of the one it extends
+    bad = raw[:-2] + b', {"role": "robot", "content": "x"}]}'
+    memo = BodyMemo(cache, "sk-a")
+    with pytest.raises(BadRequest) as fast:
+        ANTHROPIC.messages(ANTHROPIC.parse(bad, memo), memo)
+    with pytest.raises(BadRequest) as whole:
+        ANTHROPIC.messages(anthropic_parse(bad))
+    assert fast.value.message == whole.value.message and "messages.5" in str(fast.value.message) + str(fast.value)

@@ -38,7 +38,7 @@ class OpenAIChatWire(BaseWire):
         model, _, stream = validate_envelope(body)
         return model, stream
 
-    def messages(self, body: Json) -> list[Message]:
+    def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
         messages: list[Message] = body["messages"]
         return messages
 

@@ -35,7 +35,7 @@ class ResponsesWire(BaseWire):
     def envelope(self, body: Json) -> tuple[str, bool]:
         return validate_envelope(body)
 
-    def messages(self, body: Json) -> list[Message]:
+    def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
         return request_messages(body)
 
     def rewrite_allowed(self, body: Json) -> bool:
