@@ -61,6 +61,7 @@ async def handle(request: Request, wire: Wire) -> Any:
     messages = wire.messages(body, memo)
     route, policy = routing.route_for(config, wire.path, model)
     caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
+    memo.commit()
     tenant = caller.tenant
     header = config.conversation_header
     ingested: Ingested | None = None

@@ -24,7 +24,8 @@ Where the array of a body parsed whole ends is found, not assumed:
   built by extension are proven by construction.
 
 Memory is per caller credential (a digest of the API key the request carries: a hit never
-crosses tenants, which are a function of that key) and in `HistoryCache`'s budget.
+crosses tenants, which are a function of that key), written only for an authenticated caller
+(`commit`), and in `HistoryCache`'s budget.
 """
 
 from __future__ import annotations
@@ -74,18 +75,20 @@ class BodyMemo:
         for seen in self._cache.bodies(self._partition):
             extended = extend(seen, raw, key)
             if isinstance(extended, tuple):
-                body, nxt = extended
-                self._cache.remember_body(self._partition, nxt, seen)
-                self._extended, self._seen = seen, nxt
+                body, self._seen = extended
+                self._extended = seen
                 return body
             if extended is REFUTED:
                 self._cache.forget_body(self._partition, seen)
         body = whole(raw)
-        located = locate(raw, body, key)
-        if located is not None:
-            self._cache.remember_body(self._partition, located)
-        self._seen = located
+        self._seen = locate(raw, body, key)
         return body
+
+    def commit(self) -> None:
+        """Remember this body for the next one (once the caller is authenticated: a request with
+        a made-up key must not push out what real callers' bodies left)."""
+        if self._seen is not None:
+            self._cache.remember_body(self._partition, self._seen, self._extended)
 
 
 REFUTED = object()

@@ -106,6 +106,17 @@ def serialize(body: dict[str, Any], style: dict[str, Any]) -> bytes:
 def check(cache: HistoryCache, raw: bytes, parse: Callable[[bytes], Any] = parse_body, key: str = "messages") -> None:
     memo = BodyMemo(cache, "sk-test")
     assert outcome(lambda r: memo.parse(r, key, parse), raw) == outcome(parse, raw)
+    memo.commit()
+
+
+def parse_as(
+    cache: HistoryCache, credential: str | None, raw: bytes, whole: Callable[[bytes], Any] = parse_body
+) -> Any:
+    """One request's parse: its own memo, committed (the caller authenticated)."""
+    memo = BodyMemo(cache, credential)
+    body = memo.parse(raw, "messages", whole)
+    memo.commit()
+    return body
 
 
 def body_of(before: dict[str, Any], msgs: list[Any], after: dict[str, Any], key: str = "messages") -> dict[str, Any]:
@@ -150,26 +161,27 @@ def test_a_grown_history_is_parsed_in_its_tail_only_and_per_credential():
     for turn in range(4):
         bodies.append(json.dumps({"messages": history, "model": "m", "tools": [{"a": [1]}], "stream": True}).encode())
         history = history + [{"role": "assistant", "content": f"ok {turn}"}, {"role": "user", "content": "more"}]
-    memo = BodyMemo(cache, "sk-a")
-    parsed = [memo.parse(raw, "messages", counted) for raw in bodies]
+    parsed = [parse_as(cache, "sk-a", raw, counted) for raw in bodies]
     assert whole == bodies[:1]  # the first body only; the others extend it
     assert parsed == [parse_body(raw) for raw in bodies]
     assert parsed[3]["messages"][0] is parsed[0]["messages"][0]  # the known messages are the same objects
-    other = BodyMemo(cache, "sk-b")  # another credential knows none of them
-    assert other.parse(bodies[3], "messages", counted) == parsed[3]
+    assert parse_as(cache, "sk-b", bodies[3], counted) == parsed[3]  # another credential knows none of them
     assert whole == [bodies[0], bodies[3]]
+    unauthenticated = BodyMemo(cache, "sk-c")  # parsed, but the caller was refused: not committed
+    unauthenticated.parse(bodies[0], "messages", counted)
+    assert parse_as(cache, "sk-c", bodies[1], counted) == parsed[1]
+    assert whole == [bodies[0], bodies[3], bodies[0], bodies[1]]
 
 
 def test_the_result_is_a_fresh_dict_and_list_each_time():
     cache = HistoryCache()
-    memo = BodyMemo(cache, None)
     first = json.dumps({"model": "m", "messages": [{"role": "user", "content": "a"}]}).encode()
     second = json.dumps({"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "user"}]}).encode()
-    memo.parse(first, "messages", parse_body)
-    one = memo.parse(second, "messages", parse_body)
+    parse_as(cache, None, first)
+    one = parse_as(cache, None, second)
     one["model"] = "changed"
     one["messages"].append("changed")
-    again = memo.parse(second[:-2] + b', {"role": "tool"}]}', "messages", parse_body)
+    again = parse_as(cache, None, second[:-2] + b', {"role": "tool"}]}')
     assert again == parse_body(second[:-2] + b', {"role": "tool"}]}')
 
 
@@ -223,6 +235,7 @@ def test_the_anthropic_wire_converts_only_the_new_native_messages():
         memo = BodyMemo(cache, "sk-a")
         body = ANTHROPIC.parse(raw, memo)
         assert ANTHROPIC.messages(body, memo) == ANTHROPIC.messages(anthropic_parse(raw))
+        memo.commit()
         known = memo.derived(ANTHROPIC.name)
         memo_counts.append(None if known is None else known[0])
     assert memo_counts == [None, 1, 2, 3, 4]  # each body reused the conversion of the one it extends
