@@ -137,11 +137,15 @@ def locate(raw: bytes, body: Json, key: str) -> Seen | None:
         return None
     rest = dict(body)
     rest[key] = _SENTINEL
-    close = len(raw)
+    close, budget = len(raw), 2 * len(raw)  # bytes the probes may copy: a body that never fits costs no more
     for _ in range(_CANDIDATES):
         close = raw.rfind(b"]", start + 1, close)
-        if close < 0:
+        if close < 0 or budget < 0:
             return None
+        after = raw[close + 1 : close + 64].lstrip(_SPACE)[:1]
+        if after not in (b",", b"}"):
+            continue  # the top-level array is followed by the next key or the object's end
+        budget -= start + len(raw) - close
         if _parses_to(raw[:start] + _SENTINEL_JSON + raw[close + 1 :], rest):
             rest[key] = None
             return Seen(raw, start, close, False, rest, items[:])
