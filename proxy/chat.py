@@ -22,7 +22,7 @@ from .compaction import CompactionJob
 from .config import Policy, Route
 from .endpoints import relay_unchanged
 from .errors import ConversationGone, ProxyError, StoreError
-from .http import Incoming, RawResponse, read_body
+from .http import Incoming, RawResponse, client_api_key, read_body
 from .ingest import Ingested, append_response, ingest, reject
 from .protocols.base import Wire
 from .recall.detour import detour
@@ -30,6 +30,7 @@ from .recall.tool import offered, with_tool
 from .relay import StreamOutcome, StreamRelay, nothing, or_disconnect
 from .services import Services
 from .store.base import CallRecord
+from .tail_parse import BodyMemo
 from .upstream.base import UpstreamResponse
 
 log = logging.getLogger("ctxproxy")
@@ -43,11 +44,13 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     started = time.time()
 
     raw = await read_body(request.headers, request.receive, config.limits)
-    body = wire.parse(raw)
+    memo = BodyMemo(services.history, client_api_key(request.headers))
+    body = wire.parse(raw, memo)
     model, stream = wire.envelope(body)
-    messages = wire.messages(body)
+    messages = wire.messages(body, memo)
     route, policy = routing.route_for(config, wire.path, model)
     caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
+    memo.commit()
     tenant = caller.tenant
     header = config.conversation_header
     ingested: Ingested | None = None

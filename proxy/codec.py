@@ -57,6 +57,19 @@ def loads(data: bytes | str) -> Any:
     return value
 
 
+def loads_items(data: bytes | memoryview, depth: int) -> list[Any] | None:
+    """The values of `data`, the comma-separated items of an array nested `depth` levels deep in
+    its document (2: the value of a top-level key), under the same limits as `loads` of the whole
+    document; None when they are refused or only a whole parse can tell what they are (orjson
+    refuses them, or a float as big as an out-of-range integer would become): the caller then
+    parses the whole document, which refuses it in its own words."""
+    try:
+        value = orjson.loads(b"[" + data + b"]")
+        return None if _scan(value, depth) else value
+    except (orjson.JSONDecodeError, JsonRejected):
+        return None
+
+
 def dumps(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
@@ -95,12 +108,12 @@ def _bounded_int(text: str) -> int:
     return value
 
 
-def _scan(value: Any) -> bool:
-    """Check the depth, level by level; True when `value` holds a float as big as an
-    out-of-range integer would have become."""
+def _scan(value: Any, depth: int = 1) -> bool:
+    """Check the depth, level by level (`value` itself `depth` levels deep); True when `value`
+    holds a float as big as an out-of-range integer would have become."""
     if type(value) is not dict and type(value) is not list:
         return False
-    level, depth, suspect = [value], 1, False
+    level, suspect = [value], False
     while level:
         if depth > MAX_DEPTH:
             raise _too_deep()

@@ -14,6 +14,11 @@ changes a field between those spellings at the same position gets the earlier ha
 
 Candidates are found by a cheap hash of the first history message (plus tenant), most recent first.
 Memory is bounded by the approximate bytes of the remembered bodies (LRU).
+
+Beside the histories it keeps, per caller credential, the raw bytes of recent request bodies with
+where their message array ends (`Seen`, read by `tail_parse`: a body that extends one of them
+byte for byte is parsed only in its new tail). Their bytes count in the same budget, and they go
+first when it is exceeded (a history saves more work per byte).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from policies.base import Item
 
@@ -41,11 +47,37 @@ class Remembered:
     (`protocols/openai_chat/encode.py`)."""
 
 
+@dataclass(eq=False)
+class Seen:
+    """A request body as received, with where its top-level message array is (see `tail_parse`)."""
+
+    raw: bytes
+    start: int
+    """Offset of the array's `[`."""
+    close: int
+    """Offset of the `]` that closes it."""
+    proven: bool
+    """Whether `close` is proven the array's end (else it is the candidate the next body proves)."""
+    rest: dict[str, Any]
+    """The parsed body, its array's value aside (the key keeps its place)."""
+    items: list[Any]
+    """The parsed array."""
+    derived: dict[str, Any] = field(default_factory=dict)
+    """What a wire computed from `items` (e.g. their common-model messages), by wire name, for
+    the next body that extends this one (`BodyMemo.derived`)."""
+
+    @property
+    def size(self) -> int:
+        """The raw bytes and, about as much again, the parsed values they keep alive."""
+        return 2 * len(self.raw)
+
+
 class HistoryCache:
     def __init__(self, max_bytes: int = 256 * 1024 * 1024, per_key: int = 4) -> None:
         self.max_bytes = max_bytes
         self.per_key = per_key
         self._entries: OrderedDict[tuple[str, int], list[Remembered]] = OrderedDict()
+        self._bodies: OrderedDict[bytes, list[Seen]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -105,7 +137,40 @@ class HistoryCache:
                 self._bytes -= kept.pop().size
             self._entries[key] = kept
             self._bytes += entry.size
-            while self._bytes > self.max_bytes and self._entries:
+            self._evict()
+
+    def bodies(self, partition: bytes) -> list[Seen]:
+        """The recent bodies sent with this credential digest, most recent first."""
+        with self._lock:
+            return list(self._bodies.get(partition, ()))
+
+    def remember_body(self, partition: bytes, seen: Seen, replaces: Seen | None = None) -> None:
+        """Keep `seen` (the newest of its partition), dropping `replaces`, the body it extends."""
+        with self._lock:
+            bucket = self._bodies.pop(partition, [])
+            if replaces is not None and replaces in bucket:
+                bucket.remove(replaces)
+                self._bytes -= replaces.size
+            bucket.insert(0, seen)
+            self._bytes += seen.size
+            while len(bucket) > self.per_key * 4:
+                self._bytes -= bucket.pop().size
+            self._bodies[partition] = bucket
+            self._evict()
+
+    def forget_body(self, partition: bytes, seen: Seen) -> None:
+        with self._lock:
+            bucket = self._bodies.get(partition, [])
+            if seen in bucket:
+                bucket.remove(seen)
+                self._bytes -= seen.size
+
+    def _evict(self) -> None:
+        while self._bytes > self.max_bytes and (self._bodies or self._entries):
+            if self._bodies:
+                _, bodies = self._bodies.popitem(last=False)
+                self._bytes -= sum(b.size for b in bodies)
+            else:
                 _, evicted = self._entries.popitem(last=False)
                 self._bytes -= sum(e.size for e in evicted)
 

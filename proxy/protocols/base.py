@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from ..errors import ProxyError, sse_error_event
 from ..sse import SseEvent
+from ..tail_parse import BodyMemo
 from ..types import Json, Message
 from ..usage import Usage
 
@@ -67,12 +68,15 @@ class Wire(Protocol):
     upstream_path: str
     """Appended to the route's `base_url`."""
 
-    def parse(self, raw: bytes) -> Json: ...
+    def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
+        """The body as a dict; with `memo`, only its new tail when it extends a recent body."""
+
     def envelope(self, body: Json) -> tuple[str, bool]:
         """The model and whether a stream was asked for; BadRequest for a malformed body."""
 
-    def messages(self, body: Json) -> list[Message]:
-        """The request's messages in the common model (system/developer first)."""
+    def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
+        """The request's messages in the common model (system/developer first); with the `memo`
+        the body was parsed with, a wire may reuse what it converted for the body it extends."""
 
     def rewrite_allowed(self, body: Json) -> bool:
         """False: forward the request without projecting it (it is still recorded), e.g. when

@@ -173,12 +173,18 @@ def mid_system_to_common(native: Json) -> Message:
     return out
 
 
-def to_common(body: Json, start: int = 0) -> list[Message]:
-    """The request's messages in the common model (validating the native ones from `start`)."""
-    out = system_to_common(body.get("system"))
-    for i, native in enumerate(body["messages"]):
-        if i >= start:
-            validate_native(i, native)
+def to_common(body: Json) -> list[Message]:
+    """The request's messages in the common model (validating the native ones)."""
+    return system_to_common(body.get("system")) + messages_to_common(body["messages"])
+
+
+def messages_to_common(natives: list[Json], known: tuple[int, list[Message]] | None = None) -> list[Message]:
+    """The native messages validated and in the common model; `known`: (n, what this returned
+    for `natives[:n]`, the very same objects) is reused as it is."""
+    count, out = (known[0], list(known[1])) if known is not None else (0, [])
+    for i in range(count, len(natives)):
+        native = natives[i]
+        validate_native(i, native)
         if native["role"] == "assistant":
             out.append(assistant_to_common(native))
         elif native["role"] == "system":

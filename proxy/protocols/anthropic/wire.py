@@ -6,11 +6,12 @@ from typing import Any
 
 from ... import codec
 from ...errors import ProxyError
+from ...tail_parse import BodyMemo
 from ...types import Json, Message, as_list
 from ...usage import Usage, from_anthropic
 from ..base import BaseWire
 from .cache_control import MAX_CACHE_CONTROL, cache_markers, cap_cache_control
-from .convert import assistant_to_common, to_common, to_native
+from .convert import assistant_to_common, messages_to_common, system_to_common, to_native
 from .errors import error_bytes
 from .stream import MessageStream
 from .validate import parse_body, validate_envelope
@@ -22,14 +23,21 @@ class AnthropicWire(BaseWire):
     paths: tuple[str, ...] = ("/v1/messages",)
     upstream_path = "/v1/messages"
 
-    def parse(self, raw: bytes) -> Json:
-        return parse_body(raw)
+    def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
+        return parse_body(raw) if memo is None else memo.parse(raw, "messages", parse_body)
 
     def envelope(self, body: Json) -> tuple[str, bool]:
         return validate_envelope(body)
 
-    def messages(self, body: Json) -> list[Message]:
-        return to_common(body)
+    def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
+        """Only the native messages the memo's previous body did not have are validated and
+        converted (conversion is per message: the same objects convert the same)."""
+        known = memo.derived(self.name) if memo is not None else None
+        natives: list[Json] = body["messages"]
+        converted = messages_to_common(natives, known)
+        if memo is not None:
+            memo.keep(self.name, (len(natives), converted))
+        return system_to_common(body.get("system")) + converted
 
     def encode(
         self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None

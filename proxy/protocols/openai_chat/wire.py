@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ProxyError, openai_error_bytes
+from ...tail_parse import BodyMemo
 from ...types import Json, Message
 from ...usage import Usage, from_openai_chat
 from ..base import BaseWire
@@ -30,14 +31,14 @@ class OpenAIChatWire(BaseWire):
     paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
     upstream_path = "/chat/completions"
 
-    def parse(self, raw: bytes) -> Json:
-        return parse_body(raw)
+    def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
+        return parse_body(raw) if memo is None else memo.parse(raw, "messages", parse_body)
 
     def envelope(self, body: Json) -> tuple[str, bool]:
         model, _, stream = validate_envelope(body)
         return model, stream
 
-    def messages(self, body: Json) -> list[Message]:
+    def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
         messages: list[Message] = body["messages"]
         return messages
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ... import codec
 from ...errors import ProxyError, openai_error_bytes
+from ...tail_parse import BodyMemo
 from ...types import Json, Message
 from ...usage import Usage, from_openai_responses
 from ..base import BaseWire
@@ -28,13 +29,13 @@ class ResponsesWire(BaseWire):
     paths: tuple[str, ...] = ("/v1/responses", "/responses")
     upstream_path = "/responses"
 
-    def parse(self, raw: bytes) -> Json:
-        return parse_body(raw)
+    def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
+        return parse_body(raw) if memo is None else memo.parse(raw, "input", parse_body)
 
     def envelope(self, body: Json) -> tuple[str, bool]:
         return validate_envelope(body)
 
-    def messages(self, body: Json) -> list[Message]:
+    def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
         return request_messages(body)
 
     def rewrite_allowed(self, body: Json) -> bool:
