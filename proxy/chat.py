@@ -207,7 +207,9 @@ async def _relay_whole(
     call.latency_ms = record.ms(time.monotonic() - t0)
     status = upstream.status
     if status >= 400:
-        data = services.keys.redact(data)  # an upstream that echoes the key it was sent
+        # An upstream that echoes the key it was sent: the operator's, or the caller's own when
+        # it was forwarded (the records and logs must not hold it either).
+        data = services.keys.redact(data, client_api_key(request.headers))
 
     async def bookkeeping() -> None:
         # After the client has its answer: parse, store the response turn, write the record.

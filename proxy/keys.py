@@ -55,10 +55,14 @@ class Keys:
     def get(self, env_name: str | None) -> str | None:
         return self.values.get(env_name) if env_name else None
 
-    def redact(self, data: bytes) -> bytes:
-        """`data` with every operator secret replaced: an upstream that echoes the key it was
-        sent in an error body or header must not hand it to the client, the records or the logs."""
-        for secret in self._secrets():
+    def redact(self, data: bytes, caller_key: str | None = None) -> bytes:
+        """`data` with every operator secret (and `caller_key`, the request's own key) replaced: an
+        upstream that echoes the key it was sent in an error body or header must not hand it to
+        the client, the records or the logs."""
+        secrets = self._secrets()
+        if caller_key and len(caller_key) >= 8:
+            secrets = sorted({*secrets, caller_key.encode("utf-8", "surrogatepass")}, key=len, reverse=True)
+        for secret in secrets:
             if secret in data:
                 data = data.replace(secret, REDACTED)
         return data

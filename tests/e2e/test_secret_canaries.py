@@ -109,3 +109,35 @@ def test_no_secret_reaches_answers_records_metrics_logs_or_the_database(proxy, u
     ]
     assert found == [], f"{len(found)} secret occurrences"
     assert len(seen) >= 39  # answers, read-backs, log and database files
+
+
+def test_caller_key_echoed_by_the_upstream_is_kept_out_of_answers_records_and_files(proxy, upstream):
+    """A route without an operator key forwards the caller's own key; an upstream that echoes it
+    back in an error must not have it written into the records, the logs or the database."""
+    p = proxy(fresh=True)
+    own = "sk-own-canary-" + uuid.uuid4().hex
+    seen: list[tuple[str, bytes]] = []
+    ref = f"own-{uuid.uuid4().hex}"
+    echo = openai_error(f"Incorrect API key provided: {own}.", code="invalid_api_key")
+    for status, stream in ((401, False), (401, True), (500, False)):
+        upstream.push(Reply(status=status, error_body=echo))
+        r = httpx.post(
+            f"{p.base_url}/chat/completions",
+            json={"model": "pass-echo", "messages": [user(f"echo {status} {stream}")], "stream": stream},
+            headers={"Authorization": f"Bearer {own}", "X-Conversation-Id": ref},
+            timeout=30,
+        )
+        assert r.status_code == status
+        assert r.json()["error"]["code"] == "invalid_api_key"  # the upstream's error, in its shape
+        seen.append((f"answer {status}", r.content + json.dumps(dict(r.headers)).encode()))
+    assert upstream.chat_requests[-1].headers["authorization"] == f"Bearer {own}"  # it was forwarded
+    conv = p.admin_json(f"conversations/{ref}")
+    p.wait_calls(conv["id"], 3)
+    seen.append(("calls", p.admin(f"conversations/{ref}/calls").content))
+    p.stop()
+    for path in sorted(p.workdir.iterdir()):
+        if path.suffix == ".log" or path.name.startswith(p.db_path.name):
+            seen.append((path.name, path.read_bytes()))
+    found = [(what, form) for what, data in seen for form, needle in forms(own).items() if needle in data]
+    assert found == [], f"{len(found)} occurrences of the caller's key"
+    assert any(b"[redacted]" in data for what, data in seen if what.startswith("answer"))
