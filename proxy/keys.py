@@ -19,6 +19,7 @@ import hmac
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .config import Client, Config, Route
 from .errors import ConfigError
@@ -59,7 +60,7 @@ class Keys:
         """`data` with every operator secret (and `caller_key`, the request's own key) replaced: an
         upstream that echoes the key it was sent in an error body or header must not hand it to
         the client, the records or the logs."""
-        secrets = self._secrets()
+        secrets = self._secrets
         if caller_key and len(caller_key) >= 8:
             secrets = sorted({*secrets, caller_key.encode("utf-8", "surrogatepass")}, key=len, reverse=True)
         for secret in secrets:
@@ -70,6 +71,7 @@ class Keys:
     def redact_headers(self, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return [(name, self.redact(value.encode("latin-1")).decode("latin-1")) for name, value in headers]
 
+    @cached_property
     def _secrets(self) -> list[bytes]:
         found = {*self.values.values(), *self.routes.values(), self.admin_token, self.metrics_token}
         return sorted((s.encode() for s in found if s and len(s) >= 8), key=len, reverse=True)
