@@ -16,6 +16,11 @@ Rules (ToolResultsConfig):
   ctxproxy_recall can fetch it]` (a function of the result and the tool name alone, so the
   bytes stay the same from turn to turn).
 
+Pass-through: while no checkpoint applies and the request as the client sent it is under the
+trigger, nothing is trimmed -- the request goes as sent, so its prompt-cache hits are the
+client's own (trimming it would save tokens yet rewrite a cached prefix, which costs more).
+A conversation only grows, so once it crosses the trigger it stays trimmed.
+
 Invariant (cache-friendly prefix, DESIGN 11): the old/recent boundary is counted in groups over
 the WHOLE branch history (covered groups included), then rounded down to a multiple of
 `clear_at_least`. Appending a group moves it only every `clear_at_least` groups, so consecutive
@@ -176,7 +181,10 @@ def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[
 
 
 def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
-    """Pipeline step: trim old results to `old_max_chars`, cap recent ones at `recent_max_chars`."""
+    """Pipeline step: trim old results to `old_max_chars`, cap recent ones at `recent_max_chars`.
+    A request that has no checkpoint and is under the trigger as sent goes unchanged."""
+    if ctx.covered_through <= 0 and draft.total <= ctx.trigger_tokens:
+        return draft
     boundary = trim_boundary(len(ctx.groups), ctx.config.tool_results)
     head, head_entries = trim_slots(draft.head, boundary, ctx)
     tail, tail_entries = trim_slots(draft.tail, boundary, ctx)

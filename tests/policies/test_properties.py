@@ -125,8 +125,9 @@ def test_prefix_is_stable_between_batch_steps(case: Case, data: st.DataObject) -
         or trim_boundary(n_old, settings_) != trim_boundary(n_new, settings_)
         or old.record.pinned_seqs != new.record.pinned_seqs
         or old.record.covered_through_seq != new.record.covered_through_seq
+        or (not old.record.covered_through_seq and not old.record.trimmed and new.record.trimmed)
     ):
-        # a batch step, pruning, a new newest-user message or a checkpoint that reached into the
+        # the request crossed the trigger (trimming starts: `trim_tool_results`' pass-through), a batch step, pruning, a new newest-user message or a checkpoint that reached into the
         # previous latest turn (only applicable now) legitimately moves bytes
         return
     # Every message before the previous latest turn is byte-identical; the previous latest
