@@ -148,7 +148,7 @@ def project_incremental(
     keep, start = 0, first_uncovered
     if state is not None and not fresh:
         resume = state.stable_groups
-        boundary = trim_boundary(len(groups), config.tool_results) if state.trims else NO_TRIM
+        boundary = trim_boundary(len(groups), config.tool_results, budget.input_budget) if state.trims else NO_TRIM
         if boundary != state.boundary and max(boundary, state.boundary) > first_uncovered:
             resume = min(resume, boundary, state.boundary)
         keep = bisect_left(state.slot_groups, resume)
@@ -163,7 +163,7 @@ def project_incremental(
             raw = render(first_uncovered)
         state = TailState(covered=covered, config=config, count=count, recall_tool=recall_tool, released=ctx.released)
         keep = 0
-    boundary = trim_boundary(len(groups), config.tool_results) if trims else NO_TRIM
+    boundary = trim_boundary(len(groups), config.tool_results, budget.input_budget) if trims else NO_TRIM
     if trims:
         sent_head, head_entries = trim_slots(head, boundary, ctx)
     else:
