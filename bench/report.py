@@ -116,6 +116,23 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             f"aggregate {s['prefix_reuse']:.1%} vs baseline {s['baseline_prefix_reuse']:.1%}; worst run ratio "
             f"{s['min_reuse_vs_baseline']:.2f}",
         )
+    money = report.get("savings", {}).get("money", [])
+    for m in money:
+        w, model = m["window"], m["model"]
+        add(
+            f"bill with ctxproxy <= without ({model}, {w:,})",
+            m["runs_dearer"] == 0,
+            f"${m['bill_with']:.2f} vs ${m['bill_without']:.2f} ({m['bill_ratio']:.3f}x); worst run "
+            f"{m['worst_run_bill_ratio']:.3f}x; {m['runs_dearer']} of {m['runs']} runs dearer",
+        )
+    for m in money:
+        if m["model"] != money[0]["model"]:
+            continue
+        add(
+            f"prefix reuse >= 80% of the no-proxy baseline, all runs ({m['window']:,})",
+            (m["reuse_ratio"] or 0) >= 0.8,
+            f"{m['prefix_reuse']:.1%} vs {m['baseline_prefix_reuse']:.1%} ({m['reuse_ratio']:.3f})",
+        )
     for cell, ratio in report.get("workers", {}).get("ratios", {}).items():
         add(f"throughput at 2 workers vs 1 ({cell}; reported, no goal)", None, f"{ratio:.2f}x")
     mem = report.get("memory")
@@ -293,7 +310,49 @@ def render(report: dict[str, Any]) -> str:
                 ("min_reuse_vs_baseline", "worst reuse/baseline"),
             ],
         )
+        if sv.get("money"):
+            lines += [
+                "",
+                "### Money (list prices with prompt caching, `bench.money`)",
+                "",
+                "Per window and model, every run above priced request by request: OpenAI gpt-4.1 (automatic "
+                "prefix caching from 1,024 tokens in 128-token steps, cached input at 25%), Anthropic Claude "
+                "Sonnet 4 (Claude Code's breakpoints -- end of tools + system and the newest message -- plus, "
+                "with ctxproxy, the summary block; 20-block lookback, cache writes 1.25x, reads 0.1x). Output "
+                "and the summarizer's calls (same model, plain input) are included. 'without' is the client's "
+                "own requests: for a run that outgrows the window the client cannot send it at all ('over "
+                "window' runs: cannot run from the request listed below), so its bill is that of the uncapped "
+                "history, what a larger window would cost.",
+                "",
+            ]
+            lines += _table(
+                sv["money"],
+                [
+                    ("window", "window"),
+                    ("model", "model"),
+                    ("runs", "runs"),
+                    ("runs_over_window", "client over window"),
+                    ("bill_without", "bill without $"),
+                    ("bill_with", "bill with $"),
+                    ("bill_ratio", "ratio"),
+                    ("worst_run_bill_ratio", "worst run"),
+                    ("runs_dearer", "runs dearer"),
+                    ("cache_read_share_with", "cached input with"),
+                    ("cache_read_share_without", "cached input without"),
+                    ("prefix_reuse", "prefix reuse with"),
+                    ("baseline_prefix_reuse", "without"),
+                    ("reuse_ratio", "reuse ratio"),
+                    ("compactions", "compactions"),
+                    ("summarizer_share", "summarizer share of bill"),
+                ],
+            )
         long_runs = [d for d in sv.get("runs", []) if d["longer_than_4x_window"]]
+        for d in long_runs:
+            money = d.get("money") or {}
+            d["client_over_from"] = money.get("baseline_over_from")
+            for key, model in (("bill_gpt", "gpt-4.1"), ("bill_claude", "claude-sonnet-4")):
+                if model in money:
+                    d[key] = f"{money[model]['with']['dollars']:.2f} / {money[model]['without']['dollars']:.2f}"
         if long_runs:
             lines += ["", "Runs longer than 4x the window:", ""]
             lines += _table(
@@ -309,6 +368,9 @@ def render(report: dict[str, Any]) -> str:
                     ("compactions", "compactions"),
                     ("prefix_reuse", "prefix reuse"),
                     ("baseline_prefix_reuse", "reuse w/o proxy"),
+                    ("client_over_from", "client cannot run from request"),
+                    ("bill_gpt", "gpt-4.1 $ with / without"),
+                    ("bill_claude", "sonnet-4 $ with / without"),
                 ],
             )
     for prof in report.get("profile") or []:

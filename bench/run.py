@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         if "savings" in phases:
             log("savings: offline replay")
             sessions = [(100, 1500)] if quick else [(300, 0), (300, 1500), (300, 5000)]
-            windows = [16000] if quick else [16000, 32000, 128000]
+            windows = [16000] if quick else [8000, 16000, 32000, 128000, 200000]
             report["savings"] = run_savings(windows, 2 if quick else None, sessions, log)
             report["savings"]["setup"] = (
                 ("2 transcripts" if quick else f"every transcript in {TRANSCRIPTS}")

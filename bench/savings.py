@@ -1,4 +1,5 @@
-"""Savings: offline replay (proxy.replay) of every transcript and generated sessions per window."""
+"""Savings: offline replay (proxy.replay) of every transcript and generated sessions per window,
+in tokens and in money (`bench.money`: list prices with each provider's prompt caching)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,46 @@ import time
 from typing import Any
 
 from bench.bodies import generated_session, transcript_files
+from bench.money import PRICES, Request, price_requests
 from bench.stats import r
+
+MONEY_MODELS = ("gpt-4.1", "claude-sonnet-4")
+SUMMARY_BREAKPOINT = True
+"""the Anthropic projection carries a cache_control breakpoint on the summary block
+(proxy.protocols.anthropic.cache_control.mark_summary)"""
+
+
+def requests_of(report: Any, proxied: bool) -> list[Request]:
+    """The run's upstream calls with ctxproxy (`proxied`) or as the client sent them (the whole
+    history, whatever the window). Breakpoints are Claude Code's: the end of tools + system and
+    the last message, which moves every turn; with ctxproxy also the summary block."""
+    system = report.prefix_blocks - 1
+    out = []
+    for t in report.turns:
+        if proxied:
+            if t.error:
+                continue
+            points = [system, len(t.blocks) - 1]
+            if SUMMARY_BREAKPOINT and t.summary_at is not None:
+                points.append(t.summary_at)
+            out.append(Request(t.blocks, tuple(points), t.output_tokens, t.summarizer_calls))
+        else:
+            n = report.prefix_blocks + t.events
+            out.append(Request(report.client_blocks[:n], (system, n - 1), t.output_tokens))
+    return out
+
+
+def money_of(report: Any) -> dict[str, Any]:
+    """Per model: the bill with ctxproxy, without (the uncapped history) and when the client's
+    own requests stop fitting the window (`baseline_over_from`: 1-based request, None: never)."""
+    over = next((t.turn for t in report.turns if t.client_tokens + report.max_output > report.window), None)
+    out: dict[str, Any] = {"baseline_over_from": over}
+    with_proxy, without = requests_of(report, True), requests_of(report, False)
+    for model in MONEY_MODELS:
+        price = PRICES[model]
+        a, b = price_requests(with_proxy, price), price_requests(without, price)
+        out[model] = {"with": a.to_dict(), "without": b.to_dict()}
+    return out
 
 
 def run_savings(
@@ -44,6 +84,7 @@ def run_savings(
                     "max_request_share_of_window": r((report.max_sent + report.max_output) / window, 3),
                 }
             )
+            d["money"] = money_of(report)
             runs.append(d)
         log(f"  window {window}: {len(inputs)} runs replayed ({time.perf_counter() - t0:.1f} s so far)")
     summary = []
@@ -77,4 +118,61 @@ def run_savings(
                     "min_reuse_vs_baseline": min(ratios) if ratios else None,
                 }
             )
-    return {"runs": runs, "summary": summary}
+    return {"runs": runs, "summary": summary, "money": money_summary(runs, windows)}
+
+
+def _total(bills: list[dict[str, Any]], key: str) -> float:
+    return sum(b[key] for b in bills)
+
+
+def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[str, Any]]:
+    """Per window and model: bills with / without ctxproxy (all runs; and the runs the client
+    could send at all), prefix reuse with / without, compactions, the summarizer's share."""
+    rows = []
+    for window in windows:
+        sel = [d for d in runs if d["window"] == window]
+        fits = [d for d in sel if d["money"]["baseline_over_from"] is None]
+        sent = sum(d["sent_tokens"] for d in sel)
+        client = sum(d["client_tokens"] for d in sel)
+        reuse = sum(d["prefix_reuse"] * d["sent_tokens"] for d in sel) / sent if sent else 0.0
+        base = sum(d["baseline_prefix_reuse"] * d["client_tokens"] for d in sel) / client if client else 0.0
+        for model in MONEY_MODELS:
+            w = [d["money"][model]["with"] for d in sel]
+            wo = [d["money"][model]["without"] for d in sel]
+            fit_ratios = [
+                d["money"][model]["with"]["dollars"] / d["money"][model]["without"]["dollars"]
+                for d in fits
+                if d["money"][model]["without"]["dollars"]
+            ]
+            ratios = [
+                d["money"][model]["with"]["dollars"] / d["money"][model]["without"]["dollars"]
+                for d in sel
+                if d["money"][model]["without"]["dollars"]
+            ]
+            with_d, without_d = _total(w, "dollars"), _total(wo, "dollars")
+            rows.append(
+                {
+                    "window": window,
+                    "model": model,
+                    "runs": len(sel),
+                    "runs_over_window": len(sel) - len(fits),
+                    "bill_without": r(without_d, 2),
+                    "bill_with": r(with_d, 2),
+                    "bill_ratio": r(with_d / without_d, 3) if without_d else None,
+                    "worst_run_bill_ratio": r(max(ratios), 3) if ratios else None,
+                    "worst_fitting_run_bill_ratio": r(max(fit_ratios), 3) if fit_ratios else None,
+                    "runs_dearer": sum(1 for x in ratios if x > 1.0 + 1e-9),
+                    "cache_read_share_with": r(_total(w, "cache_read") / max(1, sum(_input(b) for b in w)), 3),
+                    "cache_read_share_without": r(_total(wo, "cache_read") / max(1, sum(_input(b) for b in wo)), 3),
+                    "prefix_reuse": r(reuse, 4),
+                    "baseline_prefix_reuse": r(base, 4),
+                    "reuse_ratio": r(reuse / base, 3) if base else None,
+                    "compactions": sum(d["compactions"] for d in sel),
+                    "summarizer_share": r(_total(w, "summarizer_dollars") / with_d, 4) if with_d else 0.0,
+                }
+            )
+    return rows
+
+
+def _input(bill: dict[str, Any]) -> int:
+    return int(bill["uncached"] + bill["cache_read"] + bill["cache_write"])

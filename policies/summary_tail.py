@@ -234,7 +234,9 @@ def plan_compaction(
 
     target_tokens = int(config.target * budget.input_budget)
     current_summary = checkpoint.tokens if checkpoint is not None and covered > 0 else 0
-    growth = max(0, (budget.summary_max_tokens or 0) - current_summary)  # the commit's summary may be larger
+    # the commit's summary may be larger: as long as the limit, in its block (the framing counts too)
+    framing = count(summary_block("", 0)) if budget.summary_max_tokens else 0
+    growth = max(0, (budget.summary_max_tokens or 0) + framing - current_summary)
     room = max(0, target_tokens - overhead_tokens - growth)
     keep = min(config.keep_recent_tokens, room)
     tail_start = last_index(uncovered)  # the latest turn is never summarized

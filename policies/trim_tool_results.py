@@ -16,12 +16,23 @@ Rules (ToolResultsConfig):
   ctxproxy_recall can fetch it]` (a function of the result and the tool name alone, so the
   bytes stay the same from turn to turn).
 
+Pass-through: while no checkpoint applies and the request as the client sent it is under the
+trigger, nothing is trimmed -- the request goes as sent, so its prompt-cache hits are the
+client's own (trimming it would save tokens yet rewrite a cached prefix, which costs more).
+A conversation only grows, so once it crosses the trigger it stays trimmed.
+
 Invariant (cache-friendly prefix, DESIGN 11): the old/recent boundary is counted in groups over
 the WHOLE branch history (covered groups included), then rounded down to a multiple of
 `clear_at_least`. Appending a group moves it only every `clear_at_least` groups, so consecutive
 turns produce byte-identical prefixes in between and upstream prompt caches keep hitting.
 
-Example: keep_recent_groups=4, clear_at_least=4: with 10 groups the raw boundary is 6, trimmed
+Small windows: at most one recent group per `RECENT_GROUP_TOKENS` of input budget (and the
+quantum no larger than that), so a 16k-window model keeps one recent group whole, not four:
+four recent results of 8,000 chars would fill the room between the compaction's landing point
+and its trigger, and the proxy would compact on nearly every request (each a summarizer call
+and a rewritten prefix). From a 32k input budget on, the configured values apply.
+
+Example: keep_recent_groups=4, clear_at_least=4 (a 128k window): with 10 groups the raw boundary is 6, trimmed
 boundary 4 (groups 0-3 old); with 11 groups still 4; with 12 groups 8.
 """
 
@@ -34,11 +45,23 @@ from policies.base import Message, ToolResultsConfig, TrimEntry
 from policies.draft import PLAIN, CountFn, Draft, Slot, StepContext, TrimOne
 from policies.text import content_text, cut_text, non_text_parts, with_content
 
+RECENT_GROUP_TOKENS = 8000
+"""input budget per recent group: a 16k window keeps one recent group, 32k three, 128k four"""
 
-def trim_boundary(n_groups: int, config: ToolResultsConfig) -> int:
-    """How many of the oldest groups count as old, quantized to `clear_at_least`."""
-    raw = max(0, n_groups - config.keep_recent_groups)
-    return (raw // config.clear_at_least) * config.clear_at_least
+
+def recent_groups(config: ToolResultsConfig, input_budget: int | None = None) -> tuple[int, int]:
+    """(recent groups kept, quantum of the boundary) for a model's input budget (None: as configured)."""
+    keep = config.keep_recent_groups
+    if input_budget is not None:
+        keep = min(keep, input_budget // RECENT_GROUP_TOKENS)
+    return keep, min(config.clear_at_least, max(1, keep))
+
+
+def trim_boundary(n_groups: int, config: ToolResultsConfig, input_budget: int | None = None) -> int:
+    """How many of the oldest groups count as old, quantized (`recent_groups`)."""
+    keep, clear = recent_groups(config, input_budget)
+    raw = max(0, n_groups - keep)
+    return (raw // clear) * clear
 
 
 def recall_hint(recall_tool: str | None) -> str:
@@ -176,8 +199,11 @@ def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[
 
 
 def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
-    """Pipeline step: trim old results to `old_max_chars`, cap recent ones at `recent_max_chars`."""
-    boundary = trim_boundary(len(ctx.groups), ctx.config.tool_results)
+    """Pipeline step: trim old results to `old_max_chars`, cap recent ones at `recent_max_chars`.
+    A request that has no checkpoint and is under the trigger as sent goes unchanged."""
+    if ctx.covered_through <= 0 and draft.total <= ctx.trigger_tokens:
+        return draft
+    boundary = trim_boundary(len(ctx.groups), ctx.config.tool_results, ctx.budget.input_budget)
     head, head_entries = trim_slots(draft.head, boundary, ctx)
     tail, tail_entries = trim_slots(draft.tail, boundary, ctx)
     trimmed = draft.trimmed + tuple(head_entries) + tuple(tail_entries)

@@ -31,6 +31,7 @@ from policies.base import Checkpoint, CompactionPlan, ContextOverflow, Item
 from policies.compaction import fold_summaries, next_checkpoint
 from policies.pins import pinned_items
 from policies.projection import project
+from policies.summary_prompt import SUMMARY_HEAD, build_summary_messages
 from policies.text import message_text
 
 from . import identify
@@ -120,6 +121,15 @@ class TurnStat:
     reuse_tokens: int
     baseline_reuse_tokens: int
     error: str | None = None
+    blocks: tuple[tuple[int, int], ...] = ()
+    """what was sent, for pricing (`bench.money`): (hash of the prefix through the block, its
+    tokens) for the tools + framing, then each message"""
+    summary_at: int | None = None
+    """index in `blocks` of the summary block, when one is sent"""
+    output_tokens: int = 0
+    """the reply's tokens (the transcript's assistant message)"""
+    summarizer_calls: tuple[tuple[int, int], ...] = ()
+    """(input, output) tokens of each summarizer call the compaction after this request made"""
 
 
 @dataclass
@@ -131,6 +141,10 @@ class ReplayReport:
     compactions: int = 0
     summary: str | None = None
     """the active summary after the last compaction (what the next request would carry)"""
+    client_blocks: tuple[tuple[int, int], ...] = ()
+    """the client's whole conversation as `TurnStat.blocks`; request k (its `events`) sent the
+    first `prefix_blocks + events` of them"""
+    prefix_blocks: int = 0
 
     @property
     def client_total(self) -> int:
@@ -188,6 +202,30 @@ def _shared_prefix_tokens(previous: list[Message], current: list[Message], count
     return total
 
 
+def _digest(message: Message) -> int:
+    return hash(json.dumps(message, sort_keys=True, default=str))
+
+
+def _blocks(
+    messages: Sequence[Message], fixed: int, count: Callable[[Message], int], known: dict[int, int]
+) -> tuple[tuple[tuple[int, int], ...], int | None]:
+    """(`TurnStat.blocks`, index of the summary block or None). `known`: id -> digest of the
+    client's own message objects (a projection sends them as they are)."""
+    h = hash(("tools", fixed))
+    out = [(h, fixed)]
+    summary_at = None
+    for message in messages:
+        key = known.get(id(message))
+        if key is None:
+            key = _digest(message)
+            content = message.get("content")
+            if isinstance(content, str) and content.startswith(SUMMARY_HEAD):
+                summary_at = len(out)
+        h = hash((h, key))
+        out.append((h, count(message)))
+    return tuple(out), summary_at
+
+
 def replay(
     messages: list[Message],
     tools: list[Any] | None,
@@ -208,7 +246,19 @@ def replay(
     report = ReplayReport(name, budget.context_window, budget.max_output_tokens)
     hashes = identify.chain("replay", history)
     items = projector.items(history, hashes, counter)
-    summarizer: Summarize = summarize or partial(extractive_summary, pinned=tuple(pinned_items(items, policy.pins)))
+    pinned = tuple(pinned_items(items, policy.pins))
+    base: Summarize = summarize or partial(extractive_summary, pinned=pinned)
+    calls: list[tuple[int, int]] = []
+
+    def summarizer(previous: str | None, chunk: Sequence[Item]) -> str:
+        summary = base(previous, chunk)
+        request = build_summary_messages(previous, chunk, pinned)
+        calls.append((sum(counter.count(m) for m in request), counter.count_text(summary)))
+        return summary
+
+    known = {id(m): _digest(m) for m in (*prefix, *history)}
+    report.client_blocks = _blocks([*prefix, *history], budget.fixed_tokens, counter, known)[0]
+    report.prefix_blocks = 1 + len(prefix)
     checkpoint: Checkpoint | None = None
     previous_sent: list[Message] = []
     previous_client: list[Message] = []
@@ -228,6 +278,7 @@ def replay(
             budget.fixed_tokens + sum(counter.count(m) for m in prefix) + sum(i.tokens for i in request_items)
         )
         stat = TurnStat(len(report.turns) + 1, index, client_tokens, 0, False, 0, 0, 0, 0)
+        calls.clear()
         try:
             projection = project(prefix, request_items, checkpoint, budget, config, counter)
             plan = projection.record.compaction
@@ -238,6 +289,7 @@ def replay(
                 plan = projection.record.compaction
         except ContextOverflow as exc:
             stat.error = str(exc)
+            stat.summarizer_calls = tuple(calls)
             report.turns.append(stat)
             continue
         sent = projection.messages
@@ -246,11 +298,15 @@ def replay(
         stat.pruned = len(projection.record.pruned_seqs)
         stat.reuse_tokens = _shared_prefix_tokens(previous_sent, sent, counter)
         stat.baseline_reuse_tokens = _shared_prefix_tokens(previous_client, client, counter)
+        stat.blocks, stat.summary_at = _blocks(sent, budget.fixed_tokens, counter, known)
+        stat.output_tokens = counter.count(message)
         report.turns.append(stat)
         previous_sent, previous_client = sent, client
         if plan is not None:  # the background job lands before the next request
             checkpoint = compact(plan)
             stat.compacted = True
+        stat.summarizer_calls = tuple(calls)
+        calls.clear()
     return report
 
 

@@ -112,19 +112,31 @@ def project_incremental(
     ctx, groups, covered = shape.ctx, index.groups, shape.ctx.covered_through
     last, latest_group, keep_groups, first_uncovered = shape.last, shape.latest_group, shape.keep, shape.first_uncovered
     trimming = "trim_tool_results" in config.order
-    boundary = trim_boundary(len(groups), config.tool_results) if trimming else NO_TRIM
     head = tuple(
         renderer.slot(i, groups[i], i == last, True, i == last or i == latest_group, count)
         for i in sorted(keep_groups)
         if 0 <= i < first_uncovered and groups[i].kind != "orphan"
     )
-    if trimming:
-        sent_head, head_entries = trim_slots(head, boundary, ctx)
-    else:
-        sent_head, head_entries = head, []
+    prefix_tokens = sum(count(message) for message in prefix)
+    summary: tuple[Message, ...] = ()
+    summary_tokens = 0
+    if checkpoint is not None and covered > 0:
+        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count, recall_tool)
+    base = budget.fixed_tokens + prefix_tokens + summary_tokens
+    trigger = ctx.trigger_tokens
+
+    def render(start: int) -> list[tuple[int, int, Slot]]:
+        return [
+            (i, slot.total, slot)
+            for i in range(start, len(groups))
+            if groups[i].kind != "orphan"
+            for slot in (
+                renderer.slot(i, groups[i], i == last, i in keep_groups, i == last or i == latest_group, count),
+            )
+        ]
 
     state = cache.tail
-    if (
+    fresh = (
         state is None
         or state.serial is not index.base
         or state.covered != covered
@@ -132,33 +144,36 @@ def project_incremental(
         or not (state.config is config or state.config == config)
         or state.recall_tool != recall_tool
         or state.released != ctx.released
-    ):
-        state = TailState(
-            covered=covered,
-            config=config,
-            count=count,
-            boundary=boundary,
-            recall_tool=recall_tool,
-            released=ctx.released,
-        )
-        keep, start = 0, first_uncovered
-    else:
+    )
+    keep, start = 0, first_uncovered
+    if state is not None and not fresh:
         resume = state.stable_groups
+        boundary = trim_boundary(len(groups), config.tool_results, budget.input_budget) if state.trims else NO_TRIM
         if boundary != state.boundary and max(boundary, state.boundary) > first_uncovered:
             resume = min(resume, boundary, state.boundary)
         keep = bisect_left(state.slot_groups, resume)
         start = max(resume, first_uncovered)
+    raw = render(start)
+    raw_total = base + sum(slot.total for slot in head) + sum(total for _, total, _ in raw)
+    raw_total += state.raw_ends[keep] if state is not None and not fresh else 0
+    # `trim_tool_results`' pass-through: no checkpoint and under the trigger as sent
+    trims = trimming and not (covered <= 0 and raw_total <= trigger)
+    if state is None or fresh or state.trims != trims:
+        if state is not None and not fresh and start > first_uncovered:
+            raw = render(first_uncovered)
+        state = TailState(covered=covered, config=config, count=count, recall_tool=recall_tool, released=ctx.released)
+        keep = 0
+    boundary = trim_boundary(len(groups), config.tool_results, budget.input_budget) if trims else NO_TRIM
+    if trims:
+        sent_head, head_entries = trim_slots(head, boundary, ctx)
+    else:
+        sent_head, head_entries = head, []
     rendered: list[tuple[int, int, Slot, Sequence[TrimEntry]]] = []
-    for i in range(start, len(groups)):
-        group = groups[i]
-        if group.kind == "orphan":
-            continue
-        slot = renderer.slot(i, group, i == last, i in keep_groups, i == last or i == latest_group, count)
-        raw_total = slot.total
+    for i, total_raw, slot in raw:
         entries: Sequence[TrimEntry] = ()
-        if trimming:
+        if trims:
             (slot,), entries = trim_slots((slot,), boundary, ctx)
-        rendered.append((i, raw_total, slot, entries))
+        rendered.append((i, total_raw, slot, entries))
     # nothing below raises: the state always describes a whole call
     cache.rendered += len(rendered)
     state.truncate(keep)
@@ -167,17 +182,11 @@ def project_incremental(
     state.serial = index.serial
     state.stable_groups = index.stable_groups
     state.boundary = boundary
+    state.trims = trims
     cache.tail = state
 
-    prefix_tokens = sum(count(message) for message in prefix)
-    summary: tuple[Message, ...] = ()
-    summary_tokens = 0
-    if checkpoint is not None and covered > 0:
-        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count, recall_tool)
-    base = budget.fixed_tokens + prefix_tokens + summary_tokens
     raw_total = base + sum(slot.total for slot in head) + state.raw_ends[-1]
     total = base + sum(slot.total for slot in sent_head) + state.tok_ends[-1]
-    trigger = ctx.trigger_tokens
     at = raw_total
     for name in config.order:
         if name == "trim_tool_results":

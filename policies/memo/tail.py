@@ -44,6 +44,8 @@ class TailState:
     config: PolicyConfig | None = None
     count: CountFn | None = None
     boundary: int = NO_TRIM
+    trims: bool = False
+    """the slots were trimmed (`trim_tool_results` ran: not a pass-through request)"""
     recall_tool: str | None = None
     released: tuple[int, ...] = ()
     """`StepContext.released` of the call the state was built for"""

@@ -475,7 +475,17 @@ def test_long_tool_session_with_thinking_trimming_and_summaries(proxied, claude_
             for b in (m["content"] if isinstance(m["content"], list) else [])
             if isinstance(b, dict) and b.get("cache_control")
         )
-        assert markers == 1  # the client's breakpoint on its newest message survived every rewrite
+        summary = [
+            b
+            for m in sent
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "text" and "<conversation_summary" in b["text"]
+        ]
+        # the client's breakpoint on its newest message survived every rewrite; the summary block
+        # has one of its own, so the summarized prefix is read from the cache
+        assert markers == 1 + len(summary)
+        assert all(b["cache_control"] == {"type": "ephemeral"} for b in summary)
         for m in sent:
             if (
                 m["role"] == "assistant"

@@ -29,7 +29,9 @@ TOOLS = [
 POLICY = {
     "context_window": 128000,
     "max_output_tokens": 4096,
-    "tool_results": {"keep_recent_groups": 1, "old_max_chars": 200, "clear_at_least": 1},
+    "trigger": 0.02,  # 2,480 tokens: the 12k-char result puts the request over it, so it is trimmed
+    "target": 0.01,
+    "tool_results": {"keep_recent_groups": 1, "old_max_chars": 200, "recent_max_chars": 1000, "clear_at_least": 1},
     "recall": {"enabled": "auto"},
 }
 FACT = "listen_port = 48443"

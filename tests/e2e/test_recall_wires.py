@@ -37,7 +37,9 @@ RECALL = "ctxproxy_recall"
 POLICY = {
     "context_window": 128000,
     "max_output_tokens": 4096,
-    "tool_results": {"keep_recent_groups": 1, "old_max_chars": 200, "clear_at_least": 1},
+    "trigger": 0.02,  # 2,480 tokens: the 12k-char result puts the request over it, so it is trimmed
+    "target": 0.01,
+    "tool_results": {"keep_recent_groups": 1, "old_max_chars": 200, "recent_max_chars": 1000, "clear_at_least": 1},
 }
 CHAT_TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
 CLAUDE_TOOLS = [{"name": "bash", "description": "run a command", "input_schema": {"type": "object"}}]
@@ -222,10 +224,11 @@ class ClaudeAgent(ChatAgent):
         )
 
     def bodies(self) -> list[dict[str, Any]]:
-        return [r.body for r in self.server.message_requests]
+        # the agent's requests: the low trigger (POLICY) may also bring a summarizer call here
+        return [r.body for r in self.server.message_requests if not _is_summary_request(r.body)]
 
     def raws(self) -> list[bytes]:
-        return [r.raw for r in self.server.message_requests]
+        return [r.raw for r in self.server.message_requests if not _is_summary_request(r.body)]
 
 
 class ResponsesAgent(ChatAgent):
@@ -278,6 +281,10 @@ class ResponsesAgent(ChatAgent):
 
     def raws(self) -> list[bytes]:
         return [r.raw for r in self.server.requests]
+
+
+def _is_summary_request(body: dict[str, Any]) -> bool:
+    return str(body.get("system", "")).startswith("You compress the history")
 
 
 AGENTS = {"openai_chat": ChatAgent, "anthropic": ClaudeAgent, "openai_responses": ResponsesAgent}

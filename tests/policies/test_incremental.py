@@ -113,7 +113,12 @@ def _project(history: list[Item], cache: ProjectionCache | None, config: PolicyC
 
 
 def test_one_turn_more_reuses_the_previous_rendering() -> None:
-    config = PolicyConfig(tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100))
+    # trigger 3,920 tokens: the first calls pass through (nothing trimmed), the later ones trim
+    config = PolicyConfig(
+        trigger=0.02,
+        target=0.01,
+        tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100),
+    )
     history = items(user("go"), *[m for i in range(8) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
     cache = ProjectionCache()
     for n in range(3, len(history) + 1):
@@ -125,7 +130,8 @@ def test_one_turn_more_reuses_the_previous_rendering() -> None:
         assert json.dumps(cached.record.to_dict()) == json.dumps(fresh.record.to_dict())
     assert cache.incremental == len(history) - 2  # every call, the first one building the state
     # the first call renders its 2 groups; each later one the previous last group and the new one,
-    # plus the groups whose side of the trim boundary changed (2 at a time, every second group)
+    # plus the groups whose side of the trim boundary changed (2 at a time, every second group),
+    # and once all of them, when the request crosses the trigger and trimming starts
     assert cache.rendered < 2 + 3 * (len(history) - 3)
     state = cache.tail
     assert state is not None and state.sent == [item.seq for item in history]

@@ -97,11 +97,12 @@ def test_trimmed_results_are_shared_between_projections_through_the_cache() -> N
         user("go"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))], user("next")
     )
     cache = ProjectionCache()
-    first = project_cached(cache, [], history, None, BIG, PolicyConfig(), fake_count)
-    second = project_cached(cache, [], history, None, BIG, PolicyConfig(), fake_count)
+    config = PolicyConfig(trigger=0.03, target=0.01)  # over the trigger as sent, under it trimmed
+    first = project_cached(cache, [], history, None, BIG, config, fake_count)
+    second = project_cached(cache, [], history, None, BIG, config, fake_count)
     assert first.record.trimmed and first.record == second.record
     assert all(a is b for a, b in zip(first.messages, second.messages, strict=True))
-    fresh = project([], history, None, BIG, PolicyConfig(), fake_count)
+    fresh = project([], history, None, BIG, config, fake_count)
     assert json.dumps(first.messages) == json.dumps(fresh.messages)
 
 

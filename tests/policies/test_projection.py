@@ -72,7 +72,7 @@ def test_orphans_are_dropped_and_missing_results_repaired_with_records() -> None
 def test_deterministic_with_a_real_counter_and_output_is_read_only() -> None:
     counter = TokenCounter.for_model("gpt-4o")
     history = [*items(user("go"), *[m for i in range(30) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])]
-    config = PolicyConfig(keep_recent_tokens=1000)
+    config = PolicyConfig(keep_recent_tokens=1000, trigger=0.5, target=0.3)  # over the trigger even trimmed
     budget = Budget(16_000, 2_000, 50)
     first = project(SYSTEM, history, None, budget, config, counter)
     second = project(SYSTEM, history, None, budget, config, counter)

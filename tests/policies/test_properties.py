@@ -119,13 +119,16 @@ def test_prefix_is_stable_between_batch_steps(case: Case, data: st.DataObject) -
     n_old = len(group_items(case.items))
     n_new = len(group_items(longer.items))
     settings_ = case.config.tool_results
+    budget = case.budget.input_budget
     if (
         old.record.pruned_seqs
         or new.record.pruned_seqs
-        or trim_boundary(n_old, settings_) != trim_boundary(n_new, settings_)
+        or trim_boundary(n_old, settings_, budget) != trim_boundary(n_new, settings_, budget)
         or old.record.pinned_seqs != new.record.pinned_seqs
         or old.record.covered_through_seq != new.record.covered_through_seq
+        or (not old.record.covered_through_seq and not old.record.trimmed and new.record.trimmed)
     ):
+        # the request crossed the trigger (trimming starts: `trim_tool_results`' pass-through),
         # a batch step, pruning, a new newest-user message or a checkpoint that reached into the
         # previous latest turn (only applicable now) legitimately moves bytes
         return
@@ -136,7 +139,7 @@ def test_prefix_is_stable_between_batch_steps(case: Case, data: st.DataObject) -
     assert json.dumps(new.messages[:stable]) == json.dumps(old.messages[:stable])
     event("prefix compared")
     position = [g.first_seq for g in group_items(case.items)].index(last.first_seq)
-    old_now = position < trim_boundary(n_new, settings_)
+    old_now = position < trim_boundary(n_new, settings_, budget)
     cap = settings_.old_max_chars if old_now else settings_.recent_max_chars
     if not last.missing_ids and all(
         len(str(item.message.get("content") or "")) <= cap for item in last.items if item.message.get("role") == "tool"

@@ -102,7 +102,9 @@ def test_old_trimmed_recent_capped_excluded_and_latest_untouched() -> None:
     )
     before = copy.deepcopy([i.message for i in history])
     config = PolicyConfig(
-        tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=1, exclude_tools=("search",))
+        trigger=0.05,  # 9,950 tokens: the 20k of results are over it
+        target=0.01,
+        tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=1, exclude_tools=("search",)),
     )
     draft, ctx = _draft(history, config)
     out = trim_tool_results(draft, ctx)
@@ -115,9 +117,29 @@ def test_old_trimmed_recent_capped_excluded_and_latest_untouched() -> None:
     assert [i.message for i in history] == before
 
 
+def test_a_request_under_the_trigger_without_a_checkpoint_passes_through() -> None:
+    big = "y" * 20_000
+    history = items(user("task"), calls("a"), result("a", big), calls("b"), result("b", big), calls("c"))
+    config = PolicyConfig(tool_results=ToolResultsConfig(keep_recent_groups=0, clear_at_least=1))
+    draft, ctx = _draft(history, config)
+    assert draft.total <= ctx.trigger_tokens
+    out = trim_tool_results(draft, ctx)
+    assert out is draft and not out.trimmed
+    over = PolicyConfig(trigger=0.05, target=0.01, tool_results=config.tool_results)
+    draft, ctx = _draft(history, over)
+    assert draft.total > ctx.trigger_tokens
+    assert [e.seq for e in trim_tool_results(draft, ctx).trimmed] == [3, 5]
+
+
 def test_pinned_tool_results_are_never_trimmed() -> None:
     history = items(user("task"), calls("a"), result("a", "z" * 5000), user("next"))
-    config = PolicyConfig(pins=PinsConfig(roles=("tool",)), tool_results=ToolResultsConfig(keep_recent_groups=0))
+    config = PolicyConfig(
+        trigger=0.005,  # 995 tokens: over it, so trimming runs
+        target=0.001,
+        pins=PinsConfig(roles=("tool",)),
+        tool_results=ToolResultsConfig(keep_recent_groups=0),
+    )
     draft, ctx = _draft(history, config)
+    assert draft.total > ctx.trigger_tokens
     out = trim_tool_results(draft, ctx)
     assert out.messages()[2]["content"] == "z" * 5000

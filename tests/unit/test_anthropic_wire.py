@@ -574,3 +574,29 @@ def test_summarizer_request_and_text():
         }
     )
     assert text == "## Goal" and usage == {"output_tokens": 2}
+
+
+def test_the_summary_block_gets_a_cache_breakpoint_of_its_own():
+    from policies.summary_prompt import summary_block
+    from proxy.protocols.anthropic.cache_control import mark_summary
+
+    text = summary_block("## Goal\nship it", 12)["content"]
+    cc = {"type": "ephemeral"}
+    as_string = [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]
+    marked = mark_summary(as_string)
+    assert marked[0]["content"] == [{"type": "text", "text": text, "cache_control": cc}]
+    assert as_string[0]["content"] == text  # not mutated
+    merged = [{"role": "user", "content": [{"type": "text", "text": "task"}, {"type": "text", "text": text}]}]
+    assert mark_summary(merged)[0]["content"] == [
+        {"type": "text", "text": "task"},
+        {"type": "text", "text": text, "cache_control": cc},
+    ]
+    own = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": text, "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+        }
+    ]
+    assert mark_summary(own) == own  # the client's own marker is kept as it is
+    plain = [{"role": "user", "content": "hello"}]
+    assert mark_summary(plain) is plain

@@ -7,6 +7,12 @@ does not fork its conversation. Common -> native: they are put back, at the same
 on the blocks that are sent. If system + tools + messages would then carry more than the API's
 4, the oldest message markers are dropped first (`cap_cache_control`).
 
+The summary block: when the client uses prompt caching (any marker), the projection's
+`<conversation_summary>` block gets a breakpoint of its own (`mark_summary`), so the prefix up to
+the summary -- the same from one compaction to the next -- is read from the cache even when the
+client's moving breakpoint (the newest message) is more than 20 blocks past a rewritten result.
+It is the oldest message marker, so it is the first dropped if the client already uses all 4.
+
 Example: `{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}` as block 0 of a
 user message becomes the block `{"type": "text", "text": "hi"}` and the marker
 `{"path": [0], "index": 2, "cache_control": {"type": "ephemeral"}}`.
@@ -15,6 +21,8 @@ user message becomes the block `{"type": "text", "text": "hi"}` and the marker
 from __future__ import annotations
 
 from typing import Any
+
+from policies.summary_prompt import SUMMARY_HEAD
 
 from ... import identify
 from ...types import Json, Message
@@ -145,3 +153,31 @@ def cap_cache_control(body: Json, messages: list[Json], limit: int = MAX_CACHE_C
         if excess[0] > 0 and isinstance(body.get(key), list):
             body = {**body, key: _strip_markers(body[key], excess)}
     return body, capped
+
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def _is_summary(block: Any) -> bool:
+    return (
+        isinstance(block, dict) and block.get("type") == "text" and str(block.get("text", "")).startswith(SUMMARY_HEAD)
+    )
+
+
+def mark_summary(messages: list[Json]) -> list[Json]:
+    """`messages` (native) with a cache_control breakpoint on the summary block's text, if there
+    is one and it has none (copies; the input is not mutated)."""
+    for position, message in enumerate(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str) and content.startswith(SUMMARY_HEAD):
+            blocks: list[Any] = [{"type": "text", "text": content, "cache_control": EPHEMERAL}]
+        elif isinstance(content, list) and any(_is_summary(b) for b in content):
+            blocks = [
+                {**b, "cache_control": EPHEMERAL} if _is_summary(b) and "cache_control" not in b else b for b in content
+            ]
+        else:
+            continue
+        return [*messages[:position], {**message, "content": blocks}, *messages[position + 1 :]]
+    return messages

@@ -10,7 +10,7 @@ from ...tail_parse import BodyMemo
 from ...types import Json, Message, as_list
 from ...usage import Usage, from_anthropic
 from ..base import BaseWire
-from .cache_control import MAX_CACHE_CONTROL, cache_markers, cap_cache_control
+from .cache_control import MAX_CACHE_CONTROL, cache_markers, cap_cache_control, mark_summary
 from .convert import assistant_to_common, messages_to_common, system_to_common, to_native
 from .errors import error_bytes
 from .stream import MessageStream
@@ -45,6 +45,8 @@ class AnthropicWire(BaseWire):
         if messages is None:
             return None, {}  # usage is always in Anthropic streams: the client's bytes go as they are
         native = to_native(messages, prefix=0 if body.get("system") is None else 1)
+        if cache_markers(body, body["messages"]):  # the client caches: so is the summarized prefix
+            native = mark_summary(native)
         if cache_markers(body, native) > MAX_CACHE_CONTROL >= cache_markers(body, body["messages"]):
             body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
         return codec.dumps({**body, "messages": native}), {}

@@ -1,0 +1,96 @@
+"""The money model (`bench.money`) against bills computed by hand, and the pass-through promise:
+a run that fits the window costs the same through ctxproxy as without it.
+
+Prices used: gpt-4.1 $2.00 input / $0.50 cached / $8.00 output; Claude Sonnet 4 $3.00 input /
+$3.75 cache write / $0.30 cache read / $15.00 output (per million tokens).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.bodies import VENDORED
+from bench.money import PRICES, Request, chain, price_requests
+from bench.savings import money_of
+from proxy.catalog import ModelCatalog
+from proxy.config import Policy
+from proxy.projection import Projector
+from proxy.replay import load_transcript, replay
+
+
+def blocks(*tokens: int) -> tuple[tuple[int, int], ...]:
+    return tuple(zip(chain(range(len(tokens))), tokens, strict=True))
+
+
+FIRST = blocks(500, 700, 300)  # tools, system, user: 1,500 tokens
+SECOND = blocks(500, 700, 300, 200, 250)  # + assistant, user: 1,950 tokens
+
+
+def test_openai_prefix_caching_in_128_token_increments():
+    bill = price_requests([Request(FIRST, (), 100), Request(SECOND, (), 100)], PRICES["gpt-4.1"])
+    # second request: 1,500 shared tokens -> 11 x 128 = 1,408 cached, 542 plain
+    assert (bill.uncached, bill.cache_read, bill.cache_write) == (1500 + 542, 1408, 0)
+    assert bill.dollars == pytest.approx((1500 * 2 + 100 * 8 + 542 * 2 + 1408 * 0.5 + 100 * 8) / 1e6)
+
+
+def test_openai_short_prompts_and_short_matches_are_not_cached():
+    short = blocks(600, 200)  # 800 tokens: below 1,024, never cached
+    bill = price_requests([Request(short, (), 0), Request(short, (), 0)], PRICES["gpt-4.1"])
+    assert bill.cache_read == 0 and bill.uncached == 1600
+    other = ((FIRST[0][0], 500), (hash("x"), 1200))  # shares only the 500 tool tokens with FIRST
+    bill = price_requests([Request(FIRST, (), 0), Request(other, (), 0)], PRICES["gpt-4.1"])
+    assert bill.cache_read == 0 and bill.uncached == 3200
+
+
+def test_openai_gpt4o_discount_is_half():
+    bill = price_requests([Request(FIRST, (), 0), Request(FIRST, (), 0)], PRICES["gpt-4o"])
+    assert bill.cache_read == 1408
+    assert bill.dollars == pytest.approx((1500 * 2.5 + 92 * 2.5 + 1408 * 1.25) / 1e6)
+
+
+def test_anthropic_reads_previous_breakpoint_and_writes_the_rest():
+    bill = price_requests([Request(FIRST, (1, 2), 100), Request(SECOND, (1, 4), 100)], PRICES["claude-sonnet-4"])
+    # first: 1,500 written; second: reads 1,500 (the first's end, 2 blocks back), writes 450
+    assert (bill.cache_write, bill.cache_read, bill.uncached) == (1950, 1500, 0)
+    first = 1500 * 3.75 + 100 * 15
+    second = 1500 * 0.30 + 450 * 3.75 + 100 * 15
+    assert bill.dollars == pytest.approx((first + second) / 1e6)
+
+
+def test_anthropic_lookback_is_20_blocks():
+    long = blocks(500, 700, 300, *([10] * 25))  # 25 new blocks after FIRST's end
+    bill = price_requests([Request(FIRST, (1, 2), 0), Request(long, (1, 27), 0)], PRICES["claude-sonnet-4"])
+    # the end breakpoint cannot see FIRST's end (25 blocks back): only the system breakpoint hits
+    assert bill.cache_read == 1200
+    assert bill.cache_write == 1500 + (1750 - 1200)
+    near = blocks(500, 700, 300, *([10] * 19))
+    bill = price_requests([Request(FIRST, (1, 2), 0), Request(near, (1, 21), 0)], PRICES["claude-sonnet-4"])
+    assert bill.cache_read == 1500 and bill.cache_write == 1500 + 190
+
+
+def test_anthropic_no_breakpoint_or_short_prefix_is_plain_input():
+    bill = price_requests([Request(FIRST, (), 0), Request(FIRST, (), 0)], PRICES["claude-sonnet-4"])
+    assert (bill.uncached, bill.cache_read, bill.cache_write) == (3000, 0, 0)
+    # a breakpoint after 500 tokens (below the 1,024 minimum) caches nothing; after it, plain input
+    bill = price_requests([Request(FIRST, (0,), 0), Request(FIRST, (0,), 0)], PRICES["claude-sonnet-4"])
+    assert (bill.uncached, bill.cache_read, bill.cache_write) == (3000, 0, 0)
+    # a breakpoint after the system (1,200): the 300-token tail stays plain input
+    bill = price_requests([Request(FIRST, (1,), 0), Request(FIRST, (1,), 0)], PRICES["claude-sonnet-4"])
+    assert (bill.uncached, bill.cache_read, bill.cache_write) == (600, 1200, 1200)
+
+
+def test_summarizer_calls_are_billed_at_the_same_model():
+    bill = price_requests([Request(FIRST, (1, 2), 0, ((1000, 200),))], PRICES["claude-sonnet-4"])
+    assert bill.summarizer_dollars == pytest.approx((1000 * 3 + 200 * 15) / 1e6)
+    assert bill.dollars == pytest.approx((1500 * 3.75) / 1e6 + bill.summarizer_dollars)
+
+
+@pytest.mark.parametrize("name", ["swe-agent__ctf__crypto__katy.json", "swe-agent__pydicom__pydicom-1458.json"])
+def test_a_run_that_fits_the_window_costs_the_same_with_ctxproxy(name):
+    messages, tools, _ = load_transcript(str(VENDORED / name))
+    report = replay(messages, tools, Policy(context_window=200_000), "gpt-4o", Projector(ModelCatalog()))
+    money = money_of(report)
+    assert money["baseline_over_from"] is None
+    for model in ("gpt-4.1", "claude-sonnet-4"):
+        assert money[model]["with"]["dollars"] == pytest.approx(money[model]["without"]["dollars"]), model
+        assert money[model]["with"]["dollars"] > 0
