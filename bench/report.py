@@ -146,7 +146,13 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     over = [s for s in report.get("savings", {}).get("summary", []) if s["group"] == "all runs" and s["runs"]]
     if over:
         n = sum(s["requests_over_window"] for s in over)
-        add("zero requests over the window (all runs, all windows)", n == 0, f"{n} over the window")
+        refused = sum(s.get("requests_refused", 0) for s in over)
+        add(
+            "zero requests sent over the window (all runs, all windows)",
+            n == 0,
+            f"{n} sent over the window; {refused} refused with a 400 (system prefix, tools and newest user "
+            "message alone over the window: no proxy can send them)",
+        )
     return out
 
 
@@ -304,6 +310,7 @@ def render(report: dict[str, Any]) -> str:
                 ("max_request", "max request"),
                 ("max_request_share_of_window", "max (req+reserve)/window"),
                 ("requests_over_window", "over window"),
+                ("requests_refused", "refused (400)"),
                 ("compactions", "compactions"),
                 ("prefix_reuse", "prefix reuse"),
                 ("baseline_prefix_reuse", "reuse w/o proxy"),

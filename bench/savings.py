@@ -110,6 +110,7 @@ def run_savings(
                     "max_request": max(d["max_request"] for d in sel),
                     "max_request_share_of_window": max(d["max_request_share_of_window"] for d in sel),
                     "requests_over_window": sum(d["requests_over_window"] for d in sel),
+                    "requests_refused": sum(d.get("requests_refused", 0) for d in sel),
                     "compactions": sum(d["compactions"] for d in sel),
                     "prefix_reuse": r(sum(d["prefix_reuse"] * d["sent_tokens"] for d in sel) / sent if sent else 0, 4),
                     "baseline_prefix_reuse": r(

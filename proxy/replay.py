@@ -164,7 +164,14 @@ class ReplayReport:
 
     @property
     def over_window(self) -> int:
-        return sum(1 for t in self.turns if t.sent_tokens + self.max_output > self.window or t.error)
+        """Requests sent although they (with the output reserve) exceed the window."""
+        return sum(1 for t in self.turns if not t.error and t.sent_tokens + self.max_output > self.window)
+
+    @property
+    def refused(self) -> int:
+        """Requests answered with the 400 instead: what cannot be cut (system prefix, tools, pins,
+        summary, newest user message) alone exceeds the window."""
+        return sum(1 for t in self.turns if t.error)
 
     @property
     def reuse_share(self) -> float:
@@ -187,6 +194,7 @@ class ReplayReport:
             "savings": round(self.savings, 4),
             "max_request": self.max_sent,
             "requests_over_window": self.over_window,
+            "requests_refused": self.refused,
             "compactions": self.compactions,
             "prefix_reuse": round(self.reuse_share, 4),
             "baseline_prefix_reuse": round(self.baseline_reuse_share, 4),
