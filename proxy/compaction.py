@@ -86,6 +86,10 @@ class Compactor:
         """This process's lease owner id."""
         self.lease_ttl = LEASE_TTL
 
+    def running_jobs(self) -> int:
+        """How many compaction jobs of this process are still running."""
+        return sum(1 for task in self._jobs.values() if not task.done())
+
     def running(self, branch_id: str) -> asyncio.Task[StoredCheckpoint | None] | None:
         task = self._jobs.get(branch_id)
         return task if task is not None and not task.done() else None

@@ -20,6 +20,8 @@ are spent money) but not in the request counters and histograms, which describe 
     ctxproxy_cost_usd_total{route}
     ctxproxy_cache_entries{cache}                        gauge, read at render time from the
                                                          per-process caches (`Metrics.watch`)
+    ctxproxy_compactions_running                         gauge: this process's compaction jobs
+                                                         still running (`Metrics.watch_compactions`)
 """
 
 from __future__ import annotations
@@ -117,6 +119,17 @@ class Gauges:
         return lines
 
 
+class Gauge:
+    """One unlabelled value, read when rendered (0 while nothing is watched)."""
+
+    def __init__(self, name: str, help: str) -> None:
+        self.name, self.help = name, help
+        self.source: Callable[[], float] = lambda: 0
+
+    def render(self) -> list[str]:
+        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} gauge", f"{self.name} {_number(self.source())}"]
+
+
 class Metrics:
     def __init__(self) -> None:
         self.requests = Counter(
@@ -154,10 +167,15 @@ class Metrics:
             ("route",),
         )
         self.caches = Gauges("ctxproxy_cache_entries", "Entries held by each per-process cache.", "cache")
+        self.compactions_running = Gauge("ctxproxy_compactions_running", "Compaction jobs this process is running now.")
 
     def watch(self, source: Callable[[], Mapping[str, float]]) -> None:
         """Render `source()`'s {cache name: entries} as `ctxproxy_cache_entries` on every scrape."""
         self.caches.sources.append(source)
+
+    def watch_compactions(self, running: Callable[[], int]) -> None:
+        """Render `running()` as `ctxproxy_compactions_running` on every scrape."""
+        self.compactions_running.source = running
 
     def observe_call(self, call: CallRecord, wire: str, error_kind: str | None = None) -> None:
         route = call.route
@@ -205,6 +223,7 @@ class Metrics:
             self.recall,
             self.store_passthrough,
             self.caches,
+            self.compactions_running,
         ):
             lines.extend(metric.render())
         return ("\n".join(lines) + "\n").encode()

@@ -37,6 +37,7 @@ class Services:
 
     def __post_init__(self) -> None:
         self.metrics.watch(self.projector.cache_sizes)
+        self.metrics.watch_compactions(self.compactor.running_jobs)
 
     def upstream_key(self, route: Route) -> str | None:
         return self.keys.upstream_key(route)

@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from tests.support.waiting import wait_until
+
 AGENTS_DIR = Path(__file__).resolve().parent
 BIN = AGENTS_DIR / "node_modules" / ".bin"
 FACT = "LC-48213"
@@ -177,6 +181,20 @@ class Outcome:
     @property
     def compactions(self) -> int:
         return len([c for c in self.checkpoints if c["status"] in ("active", "superseded")])
+
+
+def wait_idle(p: Any, timeout: float = 90.0) -> None:
+    """Wait until the proxy runs no compaction (`ctxproxy_compactions_running` 0 on /metrics): one
+    the agent's last turn planned may still be summarizing when the agent is done, and its upstream
+    request and call record would land after the test read the upstream's bill."""
+
+    def idle() -> bool:
+        text = httpx.get(f"{p.url}/metrics", timeout=10).text
+        match = re.search(r"^ctxproxy_compactions_running (\d+)$", text, re.M)
+        assert match is not None, "ctxproxy_compactions_running missing from /metrics"
+        return match.group(1) == "0"
+
+    wait_until(idle, timeout=timeout, interval=0.2, what="no compaction running")
 
 
 def outcome(p: Any, expected_calls: int, timeout: float = 60.0) -> Outcome:

@@ -96,6 +96,7 @@ def _claude(p: Any, tmp_path: Any, *args: str) -> harness.AgentRun:
     )
     argv = [str(claude), "-p", "--model", MODEL, "--allowedTools", "Bash", *args]
     run = harness.run_agent(argv, cwd, env)
+    harness.wait_idle(p)
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
     assert harness.FACT in run.stdout, (run.stdout[-3000:], run.stderr[-3000:])
     return run

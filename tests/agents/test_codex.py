@@ -95,6 +95,7 @@ def _codex(p: Any, tmp_path: Path, *args: str) -> harness.AgentRun:
     env = harness.agent_env(home, {"CODEX_HOME": str(home / ".codex"), "CTXPROXY_CLIENT_KEY": CLIENT_KEY})
     argv = [str(codex), "exec", *args]
     run = harness.run_agent(argv, cwd, env)
+    harness.wait_idle(p)
     assert run.returncode == 0, run.stderr[-3000:]
     assert harness.FACT in run.stdout, (run.stdout[-3000:], run.stderr[-3000:])
     return run

@@ -103,6 +103,7 @@ def _run(model_class: Any, model: str, base_url: str, cwd: Path, streamed: bool)
 def _settled(p: Any, requests: Any, server: Any, answered: Any) -> None:
     """Wait until every request the upstream got is answered and recorded by the proxy: a
     compaction the last turn planned may still be running when the agent is done."""
+    harness.wait_idle(p)
 
     def quiet() -> bool:
         calls = harness.outcome(p, 0).calls

@@ -109,6 +109,7 @@ def test_pi_openai_completions(proxy, upstream, monkeypatch, tmp_path):
     upstream.responder = respond
     p = proxy(fresh=True, policies={"default": POLICY})
     run = _run_pi(tmp_path, p.base_url, "openai-completions", MODEL)
+    harness.wait_idle(p)
     requests = upstream.chat_requests
     billed = [r.sent_usage["prompt_tokens"] for r in upstream.replies_sent if r.sent_usage]
     _check(p, "pi openai-completions", run, [r.body for r in requests], billed)
@@ -139,6 +140,7 @@ def test_pi_openai_responses(proxy, responses_upstream, tmp_path):
     }
     p = proxy(fresh=True, routes=[route], policies={"default": POLICY})
     run = _run_pi(tmp_path, p.base_url, "openai-responses", RESPONSES_MODEL)
+    harness.wait_idle(p)
     requests = [r for r in responses_upstream.requests if r.path.endswith("/responses")]
     billed = [r.usage["input_tokens"] for r in responses_upstream.replies_sent]
     _check(p, "pi openai-responses", run, [r.body for r in requests], billed)
@@ -170,6 +172,7 @@ def test_pi_anthropic_messages(proxy, anthropic_upstream, tmp_path):
     }
     p = proxy(fresh=True, routes=[route], policies={"default": POLICY})
     run = _run_pi(tmp_path, p.url, "anthropic-messages", ANTHROPIC_MODEL)
+    harness.wait_idle(p)
     assert anthropic_upstream.rejections == [], anthropic_upstream.rejections[:1]
     requests = anthropic_upstream.message_requests
     billed = [

@@ -322,3 +322,32 @@ def test_metrics_token(proxy):
     assert ok.status_code == 200 and "ctxproxy_requests_total" in ok.text
     closed = proxy(metrics_token_env="CTXPROXY_METRICS_TOKEN_NOT_SET")
     assert httpx.get(f"{closed.url}/metrics", timeout=10).status_code == 404
+
+
+def test_compactions_running_gauge_counts_a_summarizing_job(proxy, upstream, api_key):
+    """`ctxproxy_compactions_running` is 1 while the summarizer's answer is on its way (held 3 s),
+    then 0 once the checkpoint is committed: what a test or an operator waits on before reading
+    the bill."""
+    p = proxy(fresh=True, policies={"default": SMALL_POLICY})
+    upstream.responder = lambda body: (
+        Reply(content=SUMMARY, delay_before_headers=3) if is_summary_request(body) else None
+    )
+
+    def running() -> float:
+        metrics = parse_metrics(httpx.get(f"{p.url}/metrics", timeout=10).text)
+        return metrics[("ctxproxy_compactions_running", frozenset())]
+
+    assert running() == 0
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conv = None
+    for i in range(25):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 120})
+        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        if running() == 1:
+            break
+    assert running() == 1, "no compaction started"
+    wait_until(lambda: running() == 0, timeout=30, interval=0.1, what="the compaction to finish")
+    assert conv is not None and wait_checkpoints(p, conv, timeout=30)
