@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -185,12 +184,6 @@ def count_tools(tools: Sequence[Mapping[str, Any]] | None, enc: tiktoken.Encodin
     return total
 
 
-def message_key(message: Message) -> str:
-    """A content key for messages that have no stored hash (e.g. rewritten by a policy)."""
-    data = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(data.encode("utf-8")).hexdigest()
-
-
 __all__ = [
     "ANTHROPIC_TOOL_PROMPT",
     "IMAGE_TOKENS",
@@ -202,5 +195,4 @@ __all__ = [
     "encoding_for_model",
     "encoding_name_for_model",
     "ensure_offline_cache",
-    "message_key",
 ]
