@@ -4,6 +4,7 @@ upstream reported, through the real proxy."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -205,6 +206,23 @@ def test_error_calls_count_but_their_usage_stays_unknown(proxy, upstream, api_ke
     assert call["cost_usd"] is None
 
 
+def grow(p: Any, api_key: str, turns: int = 25, until: Callable[[], bool] = lambda: False) -> str:
+    """A conversation grown by `turns` long user turns at the small policy's window (enough to
+    compact), or until `until()` after a turn; its id."""
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conv = None
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 120})
+        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
+        if until():
+            break
+    assert conv is not None
+    return conv
+
+
 def test_summary_calls_in_ledger_and_metrics(proxy, upstream, api_key):
     """Compaction's summarizer calls are in the ledger with purpose summary, in the token and
     cost counters, and the compaction itself in ctxproxy_compactions_total."""
@@ -214,15 +232,7 @@ def test_summary_calls_in_ledger_and_metrics(proxy, upstream, api_key):
         if is_summary_request(body)
         else None
     )
-    client = p.client(api_key)
-    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
-    conv = None
-    for i in range(25):
-        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 120})
-        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=messages)
-        conv = raw.headers["x-conversation-id"]
-        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
-    assert conv is not None
+    conv = grow(p, api_key)
     checkpoints = wait_checkpoints(p, conv, timeout=30)
     assert checkpoints, "no compaction happened"
     calls = p.wait_calls(conv, 26, until=lambda cs: any(c["purpose"] == "summary" for c in cs))
@@ -338,16 +348,7 @@ def test_compactions_running_gauge_counts_a_summarizing_job(proxy, upstream, api
         return metrics[("ctxproxy_compactions_running", frozenset())]
 
     assert running() == 0
-    client = p.client(api_key)
-    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
-    conv = None
-    for i in range(25):
-        messages.append({"role": "user", "content": f"turn {i}: " + "word " * 120})
-        raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=messages)
-        conv = raw.headers["x-conversation-id"]
-        messages.append(raw.parse().choices[0].message.model_dump(exclude_none=True))
-        if running() == 1:
-            break
+    conv = grow(p, api_key, until=lambda: running() == 1)
     assert running() == 1, "no compaction started"
     wait_until(lambda: running() == 0, timeout=30, interval=0.1, what="the compaction to finish")
-    assert conv is not None and wait_checkpoints(p, conv, timeout=30)
+    assert wait_checkpoints(p, conv, timeout=30)
