@@ -14,12 +14,15 @@ MONEY_MODELS = ("gpt-4.1", "claude-sonnet-4")
 SUMMARY_BREAKPOINT = True
 """the Anthropic projection carries a cache_control breakpoint on the summary block
 (proxy.protocols.anthropic.cache_control.mark_summary)"""
+POINT_BREAKPOINT = True
+"""... and one on the last tool result trimmed as old (`mark_point`, `Projection.cache_point`)"""
 
 
 def requests_of(report: Any, proxied: bool) -> list[Request]:
     """The run's upstream calls with ctxproxy (`proxied`) or as the client sent them (the whole
     history, whatever the window). Breakpoints are Claude Code's: the end of tools + system and
-    the last message, which moves every turn; with ctxproxy also the summary block."""
+    the last message, which moves every turn; with ctxproxy also the summary block and the
+    cache point."""
     system = report.prefix_blocks - 1
     out = []
     for t in report.turns:
@@ -29,6 +32,8 @@ def requests_of(report: Any, proxied: bool) -> list[Request]:
             points = [system, len(t.blocks) - 1]
             if SUMMARY_BREAKPOINT and t.summary_at is not None:
                 points.append(t.summary_at)
+            if POINT_BREAKPOINT and t.point_at is not None:
+                points.append(t.point_at)
             out.append(Request(t.blocks, tuple(points), t.output_tokens, t.summarizer_calls))
         else:
             n = report.prefix_blocks + t.events

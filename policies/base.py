@@ -366,10 +366,16 @@ class Projection:
     """The messages to send and the record of how they were made. `messages` is a fresh list of
     read-only dicts: untouched messages are the caller's own objects, rewritten ones (trimmed,
     repaired, the summary block) may be shared with other projections through a memoizing
-    `draft.Renderer`. Serialize them; never mutate them."""
+    `draft.Renderer`. Serialize them; never mutate them.
+
+    `cache_point`: index in `messages` of the last tool result of the groups trimmed as old
+    (`trim_tool_results`' boundary), None when none is sent. Everything up to it keeps its bytes
+    until the boundary next moves, so a prompt cache entry ending there is read on that move,
+    when everything after it changes (the Anthropic wire puts a breakpoint there)."""
 
     messages: list[dict[str, Any]]
     record: ProjectionRecord
+    cache_point: int | None = None
 
 
 class ContextOverflow(Exception):

@@ -105,6 +105,8 @@ class Draft:
     plan: CompactionPlan | None = None
     cut_to_fit: tuple[int, ...] = ()
     """seqs of the newest turn's tool results cut so the request fits (`prune_groups`)"""
+    old_groups: int = 0
+    """groups trimmed as old: index below `trim_tool_results`' boundary (0: none)"""
 
     @cached_property
     def slots(self) -> tuple[Slot, ...]:
@@ -129,6 +131,20 @@ class Draft:
         if set(map(type, out)) - {dict}:
             out = [message if type(message) is dict else clone(message) for message in out]
         return out
+
+    def cache_point(self) -> int | None:
+        """`Projection.cache_point`: the position in `messages()` of the last tool result of a
+        tail slot trimmed as old."""
+        position = len(self.prefix) + sum(len(slot.messages) for slot in self.head) + len(self.summary)
+        point = None
+        for slot in self.tail:
+            if slot.index >= self.old_groups:
+                break
+            for k, message in enumerate(slot.messages):
+                if message.get("role") == "tool":
+                    point = position + k
+            position += len(slot.messages)
+        return point
 
     def sent_seqs(self) -> tuple[int, ...]:
         """Seqs of the items sent, ascending (head groups precede the summary, tail groups follow,

@@ -207,4 +207,4 @@ def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
     head, head_entries = trim_slots(draft.head, boundary, ctx)
     tail, tail_entries = trim_slots(draft.tail, boundary, ctx)
     trimmed = draft.trimmed + tuple(head_entries) + tuple(tail_entries)
-    return replace(draft, head=head, tail=tail, trimmed=trimmed)
+    return replace(draft, head=head, tail=tail, trimmed=trimmed, old_groups=boundary)

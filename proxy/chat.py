@@ -75,7 +75,7 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
             )
             call.projection = projection.record.summary_dict()
             if _rewritten(projection):
-                sent = projection.messages
+                sent = wire.with_cache_point(body, projection.messages, projection.cache_point)
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
             raise

@@ -126,6 +126,8 @@ class TurnStat:
     tokens) for the tools + framing, then each message"""
     summary_at: int | None = None
     """index in `blocks` of the summary block, when one is sent"""
+    point_at: int | None = None
+    """index in `blocks` of the projection's cache point (`Projection.cache_point`), if any"""
     output_tokens: int = 0
     """the reply's tokens (the transcript's assistant message)"""
     summarizer_calls: tuple[tuple[int, int], ...] = ()
@@ -307,6 +309,7 @@ def replay(
         stat.reuse_tokens = _shared_prefix_tokens(previous_sent, sent, counter)
         stat.baseline_reuse_tokens = _shared_prefix_tokens(previous_client, client, counter)
         stat.blocks, stat.summary_at = _blocks(sent, budget.fixed_tokens, counter, known)
+        stat.point_at = None if projection.cache_point is None else projection.cache_point + 1  # after tools
         stat.output_tokens = counter.count(message)
         report.turns.append(stat)
         previous_sent, previous_client = sent, client

@@ -209,6 +209,7 @@ def project_incremental(
     messages.extend(summary)
     if any(type(message) is not dict for message in messages):
         messages = [message if type(message) is dict else clone(message) for message in messages]
+    cache_point = _cache_point(state, len(messages))
     messages += state.body
     sent_seqs = (*head_seqs, *state.sent)
     ranges = seq_ranges(head_seqs)
@@ -227,4 +228,15 @@ def project_incremental(
         repaired=(*repaired, *state.repaired),
         sent_ranges=tuple(ranges),
     )
-    return Projection(messages=messages, record=record)
+    return Projection(messages=messages, record=record, cache_point=cache_point)
+
+
+def _cache_point(state: TailState, offset: int) -> int | None:
+    """`Draft.cache_point` of the state's slots, placed after `offset` messages."""
+    if not state.trims:
+        return None
+    old_end = state.msg_ends[bisect_left(state.slot_groups, state.boundary)]
+    for position in range(old_end - 1, -1, -1):
+        if state.body[position].get("role") == "tool":
+            return offset + position
+    return None

@@ -85,6 +85,10 @@ class Wire(Protocol):
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         """Validate messages[start:stop]; the rest equals an earlier accepted request."""
 
+    def with_cache_point(self, body: Json, messages: list[Message], point: int | None) -> list[Message]:
+        """`messages` with a prompt-cache breakpoint at `Projection.cache_point` where the wire's
+        caching needs one (Anthropic, when the client caches); otherwise `messages` itself."""
+
     def encode(
         self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None
     ) -> tuple[bytes | None, dict[int, tuple[Message, bytes]]]:
@@ -119,3 +123,7 @@ class BaseWire:
 
     def is_stream(self, content_type: str) -> bool:
         return "text/event-stream" in content_type
+
+    def with_cache_point(self, body: Json, messages: list[Message], point: int | None) -> list[Message]:
+        """Automatic prefix caching (OpenAI) needs no breakpoint."""
+        return messages

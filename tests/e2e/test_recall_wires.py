@@ -17,6 +17,7 @@ import re
 import statistics
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -109,12 +110,26 @@ class ChatAgent:
         self.client, self.server = p.client(api_key), server
         self.history: list[dict[str, Any]] = []
         self.conv: str | None = None
+        self.scripted: deque[Any] = deque()
+        self.otherwise: Any = None
 
     def script(self, call_bash: bool, text: str | None = None) -> None:
         if call_bash:
-            self.server.push(Reply(tool_calls=[tool_call("bash", {"cmd": "cat app.conf"})]))
+            self.answer_next(Reply(tool_calls=[tool_call("bash", {"cmd": "cat app.conf"})]))
         else:
-            self.server.push(Reply(content=text))
+            self.answer_next(Reply(content=text))
+
+    def answer_next(self, reply: Any) -> None:
+        """Queue the model's next answer. Unlike `server.push`, a summary call of a compaction
+        running in the background meanwhile does not take it."""
+        self.scripted.append(reply)
+        if self.server.responder != self._scripted_answer:
+            self.otherwise, self.server.responder = self.server.responder, self._scripted_answer
+
+    def _scripted_answer(self, body: dict[str, Any]) -> Any:
+        if self.scripted and not _is_summary_call(body):
+            return self.scripted.popleft()
+        return self.otherwise(body) if self.otherwise is not None else None
 
     def model_answers(self, preamble: str | None = None) -> None:
         def model(body: dict[str, Any]) -> Reply:
@@ -179,15 +194,16 @@ class ClaudeAgent(ChatAgent):
         self.server, self.thinking = server, thinking
         self.history = []
         self.conv = None
+        self.scripted, self.otherwise = deque(), None
 
     def _think(self) -> str | None:
         return "The user wants a value; let me think." if self.thinking else None
 
     def script(self, call_bash: bool, text: str | None = None) -> None:
         if call_bash:
-            self.server.push(ClaudeReply(thinking=self._think(), tool_uses=[{"name": "bash", "input": {"cmd": "cat"}}]))
+            self.answer_next(ClaudeReply(thinking=self._think(), tool_uses=[{"name": "bash", "input": {"cmd": "cat"}}]))
         else:
-            self.server.push(ClaudeReply(thinking=self._think(), text=text))
+            self.answer_next(ClaudeReply(thinking=self._think(), text=text))
 
     def model_answers(self, preamble: str | None = None) -> None:
         def model(body: dict[str, Any]) -> ClaudeReply:
@@ -239,12 +255,13 @@ class ResponsesAgent(ChatAgent):
         self.client, self.server = p.client(api_key), server
         self.history = []
         self.conv = None
+        self.scripted, self.otherwise = deque(), None
 
     def script(self, call_bash: bool, text: str | None = None) -> None:
         if call_bash:
-            self.server.push(ResponsesReply(calls=[fcall("bash", {"cmd": "cat"})]))
+            self.answer_next(ResponsesReply(calls=[fcall("bash", {"cmd": "cat"})]))
         else:
-            self.server.push(ResponsesReply(text=text))
+            self.answer_next(ResponsesReply(text=text))
 
     def model_answers(self, preamble: str | None = None) -> None:
         def model(body: dict[str, Any]) -> ResponsesReply:
@@ -285,6 +302,12 @@ class ResponsesAgent(ChatAgent):
 
 def _is_summary_request(body: dict[str, Any]) -> bool:
     return str(body.get("system", "")).startswith("You compress the history")
+
+
+def _is_summary_call(body: dict[str, Any]) -> bool:
+    """A compaction's summary call, on any of the three wires."""
+    first = body.get("system") or body.get("instructions") or (body.get("messages") or body.get("input") or [])[:1]
+    return "You compress the history" in json.dumps(first)
 
 
 AGENTS = {"openai_chat": ChatAgent, "anthropic": ClaudeAgent, "openai_responses": ResponsesAgent}

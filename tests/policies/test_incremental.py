@@ -127,6 +127,7 @@ def test_one_turn_more_reuses_the_previous_rendering() -> None:
         fresh = _project(grown, None, config)
         assert json.dumps(cached.messages) == json.dumps(fresh.messages)
         assert cached.record == fresh.record
+        assert cached.cache_point == fresh.cache_point
         assert json.dumps(cached.record.to_dict()) == json.dumps(fresh.record.to_dict())
     assert cache.incremental == len(history) - 2  # every call, the first one building the state
     # the first call renders its 2 groups; each later one the previous last group and the new one,
@@ -187,4 +188,41 @@ def test_non_dict_messages_are_sent_as_dicts_on_both_paths() -> None:
         assert all(type(m) is dict for m in cached.messages)
         assert json.dumps(cached.messages) == json.dumps(fresh.messages)
         assert cached.record == fresh.record
+        assert cached.cache_point == fresh.cache_point
     assert cache.incremental == 3
+
+
+def test_the_cache_point_ends_the_old_results_and_its_prefix_survives_each_boundary_move() -> None:
+    # keep 2 recent groups, the boundary moves every 2 groups: each move rewrites the results that
+    # become old, and everything through the previous cache point must keep its bytes
+    config = PolicyConfig(
+        trigger=0.02,
+        target=0.01,
+        tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100),
+    )
+    history = items(user("go"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
+    cache = ProjectionCache()
+    previous: Any = None
+    points, moves = [], 0
+    for n in range(3, len(history) + 1, 2):  # each request adds one whole group
+        projection = _project(history[:n], cache, config)
+        assert projection.cache_point == _project(history[:n], None, config).cache_point
+        point = projection.cache_point
+        if point is not None:
+            message = projection.messages[point]
+            assert message["role"] == "tool" and "first 50 and last 50 kept" in message["content"]
+            later = projection.messages[point + 1 :]
+            assert not any("first 50 and last 50 kept" in str(m.get("content")) for m in later)
+        if previous is not None and previous.cache_point is not None:
+            kept = previous.messages[: previous.cache_point + 1]
+            assert json.dumps(projection.messages[: len(kept)]) == json.dumps(kept)
+            if point != previous.cache_point:
+                moves += 1
+                changed = next(
+                    i for i, (a, b) in enumerate(zip(previous.messages, projection.messages, strict=False)) if a != b
+                )
+                # the move rewrites the next group's result, just past the point
+                assert changed == previous.cache_point + 2
+        points.append(point)
+        previous = projection
+    assert moves >= 3 and points[0] is None and points[-1] is not None

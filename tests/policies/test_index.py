@@ -45,7 +45,7 @@ def fingerprint(projection: Projection) -> Any:
     chunks = None
     if record.compaction is not None:
         chunks = [[(i.seq, json.dumps(i.message), i.tokens) for i in chunk] for chunk in record.compaction.chunks]
-    return json.dumps(projection.messages), json.dumps(record.to_dict()), record, chunks
+    return json.dumps(projection.messages), json.dumps(record.to_dict()), record, chunks, projection.cache_point
 
 
 def _checkpoint_for(case: Case, n: int) -> Checkpoint | None:

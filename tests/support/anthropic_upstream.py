@@ -19,7 +19,10 @@ Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thre
   prompt must fit the model's window.
 - Usage: ``input_tokens``, ``cache_creation_input_tokens``, ``cache_read_input_tokens``,
   ``output_tokens``. Prompt caching is simulated: a ``cache_control`` breakpoint whose exact
-  prefix was sent before is read from the cache, the rest up to the last breakpoint is written.
+  prefix (markers aside) was sent before as a breakpoint is read from the cache, the rest up to
+  the last breakpoint is written. As the API does, a breakpoint also finds an entry up to 20
+  content blocks before it (``LOOKBACK``), so a client's breakpoint on its newest message reads
+  the previous request's.
   The token estimate is tiktoken o200k over the text, tools as their JSON plus the tool-use
   system prompt Anthropic documents (see :func:`estimate_tokens`, ``tool_billing``).
 """
@@ -41,6 +44,8 @@ from tests.support.tool_billing import anthropic_tool_prompt
 from tests.support.upstream_server import count_text_tokens
 
 SIGNING_KEY = b"scripted-anthropic-thinking-key"
+LOOKBACK = 20
+"""content blocks before a breakpoint where the cache looks for an entry (the API's documented window)"""
 
 
 def sign(thinking: str) -> str:
@@ -96,7 +101,7 @@ def _segments(body: dict[str, Any]) -> list[tuple[Any, int, bool]]:
     for message in body.get("messages") or []:
         content = message.get("content")
         blocks = [content] if isinstance(content, str) else list(content or [])
-        out.append((message.get("role"), 3, False))
+        out.append((("role", message.get("role")), 3, False))  # a tuple: not a content block
         for block in blocks:
             marked = isinstance(block, dict) and bool(block.get("cache_control"))
             out.append((block, count_text_tokens(_block_text(block)), marked))
@@ -310,24 +315,37 @@ class AnthropicUpstream(ScriptedServer[Reply]):
 
     # ---- usage with a simulated prompt cache
 
+    def _lookup(self, keys: list[tuple[str, int, bool]]) -> int:
+        """Tokens read from the cache for a breakpoint at the end of `keys`: the newest entry at
+        this block or one of the LOOKBACK content blocks before it (0: none)."""
+        blocks = 0
+        with self._lock:
+            for key, through, is_block in reversed(keys):
+                if key in self._cache:
+                    return through
+                blocks += is_block
+                if blocks > LOOKBACK:
+                    return 0
+        return 0
+
     def _input_usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
         segments = _segments(body)
         total = sum(tokens for _, tokens, _ in segments)
         digest = hashlib.sha256()
         cumulative = 0
+        keys: list[tuple[str, int, bool]] = []  # (prefix key, tokens through it, a content block)
         read = write_upto = 0
         new_keys = []
         for segment, tokens, marked in segments:
+            if isinstance(segment, dict):  # the marker itself is not part of the cached prefix
+                segment = {k: v for k, v in segment.items() if k != "cache_control"}
             digest.update(json.dumps(segment, sort_keys=True).encode())
             cumulative += tokens
+            keys.append((digest.copy().hexdigest(), cumulative, not isinstance(segment, tuple)))
             if marked:
-                key = digest.copy().hexdigest()
-                with self._lock:
-                    hit = key in self._cache
-                if hit:
-                    read = cumulative
+                read = max(read, self._lookup(keys))
                 write_upto = cumulative
-                new_keys.append(key)
+                new_keys.append(keys[-1][0])
         with self._lock:
             self._cache.update(new_keys)
         write = max(0, write_upto - read)

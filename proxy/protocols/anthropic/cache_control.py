@@ -13,6 +13,13 @@ the summary -- the same from one compaction to the next -- is read from the cach
 client's moving breakpoint (the newest message) is more than 20 blocks past a rewritten result.
 It is the oldest message marker, so it is the first dropped if the client already uses all 4.
 
+The cache point: the last tool result trimmed as old (`Projection.cache_point`) gets one too
+(`mark_point`). Trimming rewrites results when they turn old, every few turns; everything after
+the client's previous breakpoints then differs, and without this one each such turn would read
+only the system prompt from the cache and write the rest at 1.25x. The region through the point
+keeps its bytes until the next move, so the move reads up to it (within the 20-block lookback of
+the new point) and writes only the groups that turned old and the new turn.
+
 Example: `{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}` as block 0 of a
 user message becomes the block `{"type": "text", "text": "hi"}` and the marker
 `{"path": [0], "index": 2, "cache_control": {"type": "ephemeral"}}`.
@@ -162,6 +169,19 @@ def _is_summary(block: Any) -> bool:
     return (
         isinstance(block, dict) and block.get("type") == "text" and str(block.get("text", "")).startswith(SUMMARY_HEAD)
     )
+
+
+AFTER_EVERY_KEY = 1 << 16
+"""a marker's key position past the end of any block: `cache_control` goes last"""
+
+
+def mark_point(message: Message) -> Message:
+    """A copy of a common tool message whose result block carries a breakpoint when it is sent
+    (unchanged when the client already marked that block)."""
+    markers = message_markers(message)
+    if any(not marker.get("path") for marker in markers):
+        return message
+    return {**message, MARKERS: [*markers, {"path": [], "index": AFTER_EVERY_KEY, "cache_control": EPHEMERAL}]}
 
 
 def mark_summary(messages: list[Json]) -> list[Json]:

@@ -267,6 +267,7 @@ def _fragment(message: Message) -> _Fragment:
             block = restore_markers(block, message_markers(message), [])
         else:
             block = {"type": "tool_result", "tool_use_id": message.get("tool_call_id"), "content": content}
+            block = restore_markers(block, message_markers(message), [])
         return _Fragment("user", [block], at, piece, of, extra)
     if piece is None:
         if role == "user":

@@ -10,7 +10,7 @@ from ...tail_parse import BodyMemo
 from ...types import Json, Message, as_list
 from ...usage import Usage, from_anthropic
 from ..base import BaseWire
-from .cache_control import MAX_CACHE_CONTROL, cache_markers, cap_cache_control, mark_summary
+from .cache_control import MAX_CACHE_CONTROL, cache_markers, cap_cache_control, mark_point, mark_summary
 from .convert import assistant_to_common, messages_to_common, system_to_common, to_native
 from .errors import error_bytes
 from .stream import MessageStream
@@ -50,6 +50,11 @@ class AnthropicWire(BaseWire):
         if cache_markers(body, native) > MAX_CACHE_CONTROL >= cache_markers(body, body["messages"]):
             body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
         return codec.dumps({**body, "messages": native}), {}
+
+    def with_cache_point(self, body: Json, messages: list[Message], point: int | None) -> list[Message]:
+        if point is None or not cache_markers(body, body["messages"]):
+            return messages
+        return [*messages[:point], mark_point(messages[point]), *messages[point + 1 :]]
 
     def observer(self, body: Json) -> MessageStream:
         return MessageStream()

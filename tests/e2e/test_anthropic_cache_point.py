@@ -1,0 +1,118 @@
+"""The cache point on the Anthropic wire: a Claude Code-style client (breakpoints on its system
+prompt and on its newest message) through the real proxy, with the anthropic SDK, against the
+scripted upstream, which bills a breakpoint whose prefix it has seen as a cache read.
+
+Once the history crosses the trigger, the trim boundary moves every few turns and each move
+rewrites the results that turn old. Without a breakpoint of the proxy's own at the last old
+result, such a move reads only the system prompt from the cache and writes everything else at
+1.25x; with it, the move reads through the previous point.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from tests.support.anthropic_upstream import AnthropicUpstream, Reply
+from tests.support.proxy_process import UPSTREAM_KEY
+
+MODEL = "claude-cache-1"
+CC = {"type": "ephemeral"}
+SYSTEM = [{"type": "text", "text": "You are a careful coding agent. " * 40, "cache_control": CC}]
+TOOLS = [
+    {
+        "name": "bash",
+        "description": "Run a shell command.",
+        "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+    }
+]
+POLICY = {"context_window": 24_000, "max_output_tokens": 1_000}  # 2 recent groups, a move every 2
+
+
+@pytest.fixture
+def upstream() -> Iterator[AnthropicUpstream]:
+    server = AnthropicUpstream(api_key=UPSTREAM_KEY)
+    server.start()
+    yield server
+    server.stop()
+
+
+def _route(server: AnthropicUpstream) -> dict[str, Any]:
+    return {
+        "name": "claude",
+        "match": {"model": "claude-*", "path": "/v1/messages"},
+        "upstream": {"base_url": server.url, "api_key_env": "UPSTREAM_KEY"},
+        "policy": "default",
+    }
+
+
+def _output(step: int) -> str:
+    return "".join(f"step {step} line {k}: compiled module_{k}.py with 0 warnings\n" for k in range(60))
+
+
+def _unmarked(message: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(message)
+    for block in out["content"] if isinstance(out["content"], list) else []:
+        block.pop("cache_control", None)
+    return out
+
+
+def _marked_results(body: dict[str, Any]) -> list[int]:
+    """Positions of the messages (all but the newest) whose tool_result carries a breakpoint."""
+    return [
+        i
+        for i, m in enumerate(body["messages"][:-1])
+        if isinstance(m["content"], list)
+        and any(b.get("type") == "tool_result" and b.get("cache_control") for b in m["content"])
+    ]
+
+
+def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(proxy, upstream, api_key):
+    p = proxy(routes=[_route(upstream)], policies={"default": POLICY})
+    client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=30)
+    upstream.responder = lambda body: Reply(text="next", tool_uses=[{"name": "bash", "input": {"cmd": "make"}}])
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Build every module."}]}]
+    usages = []
+    for step in range(40):
+        newest = copy.deepcopy(messages[-1])
+        newest["content"][-1]["cache_control"] = CC  # Claude Code's moving breakpoint
+        reply = client.messages.create(
+            model=MODEL, max_tokens=512, system=SYSTEM, tools=TOOLS, messages=[*messages[:-1], newest]
+        )
+        usages.append(reply.usage)
+        (use,) = [b for b in reply.content if b.type == "tool_use"]
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        messages.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": _output(step)}]}
+        )
+
+    assert upstream.rejections == []
+    sent = upstream.message_requests
+    assert len(sent) == 40
+    moves = crossings = 0
+    for before, after, usage in zip(sent[:-1], sent[1:], usages[1:], strict=True):
+        old, new = before.body["messages"], after.body["messages"]
+        first_change = next(
+            (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if _unmarked(a) != _unmarked(b)),
+            min(len(old), len(new)),
+        )
+        points = _marked_results(after.body)
+        assert len(points) <= 1
+        if first_change >= len(old) - 1:
+            continue  # only appended to: the client's own breakpoint reads the previous request
+        if not _marked_results(before.body):
+            crossings += 1  # the request that crossed the trigger: trimming starts, nothing to read
+            continue
+        moves += 1
+        # a move: the results that turned old were rewritten, after the previous cache point,
+        # and the new request read everything up to that point from the cache
+        (previous,) = _marked_results(before.body)
+        assert first_change > previous
+        read, written = usage.cache_read_input_tokens or 0, usage.cache_creation_input_tokens or 0
+        assert read > (usage.input_tokens + read + written) / 2, (moves, usage)
+        assert points and points[0] > previous
+    assert crossings == 1 and moves >= 5
