@@ -16,6 +16,10 @@ Rules:
   would take it past the room (so a 16k-window model does not try to keep a 20k tail, and the
   projection after the commit lands near target, not a group above it); the last group is
   always in it, so the latest turn is never summarized, however large.
+- A futile compaction -> no plan: when what would be summarized costs no more than the growth of
+  the summary block (a summary as long as `Budget.summary_max_tokens` replacing the current one),
+  the commit would not shrink the projection, and over an irreducible request (a pinned task
+  alone near the trigger) it would run again on every turn, a summarizer call each time.
 - Nothing to summarize (everything uncovered is tail) -> no plan. This is what stops a single
   huge tool result from looping compaction: the plan is None and `prune_groups` or
   `ContextOverflow` takes over.
@@ -252,6 +256,8 @@ def plan_compaction(
     summarize = [group for group in uncovered if group.last_seq <= through]
     if not summarize:
         return None
+    if budget.summary_max_tokens and sum(map(cost, summarize)) <= growth:
+        return None  # futile: a summary as long as allowed would not be shorter than what it replaces
 
     if pinned_tokens is None:
         pinned = pinned if pinned is not None else pinned_seqs(items, config.pins)

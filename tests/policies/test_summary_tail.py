@@ -85,6 +85,36 @@ def test_plan_starts_after_the_checkpoint_and_never_takes_the_last_group() -> No
     assert plan(history(0), PolicyConfig(keep_recent_tokens=0), projected=99_999) is None
 
 
+def test_a_compaction_that_would_not_shrink_the_projection_is_not_planned() -> None:
+    # an irreducible request over the trigger (a huge first message) and small groups after it:
+    # summarizing them could bring a summary longer than they are, on every turn
+    task = user("t" * 44_000)  # ~11,000 tokens: over the trigger alone, with the overhead
+    small = items(task, *[m for k in range(4) for m in (calls(f"c{k}"), result(f"c{k}", "ok"))])
+    total = sum(i.tokens for i in small)
+    budget = Budget(16_000, 2_000, 0, summary_max_tokens=1_500)
+
+    def planned(h: list[Item]):  # type: ignore[no-untyped-def]
+        overhead = h[0].tokens
+        total = sum(i.tokens for i in h)
+        sent = {i.seq: 0 if i.seq == 1 else i.tokens for i in h}  # the pinned task stays: overhead
+        config = PolicyConfig(keep_recent_tokens=0)
+        return plan_compaction(
+            h,
+            None,
+            budget,
+            config,
+            projected_tokens=total,
+            overhead_tokens=overhead,
+            count=fake_count,
+            sent_tokens=sent,
+        )
+
+    assert total > 11_200 and planned(small) is None
+    # groups worth more than the longest summary: planned
+    big = items(task, *[m for k in range(4) for m in (calls(f"c{k}"), result(f"c{k}", "r" * 2_400))])
+    assert sum(i.tokens for i in big[1:-2]) > 1_500 and planned(big) is not None
+
+
 def test_a_single_huge_group_yields_no_plan_instead_of_looping() -> None:
     h = items(user("task"), calls("a"), result("a", "x" * 200_000))
     p = plan(h, PolicyConfig(keep_recent_tokens=0), Checkpoint(1, 1, "s", 10))
