@@ -24,7 +24,9 @@ ways:
 Example: request 7 of a branch indexes `a` (2,001 items, stable point 2,000); request 8 sends
 `b = a[:2001] + [reply, question]` with `SharedPrefix(a, 2001)`: `index_items(b, index_a, proof)`
 checks `proof.base is index_a.items`, groups the 3 items from position 2,000 on, and copies
-(in C) the lists of the 2,000 items' groups, seqs and users it shares.
+(in C) the lists of the 2,000 items' groups, seqs and users it shares — or, when the caller gives
+`index_a` up (`take=True`, as the per-branch `ProjectionCache` does with its own last index),
+cuts those lists back to the stable point and extends them in place: no work for what is shared.
 
 Resuming is a pure function of (items, previous index); keeping the previous index between
 calls is the caller's business (e.g. a per-branch cache).
@@ -162,16 +164,33 @@ def resumable(items: Sequence[Item], previous: HistoryIndex | None, shared: Shar
 
 
 def index_items(
-    items: Sequence[Item], previous: HistoryIndex | None = None, shared: SharedPrefix | None = None
+    items: Sequence[Item],
+    previous: HistoryIndex | None = None,
+    shared: SharedPrefix | None = None,
+    *,
+    take: bool = False,
 ) -> HistoryIndex:
     """The index of `items`, reusing `previous` (an earlier call's) when it still applies;
-    `shared` may prove that it does without a walk over the shared items (see `SharedPrefix`)."""
-    return _index_from(items, previous if resumable(items, previous, shared) else None)
+    `shared` may prove that it does without a walk over the shared items (see `SharedPrefix`).
+
+    `take`: the caller gives `previous` up. A resumed index then takes over its lists (cut back
+    to the stable point and extended in place) instead of copying the shared part of each;
+    `previous` must not be used afterwards, even when this raises (its lists may be cut). Without
+    it, `previous` is left as it was."""
+    return _index_from(items, previous if resumable(items, previous, shared) else None, take)
 
 
-def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> HistoryIndex:
+def _index_from(items: Sequence[Item], previous: HistoryIndex | None, take: bool = False) -> HistoryIndex:
     """The index of `items`, resuming from `previous` (already checked to be reusable)."""
-    if previous is not None:
+    if previous is not None and take:
+        start = previous.stable
+        groups, firsts, user_seqs = previous.groups, previous.firsts, previous.user_seqs
+        orphan_seqs = previous.orphan_seqs
+        del groups[previous.stable_groups :], firsts[previous.stable_groups :]
+        del user_seqs[previous.stable_users :], orphan_seqs[previous.stable_orphans :]
+        tokens = previous.stable_tokens
+        rule_pins = previous.rule_pins
+    elif previous is not None:
         start = previous.stable
         groups = previous.groups[: previous.stable_groups]
         firsts = previous.firsts[: previous.stable_groups]

@@ -61,8 +61,12 @@ class ProjectionCache:
     def index(self, items: Sequence[Item], shared: SharedPrefix | None = None) -> HistoryIndex:
         """`index_items(items)`, resuming from the previous call's index when it applies
         (`shared`: the caller's proof of what `items` share with an earlier list, see
-        `policies.history.SharedPrefix`)."""
-        index = index_items(items, self.last_index, shared)
+        `policies.history.SharedPrefix`).
+
+        The index is the cache's own, valid until the next call: that call gives it up to
+        `index_items(..., take=True)`, which extends its lists in place when it resumes."""
+        previous, self.last_index = self.last_index, None  # given up, even if indexing raises
+        index = index_items(items, previous, shared, take=True)
         if index.base is not None:
             self.reused += 1
         else:

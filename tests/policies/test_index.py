@@ -125,6 +125,25 @@ def test_a_shared_prefix_proof_resumes_without_walking_the_shared_items() -> Non
     assert index_items(grown, previous, SharedPrefix(list(first), 5)).base is previous.serial  # walked: same items
 
 
+def test_a_cache_takes_its_last_index_over_and_only_its_own() -> None:
+    history = items(user("go"), calls("a"), result("a"), assistant("ok"), user("more"), calls("b"), result("b"))
+    previous = index_items(history[:5])
+    kept = (list(previous.groups), list(previous.firsts), list(previous.user_seqs))
+    index_items(history, previous)  # not given up: left as it was
+    assert (previous.groups, previous.firsts, previous.user_seqs) == kept
+    taken = index_items(history, previous, take=True)
+    assert taken.base is previous.serial and taken.groups is previous.groups  # extended in place
+    fresh = index_items(history)
+    assert (taken.groups, taken.firsts, taken.user_seqs) == (fresh.groups, fresh.firsts, fresh.user_seqs)
+    # a resume that raises leaves the cache with no index to resume from, never a half-cut one
+    cache = ProjectionCache()
+    cache.index(history[:5])
+    with pytest.raises(ValueError, match="ascending"):
+        cache.index([*history[:5], history[2]])
+    assert cache.last_index is None
+    assert cache.index(history).groups == fresh.groups and cache.rebuilt == 2
+
+
 def test_trimmed_results_are_shared_between_projections_through_the_cache() -> None:
     history = items(
         user("go"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))], user("next")
