@@ -8,10 +8,25 @@ matching pin rules over 2,000 items on every call made the projection cost grow 
 `index_items(items, previous)` computes a `HistoryIndex`; given the index of an earlier call it
 only re-reads what follows that call's *stable point*: the last non-tool item, i.e. the start
 of the last run (everything before it is grouped for good; a run of tool results may still grow).
-The earlier index is reused only when `items[:stable]` are the very same `Item` objects
-(identity, checked in C: one pointer comparison per item), so a reused index is exactly what a
-fresh pass would compute — it never depends on equality, which would let `1` and `1.0` or a
-different key order slip through.
+The earlier index is reused only when `items[:stable]` are the very same `Item` objects, so a
+reused index is exactly what a fresh pass would compute — it never depends on equality, which
+would let `1` and `1.0` or a different key order slip through. Identity is proved one of two
+ways:
+- by the caller, in O(1): a `SharedPrefix(base, length)` says `items[:length]` are the very
+  objects of `base[:length]` (the caller built `items` as `base[:length] + new`, as the proxy's
+  `Projector.items` does from the history cache's list); it applies when `base` is the list the
+  earlier index was computed over and `length` reaches that index's stable point;
+- else by walking `items[:stable]` against the earlier index's `items` (one pointer comparison
+  per item, in C), which that index holds, not a copy of it: like every caller of `project`, the
+  caller does not mutate a list of items once it was indexed (appending is harmless: only the
+  first `stable` are compared).
+
+Example: request 7 of a branch indexes `a` (2,001 items, stable point 2,000); request 8 sends
+`b = a[:2001] + [reply, question]` with `SharedPrefix(a, 2001)`: `index_items(b, index_a, proof)`
+checks `proof.base is index_a.items`, groups the 3 items from position 2,000 on, and copies
+(in C) the lists of the 2,000 items' groups, seqs and users it shares — or, when the caller gives
+`index_a` up (`take=True`, as the per-branch `ProjectionCache` does with its own last index),
+cuts those lists back to the stable point and extends them in place: no work for what is shared.
 
 Resuming is a pure function of (items, previous index); keeping the previous index between
 calls is the caller's business (e.g. a per-branch cache).
@@ -26,6 +41,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import is_not
 
 from policies.base import Item, PinsConfig
@@ -51,7 +67,6 @@ class HistoryIndex:
     stable_groups: int
     stable_users: int
     stable_tokens: int
-    stable_items: Sequence[Item]
     rule_pins: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[int, frozenset[int]]] = field(default_factory=dict)
     """(roles, patterns) -> (upto, seqs pinned by those rules among items[:upto]), upto <= stable"""
     orphan_seqs: list[int] = field(default_factory=list)
@@ -125,24 +140,57 @@ def rule_matches(items: Sequence[Item], roles: set[str], compiled: list[re.Patte
     return frozenset(item.seq for item in items if matches_rules(item.message, roles, compiled))
 
 
-def resumable(items: Sequence[Item], previous: HistoryIndex | None) -> bool:
+@dataclass(frozen=True)
+class SharedPrefix:
+    """The caller's word that `items[:length]` are the very `Item` objects of `base[:length]`
+    (it built `items` from them), which lets `index_items` resume from an index of `base`
+    without comparing the shared items. A false claim is a broken promise, as mutating indexed
+    items would be: the index would describe other items."""
+
+    base: Sequence[Item]
+    length: int
+
+
+def resumable(items: Sequence[Item], previous: HistoryIndex | None, shared: SharedPrefix | None = None) -> bool:
     """Whether `index_items(items, previous)` may resume from `previous` (else it starts over)."""
     if previous is None or previous.stable == 0 or previous.stable >= len(items):
         return False
     if items[previous.stable].message.get("role") == "tool":
         return False  # a result would continue the run before it: regroup from scratch
+    if shared is not None and shared.base is previous.items and shared.length >= previous.stable:
+        return True
     # map() stops at the shorter iterable: items[:stable] vs the previous ones, by identity
-    return not any(map(is_not, items, previous.stable_items))
+    return not any(map(is_not, items, islice(previous.items, previous.stable)))
 
 
-def index_items(items: Sequence[Item], previous: HistoryIndex | None = None) -> HistoryIndex:
-    """The index of `items`, reusing `previous` (an earlier call's) when it still applies."""
-    return _index_from(items, previous if resumable(items, previous) else None)
+def index_items(
+    items: Sequence[Item],
+    previous: HistoryIndex | None = None,
+    shared: SharedPrefix | None = None,
+    *,
+    take: bool = False,
+) -> HistoryIndex:
+    """The index of `items`, reusing `previous` (an earlier call's) when it still applies;
+    `shared` may prove that it does without a walk over the shared items (see `SharedPrefix`).
+
+    `take`: the caller gives `previous` up. A resumed index then takes over its lists (cut back
+    to the stable point and extended in place) instead of copying the shared part of each;
+    `previous` must not be used afterwards, even when this raises (its lists may be cut). Without
+    it, `previous` is left as it was."""
+    return _index_from(items, previous if resumable(items, previous, shared) else None, take)
 
 
-def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> HistoryIndex:
+def _index_from(items: Sequence[Item], previous: HistoryIndex | None, take: bool = False) -> HistoryIndex:
     """The index of `items`, resuming from `previous` (already checked to be reusable)."""
-    if previous is not None:
+    if previous is not None and take:
+        start = previous.stable
+        groups, firsts, user_seqs = previous.groups, previous.firsts, previous.user_seqs
+        orphan_seqs = previous.orphan_seqs
+        del groups[previous.stable_groups :], firsts[previous.stable_groups :]
+        del user_seqs[previous.stable_users :], orphan_seqs[previous.stable_orphans :]
+        tokens = previous.stable_tokens
+        rule_pins = previous.rule_pins
+    elif previous is not None:
         start = previous.stable
         groups = previous.groups[: previous.stable_groups]
         firsts = previous.firsts[: previous.stable_groups]
@@ -193,7 +241,6 @@ def _index_from(items: Sequence[Item], previous: HistoryIndex | None) -> History
         stable_groups=stable_groups,
         stable_users=stable_users,
         stable_tokens=stable_tokens,
-        stable_items=items[:stable] if isinstance(items, list | tuple) else list(items[:stable]),
         rule_pins=rule_pins,
         orphan_seqs=orphan_seqs,
         stable_orphans=stable_orphans,

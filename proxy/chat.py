@@ -148,7 +148,7 @@ async def _project(
         ingested.history, ingested.hashes, projector.counter(model), ingested.known, ingested.remembered
     )
     args = (policy, model, body, ingested.prefix, items)
-    projection = projector.project_request(*args, checkpoint, identity.branch_id)
+    projection = projector.project_request(*args, checkpoint, identity.branch_id, ingested.remembered)
     plan = projection.record.compaction
     if plan is None:
         return projection
@@ -176,7 +176,7 @@ async def _project(
         committed = None
     if committed is None:
         return projection
-    return projector.project_request(*args, committed, identity.branch_id)
+    return projector.project_request(*args, committed, identity.branch_id, ingested.remembered)
 
 
 async def _relay_whole(

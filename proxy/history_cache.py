@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.base import Item
+from policies.history import SharedPrefix
 
 from . import identify
 from .types import Message
@@ -41,6 +42,9 @@ class Remembered:
     size: int
     items: dict[str, list[Item]] = field(default_factory=dict)
     """Token-counted items of the same messages, by tokenizer encoding name."""
+    shared: dict[str, SharedPrefix] = field(default_factory=dict)
+    """How each list of `items` was built from the remembered list it extends (the proof the
+    branch's projection memo resumes on without comparing the shared items), by encoding name."""
     encoded: dict[int, tuple[Message, bytes]] = field(default_factory=dict)
     """JSON of the messages last sent upstream, by object identity (the object is held, so its id
     cannot be reused while the entry lives); written and reused by the chat wire's `encode_body`

@@ -28,6 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, Projection
+from policies.history import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
 from policies.projection import project
 from policies.tokens import encoding_name_for_model
@@ -202,15 +203,21 @@ class Projector:
         known: Remembered | None = None,
         remember: Remembered | None = None,
     ) -> list[Item]:
-        """Token-counted items; those of a remembered equal prefix are reused as they are."""
+        """Token-counted items; those of a remembered equal prefix are reused as they are (a C
+        copy of the list, then the new ones). `remember` keeps the list and, as
+        `remember.shared`, the proof that it starts with the remembered list's very objects."""
         name = counter.encoding.name
         reused = known.items.get(name, []) if known is not None else []
-        items = reused[: len(history)] + [
+        shared = min(len(reused), len(history))
+        items = reused[:shared]
+        items.extend(
             Item(seq=i + 1, message=history[i], tokens=counter.count(history[i], hashes[i]))
-            for i in range(len(reused), len(history))
-        ]
+            for i in range(shared, len(history))
+        )
         if remember is not None:
             remember.items[name] = items
+            if shared:
+                remember.shared[name] = SharedPrefix(reused, shared)
         return items
 
     def project_request(
@@ -222,10 +229,15 @@ class Projector:
         items: list[Item],
         checkpoint: StoredCheckpoint | None,
         branch_id: str | None,
+        remembered: Remembered | None = None,
     ) -> Projection:
         """The projection of one request: budget resolved, the stored checkpoint applied when it
-        fits the items, the branch's memo used (same result as the pure `project`)."""
+        fits the items, the branch's memo used (same result as the pure `project`). `remembered`:
+        the request's history cache entry, when `items` are the ones `items()` kept in it (its
+        proof of what they share with the previous request's spares the memo a walk over them)."""
         counter = self.counter(model)
+        name = counter.encoding.name
+        shared = remembered.shared.get(name) if remembered is not None and remembered.items.get(name) is items else None
         generation = checkpoint.generation if checkpoint else 0
         budget = self.budget(policy, model, body, counter, branch_id, generation)
         active = (
@@ -239,7 +251,9 @@ class Projector:
             if memo is None:
                 return project(prefix, items, active, budget, policy, counter, recall_tool=tool)
             with memo.lock:
-                return project_cached(memo.cache, prefix, items, active, budget, policy, counter, recall_tool=tool)
+                return project_cached(
+                    memo.cache, prefix, items, active, budget, policy, counter, recall_tool=tool, shared=shared
+                )
         except ContextOverflow as exc:
             raise ContextLengthExceeded(overflow_message(exc, self.window(policy, model)), param="messages") from None
 

@@ -28,7 +28,7 @@ from typing import Any
 from policies.base import Item, Message, TrimEntry
 from policies.draft import CapSlot, CountFn, Renderer, Slot, StepContext, render_slot
 from policies.groups import Group
-from policies.history import HistoryIndex, index_items
+from policies.history import HistoryIndex, SharedPrefix, index_items
 from policies.memo.tail import TailState
 from policies.trim_tool_results import trim_one
 
@@ -58,9 +58,15 @@ class ProjectionCache:
         """the previous projection's rendered tail (`policies.memo.incremental`)"""
         self.renderer = MemoRenderer(self)
 
-    def index(self, items: Sequence[Item]) -> HistoryIndex:
-        """`index_items(items)`, resuming from the previous call's index when it applies."""
-        index = index_items(items, self.last_index)
+    def index(self, items: Sequence[Item], shared: SharedPrefix | None = None) -> HistoryIndex:
+        """`index_items(items)`, resuming from the previous call's index when it applies
+        (`shared`: the caller's proof of what `items` share with an earlier list, see
+        `policies.history.SharedPrefix`).
+
+        The index is the cache's own, valid until the next call: that call gives it up to
+        `index_items(..., take=True)`, which extends its lists in place when it resumes."""
+        previous, self.last_index = self.last_index, None  # given up, even if indexing raises
+        index = index_items(items, previous, shared, take=True)
         if index.base is not None:
             self.reused += 1
         else:

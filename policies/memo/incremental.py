@@ -36,7 +36,8 @@ recomputed each time. Output equals the full pipeline's byte for byte (property-
 (`policies.projection.run_steps`) over the cache's resumed index and its `MemoRenderer`.
 
 Cost: O(new groups + re-rendered groups + head) Python work, plus C-level copies of the outgoing
-message list and seq tuple, and the index's identity check of the shared items.
+message list and seq tuple and of the index's shared lists; the index's identity check of the
+shared items is O(1) when the caller passes its `SharedPrefix` proof, else a C-level walk.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from typing import Any
 
 from policies.base import Budget, Checkpoint, Item, Message, PolicyConfig, Projection, TrimEntry
 from policies.draft import CountFn, Slot, build_draft, layout
-from policies.history import HistoryIndex
+from policies.history import HistoryIndex, SharedPrefix
 from policies.memo.cache import ProjectionCache
 from policies.memo.tail import NO_TRIM, TailState
 from policies.projection import run_steps
@@ -66,13 +67,16 @@ def project_cached(
     count: CountFn,
     *,
     recall_tool: str | None = None,
+    shared: SharedPrefix | None = None,
 ) -> Projection:
     """`policies.projection.project(prefix, items, checkpoint, budget, config, count,
     recall_tool=recall_tool)`, byte for byte, doing only the work `cache` (this branch's, from
-    its previous calls) has not done.
+    its previous calls) has not done. `shared`, when the caller built `items` from an earlier
+    list, says so (`policies.history.SharedPrefix`): resuming then costs no walk over the shared
+    items.
 
     Raises `ContextOverflow` when even the irreducible request does not fit."""
-    index = cache.index(items)
+    index = cache.index(items, shared)
     fast = project_incremental(prefix, items, index, checkpoint, budget, config, count, cache, recall_tool)
     if fast is not None:
         cache.incremental += 1

@@ -11,6 +11,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, Item, Message, PolicyConfig, ProjectionRecord, ToolResultsConfig
+from policies.history import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
 from policies.projection import project
 from policies.summary_prompt import summary_block
@@ -52,6 +53,7 @@ def test_a_growing_branch_projects_as_without_a_cache(
     cache = ProjectionCache(max_entries=data.draw(st.sampled_from((1, 64, 16384))))
     next_seq = 2
     recall_tool = data.draw(st.sampled_from((None, "ctxproxy_recall")))
+    sent: list[Item] | None = None  # the list the previous request projected
 
     def add(*new: dict[str, Any]) -> None:
         nonlocal next_seq
@@ -99,10 +101,20 @@ def test_a_growing_branch_projects_as_without_a_cache(
             recall_tool = None if recall_tool else "ctxproxy_recall"
         event(f"action {action}")
         history = list(history)  # a new list each request, the same Item objects (the proxy's way)
+        shared = None
+        if sent is not None and data.draw(st.booleans()):  # the proxy's proof of what is shared
+            same = next(
+                (i for i, (a, b) in enumerate(zip(history, sent, strict=False)) if a is not b),
+                min(len(history), len(sent)),
+            )
+            shared = SharedPrefix(sent, data.draw(st.integers(0, same)))
+            event("with a shared-prefix proof")
         active = checkpoint if checkpoint is not None and checkpoint.covered_through_seq <= history[-1].seq else None
         case = Case(prefix, [i.message for i in history], history, active, budget, config)
         before = cache.incremental
-        assert outcome(case, history, active, cache, recall_tool) == outcome(case, history, active, None, recall_tool)
+        cached = outcome(case, history, active, cache, recall_tool, shared)
+        assert cached == outcome(case, history, active, None, recall_tool)
+        sent = history
         event("answered incrementally" if cache.incremental > before else "full pipeline")
 
 

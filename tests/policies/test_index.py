@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, PinsConfig, PolicyConfig, Projection
 from policies.groups import group_index_of, group_items
-from policies.history import index_items
+from policies.history import SharedPrefix, index_items
 from policies.memo import ProjectionCache, project_cached
 from policies.pins import latest_user_seq, pinned_seqs
 from policies.projection import project
@@ -28,13 +28,14 @@ def outcome(
     checkpoint: Checkpoint | None,
     cache: ProjectionCache | None,
     recall_tool: str | None = None,
+    shared: SharedPrefix | None = None,
 ) -> Any:
     try:
         args = (case.prefix, items_, checkpoint, case.budget, case.config, fake_count)
         if cache is None:
             projection = project(*args, recall_tool=recall_tool)
         else:
-            projection = project_cached(cache, *args, recall_tool=recall_tool)
+            projection = project_cached(cache, *args, recall_tool=recall_tool, shared=shared)
     except ContextOverflow as exc:
         return ("overflow", str(exc))
     return fingerprint(projection)
@@ -90,6 +91,57 @@ def test_cache_resumes_from_the_stable_point_and_rechecks_identity() -> None:
     assert cache.rebuilt == 2
     assert third.messages[0] is edited[0].message
     assert json.dumps(third.messages) == json.dumps(project([], edited, None, BIG, PolicyConfig(), fake_count).messages)
+
+
+class Sealed(list[Item]):
+    """An indexed list that fails the test if anything walks it again."""
+
+    sealed = False
+
+    def __iter__(self) -> Any:
+        assert not self.sealed, "walked"
+        return super().__iter__()
+
+
+def test_a_shared_prefix_proof_resumes_without_walking_the_shared_items() -> None:
+    history = items(user("go"), calls("a"), result("a"), assistant("ok"), user("more"), calls("b"), result("b"))
+    first = Sealed(history[:5])
+    previous = index_items(first)
+    first.sealed = True
+    grown = [*first[:5], *history[5:]]
+    resumed = index_items(grown, previous, SharedPrefix(first, 5))
+    assert resumed.base is previous.serial
+    assert resumed.groups[: previous.stable_groups] == previous.groups[: previous.stable_groups]
+    assert all(a is b for a, b in zip(resumed.groups, previous.groups[: previous.stable_groups], strict=False))
+    fresh = index_items(grown)
+    for name in ("groups", "firsts", "user_seqs", "total_tokens", "stable", "stable_groups", "stable_tokens"):
+        assert getattr(resumed, name) == getattr(fresh, name)
+    # a proof about another list, or one short of the stable point: the walk decides (and finds
+    # the edited item), never the proof
+    edited = [grown[0], Item(2, dict(grown[1].message), grown[1].tokens), *grown[2:]]
+    first.sealed = False
+    for proof in (SharedPrefix(list(first), 5), SharedPrefix(first, previous.stable - 1)):
+        assert index_items(edited, previous, proof).base is None
+    assert index_items(grown, previous, SharedPrefix(list(first), 5)).base is previous.serial  # walked: same items
+
+
+def test_a_cache_takes_its_last_index_over_and_only_its_own() -> None:
+    history = items(user("go"), calls("a"), result("a"), assistant("ok"), user("more"), calls("b"), result("b"))
+    previous = index_items(history[:5])
+    kept = (list(previous.groups), list(previous.firsts), list(previous.user_seqs))
+    index_items(history, previous)  # not given up: left as it was
+    assert (previous.groups, previous.firsts, previous.user_seqs) == kept
+    taken = index_items(history, previous, take=True)
+    assert taken.base is previous.serial and taken.groups is previous.groups  # extended in place
+    fresh = index_items(history)
+    assert (taken.groups, taken.firsts, taken.user_seqs) == (fresh.groups, fresh.firsts, fresh.user_seqs)
+    # a resume that raises leaves the cache with no index to resume from, never a half-cut one
+    cache = ProjectionCache()
+    cache.index(history[:5])
+    with pytest.raises(ValueError, match="ascending"):
+        cache.index([*history[:5], history[2]])
+    assert cache.last_index is None
+    assert cache.index(history).groups == fresh.groups and cache.rebuilt == 2
 
 
 def test_trimmed_results_are_shared_between_projections_through_the_cache() -> None:
