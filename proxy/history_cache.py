@@ -11,6 +11,10 @@ Everything cached is derived from message content alone, never from the store, s
 stale when another replica moves the conversation on: a hit only skips recomputing what the
 content already determines. (Python equality treats `1`, `1.0` and `true` alike; a client that
 changes a field between those spellings at the same position gets the earlier hash for it.)
+The one exception is `Remembered.head`, where the answered request left its branch: the next
+request of the conversation appends there without looking its history up, through
+`Store.extend`, which refuses unless the head is still exactly what the lookup would find (so a
+head another writer moved costs only the lookup it would have cost anyway).
 
 Candidates are found by a cheap hash of the first history message (plus tenant), most recent first.
 Memory is bounded by the approximate bytes of the remembered bodies (LRU).
@@ -31,7 +35,20 @@ from typing import Any
 from policies.base import Item
 
 from . import identify
+from .store.base import Position
 from .types import Message
+
+
+@dataclass(frozen=True)
+class Head:
+    """Where a remembered history's branch stood once its request was answered: the stored
+    position of its last event (the answer, when one was stored), that event's chain hash and
+    how many chain hashes lead to it. Read from the store, so possibly stale: it is only ever
+    used through `Store.extend`, which refuses a head another writer moved."""
+
+    position: Position
+    chain_hash: str
+    count: int
 
 
 @dataclass
@@ -41,6 +58,8 @@ class Remembered:
     size: int
     items: dict[str, list[Item]] = field(default_factory=dict)
     """Token-counted items of the same messages, by tokenizer encoding name."""
+    head: Head | None = None
+    """Set by `ingest.append_response` once the request was answered (None until then)."""
     encoded: dict[int, tuple[Message, bytes]] = field(default_factory=dict)
     """JSON of the messages last sent upstream, by object identity (the object is held, so its id
     cannot be reused while the entry lives); written and reused by the chat wire's `encode_body`
