@@ -41,9 +41,9 @@ from .types import Message
 
 @dataclass(frozen=True)
 class Head:
-    """Where a remembered history's branch stood once its request was answered: the stored
-    position of its last event (the answer, when one was stored), that event's chain hash and
-    how many chain hashes lead to it. Read from the store, so possibly stale: it is only ever
+    """Where a remembered history's branch stood after its request: the stored position of its
+    last event (the answer, once one was stored), that event's chain hash and how many chain
+    hashes lead to it. Read from the store, so possibly stale: it is only ever
     used through `Store.extend`, which refuses a head another writer moved."""
 
     position: Position
@@ -59,7 +59,7 @@ class Remembered:
     items: dict[str, list[Item]] = field(default_factory=dict)
     """Token-counted items of the same messages, by tokenizer encoding name."""
     head: Head | None = None
-    """Set by `ingest.append_response` once the request was answered (None until then)."""
+    """Set by `ingest`: the request's last event, then its answer once stored."""
     encoded: dict[int, tuple[Message, bytes]] = field(default_factory=dict)
     """JSON of the messages last sent upstream, by object identity (the object is held, so its id
     cannot be reused while the entry lives); written and reused by the chat wire's `encode_body`

@@ -24,7 +24,8 @@ The append is idempotent: re-sent messages whose chain hash is stored only move 
 and the first new message after a non-head position forks a branch there.
 
 Most requests continue the previous request of their conversation, answered by this process:
-the history cache remembers where that answer was stored (`Remembered.head`). When this
+the history cache remembers where that answer was stored (`Remembered.head`; where the
+request's own last event was, until the answer is stored). When this
 request's chain passes through that head -- its hash at the head's index, at least two messages
 matched, the named conversation's when one is named -- the new messages are appended there with
 `Store.extend` and no lookup, which the store does only when the lookup would have found exactly
@@ -100,6 +101,8 @@ async def ingest(
     head = _continued(known, hashes)
     args = (store, tenant, system_hash, history, hashes, explicit, session, head)
     position, identity, lookup = await _append_request(*args)
+    if hashes:  # until `append_response` moves it to the answer (a next request may come first)
+        remembered.head = Head(position, hashes[-1], len(hashes))
     cache.remember(tenant, remembered)
     appended = hashes[identity.matched :]
     return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup)

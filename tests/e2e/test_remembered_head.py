@@ -7,6 +7,7 @@ on `/metrics` says which way each request went."""
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from tests.support.proxy_process import ProxyProcess
 from tests.support.redis_server import RedisServer
+from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 
 MODEL = "gpt-remembered-head"
@@ -80,6 +82,37 @@ def test_each_turn_continues_the_remembered_head_without_a_lookup(proxy, upstrea
     assert delta(before, identity_counts(p)) == {"remembered": 2, "stale": 0, "lookup": 1}
     assert contents(p.events(explicit)) == [m["content"] for m in named[1:]]
     assert contents(p.events(conv)) == [m["content"] for m in messages[1:]]  # the implicit one untouched
+
+
+def test_a_request_sent_before_the_previous_answer_is_stored_continues_its_request(proxy, upstream, api_key):
+    """The head is remembered as soon as the request's own events are appended: a client that
+    answers for itself while the first call still streams continues there without a lookup, and
+    the late answer forks off it, exactly as after a lookup."""
+    p = proxy()
+    tag = uuid.uuid4().hex[:8]
+    hold = threading.Event()
+    before = identity_counts(p)
+    first = [user(f"{tag} u1")]
+    conv = turn(p, api_key, first)
+    first.append(user(f"{tag} u2"))
+    upstream.push(Reply(content=f"{tag} late answer", chunks=4, hold=hold))
+    client = p.client(api_key)
+    with client.chat.completions.with_streaming_response.create(model=MODEL, messages=first, stream=True) as raw:
+        assert raw.headers["x-conversation-id"] == conv
+        chunks = raw.parse()
+        next(iter(chunks))  # the call is in flight, held upstream: its answer is not stored
+        second = [*first, {"role": "assistant", "content": f"{tag} own answer"}, user(f"{tag} u3")]
+        assert turn(p, api_key, second) == conv
+        hold.set()
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) != ""
+    assert delta(before, identity_counts(p)) == {"remembered": 2, "stale": 0, "lookup": 1}
+    wait_until(lambda: len(p.conversation(conv)["branches"]) == 2, what="the late answer's fork")
+    branches = p.conversation(conv)["branches"]
+    main = next(b for b in branches if b["parent_id"] is None)
+    late = next(b for b in branches if b["parent_id"] is not None)
+    assert contents(p.events(conv, branch=main["id"])) == [m["content"] for m in second]
+    assert (late["fork_seq"], late["head_seq"]) == (3, 4)
+    assert contents(p.events(conv, branch=late["id"]))[2:] == [f"{tag} u2", f"{tag} late answer"]
 
 
 @pytest.fixture(scope="module")
