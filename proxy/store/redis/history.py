@@ -84,24 +84,26 @@ class History(Identity):
         if tenant is None:
             return None
         hashes = [e.chain_hash for e in events]
-        # One round trip for what `find_longest` would read from the tenant-wide index (the head's
-        # hash held by this conversation alone, the first new hash by no other; whether this one
-        # holds it append.lua's guard says) and append's entries.
+        # What `find_longest` would read from the tenant-wide index: the head's hash held by this
+        # conversation alone, the first new hash by none. Read before append's entries are
+        # written, so this refusal leaves none.
         async with self.r.pipeline(transaction=False) as pipe:
             pipe.smembers(self.keys.identity(tenant, head_hash))
-            pipe.smembers(self.keys.identity(tenant, hashes[0]))
-            for h in hashes:
-                pipe.sadd(self.keys.identity(tenant, h), cid)
-            holders, taken, *_ = await pipe.execute()
-        # On refusal the entries stay: ones this conversation does not hold are skipped by lookups
-        # (removing them could remove a concurrent append's own).
-        if set(holders) != {cid} or set(taken) - {cid}:
+            pipe.exists(self.keys.identity(tenant, hashes[0]))
+            holders, taken = await pipe.execute()
+        if set(holders) != {cid} or taken:
             return None
+        # Then as `append`: the entries first.
+        await self._index(tenant, cid, hashes, add=True)
         args = _append_args(head, events, "quiet", None, head_hash)
         reply = await self._run("append", self.keys.conversation(cid), *args)
-        if reply[0] == "GONE":  # deleted meanwhile: nobody holds these entries
-            await self._index(tenant, cid, hashes, add=False)
         if reply[0] != "OK":
+            # Refused (GONE, STALE): the entries go again, or a conversation deleted before the
+            # lookup's append lands elsewhere would keep them. Should an entry removed here be a
+            # concurrent append's own (the same event, into this conversation, meanwhile), the
+            # next append of that history writes it again: lookups stop short of it, so it is
+            # sent again.
+            await self._index(tenant, cid, hashes, add=False)
             return None
         return Position(cid, reply[1], int(reply[2]))
 
