@@ -59,6 +59,7 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         ingested = await ingest(
             services.store, services.history, wire, tenant, messages, request.headers.get(header), len(raw), session
         )
+        services.metrics.observe_identity(ingested.lookup)
         # from here on every answer, errors included, names the conversation
         request.conversation = (header, _conversation_of(ingested))
         call = await _open_call(services, route, model, stream, body, ingested, started)

@@ -11,6 +11,10 @@ Everything cached is derived from message content alone, never from the store, s
 stale when another replica moves the conversation on: a hit only skips recomputing what the
 content already determines. (Python equality treats `1`, `1.0` and `true` alike; a client that
 changes a field between those spellings at the same position gets the earlier hash for it.)
+The one exception is `Remembered.head`, where the answered request left its branch: the next
+request of the conversation appends there without looking its history up, through
+`Store.extend`, which refuses unless the head is still exactly what the lookup would find (so a
+head another writer moved costs only the lookup it would have cost anyway).
 
 Candidates are found by a cheap hash of the first history message (plus tenant), most recent first.
 Memory is bounded by the approximate bytes of the remembered bodies (LRU).
@@ -32,7 +36,20 @@ from policies.base import Item
 from policies.history import SharedPrefix
 
 from . import identify
+from .store.base import Position
 from .types import Message
+
+
+@dataclass(frozen=True)
+class Head:
+    """Where a remembered history's branch stood after its request: the stored position of its
+    last event (the answer, once one was stored), that event's chain hash and how many chain
+    hashes lead to it. Read from the store, so possibly stale: it is only ever
+    used through `Store.extend`, which refuses a head another writer moved."""
+
+    position: Position
+    chain_hash: str
+    count: int
 
 
 @dataclass
@@ -45,6 +62,8 @@ class Remembered:
     shared: dict[str, SharedPrefix] = field(default_factory=dict)
     """How each list of `items` was built from the remembered list it extends (the proof the
     branch's projection memo resumes on without comparing the shared items), by encoding name."""
+    head: Head | None = None
+    """Set by `ingest`: the request's last event, then its answer once stored."""
     encoded: dict[int, tuple[Message, bytes]] = field(default_factory=dict)
     """JSON of the messages last sent upstream, by object identity (the object is held, so its id
     cannot be reused while the entry lives); written and reused by the chat wire's `encode_body`

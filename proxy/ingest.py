@@ -23,6 +23,17 @@ new messages, and the store resolves the conversation and appends. Resolution:
 The append is idempotent: re-sent messages whose chain hash is stored only move the position,
 and the first new message after a non-head position forks a branch there.
 
+Most requests continue the previous request of their conversation, answered by this process:
+the history cache remembers where that answer was stored (`Remembered.head`; where the
+request's own last event was, until the answer is stored). When this
+request's chain passes through that head -- its hash at the head's index, at least two messages
+matched, the named conversation's when one is named -- the new messages are appended there with
+`Store.extend` and no lookup, which the store does only when the lookup would have found exactly
+that head (still its branch's head, its hash stored nowhere else, the first new hash nowhere).
+Otherwise -- another process appended, forked, retracted or deleted meanwhile -- the request is
+resolved as above. Example: [u1] answered a1 is stored at seq 2 of branch b; the next request
+[u1, a1, u2] has a1's hash at index 1, so u2 goes to seq 3 of b, unless b has moved past seq 2.
+
 Rejected requests leave no trace: the request's new events are appended unstamped (the branch's
 and conversation's `updated_at` and system hash stay as they were), and `append_response` stamps
 them once the upstream accepted the request (2xx), with the answer when there is one. When the
@@ -41,7 +52,7 @@ from dataclasses import dataclass
 
 from . import identify
 from .errors import BadRequest
-from .history_cache import HistoryCache, Remembered
+from .history_cache import Head, HistoryCache, Remembered
 from .protocols.base import Wire
 from .store.base import NewEvent, Position, Store
 from .types import Identity, Message
@@ -64,6 +75,9 @@ class Ingested:
     """This request's history as remembered for the next one (the wire adds its encodings)."""
     appended: list[str]
     """The chain hashes of the events this request appended (what `reject` retracts)."""
+    lookup: str
+    """How the position was found: `remembered` (appended at the remembered head, no lookup),
+    `stale` (that head was refused, so looked up) or `lookup` (no remembered head to continue)."""
 
 
 async def ingest(
@@ -84,10 +98,23 @@ async def ingest(
     hashes = cache.hashes(tenant, history, known)
     remembered = Remembered(history, hashes, 2 * body_size)  # the bodies and their encodings
     system_hash = identify.prefix_hash(prefix)
-    position, identity = await _append_request(store, tenant, system_hash, history, hashes, explicit, session)
+    head = _continued(known, hashes)
+    args = (store, tenant, system_hash, history, hashes, explicit, session, head)
+    position, identity, lookup = await _append_request(*args)
+    if hashes:  # until `append_response` moves it to the answer (a next request may come first)
+        remembered.head = Head(position, hashes[-1], len(hashes))
     cache.remember(tenant, remembered)
     appended = hashes[identity.matched :]
-    return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered, appended)
+    return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup)
+
+
+def _continued(known: Remembered | None, hashes: list[str]) -> Head | None:
+    """The remembered head this chain passes through with new messages after it (at least two
+    matched, so the one-message retry rule never applies), or None."""
+    head = known.head if known is not None else None
+    if head is None or not 2 <= head.count < len(hashes) or hashes[head.count - 1] != head.chain_hash:
+        return None
+    return head
 
 
 async def _append_request(
@@ -98,8 +125,10 @@ async def _append_request(
     hashes: list[str],
     explicit: str | None,
     session: identify.Session | None,
-) -> tuple[Position, Identity]:
+    head: Head | None,
+) -> tuple[Position, Identity, str]:
     created = False
+    lookup = "lookup"
     if explicit is not None:
         if not _EXTERNAL_ID.match(explicit):
             raise BadRequest(
@@ -110,11 +139,21 @@ async def _append_request(
         if conversation is None:
             conversation = await store.create_conversation(tenant, explicit)
             created = True
+        if head is not None and head.position.conversation_id == conversation.id:
+            extended = await _extend(store, tenant, history, hashes, head, conversation.external_id)
+            if extended is not None:
+                return (*extended, "remembered")
+            lookup = "stale"
         match = await store.find_longest(hashes, tenant, conversation.id)
         start = match.position if match else Position(conversation.id, conversation.main_branch_id, 0)
         matched = match.count if match else 0
         external = conversation.external_id
     else:
+        if head is not None:
+            extended = await _extend(store, tenant, history, hashes, head, None)
+            if extended is not None:
+                return (*extended, "remembered")
+            lookup = "stale"
         match = await store.find_longest(hashes, tenant, None)
         resumed = None
         if match is not None and (match.count >= 2 or match.system_hash == system_hash):
@@ -126,11 +165,7 @@ async def _append_request(
             conversation = await store.create_conversation(tenant, None)
             start, matched, created = Position(conversation.id, conversation.main_branch_id, 0), 0, True
         external = None
-    new = [
-        NewEvent(role=str(m.get("role")), message=m, chain_hash=h, source="request")
-        for m, h in zip(history[matched:], hashes[matched:], strict=True)
-    ]
-    position = await store.append(start, new, None, stamp=False)  # stamped once answered
+    position = await store.append(start, _events(history, hashes, matched), None, stamp=False)
     identity = Identity(
         tenant=tenant,
         conversation_id=position.conversation_id,
@@ -140,7 +175,34 @@ async def _append_request(
         created=created,
         forked=position.branch_id != start.branch_id,
     )
+    return position, identity, lookup
+
+
+async def _extend(
+    store: Store, tenant: str, history: list[Message], hashes: list[str], head: Head, external: str | None
+) -> tuple[Position, Identity] | None:
+    """Append after the remembered head without a lookup, when the store confirms it (module docstring)."""
+    position = await store.extend(head.position, head.chain_hash, _events(history, hashes, head.count))
+    if position is None:
+        return None
+    identity = Identity(
+        tenant=tenant,
+        conversation_id=position.conversation_id,
+        branch_id=position.branch_id,
+        matched=head.count,
+        external_id=external,
+        created=False,
+        forked=False,
+    )
     return position, identity
+
+
+def _events(history: list[Message], hashes: list[str], matched: int) -> list[NewEvent]:
+    """The request's events after the first `matched` (unstamped: stamped once answered)."""
+    return [
+        NewEvent(role=str(m.get("role")), message=m, chain_hash=h, source="request")
+        for m, h in zip(history[matched:], hashes[matched:], strict=True)
+    ]
 
 
 async def _session_start(store: Store, tenant: str, session: identify.Session) -> tuple[Position, bool] | None:
@@ -169,7 +231,12 @@ async def append_response(store: Store, ingested: Ingested, message: Message | N
         events.append(
             NewEvent(role="assistant", message=message, chain_hash=chain_hash, source="response", call_id=call_id)
         )
-    return await store.append(ingested.position, events, ingested.system_hash)
+    position = await store.append(ingested.position, events, ingested.system_hash)
+    if events:
+        ingested.remembered.head = Head(position, events[0].chain_hash, len(ingested.hashes) + 1)
+    elif ingested.hashes:
+        ingested.remembered.head = Head(position, ingested.hashes[-1], len(ingested.hashes))
+    return position
 
 
 async def reject(store: Store, ingested: Ingested) -> bool:

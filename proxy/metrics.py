@@ -17,6 +17,10 @@ are spent money) but not in the request counters and histograms, which describe 
                                                          (skipped: another replica holds the lease)
     ctxproxy_store_passthrough_total{route}              requests relayed unrewritten, unrecorded,
                                                          because the store failed (store_failure)
+    ctxproxy_identity_total{how}                         how a request's place in its history was found:
+                                                         remembered (appended at the branch head the
+                                                         previous answer left, no lookup) | stale (that
+                                                         head had moved: looked up) | lookup
     ctxproxy_cost_usd_total{route}
     ctxproxy_cache_entries{cache}                        gauge, read at render time from the
                                                          per-process caches (`Metrics.watch`)
@@ -166,6 +170,9 @@ class Metrics:
             "Requests relayed unrewritten and unrecorded because the store failed.",
             ("route",),
         )
+        self.identity = Counter(
+            "ctxproxy_identity_total", "Requests by how their place in the stored history was found.", ("how",)
+        )
         self.caches = Gauges("ctxproxy_cache_entries", "Entries held by each per-process cache.", "cache")
         self.compactions_running = Gauge("ctxproxy_compactions_running", "Compaction jobs this process is running now.")
 
@@ -209,6 +216,9 @@ class Metrics:
     def observe_store_passthrough(self, route: str) -> None:
         self.store_passthrough.inc((route,))
 
+    def observe_identity(self, how: str) -> None:
+        self.identity.inc((how,))
+
     def render(self) -> bytes:
         lines: list[str] = []
         for metric in (
@@ -222,6 +232,7 @@ class Metrics:
             self.cost,
             self.recall,
             self.store_passthrough,
+            self.identity,
             self.caches,
             self.compactions_running,
         ):

@@ -312,6 +312,14 @@ class Store(Protocol):
         `stamp`, the branch's `system_hash` (when given) and `updated_at` and the conversation's
         `updated_at` are set; without it (a request not answered yet) they stay as they were."""
 
+    async def extend(self, head: Position, head_hash: str, events: list[NewEvent]) -> Position | None:
+        """An unstamped `append` of `events` (new ones) after `head`, for a request whose history
+        the history cache proved to continue a remembered branch head, so no `find_longest` ran.
+        Done only when it lands exactly where the lookup would have put it: `head` is still its
+        branch's head, its event is the only stored one with `head_hash`, and the first event's
+        hash is stored nowhere (another writer appended, forked, retracted or deleted since: not
+        done). None, changing nothing, when not done: the caller looks the history up instead."""
+
     async def retract(self, end: Position, hashes: list[str]) -> bool:
         """Undo an unstamped append that ended at `end` and stored the events `hashes` (oldest
         first), because their request was rejected: when they are still the newest events of

@@ -287,6 +287,87 @@ async def test_retract_changes_nothing_once_the_history_moved_on(store: Store) -
     assert len(await store.list_branches(conv.id)) == 2
 
 
+# -- extend: an append at a remembered head, without a lookup -----------------------------------
+
+
+def chain_hash(tenant: str, history: list[Message]) -> str:
+    return identify.chain(tenant, history)[-1]
+
+
+async def test_extend_at_the_head_appends_where_lookup_and_append_would(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    head = await store.append(origin(conv), new_events(T1, [U1, A1]), "sys-1")
+    before = await store.get_conversation(conv.id)
+    await tick()
+    added = new_events(T1, [U1, A1, U2, A2], start=2)
+    end = await store.extend(head, chain_hash(T1, [U1, A1]), added)
+    assert end == Position(conv.id, conv.main_branch_id, 4)
+    assert await lineage(store, conv.main_branch_id) == [
+        (conv.main_branch_id, 1, "u1"),
+        (conv.main_branch_id, 2, "a1"),
+        (conv.main_branch_id, 3, "u2"),
+        (conv.main_branch_id, 4, "a2"),
+    ]
+    assert len(await store.list_branches(conv.id)) == 1
+    assert await store.get_conversation(conv.id) == before  # unstamped, like the request append it replaces
+    match = await store.find_longest(identify.chain(T1, [U1, A1, U2, A2, U3]), T1, None)
+    assert match == HashMatch(end, 4, "sys-1")  # the tenant-wide identity knows the new events
+    assert await store.retract(end, [e.chain_hash for e in added]) is True  # a rejected request, undone
+
+
+async def test_extend_refuses_a_head_another_writer_moved(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    head = await store.append(origin(conv), new_events(T1, [U1, A1]), None)
+    await store.append(head, new_events(T1, [U1, A1, U2], start=2), None)  # another replica's turn
+    before = await _snapshot(store, conv.id)
+    # continuing the remembered head now needs a fork, and re-sending the other's turn a lookup
+    assert await store.extend(head, chain_hash(T1, [U1, A1]), new_events(T1, [U1, A1, U3], start=2)) is None
+    assert await store.extend(head, chain_hash(T1, [U1, A1]), new_events(T1, [U1, A1, U2, A2], start=2)) is None
+    assert await _snapshot(store, conv.id) == before
+    # a stale position on the right branch, or a hash that is not the head's, is refused too
+    moved = Position(conv.id, conv.main_branch_id, 3)
+    assert await store.extend(moved, chain_hash(T1, [U1, A1]), new_events(T1, [U1, A1, U2, A2], start=3)) is None
+    assert await store.extend(moved, chain_hash(T2, [U1, A1, U2]), new_events(T1, [U1, A1, U2, A2], start=3)) is None
+    assert await _snapshot(store, conv.id) == before
+    assert await store.extend(moved, chain_hash(T1, [U1, A1, U2]), new_events(T1, [U1, A1, U2, A2], start=3)) == (
+        Position(conv.id, conv.main_branch_id, 4)
+    )
+
+
+async def test_extend_refuses_a_head_retracted_and_replaced(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    head = await store.append(origin(conv), new_events(T1, [U1, A1, U2]), None)
+    assert await store.retract(head, [chain_hash(T1, [U1, A1, U2])]) is True
+    await store.append(Position(conv.id, conv.main_branch_id, 2), new_events(T1, [U1, A1, U3], start=2), None)
+    # the same branch and seq, another event there
+    assert await store.extend(head, chain_hash(T1, [U1, A1, U2]), new_events(T1, [U1, A1, U2, A2], start=3)) is None
+    assert await lineage(store, conv.main_branch_id) == [
+        (conv.main_branch_id, 1, "u1"),
+        (conv.main_branch_id, 2, "a1"),
+        (conv.main_branch_id, 3, "u3"),
+    ]
+
+
+async def test_extend_refuses_a_head_whose_history_another_conversation_holds(store: Store) -> None:
+    """The lookup would pick the most recently active of the two: only it can decide."""
+    mine = await store.create_conversation(T1, "mine")
+    theirs = await store.create_conversation(T1, "theirs")
+    head = await store.append(origin(mine), new_events(T1, [U1, A1]), None)
+    await store.append(origin(theirs), new_events(T1, [U1, A1]), None)
+    assert await store.extend(head, chain_hash(T1, [U1, A1]), new_events(T1, [U1, A1, U2], start=2)) is None
+    assert len(await store.lineage_events(mine.main_branch_id, 0, 100)) == 2
+
+
+async def test_extend_refuses_a_deleted_conversation_and_writes_nothing(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    head = await store.append(origin(conv), new_events(T1, [U1, A1]), None)
+    assert await store.delete_conversation(conv.id) is True
+    assert await store.extend(head, chain_hash(T1, [U1, A1]), new_events(T1, [U1, A1, U2], start=2)) is None
+    assert await store.get_conversation(conv.id) is None
+    assert await store.lineage_events(conv.main_branch_id, 0, 100) == []
+    assert await store.find_longest(identify.chain(T1, [U1, A1, U2]), T1, None) is None
+
+
 async def test_create_same_external_id_twice_returns_the_first(store: Store) -> None:
     first = await store.create_conversation(T1, "dup")
     second = await store.create_conversation(T1, "dup")

@@ -64,30 +64,47 @@ class History(Identity):
         tenant = await self._tenant(cid) if is_conversation_id(cid) else None
         if tenant is None:
             raise ConversationGone(f"conversation {cid} no longer exists")
-        now = time.time()
         mode = ("1" if system_hash is not None else "0") if stamp else "quiet"
-        args: list[Any] = [cid, start.branch_id, start.seq, mode, system_hash or "", num(now), secrets.token_hex(4)]
-        for event in events:
-            payload = {
-                "role": event.role,
-                "message": event.message,
-                "source": event.source,
-                "tokens": event.tokens,
-                "call_id": event.call_id,
-                "created_at": now,
-            }
-            args.append(event.chain_hash)
-            args.append(codec.dumps_str(payload))
         # The tenant-wide index first (identity.py): a crash after it leaves an entry the
         # conversation does not hold, which lookups skip; never a stored event nobody can find.
         hashes = [e.chain_hash for e in events]
         await self._index(tenant, cid, hashes, add=True)
-        reply = await self._run("append", self.keys.conversation(cid), *args)
+        reply = await self._run("append", self.keys.conversation(cid), *_append_args(start, events, mode, system_hash))
         if reply[0] == "GONE":
             await self._index(tenant, cid, hashes, add=False)
             raise ConversationGone(f"conversation {cid} no longer exists")
         if reply[0] != "OK":
             raise StoreError(f"append refused: {reply[0]} {reply[1:]}")
+        return Position(cid, reply[1], int(reply[2]))
+
+    @guarded
+    async def extend(self, head: Position, head_hash: str, events: list[NewEvent]) -> Position | None:
+        cid = head.conversation_id
+        tenant = await self._tenant(cid) if events and is_conversation_id(cid) else None
+        if tenant is None:
+            return None
+        hashes = [e.chain_hash for e in events]
+        # What `find_longest` would read from the tenant-wide index: the head's hash held by this
+        # conversation alone, the first new hash by none. Read before append's entries are
+        # written, so this refusal leaves none.
+        async with self.r.pipeline(transaction=False) as pipe:
+            pipe.smembers(self.keys.identity(tenant, head_hash))
+            pipe.exists(self.keys.identity(tenant, hashes[0]))
+            holders, taken = await pipe.execute()
+        if set(holders) != {cid} or taken:
+            return None
+        # Then as `append`: the entries first.
+        await self._index(tenant, cid, hashes, add=True)
+        args = _append_args(head, events, "quiet", None, head_hash)
+        reply = await self._run("append", self.keys.conversation(cid), *args)
+        if reply[0] != "OK":
+            # Refused (GONE, STALE): the entries go again, or a conversation deleted before the
+            # lookup's append lands elsewhere would keep them. Should an entry removed here be a
+            # concurrent append's own (the same event, into this conversation, meanwhile), the
+            # next append of that history writes it again: lookups stop short of it, so it is
+            # sent again.
+            await self._index(tenant, cid, hashes, add=False)
+            return None
         return Position(cid, reply[1], int(reply[2]))
 
     @guarded
@@ -221,6 +238,27 @@ class History(Identity):
         )
         merged = heapq.merge(*shards, key=lambda pair: (pair[1], pair[0]))
         return [str(cid) for cid, _ in itertools.islice(merged, limit)]
+
+
+def _append_args(
+    start: Position, events: list[NewEvent], mode: str, system_hash: str | None, expect: str = ""
+) -> list[Any]:
+    """append.lua's ARGV."""
+    now = time.time()
+    args: list[Any] = [start.conversation_id, start.branch_id, start.seq, mode, system_hash or "", num(now)]
+    args += [secrets.token_hex(4), expect]
+    for event in events:
+        payload = {
+            "role": event.role,
+            "message": event.message,
+            "source": event.source,
+            "tokens": event.tokens,
+            "call_id": event.call_id,
+            "created_at": now,
+        }
+        args.append(event.chain_hash)
+        args.append(codec.dumps_str(payload))
+    return args
 
 
 def _glob_escape(text: str) -> str:

@@ -77,6 +77,11 @@ class History(SqliteConnection):
     ) -> Position:
         return self._write(_append, start, events, system_hash, time.time(), stamp)
 
+    async def extend(self, head: Position, head_hash: str, events: list[NewEvent]) -> Position | None:
+        if not events:
+            return None
+        return self._write(_extend, head, head_hash, events, time.time())
+
     async def retract(self, end: Position, hashes: list[str]) -> bool:
         return bool(hashes) and self._write(_retract, end, hashes)
 
@@ -230,6 +235,20 @@ def _append(
     if sets:
         db.execute(f"UPDATE branches SET {', '.join(sets)} WHERE id = ?", (*params, branch))
     return Position(conversation, branch, seq)
+
+
+def _extend(db: Db, head: Position, head_hash: str, events: list[NewEvent], now: float) -> Position | None:
+    # One indexed probe proves what `find_longest` + `append` would find: the head's hash stored
+    # once (chain hashes are tenant-rooted, so nowhere else in the tenant), at a branch head, and
+    # the first new hash nowhere (a stored later one would imply it: events are stored in chains).
+    rows = db.execute(
+        "SELECT e.branch_id, e.seq, e.chain_hash, b.head_seq FROM events e JOIN branches b ON b.id = e.branch_id "
+        "WHERE e.chain_hash IN (?, ?)",
+        (head_hash, events[0].chain_hash),
+    ).fetchall()
+    if rows != [(head.branch_id, head.seq, head_hash, head.seq)]:
+        return None
+    return _append(db, head, events, None, now, stamp=False)
 
 
 def _retract(db: Db, end: Position, hashes: list[str]) -> bool:

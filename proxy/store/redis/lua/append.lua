@@ -1,13 +1,22 @@
--- KEYS: the conversation's. ARGV: cid, start_bid, start_seq, has_sys, sys, now, fork_base,
--- then (chain_hash, event_json)* -> {'OK', bid, seq} | {'GONE'} | {'NOBRANCH', bid}
+-- KEYS: the conversation's. ARGV: cid, start_bid, start_seq, has_sys, sys, now, fork_base, expect,
+-- then (chain_hash, event_json)* -> {'OK', bid, seq} | {'GONE'} | {'NOBRANCH', bid} | {'STALE'}
 -- has_sys: '1' stamp and set the system hash, '0' stamp only, 'quiet' neither (an unanswered
 -- request): heads move, no branch's or conversation's updated_at does.
+-- expect: '' for a plain append; else `extend`'s guard: the start must still be its branch's head,
+-- holding the chain hash `expect`, and the first event must be new ({'STALE'}, nothing written).
 local cid, br, seq = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local has_sys, sys, now, fork_base = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local has_sys, sys, now, fork_base, expect = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local quiet = has_sys == 'quiet'
 if gone(cid) then return {'GONE'} end
+if expect ~= '' and (
+  redis.call('HGET', CHAIN, 'h:' .. expect) ~= br .. ' ' .. seq
+  or tonumber(bget(br, 'head')) ~= seq
+  or redis.call('HEXISTS', CHAIN, 'h:' .. ARGV[9]) == 1
+) then
+  return {'STALE'}
+end
 local forks = 0
-for i = 8, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   local h, payload = ARGV[i], ARGV[i + 1]
   local hit = redis.call('HGET', CHAIN, 'h:' .. h)
   if hit then
