@@ -175,11 +175,19 @@ class PolicyConfig:
     pins: PinsConfig = field(default_factory=PinsConfig)
     summary_chunk_tokens: int = 24000
     order: tuple[str, ...] = STEP_NAMES
+    late_trim: float = 0.92
+    """From an input budget of `LATE_TRIM_MIN_BUDGET` on: a request with no checkpoint goes as
+    sent (no trim, no compaction planned) up to this share of it, not only up to the trigger.
+    The first trim rewrites the whole history after its first old result, which a prompt cache
+    bills once in full (Anthropic: 1.25x) and which pays back only over the requests that follow;
+    a long-window session that ends before then is cheaper untouched."""
 
     def __post_init__(self) -> None:
         _as_tuple(self, "order")
         if not 0.0 < self.trigger <= 1.0:
             raise SettingError("trigger", f"trigger must be within (0, 1], got {self.trigger}")
+        if not 0.0 < self.late_trim <= 1.0:
+            raise SettingError("late_trim", f"late_trim must be within (0, 1], got {self.late_trim}")
         if not self.target > 0.0:
             raise SettingError("target", f"target must be > 0, got {self.target}")
         if not self.target < self.trigger:  # compaction must land well below the point that triggers it

@@ -36,6 +36,18 @@ from policies.text import clone
 
 CountFn = Callable[[Message], int]
 
+LATE_TRIM_MIN_BUDGET = 64_000
+"""input budget from which `PolicyConfig.late_trim` applies: below it the headroom past the
+trigger is a few thousand tokens, and trimming early is what keeps compaction away"""
+
+
+def pass_through_tokens(config: PolicyConfig, budget: Budget) -> int:
+    """The projected total up to which a request with no checkpoint goes as sent."""
+    trigger = int(config.trigger * budget.input_budget)
+    if budget.input_budget < LATE_TRIM_MIN_BUDGET:
+        return trigger
+    return max(trigger, int(config.late_trim * budget.input_budget))
+
 
 @dataclass(frozen=True)
 class Slot:
@@ -88,6 +100,11 @@ class StepContext:
     @property
     def trigger_tokens(self) -> int:
         return int(self.config.trigger * self.budget.input_budget)
+
+    @property
+    def pass_through_tokens(self) -> int:
+        """Up to this, a request with no checkpoint goes as sent (`PolicyConfig.late_trim`)."""
+        return pass_through_tokens(self.config, self.budget)
 
 
 @dataclass(frozen=True)

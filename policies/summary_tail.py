@@ -289,6 +289,8 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
     over = draft.total > ctx.trigger_tokens
     if not over:
         return draft
+    if ctx.covered_through <= 0 and not draft.trimmed and draft.total <= ctx.pass_through_tokens:
+        return draft  # `late_trim`: the request goes as sent; nothing is planned yet
     # A kept group (pinned, the newest user message, the newest group) stays in the projection
     # whatever is summarized: it is overhead, not tail, or the commit would land above target.
     sent: dict[int, int] = {}

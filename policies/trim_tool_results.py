@@ -17,7 +17,7 @@ Rules (ToolResultsConfig):
   bytes stay the same from turn to turn).
 
 Pass-through: while no checkpoint applies and the request as the client sent it is under the
-trigger, nothing is trimmed -- the request goes as sent, so its prompt-cache hits are the
+trigger (from a 64k input budget on: under `late_trim`, 92% of it), nothing is trimmed -- the request goes as sent, so its prompt-cache hits are the
 client's own (trimming it would save tokens yet rewrite a cached prefix, which costs more).
 A conversation only grows, so once it crosses the trigger it stays trimmed.
 
@@ -201,7 +201,7 @@ def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[
 def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
     """Pipeline step: trim old results to `old_max_chars`, cap recent ones at `recent_max_chars`.
     A request that has no checkpoint and is under the trigger as sent goes unchanged."""
-    if ctx.covered_through <= 0 and draft.total <= ctx.trigger_tokens:
+    if ctx.covered_through <= 0 and draft.total <= ctx.pass_through_tokens:
         return draft
     boundary = trim_boundary(len(ctx.groups), ctx.config.tool_results, ctx.budget.input_budget)
     head, head_entries = trim_slots(draft.head, boundary, ctx)

@@ -160,8 +160,9 @@ def project_incremental(
     raw = render(start)
     raw_total = base + sum(slot.total for slot in head) + sum(total for _, total, _ in raw)
     raw_total += state.raw_ends[keep] if state is not None and not fresh else 0
-    # `trim_tool_results`' pass-through: no checkpoint and under the trigger as sent
-    trims = trimming and not (covered <= 0 and raw_total <= trigger)
+    # `trim_tool_results`' pass-through: no checkpoint and under `pass_through_tokens` as sent
+    passing = ctx.pass_through_tokens
+    trims = trimming and not (covered <= 0 and raw_total <= passing)
     if state is None or fresh or state.trims != trims:
         if state is not None and not fresh and start > first_uncovered:
             raw = render(first_uncovered)
@@ -191,11 +192,11 @@ def project_incremental(
 
     raw_total = base + sum(slot.total for slot in head) + state.raw_ends[-1]
     total = base + sum(slot.total for slot in sent_head) + state.tok_ends[-1]
-    at = raw_total
+    at, trimmed = raw_total, False
     for name in config.order:
         if name == "trim_tool_results":
-            at = total
-        elif name == "summary_tail" and at > trigger:
+            at, trimmed = total, trims and bool(head_entries or state.entries)
+        elif name == "summary_tail" and at > trigger and not (covered <= 0 and not trimmed and at <= passing):
             return None  # a compaction to plan
         elif name == "prune_groups" and at > budget.input_budget:
             return None  # groups to drop

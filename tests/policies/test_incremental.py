@@ -129,6 +129,7 @@ def test_one_turn_more_reuses_the_previous_rendering() -> None:
     config = PolicyConfig(
         trigger=0.02,
         target=0.01,
+        late_trim=0.02,
         tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100),
     )
     history = items(user("go"), *[m for i in range(8) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
@@ -210,6 +211,7 @@ def test_the_cache_point_ends_the_old_results_and_its_prefix_survives_each_bound
     config = PolicyConfig(
         trigger=0.02,
         target=0.01,
+        late_trim=0.02,
         tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100),
     )
     history = items(user("go"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])

@@ -149,7 +149,7 @@ def test_trimmed_results_are_shared_between_projections_through_the_cache() -> N
         user("go"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))], user("next")
     )
     cache = ProjectionCache()
-    config = PolicyConfig(trigger=0.03, target=0.01)  # over the trigger as sent, under it trimmed
+    config = PolicyConfig(trigger=0.03, target=0.01, late_trim=0.03)  # over the trigger as sent, under it trimmed
     first = project_cached(cache, [], history, None, BIG, config, fake_count)
     second = project_cached(cache, [], history, None, BIG, config, fake_count)
     assert first.record.trimmed and first.record == second.record

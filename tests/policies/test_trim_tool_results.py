@@ -9,6 +9,8 @@ import pytest
 
 from policies.base import Budget, Item, PinsConfig, PolicyConfig, ToolResultsConfig
 from policies.draft import Draft, StepContext, build_draft
+from policies.memo import ProjectionCache, project_cached
+from policies.projection import project
 from policies.trim_tool_results import trim_boundary, trim_message, trim_tool_results
 from tests.policies.helpers import calls, items, result, user
 from tests.policies.strategies import fake_count
@@ -104,6 +106,7 @@ def test_old_trimmed_recent_capped_excluded_and_latest_untouched() -> None:
     config = PolicyConfig(
         trigger=0.05,  # 9,950 tokens: the 20k of results are over it
         target=0.01,
+        late_trim=0.05,
         tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=1, exclude_tools=("search",)),
     )
     draft, ctx = _draft(history, config)
@@ -125,10 +128,35 @@ def test_a_request_under_the_trigger_without_a_checkpoint_passes_through() -> No
     assert draft.total <= ctx.trigger_tokens
     out = trim_tool_results(draft, ctx)
     assert out is draft and not out.trimmed
-    over = PolicyConfig(trigger=0.05, target=0.01, tool_results=config.tool_results)
+    over = PolicyConfig(trigger=0.05, target=0.01, late_trim=0.05, tool_results=config.tool_results)
     draft, ctx = _draft(history, over)
     assert draft.total > ctx.trigger_tokens
     assert [e.seq for e in trim_tool_results(draft, ctx).trimmed] == [3, 5]
+
+
+def test_a_long_window_request_goes_as_sent_up_to_late_trim() -> None:
+    # a 200k window: trigger 0.05 (9,950 tokens), late_trim 0.15 (29,850); results of ~3,800
+    # tokens each. Between the two, nothing is trimmed and no compaction is planned; over
+    # late_trim, trimming starts. Below LATE_TRIM_MIN_BUDGET the trigger alone decides.
+    history = items(user("task"), *[m for k in range(9) for m in (calls(f"c{k}"), result(f"c{k}", _words(k)))])
+    config = PolicyConfig(trigger=0.05, target=0.01, late_trim=0.15)
+    for n, trims in ((11, False), (15, False), (19, True)):
+        grown = history[:n]
+        for cache in (None, ProjectionCache()):
+            if cache is not None:
+                project_cached(cache, [], grown[:-2], None, Budget(200_000, 1000), config, fake_count)
+            args = ([], grown, None, Budget(200_000, 1000), config, fake_count)
+            out = project(*args) if cache is None else project_cached(cache, *args)
+            assert out.record.over_trigger and bool(out.record.trimmed) is trims, (n, cache)
+            assert (out.record.compaction is not None) is trims
+            if not trims:
+                assert out.messages == [i.message for i in grown]  # the client's own objects, as sent
+    small = project([], history[:11], None, Budget(40_000, 1000), config, fake_count)
+    assert small.record.trimmed  # a 39k input budget: trimmed from the trigger on
+
+
+def _words(k: int) -> str:
+    return " ".join(f"w{k}x{i}" for i in range(2_000))
 
 
 def test_pinned_tool_results_are_never_trimmed() -> None:
