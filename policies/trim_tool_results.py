@@ -17,9 +17,10 @@ Rules (ToolResultsConfig):
   bytes stay the same from turn to turn).
 
 Pass-through: while no checkpoint applies and the request as the client sent it is under the
-trigger (from a 64k input budget on: under `late_trim`, 92% of it), nothing is trimmed -- the request goes as sent, so its prompt-cache hits are the
-client's own (trimming it would save tokens yet rewrite a cached prefix, which costs more).
-A conversation only grows, so once it crosses the trigger it stays trimmed.
+trigger (from a 64k input budget on: under `late_trim`, 92% of it), nothing is trimmed -- the
+request goes as sent, so its prompt-cache hits are the client's own (trimming it would save
+tokens yet rewrite a cached prefix, which costs more). A conversation only grows, so once it
+crosses that line it stays trimmed.
 
 Invariant (cache-friendly prefix, DESIGN 11): the old/recent boundary is counted in groups over
 the WHOLE branch history (covered groups included), then rounded down to a multiple of
