@@ -1,4 +1,5 @@
-"""Fixtures of the end-to-end fault tests: the raw-socket fault upstream (tests/support/fault_upstream.py)."""
+"""Fixtures shared by the end-to-end tests: the raw-socket fault upstream (tests/support/fault_upstream.py)
+and a fresh scripted Anthropic upstream per test."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.fault_upstream import FaultUpstream
+from tests.support.proxy_process import UPSTREAM_KEY
 
 
 @pytest.fixture(scope="session")
@@ -21,3 +24,12 @@ def faults(fault_server: FaultUpstream) -> Iterator[FaultUpstream]:
     fault_server.clear()
     yield fault_server
     fault_server.clear()
+
+
+@pytest.fixture
+def anthropic_upstream() -> Iterator[AnthropicUpstream]:
+    """A scripted Anthropic upstream of its own for one test (routes send it `UPSTREAM_KEY`)."""
+    server = AnthropicUpstream(api_key=UPSTREAM_KEY)
+    server.start()
+    yield server
+    server.stop()

@@ -11,14 +11,11 @@ result, such a move reads only the system prompt from the cache and writes every
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
-from tests.support.proxy_process import UPSTREAM_KEY
 
 MODEL = "claude-cache-1"
 CC = {"type": "ephemeral"}
@@ -31,14 +28,6 @@ TOOLS = [
     }
 ]
 POLICY = {"context_window": 24_000, "max_output_tokens": 1_000}  # 2 recent groups, a move every 2
-
-
-@pytest.fixture
-def upstream() -> Iterator[AnthropicUpstream]:
-    server = AnthropicUpstream(api_key=UPSTREAM_KEY)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _route(server: AnthropicUpstream) -> dict[str, Any]:
@@ -71,10 +60,12 @@ def _marked_results(body: dict[str, Any]) -> list[int]:
     ]
 
 
-def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(proxy, upstream, api_key):
-    p = proxy(routes=[_route(upstream)], policies={"default": POLICY})
+def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(proxy, anthropic_upstream, api_key):
+    p = proxy(routes=[_route(anthropic_upstream)], policies={"default": POLICY})
     client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=30)
-    upstream.responder = lambda body: Reply(text="next", tool_uses=[{"name": "bash", "input": {"cmd": "make"}}])
+    anthropic_upstream.responder = lambda body: Reply(
+        text="next", tool_uses=[{"name": "bash", "input": {"cmd": "make"}}]
+    )
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Build every module."}]}]
     usages = []
     for step in range(40):
@@ -90,8 +81,8 @@ def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(proxy, upstre
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": _output(step)}]}
         )
 
-    assert upstream.rejections == []
-    sent = upstream.message_requests
+    assert anthropic_upstream.rejections == []
+    sent = anthropic_upstream.message_requests
     assert len(sent) == 40
     moves = crossings = 0
     for before, after, usage in zip(sent[:-1], sent[1:], usages[1:], strict=True):

@@ -12,15 +12,12 @@ when a projection rewrites the history.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import httpx
-import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
-from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.waiting import wait_until
 
 MODEL = "claude-system-1"
@@ -37,14 +34,6 @@ TOOLS = [
         "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
     }
 ]
-
-
-@pytest.fixture
-def upstream() -> Iterator[AnthropicUpstream]:
-    server = AnthropicUpstream(api_key=UPSTREAM_KEY)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _start(proxy: Any, server: AnthropicUpstream, policy: dict[str, Any]) -> Any:
@@ -71,9 +60,9 @@ def _post(p: Any, api_key: str, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(f"{p.url}/v1/messages", content=json.dumps(body), headers=headers, timeout=30)
 
 
-def test_claude_code_first_request_shape_is_accepted_and_forwarded_unchanged(proxy, upstream, api_key):
-    p = _start(proxy, upstream, {"context_window": 200_000, "max_output_tokens": 4096})
-    upstream.push(Reply(text="Hello."), Reply(text="Still here."))
+def test_claude_code_first_request_shape_is_accepted_and_forwarded_unchanged(proxy, anthropic_upstream, api_key):
+    p = _start(proxy, anthropic_upstream, {"context_window": 200_000, "max_output_tokens": 4096})
+    anthropic_upstream.push(Reply(text="Hello."), Reply(text="Still here."))
     first = {
         "model": MODEL,
         "max_tokens": 256,
@@ -92,7 +81,7 @@ def test_claude_code_first_request_shape_is_accepted_and_forwarded_unchanged(pro
     response = _post(p, api_key, first)
     assert response.status_code == 200, response.text
     conv = response.headers["x-conversation-id"]
-    assert upstream.message_requests[-1].raw == json.dumps(first).encode()  # the client's own bytes
+    assert anthropic_upstream.message_requests[-1].raw == json.dumps(first).encode()  # the client's own bytes
 
     # the next turn re-sends it in place (the prompt's marker moved): same conversation, one branch
     second = {
@@ -114,16 +103,16 @@ def test_claude_code_first_request_shape_is_accepted_and_forwarded_unchanged(pro
     raw = client.messages.with_raw_response.create(**second)
     assert raw.parse().content[0].text == "Still here."
     assert raw.headers["x-conversation-id"] == conv
-    assert upstream.message_requests[-1].body["messages"] == second["messages"]
+    assert anthropic_upstream.message_requests[-1].body["messages"] == second["messages"]
     assert len(p.conversation(conv)["branches"]) == 1
     p.wait_calls(conv, 2, until=lambda cs: all(c["status"] != "pending" for c in cs))
     # stored at its place in the history (the top-level system is the prefix, not an event)
     assert [e["message"]["role"] for e in p.events(conv)] == ["user", "system", "assistant", "user", "assistant"]
-    assert upstream.rejections == []
+    assert anthropic_upstream.rejections == []
 
 
-def test_bad_system_messages_are_anthropic_400s(proxy, upstream, api_key):
-    p = _start(proxy, upstream, {"context_window": 200_000, "max_output_tokens": 4096})
+def test_bad_system_messages_are_anthropic_400s(proxy, anthropic_upstream, api_key):
+    p = _start(proxy, anthropic_upstream, {"context_window": 200_000, "max_output_tokens": 4096})
     first = _post(
         p, api_key, {"model": MODEL, "max_tokens": 64, "messages": [SYSTEM_TURN, {"role": "user", "content": "hi"}]}
     )
@@ -142,16 +131,16 @@ def test_bad_system_messages_are_anthropic_400s(proxy, upstream, api_key):
         body = response.json()
         assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
         assert where in body["error"]["message"], body
-    assert upstream.message_requests == []
+    assert anthropic_upstream.message_requests == []
 
 
-def test_system_turn_is_pinned_through_compaction(proxy, upstream, api_key):
+def test_system_turn_is_pinned_through_compaction(proxy, anthropic_upstream, api_key):
     """A tool loop at an 8k window: the history is summarized and old results trimmed, and every
     upstream request still carries the system turn, verbatim, as a native system message right
     after the first user message (both pinned), before the summary."""
     p = _start(
         proxy,
-        upstream,
+        anthropic_upstream,
         {
             "context_window": 8000,
             "max_output_tokens": 1000,
@@ -174,7 +163,7 @@ def test_system_turn_is_pinned_through_compaction(proxy, upstream, api_key):
             return Reply(tool_uses=[{"name": "bash", "input": {"cmd": f"cat part_{calls['main']}.txt"}}])
         return Reply(text="All parts inspected.")
 
-    upstream.responder = respond
+    anthropic_upstream.responder = respond
     client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=30)
     messages: list[Any] = [{"role": "user", "content": "Inspect every part."}, SYSTEM_TURN]
     convs = set()
@@ -203,11 +192,11 @@ def test_system_turn_is_pinned_through_compaction(proxy, upstream, api_key):
                 what="a committed summary",
             )
     assert reply.content[0].text == "All parts inspected."
-    assert upstream.rejections == [], upstream.rejections[:1]
+    assert anthropic_upstream.rejections == [], anthropic_upstream.rejections[:1]
     assert len(convs) == 1
     (conv,) = convs
     assert len(p.conversation(conv)["branches"]) == 1
-    agent = [r.body for r in upstream.message_requests if not _is_summary(r.body)]
+    agent = [r.body for r in anthropic_upstream.message_requests if not _is_summary(r.body)]
     assert len(agent) == steps + 1
     rewritten = [b for b in agent if any("<conversation_summary" in json.dumps(m) for m in b["messages"])]
     assert rewritten, "no request was compacted"
