@@ -124,15 +124,24 @@ def _project(history: list[Item], cache: ProjectionCache | None, config: PolicyC
     return project(*args) if cache is None else project_cached(cache, *args)
 
 
+TRIMMING = PolicyConfig(
+    trigger=0.02,
+    target=0.01,
+    late_trim=0.02,
+    tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100),
+)
+"""trigger 3,920 tokens of `_project`'s budget; 2 recent groups, the boundary moves every 2"""
+
+
+def tool_history(groups: int) -> list[Item]:
+    """A task and `groups` tool calls, each with a 3,000-char result."""
+    return items(user("go"), *[m for i in range(groups) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
+
+
 def test_one_turn_more_reuses_the_previous_rendering() -> None:
     # trigger 3,920 tokens: the first calls pass through (nothing trimmed), the later ones trim
-    config = PolicyConfig(
-        trigger=0.02,
-        target=0.01,
-        late_trim=0.02,
-        tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100),
-    )
-    history = items(user("go"), *[m for i in range(8) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
+    config = TRIMMING
+    history = tool_history(8)
     cache = ProjectionCache()
     for n in range(3, len(history) + 1):
         grown = history[:n]
@@ -208,13 +217,8 @@ def test_non_dict_messages_are_sent_as_dicts_on_both_paths() -> None:
 def test_the_cache_point_ends_the_old_results_and_its_prefix_survives_each_boundary_move() -> None:
     # keep 2 recent groups, the boundary moves every 2 groups: each move rewrites the results that
     # become old, and everything through the previous cache point must keep its bytes
-    config = PolicyConfig(
-        trigger=0.02,
-        target=0.01,
-        late_trim=0.02,
-        tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100),
-    )
-    history = items(user("go"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
+    config = TRIMMING
+    history = tool_history(12)
     cache = ProjectionCache()
     previous: Any = None
     points, moves = [], 0
