@@ -166,16 +166,7 @@ async def _append_request(
             start, matched, created = Position(conversation.id, conversation.main_branch_id, 0), 0, True
         external = None
     position = await store.append(start, _events(history, hashes, matched), None, stamp=False)
-    identity = Identity(
-        tenant=tenant,
-        conversation_id=position.conversation_id,
-        branch_id=position.branch_id,
-        matched=matched,
-        external_id=external,
-        created=created,
-        forked=position.branch_id != start.branch_id,
-    )
-    return position, identity, lookup
+    return position, _identity(tenant, start, position, matched, external, created), lookup
 
 
 async def _extend(
@@ -185,16 +176,22 @@ async def _extend(
     position = await store.extend(head.position, head.chain_hash, _events(history, hashes, head.count))
     if position is None:
         return None
-    identity = Identity(
+    return position, _identity(tenant, head.position, position, head.count, external, False)
+
+
+def _identity(
+    tenant: str, start: Position, position: Position, matched: int, external: str | None, created: bool
+) -> Identity:
+    """The identity of a request whose events were appended from `start`, ending at `position`."""
+    return Identity(
         tenant=tenant,
         conversation_id=position.conversation_id,
         branch_id=position.branch_id,
-        matched=head.count,
+        matched=matched,
         external_id=external,
-        created=False,
-        forked=False,
+        created=created,
+        forked=position.branch_id != start.branch_id,
     )
-    return position, identity
 
 
 def _events(history: list[Message], hashes: list[str], matched: int) -> list[NewEvent]:
