@@ -41,14 +41,6 @@ LATE_TRIM_MIN_BUDGET = 64_000
 trigger is a few thousand tokens, and trimming early is what keeps compaction away"""
 
 
-def pass_through_tokens(config: PolicyConfig, budget: Budget) -> int:
-    """The projected total up to which a request with no checkpoint goes as sent."""
-    trigger = int(config.trigger * budget.input_budget)
-    if budget.input_budget < LATE_TRIM_MIN_BUDGET:
-        return trigger
-    return max(trigger, int(config.late_trim * budget.input_budget))
-
-
 @dataclass(frozen=True)
 class Slot:
     """One group as it will be sent. `keep`: never dropped (pinned, newest user, last group).
@@ -104,7 +96,10 @@ class StepContext:
     @property
     def pass_through_tokens(self) -> int:
         """Up to this, a request with no checkpoint goes as sent (`PolicyConfig.late_trim`)."""
-        return pass_through_tokens(self.config, self.budget)
+        input_budget = self.budget.input_budget
+        if input_budget < LATE_TRIM_MIN_BUDGET:
+            return self.trigger_tokens
+        return max(self.trigger_tokens, int(self.config.late_trim * input_budget))
 
 
 @dataclass(frozen=True)

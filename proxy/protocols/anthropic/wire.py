@@ -45,9 +45,10 @@ class AnthropicWire(BaseWire):
         if messages is None:
             return None, {}  # usage is always in Anthropic streams: the client's bytes go as they are
         native = to_native(messages, prefix=0 if body.get("system") is None else 1)
-        if cache_markers(body, body["messages"]):  # the client caches: so is the summarized prefix
+        client = cache_markers(body, body["messages"])
+        if client:  # the client caches: so is the summarized prefix
             native = mark_summary(native)
-        if cache_markers(body, native) > MAX_CACHE_CONTROL >= cache_markers(body, body["messages"]):
+        if cache_markers(body, native) > MAX_CACHE_CONTROL >= client:
             body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
         return codec.dumps({**body, "messages": native}), {}
 
