@@ -90,6 +90,11 @@ def chunk_limit(
     return max(MIN_CHUNK_TOKENS, min(config.summary_chunk_tokens, room))
 
 
+def _rolling_summary_tokens(summary_budget: Budget | None, summary_max_tokens: int | None) -> int:
+    reserve = summary_budget.max_output_tokens if summary_budget else 0
+    return min(reserve, summary_max_tokens) if summary_max_tokens else reserve
+
+
 def _cut_marker(original: int, head: int, tail: int) -> str:
     return f"[cut for summarization: {original:,} chars; first {head:,} and last {tail:,} kept]"
 
@@ -268,8 +273,9 @@ def plan_compaction(
         config,
         previous_summary_tokens=checkpoint.tokens if checkpoint else 0,
         pinned_tokens=pinned_tokens,
-        # a summary is at most its reply reserve long, and it rolls into the next chunk's request
-        rolling_summary_tokens=summary_budget.max_output_tokens if summary_budget else 0,
+        # a summary is at most its reply reserve long, and no longer than the longest summary
+        # accepted (a longer one is rejected); it rolls into the next chunk's request
+        rolling_summary_tokens=_rolling_summary_tokens(summary_budget, budget.summary_max_tokens),
     )
     reason = (
         f"projected {projected_tokens:,} tokens > trigger {trigger_tokens:,} "

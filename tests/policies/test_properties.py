@@ -218,7 +218,8 @@ def test_compaction_plan_is_well_formed_and_applying_it_keeps_invariants(case: C
 @given(cases(), st.integers(1_000, 40_000), st.integers(0, 8_000))
 def test_chunks_fit_the_summarizers_own_window(case: Case, window: int, reserve: int) -> None:
     """With a summarizer budget of its own, every chunk fits next to the summary prompt, the
-    larger of the previous summary and the reply reserve (the rolling summary) and the pinned
+    larger of the previous summary and the rolling summary (the reply reserve, or the longest
+    summary accepted when that is less) and the pinned
     texts, whatever the main model's window; only an uncuttable single group may exceed it."""
     summarizer = Budget(window, min(reserve, window // 4), 3)
     case = replace(case, budget=replace(case.budget, summarizer=summarizer))
@@ -228,7 +229,10 @@ def test_chunks_fit_the_summarizers_own_window(case: Case, window: int, reserve:
     event("plan with a summarizer budget")
     previous = case.checkpoint.tokens if case.checkpoint else 0
     pinned = min(sum(i.tokens for i in case.items if i.seq in _pins(case)), PINNED_MAX_CHARS // 3)
-    room = summarizer.input_budget - 3 - SUMMARY_PROMPT_TOKENS - max(previous, summarizer.max_output_tokens) - pinned
+    rolling = summarizer.max_output_tokens  # a summary is no longer than the reply, nor the longest accepted
+    if case.budget.summary_max_tokens:
+        rolling = min(rolling, case.budget.summary_max_tokens)
+    room = summarizer.input_budget - 3 - SUMMARY_PROMPT_TOKENS - max(previous, rolling) - pinned
     limit = max(MIN_CHUNK_TOKENS, min(case.config.summary_chunk_tokens, room))
     groups = group_items(case.items)
     for chunk in result.record.compaction.chunks:

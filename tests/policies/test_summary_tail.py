@@ -140,6 +140,26 @@ def test_chunk_limit_fits_the_summarizer_window() -> None:
     assert small == 14_000 - 900 - 2_000 - 1_000
 
 
+def test_chunks_reserve_the_longest_accepted_summary_not_the_whole_reply() -> None:
+    """A chunk's summary rolls into the next chunk's request; it is at most `summary_max_tokens`
+    long (a longer one is rejected), so the chunks reserve that, not the summarizer's reply reserve."""
+    h = history(60, size=1_200)
+    summarizer = Budget(8_000, 2_000, 3)  # input budget 6,000; the reply may be 2,000 tokens
+
+    def largest_chunk(summary_max_tokens: int | None) -> int:
+        budget = Budget(16_000, 2_000, 0, summarizer=summarizer, summary_max_tokens=summary_max_tokens)
+        total = sum(i.tokens for i in h)
+        p = plan_compaction(
+            h, None, budget, PolicyConfig(), projected_tokens=total, overhead_tokens=0, count=fake_count
+        )
+        assert p is not None
+        return max(sum(i.tokens + 16 for i in chunk) for chunk in p.chunks)
+
+    pinned = fake_count(user("the task"))
+    assert largest_chunk(None) <= 6_000 - 3 - 900 - 2_000 - pinned
+    assert 6_000 - 3 - 900 - 2_000 - pinned < largest_chunk(800) <= 6_000 - 3 - 900 - 800 - pinned
+
+
 def test_cut_message_cuts_arguments_too() -> None:
     message = calls("a")
     message["tool_calls"][0]["function"]["arguments"] = "A" * 10_000
