@@ -7,8 +7,9 @@ the proxy's background job would), or at once when the request could only be ser
 (`on_overflow: wait`). The report compares what the client sent with what ctxproxy would send.
 
 The summarizer is a deterministic stand-in by default (`extractive_summary`: the first line of
-each event with its event id, bounded), so the numbers are reproducible; pass another
-`summarize` callable to measure a real model.
+each event with its event id, bounded by the route's `summary_max_tokens` as the proxy bounds a
+real summary), so the numbers are reproducible; pass another `summarize` callable to measure a
+real model.
 
 The stand-in also carries corrections of pinned values, as the real prompt asks: a later user
 message restating a key of a pinned message with another number ("budget 120" after a pinned
@@ -106,6 +107,19 @@ def extractive_summary(
             f"- {key}: {value} (replaces {old} stated in e{origin}; corrected in e{seq})"
             for key, (value, old, origin, seq) in sorted(corrections.items())
         )
+    return summary
+
+
+def bounded_summary(
+    previous: str | None, chunk: Sequence[Item], pinned: Sequence[Item], cap: int | None, count: Callable[[str], int]
+) -> str:
+    """`extractive_summary` no longer than `cap` tokens (None: its own character bound): the proxy
+    commits no longer summary (`proxy.compaction` asks once more, shorter, then rejects)."""
+    max_chars = 4000
+    summary = extractive_summary(previous, chunk, max_chars, pinned)
+    while cap is not None and max_chars > 200 and (size := count(summary)) > cap:
+        max_chars = int(max_chars * cap / size * 0.95)
+        summary = extractive_summary(previous, chunk, max_chars, pinned)
     return summary
 
 
@@ -257,7 +271,9 @@ def replay(
     hashes = identify.chain("replay", history)
     items = projector.items(history, hashes, counter)
     pinned = tuple(pinned_items(items, policy.pins))
-    base: Summarize = summarize or partial(extractive_summary, pinned=pinned)
+    base: Summarize = summarize or partial(
+        bounded_summary, pinned=pinned, cap=budget.summary_max_tokens, count=counter.count_text
+    )
     calls: list[tuple[int, int]] = []
 
     def summarizer(previous: str | None, chunk: Sequence[Item]) -> str:

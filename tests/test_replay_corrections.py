@@ -77,3 +77,31 @@ def test_offline_replay_shows_the_corrected_value_after_compaction() -> None:
     assert sent[1] == history[0]
     assert "budget: 120 (replaces 150" in sent[2]["content"] and "<conversation_summary" in sent[2]["content"]
     assert history[2] not in sent
+
+
+def test_the_stand_in_summary_is_no_longer_than_the_proxy_accepts() -> None:
+    """The proxy commits no summary over `summary_max_tokens`; neither does the replay's stand-in
+    (its bill would otherwise count output the proxy never pays for), and the bound keeps the
+    correction."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a planner."},
+        {"role": "user", "content": OBJECTIVE},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "Correction: budget 120 per person, the finance team said so."},
+    ]
+    for i in range(200):
+        messages += [
+            {"role": "assistant", "content": f"step {i}: " + "plan " * 60},
+            {"role": "user", "content": f"go on with item {i} " + "detail " * 20},
+        ]
+    messages.append({"role": "assistant", "content": "done"})
+    policy = Policy(context_window=8000, max_output_tokens=1000, summarizer={"summary_max_tokens": 300})
+    projector = Projector(ModelCatalog())
+    report = replay(messages, None, policy, "gpt-4o", projector, name="bounded")
+    outputs = [out for turn in report.turns for _, out in turn.summarizer_calls]
+    assert report.compactions >= 2 and outputs
+    counter = projector.counter("gpt-4o")
+    assert counter.count_text(extractive_summary(None, items(*messages[1:101]))) > 300  # unbounded: longer
+    assert max(outputs) <= 300
+    assert report.summary is not None and counter.count_text(report.summary) <= 300
+    assert "- budget: 120 (replaces 150 stated in e1; corrected in e3)" in report.summary
