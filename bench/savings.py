@@ -9,13 +9,15 @@ from typing import Any
 from bench.bodies import generated_session, transcript_files
 from bench.money import PRICES, Request, price_requests
 from bench.stats import r
+from proxy.protocols.anthropic.cache_control import MAX_CACHE_CONTROL, NEAR_LOOKBACK
 
 MONEY_MODELS = ("gpt-4.1", "claude-sonnet-4")
 SUMMARY_BREAKPOINT = True
 """the Anthropic projection carries a cache_control breakpoint on the summary block
 (proxy.protocols.anthropic.cache_control.mark_summary)"""
 POINT_BREAKPOINT = True
-"""... and one on the last tool result trimmed as old (`mark_point`, `Projection.cache_point`)"""
+"""... and one on the last tool result trimmed as old (`mark_point`, `Projection.cache_point`),
+and on the previous one when it is more than `NEAR_LOOKBACK` blocks back"""
 
 
 def requests_of(report: Any, proxied: bool) -> list[Request]:
@@ -34,7 +36,10 @@ def requests_of(report: Any, proxied: bool) -> list[Request]:
                 points.append(t.summary_at)
             if POINT_BREAKPOINT and t.point_at is not None:
                 points.append(t.point_at)
-            out.append(Request(t.blocks, tuple(points), t.output_tokens, t.summarizer_calls))
+                if t.previous_at is not None and t.point_at - t.previous_at > NEAR_LOOKBACK:  # as the wire does
+                    points.append(t.previous_at)
+            messages = sorted(set(points) - {system})[-(MAX_CACHE_CONTROL - 1) :]  # the cap drops the oldest
+            out.append(Request(t.blocks, (system, *messages), t.output_tokens, t.summarizer_calls))
         else:
             n = report.prefix_blocks + t.events
             out.append(Request(report.client_blocks[:n], (system, n - 1), t.output_tokens))

@@ -379,11 +379,15 @@ class Projection:
     `cache_point`: index in `messages` of the last tool result of the groups trimmed as old
     (`trim_tool_results`' boundary), None when none is sent. Everything up to it keeps its bytes
     until the boundary next moves, so a prompt cache entry ending there is read on that move,
-    when everything after it changes (the Anthropic wire puts a breakpoint there)."""
+    when everything after it changes (the Anthropic wire puts a breakpoint there).
+    `previous_point`: where `cache_point` was before the boundary's last move (None: nowhere
+    sent). The move's request reads the cache entry that ended there; a cache that looks for it
+    only a few blocks back from the new point (Anthropic: 20) needs a breakpoint on it too."""
 
     messages: list[dict[str, Any]]
     record: ProjectionRecord
     cache_point: int | None = None
+    previous_point: int | None = None
 
 
 class ContextOverflow(Exception):

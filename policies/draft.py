@@ -119,6 +119,8 @@ class Draft:
     """seqs of the newest turn's tool results cut so the request fits (`prune_groups`)"""
     old_groups: int = 0
     """groups trimmed as old: index below `trim_tool_results`' boundary (0: none)"""
+    previous_old_groups: int = 0
+    """the boundary one quantum back: where it stood before its last move (0: none)"""
 
     @cached_property
     def slots(self) -> tuple[Slot, ...]:
@@ -147,10 +149,17 @@ class Draft:
     def cache_point(self) -> int | None:
         """`Projection.cache_point`: the position in `messages()` of the last tool result of a
         tail slot trimmed as old."""
+        return self._last_result_below(self.old_groups)
+
+    def previous_point(self) -> int | None:
+        """`Projection.previous_point`: the cache point before the boundary's last move."""
+        return self._last_result_below(self.previous_old_groups)
+
+    def _last_result_below(self, groups: int) -> int | None:
         position = len(self.prefix) + sum(len(slot.messages) for slot in self.head) + len(self.summary)
         point = None
         for slot in self.tail:
-            if slot.index >= self.old_groups:
+            if slot.index >= groups:
                 break
             for k, message in enumerate(slot.messages):
                 if message.get("role") == "tool":

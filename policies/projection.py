@@ -67,7 +67,12 @@ def run_steps(draft: Draft, ctx: StepContext) -> Projection:
     budget = ctx.budget
     if draft.total > budget.input_budget:  # unreachable while prune_groups ends the order
         raise ContextOverflow(draft.total, budget.input_budget, budget.context_window, budget.max_output_tokens)
-    return Projection(messages=draft.messages(), record=make_record(draft, ctx), cache_point=draft.cache_point())
+    return Projection(
+        messages=draft.messages(),
+        record=make_record(draft, ctx),
+        cache_point=draft.cache_point(),
+        previous_point=draft.previous_point(),
+    )
 
 
 def project(

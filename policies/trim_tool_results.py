@@ -65,6 +65,11 @@ def trim_boundary(n_groups: int, config: ToolResultsConfig, input_budget: int | 
     return (raw // clear) * clear
 
 
+def previous_boundary(boundary: int, config: ToolResultsConfig, input_budget: int | None = None) -> int:
+    """Where `trim_boundary` stood before it last moved to `boundary` (one quantum back)."""
+    return max(0, boundary - recent_groups(config, input_budget)[1])
+
+
 def recall_hint(recall_tool: str | None) -> str:
     """The end of a marker when the request offers the recall tool: it can fetch the rest."""
     return f"; {recall_tool} can fetch it" if recall_tool else ""
@@ -208,4 +213,5 @@ def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
     head, head_entries = trim_slots(draft.head, boundary, ctx)
     tail, tail_entries = trim_slots(draft.tail, boundary, ctx)
     trimmed = draft.trimmed + tuple(head_entries) + tuple(tail_entries)
-    return replace(draft, head=head, tail=tail, trimmed=trimmed, old_groups=boundary)
+    previous = previous_boundary(boundary, ctx.config.tool_results, ctx.budget.input_budget)
+    return replace(draft, head=head, tail=tail, trimmed=trimmed, old_groups=boundary, previous_old_groups=previous)

@@ -76,7 +76,9 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
             )
             call.projection = projection.record.summary_dict()
             if _rewritten(projection):
-                sent = wire.with_cache_point(body, projection.messages, projection.cache_point)
+                sent = wire.with_cache_point(
+                    body, projection.messages, projection.cache_point, projection.previous_point
+                )
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
             raise

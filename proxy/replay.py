@@ -142,6 +142,8 @@ class TurnStat:
     """index in `blocks` of the summary block, when one is sent"""
     point_at: int | None = None
     """index in `blocks` of the projection's cache point (`Projection.cache_point`), if any"""
+    previous_at: int | None = None
+    """index in `blocks` of its previous point (`Projection.previous_point`), if any"""
     output_tokens: int = 0
     """the reply's tokens (the transcript's assistant message)"""
     summarizer_calls: tuple[tuple[int, int], ...] = ()
@@ -326,6 +328,7 @@ def replay(
         stat.baseline_reuse_tokens = _shared_prefix_tokens(previous_client, client, counter)
         stat.blocks, stat.summary_at = _blocks(sent, budget.fixed_tokens, counter, known)
         stat.point_at = None if projection.cache_point is None else projection.cache_point + 1  # after tools
+        stat.previous_at = None if projection.previous_point is None else projection.previous_point + 1
         stat.output_tokens = counter.count(message)
         report.turns.append(stat)
         previous_sent, previous_client = sent, client

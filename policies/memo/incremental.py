@@ -54,7 +54,7 @@ from policies.memo.tail import NO_TRIM, TailState
 from policies.projection import run_steps
 from policies.record import projection_record
 from policies.text import clone
-from policies.trim_tool_results import trim_boundary, trim_slots
+from policies.trim_tool_results import previous_boundary, trim_boundary, trim_slots
 
 
 def project_cached(
@@ -214,7 +214,9 @@ def project_incremental(
     messages.extend(summary)
     if any(type(message) is not dict for message in messages):
         messages = [message if type(message) is dict else clone(message) for message in messages]
-    cache_point = _cache_point(state, len(messages))
+    cache_point = _cache_point(state, len(messages), state.boundary)
+    previous = previous_boundary(state.boundary, config.tool_results, budget.input_budget)
+    previous_point = _cache_point(state, len(messages), previous)
     messages += state.body
     sent_seqs = (*head_seqs, *state.sent)
     ranges = seq_ranges(head_seqs)
@@ -233,14 +235,15 @@ def project_incremental(
         repaired=(*repaired, *state.repaired),
         sent_ranges=tuple(ranges),
     )
-    return Projection(messages=messages, record=record, cache_point=cache_point)
+    return Projection(messages=messages, record=record, cache_point=cache_point, previous_point=previous_point)
 
 
-def _cache_point(state: TailState, offset: int) -> int | None:
-    """`Draft.cache_point` of the state's slots, placed after `offset` messages."""
+def _cache_point(state: TailState, offset: int, boundary: int) -> int | None:
+    """`Draft.cache_point` (or `previous_point`, for the previous boundary) of the state's
+    slots, placed after `offset` messages."""
     if not state.trims:
         return None
-    old_end = state.msg_ends[bisect_left(state.slot_groups, state.boundary)]
+    old_end = state.msg_ends[bisect_left(state.slot_groups, boundary)]
     for position in range(old_end - 1, -1, -1):
         if state.body[position].get("role") == "tool":
             return offset + position

@@ -85,8 +85,11 @@ class Wire(Protocol):
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         """Validate messages[start:stop]; the rest equals an earlier accepted request."""
 
-    def with_cache_point(self, body: Json, messages: list[Message], point: int | None) -> list[Message]:
-        """`messages` with a prompt-cache breakpoint at `Projection.cache_point` where the wire's
+    def with_cache_point(
+        self, body: Json, messages: list[Message], point: int | None, previous: int | None = None
+    ) -> list[Message]:
+        """`messages` with a prompt-cache breakpoint at `Projection.cache_point` (and at its
+        `previous_point`, when the cache would not find it from the new one) where the wire's
         caching needs one (Anthropic, when the client caches); otherwise `messages` itself."""
 
     def encode(
@@ -124,6 +127,8 @@ class BaseWire:
     def is_stream(self, content_type: str) -> bool:
         return "text/event-stream" in content_type
 
-    def with_cache_point(self, body: Json, messages: list[Message], point: int | None) -> list[Message]:
+    def with_cache_point(
+        self, body: Json, messages: list[Message], point: int | None, previous: int | None = None
+    ) -> list[Message]:
         """Automatic prefix caching (OpenAI) needs no breakpoint."""
         return messages

@@ -5,7 +5,9 @@ scripted upstream, which bills a breakpoint whose prefix it has seen as a cache 
 Once the history crosses the trigger, the trim boundary moves every few turns and each move
 rewrites the results that turn old. Without a breakpoint of the proxy's own at the last old
 result, such a move reads only the system prompt from the cache and writes everything else at
-1.25x; with it, the move reads through the previous point.
+1.25x; with it, the move reads through the previous point. With groups of parallel calls the
+previous point is more than the API's 20-block lookback back from the new one, so it carries a
+breakpoint too on a move.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import copy
 from typing import Any
 
 import anthropic
+import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
 
@@ -28,6 +31,8 @@ TOOLS = [
     }
 ]
 POLICY = {"context_window": 24_000, "max_output_tokens": 1_000}  # 2 recent groups, a move every 2
+WIDER = {"context_window": 40_000, "max_output_tokens": 1_000, "tool_results": {"old_max_chars": 100}}
+# ... 4 recent groups, a move every 4; old results short enough that 40 turns need no compaction
 
 
 def _route(server: AnthropicUpstream) -> dict[str, Any]:
@@ -39,8 +44,8 @@ def _route(server: AnthropicUpstream) -> dict[str, Any]:
     }
 
 
-def _output(step: int) -> str:
-    return "".join(f"step {step} line {k}: compiled module_{k}.py with 0 warnings\n" for k in range(60))
+def _output(step: int, lines: int) -> str:
+    return "".join(f"step {step} line {k}: compiled module_{k}.py with 0 warnings\n" for k in range(lines))
 
 
 def _unmarked(message: dict[str, Any]) -> dict[str, Any]:
@@ -60,11 +65,17 @@ def _marked_results(body: dict[str, Any]) -> list[int]:
     ]
 
 
-def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(proxy, anthropic_upstream, api_key):
-    p = proxy(routes=[_route(anthropic_upstream)], policies={"default": POLICY})
+@pytest.mark.parametrize(
+    ("parallel", "policy", "lines"), [(1, POLICY, 60), (3, WIDER, 40)], ids=["one-call", "three-parallel-calls"]
+)
+def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(
+    proxy, anthropic_upstream, api_key, parallel, policy, lines
+):
+    # one call per group: 3 blocks a group, 6 between two points; three: 7 a group, 28 between
+    p = proxy(routes=[_route(anthropic_upstream)], policies={"default": policy})
     client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=30)
     anthropic_upstream.responder = lambda body: Reply(
-        text="next", tool_uses=[{"name": "bash", "input": {"cmd": "make"}}]
+        text="next", tool_uses=[{"name": "bash", "input": {"cmd": f"make part{k}"}} for k in range(parallel)]
     )
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Build every module."}]}]
     usages = []
@@ -75,16 +86,17 @@ def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(proxy, anthro
             model=MODEL, max_tokens=512, system=SYSTEM, tools=TOOLS, messages=[*messages[:-1], newest]
         )
         usages.append(reply.usage)
-        (use,) = [b for b in reply.content if b.type == "tool_use"]
+        uses = [b for b in reply.content if b.type == "tool_use"]
+        assert len(uses) == parallel
         messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
-        messages.append(
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": _output(step)}]}
-        )
+        results = [{"type": "tool_result", "tool_use_id": use.id, "content": _output(step, lines)} for use in uses]
+        messages.append({"role": "user", "content": results})
 
     assert anthropic_upstream.rejections == []
     sent = anthropic_upstream.message_requests
     assert len(sent) == 40
     moves = crossings = 0
+    system_prompt = usages[0].input_tokens + (usages[0].cache_creation_input_tokens or 0)  # and the task
     for before, after, usage in zip(sent[:-1], sent[1:], usages[1:], strict=True):
         old, new = before.body["messages"], after.body["messages"]
         first_change = next(
@@ -92,7 +104,7 @@ def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(proxy, anthro
             min(len(old), len(new)),
         )
         points = _marked_results(after.body)
-        assert len(points) <= 1
+        assert len(points) <= (1 if parallel == 1 else 2)
         if first_change >= len(old) - 1:
             continue  # only appended to: the client's own breakpoint reads the previous request
         if not _marked_results(before.body):
@@ -101,9 +113,13 @@ def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(proxy, anthro
         moves += 1
         # a move: the results that turned old were rewritten, after the previous cache point,
         # and the new request read everything up to that point from the cache
-        (previous,) = _marked_results(before.body)
+        previous = _marked_results(before.body)[-1]
         assert first_change > previous
         read, written = usage.cache_read_input_tokens or 0, usage.cache_creation_input_tokens or 0
-        assert read > (usage.input_tokens + read + written) / 2, (moves, usage)
-        assert points and points[0] > previous
+        if parallel == 1:
+            assert read > (usage.input_tokens + read + written) / 2, (moves, usage)
+        else:  # the old results are short next to 4 recent groups of 3: more than the system prompt
+            assert read > 3 * system_prompt, (moves, usage)
+        assert points and points[-1] > previous
+        assert points[0] == previous if parallel > 1 else points == [points[-1]]
     assert crossings == 1 and moves >= 5

@@ -149,7 +149,7 @@ def test_one_turn_more_reuses_the_previous_rendering() -> None:
         fresh = _project(grown, None, config)
         assert json.dumps(cached.messages) == json.dumps(fresh.messages)
         assert cached.record == fresh.record
-        assert cached.cache_point == fresh.cache_point
+        assert (cached.cache_point, cached.previous_point) == (fresh.cache_point, fresh.previous_point)
         assert json.dumps(cached.record.to_dict()) == json.dumps(fresh.record.to_dict())
     assert cache.incremental == len(history) - 2  # every call, the first one building the state
     # the first call renders its 2 groups; each later one the previous last group and the new one,
@@ -210,7 +210,7 @@ def test_non_dict_messages_are_sent_as_dicts_on_both_paths() -> None:
         assert all(type(m) is dict for m in cached.messages)
         assert json.dumps(cached.messages) == json.dumps(fresh.messages)
         assert cached.record == fresh.record
-        assert cached.cache_point == fresh.cache_point
+        assert (cached.cache_point, cached.previous_point) == (fresh.cache_point, fresh.previous_point)
     assert cache.incremental == 3
 
 
@@ -224,7 +224,8 @@ def test_the_cache_point_ends_the_old_results_and_its_prefix_survives_each_bound
     points, moves = [], 0
     for n in range(3, len(history) + 1, 2):  # each request adds one whole group
         projection = _project(history[:n], cache, config)
-        assert projection.cache_point == _project(history[:n], None, config).cache_point
+        fresh = _project(history[:n], None, config)
+        assert (projection.cache_point, projection.previous_point) == (fresh.cache_point, fresh.previous_point)
         point = projection.cache_point
         if point is not None:
             message = projection.messages[point]
@@ -239,8 +240,10 @@ def test_the_cache_point_ends_the_old_results_and_its_prefix_survives_each_bound
                 changed = next(
                     i for i, (a, b) in enumerate(zip(previous.messages, projection.messages, strict=False)) if a != b
                 )
-                # the move rewrites the next group's result, just past the point
+                # the move rewrites the next group's result, just past the point, where the
+                # projection's previous point says the previous cache point was
                 assert changed == previous.cache_point + 2
+                assert projection.previous_point == previous.cache_point
         points.append(point)
         previous = projection
     assert moves >= 3 and points[0] is None and points[-1] is not None

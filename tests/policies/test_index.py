@@ -46,7 +46,8 @@ def fingerprint(projection: Projection) -> Any:
     chunks = None
     if record.compaction is not None:
         chunks = [[(i.seq, json.dumps(i.message), i.tokens) for i in chunk] for chunk in record.compaction.chunks]
-    return json.dumps(projection.messages), json.dumps(record.to_dict()), record, chunks, projection.cache_point
+    points = (projection.cache_point, projection.previous_point)
+    return json.dumps(projection.messages), json.dumps(record.to_dict()), record, chunks, points
 
 
 def _checkpoint_for(case: Case, n: int) -> Checkpoint | None:

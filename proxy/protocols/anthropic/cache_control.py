@@ -18,7 +18,10 @@ The cache point: the last tool result trimmed as old (`Projection.cache_point`) 
 the client's previous breakpoints then differs, and without this one each such turn would read
 only the system prompt from the cache and write the rest at 1.25x. The region through the point
 keeps its bytes until the next move, so the move reads up to it (within the 20-block lookback of
-the new point) and writes only the groups that turned old and the new turn.
+the new point) and writes only the groups that turned old and the new turn. Groups of parallel
+calls put more blocks than that between two points (4 groups of 3 calls: 28 blocks), so when the
+previous point (`Projection.previous_point`) is more than `NEAR_LOOKBACK` blocks back it is marked
+too, and the move reads through it.
 
 Example: `{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}` as block 0 of a
 user message becomes the block `{"type": "text", "text": "hi"}` and the marker
@@ -35,6 +38,10 @@ from ... import identify
 from ...types import Json, Message
 
 MAX_CACHE_CONTROL = 4
+LOOKBACK = 20
+"""content blocks before a breakpoint where the API looks for a cache entry ("about 20")"""
+NEAR_LOOKBACK = LOOKBACK - 4
+"""blocks between the previous and the new cache point past which the previous one is marked too"""
 
 MARKERS = identify.CACHE_MARKERS
 """Where a common message keeps its blocks' cache_control markers: a key identity

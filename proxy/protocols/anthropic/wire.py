@@ -10,7 +10,14 @@ from ...tail_parse import BodyMemo
 from ...types import Json, Message, as_list
 from ...usage import Usage, from_anthropic
 from ..base import BaseWire
-from .cache_control import MAX_CACHE_CONTROL, cache_markers, cap_cache_control, mark_point, mark_summary
+from .cache_control import (
+    MAX_CACHE_CONTROL,
+    NEAR_LOOKBACK,
+    cache_markers,
+    cap_cache_control,
+    mark_point,
+    mark_summary,
+)
 from .convert import assistant_to_common, messages_to_common, system_to_common, to_native
 from .errors import error_bytes
 from .stream import MessageStream
@@ -52,10 +59,15 @@ class AnthropicWire(BaseWire):
             body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
         return codec.dumps({**body, "messages": native}), {}
 
-    def with_cache_point(self, body: Json, messages: list[Message], point: int | None) -> list[Message]:
+    def with_cache_point(
+        self, body: Json, messages: list[Message], point: int | None, previous: int | None = None
+    ) -> list[Message]:
         if point is None or not cache_markers(body, body["messages"]):
             return messages
-        return [*messages[:point], mark_point(messages[point]), *messages[point + 1 :]]
+        out = [*messages[:point], mark_point(messages[point]), *messages[point + 1 :]]
+        if previous is not None and previous < point and _blocks(messages[previous + 1 : point + 1]) > NEAR_LOOKBACK:
+            out[previous] = mark_point(messages[previous])  # groups of parallel calls: too far back
+        return out
 
     def observer(self, body: Json) -> MessageStream:
         return MessageStream()
@@ -94,3 +106,8 @@ class AnthropicWire(BaseWire):
 
 
 WIRE = AnthropicWire()
+
+
+def _blocks(messages: list[Message]) -> int:
+    """Content blocks of `messages` as sent (a string content is one)."""
+    return sum(len(m["content"]) if isinstance(m.get("content"), list) else 1 for m in to_native(messages, prefix=0))
