@@ -3,8 +3,8 @@ redis-server vs a local Redis Cluster (three primaries, three replicas), with an
 
 One client, sequential, so the figure is the store's own latency (round trips and script time),
 not the proxy's: each turn does what a proxy turn does to the store (find the stored prefix,
-append the new user message, read the active checkpoint and the last call, record the call,
-append the answer). Configurations are interleaved per round. Then memory: `used_memory` summed
+append the new user message, read the active checkpoint and the last call, record the call
+with the answer). Configurations are interleaved per round. Then memory: `used_memory` summed
 over the primaries before and after storing conversations of a given size, per conversation and
 per stored event.
 
@@ -26,7 +26,7 @@ from typing import Any
 from bench.procs import free_port
 from proxy import identify
 from proxy.store import make_store
-from proxy.store.base import CallRecord, NewEvent, Position
+from proxy.store.base import CallRecord, NewEvent, Position, ResponseTurn
 from proxy.store.redis import RedisStore
 from tests.support.redis_server import RedisCluster, RedisServer
 
@@ -58,10 +58,11 @@ async def _turns(store: RedisStore, turns: int, size: int) -> list[float]:
         answer = _message(conv.id, 2 * t + 1, size)
         call = CallRecord(uuid.uuid4().hex, TENANT, "r", "m", "main", False, time.time(), conv.id, pos.branch_id)
         call.response = answer
-        await store.record_call(call)
         history.append(answer)
         chain = identify.chain(TENANT, history)
-        await store.append(pos, [NewEvent("assistant", answer, chain[-1], "response")], None)
+        await store.record_answered(
+            call, ResponseTurn(pos, "sys", NewEvent("assistant", answer, chain[-1], "response"))
+        )
         out.append((time.perf_counter() - started) * 1000)
     return out
 

@@ -25,23 +25,14 @@ _KNOWN = frozenset(_CALL_FIELDS)
 class Calls(RedisConnection):
     @guarded
     async def record_call(self, call: CallRecord) -> None:
-        payload = codec.dumps_str(_call_dict(call))
         cid = call.conversation_id
         if cid is None or not is_conversation_id(cid):
             if cid is not None:
                 raise ConversationGone(f"conversation {cid} does not exist")
+            payload = codec.dumps_str(_call_dict(call))
             await self._run("record_orphan", self.keys.orphan(call.id), call.id, num(call.started_at), payload)
             return
-        reply = await self._run(
-            "record_call",
-            self.keys.conversation(cid),
-            cid,
-            call.id,
-            call.branch_id or "",
-            call.purpose,
-            num(call.started_at),
-            payload,
-        )
+        reply = await self._run("record_call", self.keys.conversation(cid), *record_args(call, cid))
         if reply[0] == "GONE":
             raise ConversationGone(f"conversation {cid} was deleted")
 
@@ -101,6 +92,12 @@ class Calls(RedisConnection):
     @guarded
     async def purge_calls(self, before: float) -> int:
         return await self._purge_by_conversation("call-index", "purge_calls", before)
+
+
+def record_args(call: CallRecord, cid: str) -> list[Any]:
+    """record_call.lua's ARGV (the first six of record_answered.lua's) for a call of `cid`."""
+    payload = codec.dumps_str(_call_dict(call))
+    return [cid, call.id, call.branch_id or "", call.purpose, num(call.started_at), payload]
 
 
 def _call_dict(call: CallRecord) -> dict[str, Any]:

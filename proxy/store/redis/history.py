@@ -1,4 +1,5 @@
-"""Conversations, branches and their events: appends and forks, listings, deletes."""
+"""Conversations, branches and their events: appends and forks, listings, deletes; an answered
+call's record with its response turn."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 from ... import codec
 from ...errors import ConversationGone, StoreError
-from ..base import Branch, Conversation, NewEvent, Position, StoredEvent
+from ..base import Branch, CallRecord, Conversation, NewEvent, Position, ResponseTurn, StoredEvent
+from .calls import record_args
 from .connection import guarded, num
 from .identity import Identity
 from .keys import conversation_of, ext_tag, is_conversation_id, main_branch_id, new_conversation_id
@@ -64,17 +66,15 @@ class History(Identity):
         tenant = await self._tenant(cid) if is_conversation_id(cid) else None
         if tenant is None:
             raise ConversationGone(f"conversation {cid} no longer exists")
-        mode = ("1" if system_hash is not None else "0") if stamp else "quiet"
         # The tenant-wide index first (identity.py): a crash after it leaves an entry the
         # conversation does not hold, which lookups skip; never a stored event nobody can find.
         hashes = [e.chain_hash for e in events]
         await self._index(tenant, cid, hashes, add=True)
-        reply = await self._run("append", self.keys.conversation(cid), *_append_args(start, events, mode, system_hash))
-        if reply[0] == "GONE":
-            await self._index(tenant, cid, hashes, add=False)
-            raise ConversationGone(f"conversation {cid} no longer exists")
-        if reply[0] != "OK":
-            raise StoreError(f"append refused: {reply[0]} {reply[1:]}")
+        args = append_args(start, events, system_hash, stamp)
+        reply = await self._run("append", self.keys.conversation(cid), *args)
+        refused = await self._refused(tenant, cid, hashes, reply)
+        if refused is not None:
+            raise refused
         return Position(cid, reply[1], int(reply[2]))
 
     @guarded
@@ -95,7 +95,7 @@ class History(Identity):
             return None
         # Then as `append`: the entries first.
         await self._index(tenant, cid, hashes, add=True)
-        args = _append_args(head, events, "quiet", None, head_hash)
+        args = append_args(head, events, None, False, head_hash)
         reply = await self._run("append", self.keys.conversation(cid), *args)
         if reply[0] != "OK":
             # Refused (GONE, STALE): the entries go again, or a conversation deleted before the
@@ -106,6 +106,38 @@ class History(Identity):
             await self._index(tenant, cid, hashes, add=False)
             return None
         return Position(cid, reply[1], int(reply[2]))
+
+    @guarded
+    async def record_answered(self, call: CallRecord, turn: ResponseTurn) -> Position | StoreError | None:
+        # One script, in the conversation's slot: the record, then the turn (and, before it, the
+        # answer's entry in the tenant-wide index, as `append` writes it).
+        cid = turn.end.conversation_id
+        if not is_conversation_id(cid):
+            raise ConversationGone(f"conversation {cid} does not exist")
+        tenant = await self._tenant(cid)
+        events = [] if turn.answer is None else [turn.answer]
+        hashes = [e.chain_hash for e in events] if tenant is not None else []
+        if tenant is not None:
+            await self._index(tenant, cid, hashes, add=True)
+        args = append_args(turn.end, events, turn.system_hash, True)
+        reply = await self._run("record_answered", self.keys.conversation(cid), *record_args(call, cid), *args)
+        if reply[0] == "GONE":
+            await self._refused(tenant, cid, hashes, reply)
+            raise ConversationGone(f"conversation {cid} was deleted")
+        refused = await self._refused(tenant, cid, hashes, reply[1:])
+        if refused is not None or turn.answer is None:
+            return refused
+        return Position(cid, reply[2], int(reply[3]))
+
+    async def _refused(self, tenant: str | None, cid: str, hashes: list[str], reply: list[Any]) -> StoreError | None:
+        """What an append.lua reply refused, with the index entries written for it taken back."""
+        if reply[0] == "OK":
+            return None
+        if reply[0] != "GONE":
+            return StoreError(f"append refused: {reply[0]} {reply[1:]}")
+        if tenant is not None:
+            await self._index(tenant, cid, hashes, add=False)
+        return ConversationGone(f"conversation {cid} no longer exists")
 
     @guarded
     async def retract(self, end: Position, hashes: list[str]) -> bool:
@@ -240,13 +272,15 @@ class History(Identity):
         return [str(cid) for cid, _ in itertools.islice(merged, limit)]
 
 
-def _append_args(
-    start: Position, events: list[NewEvent], mode: str, system_hash: str | None, expect: str = ""
+def append_args(
+    start: Position, events: list[NewEvent], system_hash: str | None, stamp: bool, expect: str = ""
 ) -> list[Any]:
-    """append.lua's ARGV."""
+    """append.lua's ARGV (record_answered.lua's from its seventh on); `expect`: `extend`'s guard."""
     now = time.time()
+    mode = ("1" if system_hash is not None else "0") if stamp else "quiet"
+    fork_base = secrets.token_hex(4)
     args: list[Any] = [start.conversation_id, start.branch_id, start.seq, mode, system_hash or "", num(now)]
-    args += [secrets.token_hex(4), expect]
+    args += [fork_base, expect]
     for event in events:
         payload = {
             "role": event.role,
