@@ -1,5 +1,4 @@
-"""Conversations, branches and their events: appends and forks, listings, deletes; an answered
-call's record with its response turn."""
+"""Conversations, branches and their events: appends and forks, listings, deletes."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from typing import Any
 
 from ... import codec
 from ...errors import ConversationGone, StoreError
-from ..base import Branch, CallRecord, Conversation, NewEvent, Position, ResponseTurn, StoredEvent
-from .calls import record_args
+from ..base import Branch, Conversation, NewEvent, Position, StoredEvent
 from .connection import guarded, num
 from .identity import Identity
 from .keys import conversation_of, ext_tag, is_conversation_id, main_branch_id, new_conversation_id
@@ -106,38 +104,6 @@ class History(Identity):
             await self._index(tenant, cid, hashes, add=False)
             return None
         return Position(cid, reply[1], int(reply[2]))
-
-    @guarded
-    async def record_answered(self, call: CallRecord, turn: ResponseTurn) -> Position | StoreError | None:
-        # One script, in the conversation's slot: the record, then the turn (and, before it, the
-        # answer's entry in the tenant-wide index, as `append` writes it).
-        cid = turn.end.conversation_id
-        if not is_conversation_id(cid):
-            raise ConversationGone(f"conversation {cid} does not exist")
-        tenant = await self._tenant(cid)
-        events = [] if turn.answer is None else [turn.answer]
-        hashes = [e.chain_hash for e in events] if tenant is not None else []
-        if tenant is not None:
-            await self._index(tenant, cid, hashes, add=True)
-        args = append_args(turn.end, events, turn.system_hash, True)
-        reply = await self._run("record_answered", self.keys.conversation(cid), *record_args(call, cid), *args)
-        if reply[0] == "GONE":
-            await self._refused(tenant, cid, hashes, reply)
-            raise ConversationGone(f"conversation {cid} was deleted")
-        refused = await self._refused(tenant, cid, hashes, reply[1:])
-        if refused is not None or turn.answer is None:
-            return refused
-        return Position(cid, reply[2], int(reply[3]))
-
-    async def _refused(self, tenant: str | None, cid: str, hashes: list[str], reply: list[Any]) -> StoreError | None:
-        """What an append.lua reply refused, with the index entries written for it taken back."""
-        if reply[0] == "OK":
-            return None
-        if reply[0] != "GONE":
-            return StoreError(f"append refused: {reply[0]} {reply[1:]}")
-        if tenant is not None:
-            await self._index(tenant, cid, hashes, add=False)
-        return ConversationGone(f"conversation {cid} no longer exists")
 
     @guarded
     async def retract(self, end: Position, hashes: list[str]) -> bool:
