@@ -2,11 +2,11 @@
 redis-server vs a local Redis Cluster (three primaries, three replicas), with and without WAIT.
 
 One client, sequential, so the figure is the store's own latency (round trips and script time),
-not the proxy's: each turn does what a proxy turn does to the store (find the stored prefix,
-append the new user message, read the active checkpoint and the last call, record the call,
-append the answer). Configurations are interleaved per round. Then memory: `used_memory` summed
-over the primaries before and after storing conversations of a given size, per conversation and
-per stored event.
+not the proxy's: each turn does what a proxy turn does to the store (append the new user message
+at the head the previous answer left -- `extend`; the first turn finds the stored prefix and
+appends --, read the active checkpoint and the last call, record the call with the answer).
+Configurations are interleaved per round. Then memory: `used_memory` summed over the primaries
+before and after storing conversations of a given size, per conversation and per stored event.
 
 Writes bench/results/cluster-store-<stamp>.json and prints a markdown table.
 """
@@ -26,7 +26,7 @@ from typing import Any
 from bench.procs import free_port
 from proxy import identify
 from proxy.store import make_store
-from proxy.store.base import CallRecord, NewEvent, Position
+from proxy.store.base import CallRecord, NewEvent, Position, ResponseTurn
 from proxy.store.redis import RedisStore
 from tests.support.redis_server import RedisCluster, RedisServer
 
@@ -43,25 +43,31 @@ async def _turns(store: RedisStore, turns: int, size: int) -> list[float]:
     """Per-turn store latency (ms) of one conversation growing `turns` user+assistant pairs."""
     history: list[dict[str, Any]] = []
     conv = await store.create_conversation(TENANT, None)
+    head: tuple[Position, str] | None = None  # where the previous answer was stored, its hash
     out = []
     for t in range(turns):
         history.append(_message(conv.id, 2 * t, size))
         started = time.perf_counter()
         hashes = identify.chain(TENANT, history)
-        match = await store.find_longest(hashes, TENANT, None)
-        start = match.position if match else Position(conv.id, conv.main_branch_id, 0)
-        have = match.count if match else 0
-        new = [NewEvent(m["role"], m, h, "request") for m, h in zip(history[have:], hashes[have:], strict=True)]
-        pos = await store.append(start, new, "sys")
+        request = NewEvent("user", history[-1], hashes[-1], "request")
+        pos = await store.extend(head[0], head[1], [request]) if head is not None else None
+        if pos is None:  # the first turn: the lookup
+            match = await store.find_longest(hashes, TENANT, None)
+            start = match.position if match else Position(conv.id, conv.main_branch_id, 0)
+            have = match.count if match else 0
+            new = [NewEvent(m["role"], m, h, "request") for m, h in zip(history[have:], hashes[have:], strict=True)]
+            pos = await store.append(start, new, None, stamp=False)
         await store.active_checkpoint(pos.branch_id)
         await store.last_call(pos.branch_id, "main")
         answer = _message(conv.id, 2 * t + 1, size)
         call = CallRecord(uuid.uuid4().hex, TENANT, "r", "m", "main", False, time.time(), conv.id, pos.branch_id)
         call.response = answer
-        await store.record_call(call)
         history.append(answer)
-        chain = identify.chain(TENANT, history)
-        await store.append(pos, [NewEvent("assistant", answer, chain[-1], "response")], None)
+        answer_hash = identify.message_hash(hashes[-1], answer)
+        where = await store.record_answered(
+            call, ResponseTurn(pos, "sys", NewEvent("assistant", answer, answer_hash, "response"))
+        )
+        head = (where, answer_hash) if isinstance(where, Position) else None
         out.append((time.perf_counter() - started) * 1000)
     return out
 

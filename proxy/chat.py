@@ -3,7 +3,7 @@
 `handle` reads as DESIGN's steps, one call each: route (`routing`), identify + ingest (`ingest`),
 project (`projection`, which may start a compaction: `compaction`), forward (`upstream`), relay
 (`relay` for streams, `http.RawResponse` for whole bodies), record (`record`). The response turn
-is appended and the call record written after the client has its answer; a request that got no
+and the call record are written together after the client has its answer; a request that got no
 answer (an error status from the upstream, or a failure before one) is retracted from the
 history instead (`ingest.reject`).
 """
@@ -23,7 +23,7 @@ from .config import Policy, Route
 from .endpoints import relay_unchanged
 from .errors import ConversationGone, ProxyError, StoreError
 from .http import Incoming, RawResponse, client_api_key, read_body
-from .ingest import Ingested, append_response, ingest, reject
+from .ingest import Ingested, answer_stored, ingest, reject, response_turn
 from .protocols.base import Wire
 from .recall.detour import detour
 from .recall.tool import offered, with_tool
@@ -230,34 +230,29 @@ async def _client_left(services: Services, wire: Wire, call: CallRecord, t0: flo
 async def _close_call(
     services: Services, wire: Wire, call: CallRecord, ingested: Ingested, error_kind: str | None
 ) -> None:
-    """Write the record; an accepted request joins the history (with its answer when complete,
-    which also calibrates the estimate), a rejected one is retracted."""
-    accepted = call.upstream_status is not None and 200 <= call.upstream_status < 300
-    if not accepted:
+    """Write the record; an accepted request joins the history in the same write (with its answer
+    when complete, which also calibrates the estimate), a rejected one is retracted."""
+    if call.upstream_status is None or not 200 <= call.upstream_status < 300:
         call.branch_id = None  # a rejected call is no branch's last call
-    await services.recorder.finish(call, wire.name, error_kind)
-    if not accepted:
+        await services.recorder.finish(call, wire.name, error_kind)
         await _reject(services, ingested)
         return
+    turn = response_turn(ingested, call.response if call.status == "complete" else None, call.id)
+    answer_stored(ingested, turn, await services.recorder.finish(call, wire.name, error_kind, turn))
     if (
         call.status == "complete"
         and call.projection is not None
         and call.branch_id is not None
         and "recall_rounds" not in call.projection
     ):
-        # What the upstream billed feeds the estimate of the next call on this branch.
+        # What the upstream billed (normalized by `finish`) feeds the estimate of the next call on
+        # this branch.
         services.projector.calibrate(
             call.branch_id,
             call.projection.get("checkpoint_generation") or 0,
             call.projection.get("sent_tokens") or 0,
             call.usage.get("input_total"),
         )
-    try:
-        await append_response(services.store, ingested, call.response if call.status == "complete" else None, call.id)
-    except StoreError as exc:
-        # The conversation was deleted while the call ran, or the store failed after the answer
-        # was already relayed: the client has its answer, the call record says what happened.
-        log.warning("response of call %s not stored: %s", call.id, exc)
 
 
 async def _reject(services: Services, ingested: Ingested) -> None:

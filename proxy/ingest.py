@@ -35,8 +35,9 @@ resolved as above. Example: [u1] answered a1 is stored at seq 2 of branch b; the
 [u1, a1, u2] has a1's hash at index 1, so u2 goes to seq 3 of b, unless b has moved past seq 2.
 
 Rejected requests leave no trace: the request's new events are appended unstamped (the branch's
-and conversation's `updated_at` and system hash stay as they were), and `append_response` stamps
-them once the upstream accepted the request (2xx), with the answer when there is one. When the
+and conversation's `updated_at` and system hash stay as they were), and the `response_turn`
+stamps them once the upstream accepted the request (2xx), with the answer when there is one (the
+recorder writes it with the call record, `Store.record_answered`). When the
 upstream (or the proxy itself) rejects the request instead, `reject` retracts those events --
 and the branch they forked, if any -- so identity matching, projections and the admin API's
 default branch are exactly as before the request. A turn the client saw answered, even partly
@@ -54,7 +55,7 @@ from . import identify
 from .errors import BadRequest
 from .history_cache import Head, HistoryCache, Remembered
 from .protocols.base import Wire
-from .store.base import NewEvent, Position, Store
+from .store.base import NewEvent, Position, ResponseTurn, Store
 from .types import Identity, Message
 
 _EXTERNAL_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
@@ -101,7 +102,7 @@ async def ingest(
     head = _continued(known, hashes)
     args = (store, tenant, system_hash, history, hashes, explicit, session, head)
     position, identity, lookup = await _append_request(*args)
-    if hashes:  # until `append_response` moves it to the answer (a next request may come first)
+    if hashes:  # until `answer_stored` moves it to the answer (a next request may come first)
         remembered.head = Head(position, hashes[-1], len(hashes))
     cache.remember(tenant, remembered)
     appended = hashes[identity.matched :]
@@ -218,22 +219,23 @@ async def _session_start(store: Store, tenant: str, session: identify.Session) -
     return Position(conversation.id, conversation.main_branch_id, 0), False
 
 
-async def append_response(store: Store, ingested: Ingested, message: Message | None, call_id: str) -> Position:
-    """The upstream accepted the request: stamp its events (and the system prefix it was called
-    with) and append the answer, when there is a whole one."""
-    events = []
+def response_turn(ingested: Ingested, message: Message | None, call_id: str) -> ResponseTurn:
+    """The upstream accepted the request: the turn that stamps its events (and the system prefix
+    it was called with) and appends the answer, when there is a whole one."""
+    answer = None
     if message is not None:
         parent = ingested.hashes[-1] if ingested.hashes else identify.root_hash(ingested.identity.tenant)
         chain_hash = identify.message_hash(parent, message)
-        events.append(
-            NewEvent(role="assistant", message=message, chain_hash=chain_hash, source="response", call_id=call_id)
-        )
-    position = await store.append(ingested.position, events, ingested.system_hash)
-    if events:
-        ingested.remembered.head = Head(position, events[0].chain_hash, len(ingested.hashes) + 1)
-    elif ingested.hashes:
-        ingested.remembered.head = Head(position, ingested.hashes[-1], len(ingested.hashes))
-    return position
+        answer = NewEvent(role="assistant", message=message, chain_hash=chain_hash, source="response", call_id=call_id)
+    return ResponseTurn(ingested.position, ingested.system_hash, answer)
+
+
+def answer_stored(ingested: Ingested, turn: ResponseTurn, position: Position | None) -> None:
+    """`turn` was stored, its answer at `position` (`Store.record_answered`; None: no answer
+    event): the conversation's next request continues there. Without one the head stays where
+    `ingest` left it, the request's own last event (the stamp moves nothing)."""
+    if position is not None and turn.answer is not None:
+        ingested.remembered.head = Head(position, turn.answer.chain_hash, len(ingested.hashes) + 1)
 
 
 async def reject(store: Store, ingested: Ingested) -> bool:

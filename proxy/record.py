@@ -3,10 +3,10 @@
 A call is opened before it goes upstream (`Recorder.open`), its outcome is read into it when it
 ends (`answered` for a whole body, `streamed` for a relayed stream, `failed` when the hop raised),
 and `Recorder.finish` is the one place a record is completed and written: cost at the provider
-model's prices, metrics, then the store. The purposes are `main` (the client's own call) and
-`summary` (a compaction's summarizer call) and `recall` (a call whose answer called the proxy's
-recall tool and was consumed by it, `proxy/recall/`); all go to the ledger, and only main calls
-feed the context calibration.
+model's prices, metrics, then the store (an accepted main call's record together with its response
+turn). The purposes are `main` (the client's own call) and `summary` (a compaction's summarizer
+call) and `recall` (a call whose answer called the proxy's recall tool and was consumed by it,
+`proxy/recall/`); all go to the ledger, and only main calls feed the context calibration.
 
 The status of a streamed call follows from who ended it: the end event reaching the client is
 `complete` (a disconnect after it is the client hanging up, not a loss); a client that went away
@@ -32,7 +32,7 @@ from .ledger import call_cost
 from .metrics import Metrics
 from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome
-from .store.base import CallRecord, Store
+from .store.base import CallRecord, Position, ResponseTurn, Store
 from .upstream.base import UpstreamResponse
 from .upstream.litellm import usage_from_litellm
 
@@ -175,9 +175,13 @@ class Recorder:
         await self.store.put_blob(digest, data)
         return digest
 
-    async def finish(self, call: CallRecord, wire: str, error_kind: str | None = None) -> None:
-        """The one place a record is completed: cost, metrics, then the store. A store failure is
-        logged, never raised: the client has (or is getting) its answer already."""
+    async def finish(
+        self, call: CallRecord, wire: str, error_kind: str | None = None, turn: ResponseTurn | None = None
+    ) -> Position | None:
+        """The one place a record is completed: cost, metrics, then the store -- in one write with
+        `turn`, the response turn of the accepted request the call answered; returns where its
+        answer was stored (None: no answer stored). A store failure is logged, never raised: the
+        client has (or is getting) its answer already."""
         provider_model = self._provider_models.get(call.route) if call.purpose == "main" else None
         if provider_model and call.usage_raw is not None:
             call.usage = usage_from_litellm(call.usage_raw).to_dict()  # litellm's cache writes are inside the input
@@ -185,9 +189,19 @@ class Recorder:
         call.cost_usd = call_cost(call.usage, self.catalog.info(price_model)) if price_model else None
         self.metrics.observe_call(call, wire, error_kind)
         try:
-            await self.store.record_call(call)
+            if turn is None:
+                await self.store.record_call(call)
+                return None
+            stored = await self.store.record_answered(call, turn)
         except StoreError as exc:
-            log.error("call record %s not stored: %s", call.id, exc)
+            log.error("call record %s not stored%s: %s", call.id, "" if turn is None else ", nor its response", exc)
+            return None
+        if isinstance(stored, StoreError):
+            # The turn had nowhere to go (its branch retracted meanwhile by an identical rejected
+            # request): the client has its answer, the call record says what happened.
+            log.warning("response of call %s not stored: %s", call.id, stored)
+            return None
+        return stored
 
 
 def _json_object(data: bytes) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from ..errors import StoreError
 from ..types import Message
 from ..usage import TOKEN_FIELDS
 
@@ -52,6 +53,17 @@ class Position:
     conversation_id: str
     branch_id: str
     seq: int
+
+
+@dataclass(frozen=True)
+class ResponseTurn:
+    """What an accepted request adds to its history once answered (`Store.record_answered`):
+    the stamp of its events at `end` with the system prefix it was called with, and the answer
+    appended after them when there is a whole one."""
+
+    end: Position
+    system_hash: str
+    answer: NewEvent | None
 
 
 @dataclass(frozen=True)
@@ -333,6 +345,15 @@ class Store(Protocol):
     async def get_blob(self, digest: str) -> str | None: ...
 
     async def record_call(self, call: CallRecord) -> None: ...
+
+    async def record_answered(self, call: CallRecord, turn: ResponseTurn) -> Position | StoreError | None:
+        """`record_call(call)` and `append(turn.end, [turn.answer], turn.system_hash)` in one
+        write (`call` belongs to the turn's conversation). Returns where the answer is stored (the
+        head the next request `extend`s; not `turn.end`'s branch when the append forked because
+        another request moved that head), None when the turn has no answer. Raises, storing
+        nothing, when the record is refused (a deleted conversation refuses the turn too). A
+        refused turn is returned, not raised: the record is stored all the same."""
+
     async def last_call(self, branch_id: str, purpose: str) -> CallRecord | None: ...
 
     async def active_checkpoint(self, branch_id: str) -> StoredCheckpoint | None:

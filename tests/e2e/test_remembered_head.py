@@ -171,3 +171,35 @@ def test_a_head_moved_by_another_process_is_looked_up(two_processes, upstream, a
 
     assert delta(a0, identity_counts(a)) == {"remembered": 1, "stale": 2, "lookup": 1}
     assert delta(b0, identity_counts(b)) == {"remembered": 0, "stale": 1, "lookup": 1}
+
+
+def test_an_answer_forked_by_another_process_is_the_head_the_next_request_continues(two_processes, upstream, api_key):
+    """A's answer is stored after B moved the branch on, so it forks; A remembers where the store
+    put it (`Store.record_answered`'s position, on the fork), and A's next request on that fork is
+    appended there without a lookup."""
+    a, b = two_processes
+    tag = uuid.uuid4().hex[:8]
+    hold = threading.Event()
+    first = [user(f"{tag} u1")]
+    conv = turn(a, api_key, first)
+    first.append(user(f"{tag} u2"))
+    upstream.push(Reply(content=f"{tag} late answer", chunks=4, hold=hold))
+    with a.client(api_key).chat.completions.with_streaming_response.create(
+        model=MODEL, messages=first, stream=True
+    ) as raw:
+        chunks = raw.parse()
+        next(iter(chunks))  # in flight, held upstream
+        other = [*first, {"role": "assistant", "content": f"{tag} own answer"}, user(f"{tag} u3")]
+        assert turn(b, api_key, other) == conv
+        hold.set()
+        for _ in chunks:
+            pass
+    wait_until(lambda: len(a.conversation(conv)["branches"]) == 2, what="the late answer's fork")
+    late = next(x for x in a.conversation(conv)["branches"] if x["parent_id"] is not None)
+    wait_until(lambda: len(a.events(conv, branch=late["id"])) == 4, what="the late answer stored")
+    before = identity_counts(a)
+    following = [*first, {"role": "assistant", "content": f"{tag} late answer"}, user(f"{tag} u4")]
+    assert turn(a, api_key, following) == conv
+    assert delta(before, identity_counts(a)) == {"remembered": 1, "stale": 0, "lookup": 0}
+    assert contents(a.events(conv, branch=late["id"])) == [m["content"] for m in following]
+    assert len(a.conversation(conv)["branches"]) == 2

@@ -26,6 +26,7 @@ from proxy.store.base import (
     HashMatch,
     NewEvent,
     Position,
+    ResponseTurn,
     Store,
     UsageQuery,
 )
@@ -784,6 +785,100 @@ async def test_last_call_by_branch_and_purpose(store: Store) -> None:
     assert await store.last_call(main, "summary") == summary
     assert await store.last_call(fork.branch_id, "main") == other
     assert await store.last_call("b_unknown", "main") is None
+
+
+def answer_event(history: list[Message], message: Message, call_id: str) -> NewEvent:
+    return NewEvent("assistant", message, identify.chain(T1, [*history, message])[-1], "response", call_id=call_id)
+
+
+async def test_record_answered_writes_the_record_and_the_turn(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    end = await store.append(origin(conv), new_events(T1, [U1]), None, stamp=False)
+    before = await store.get_conversation(conv.id)
+    await tick()
+    call = call_record(conv.id, end.branch_id, "call-a", 10.0, response=A1)
+    stored = await store.record_answered(call, ResponseTurn(end, "sys-a", answer_event([U1], A1, call.id)))
+    assert stored == Position(conv.id, end.branch_id, 2)  # where the answer is
+    assert await store.list_calls(conv.id, 10, 0) == [call]
+    assert await store.last_call(end.branch_id, "main") == call
+    assert await lineage(store, end.branch_id) == [(end.branch_id, 1, "u1"), (end.branch_id, 2, "a1")]
+    after = await store.get_conversation(conv.id)
+    assert before is not None and after is not None and after.updated_at > before.updated_at  # stamped
+    # The answer is found, tenant-wide, with the system prefix it was called with.
+    match = await store.find_longest(identify.chain(T1, [U1, A1, U2]), T1, None)
+    assert match is not None and (match.position, match.count, match.system_hash) == (
+        Position(conv.id, end.branch_id, 2),
+        2,
+        "sys-a",
+    )
+    # No whole answer (a partial stream): the record, and the stamp alone.
+    partial = call_record(conv.id, end.branch_id, "call-b", 20.0, status="partial", response=None)
+    later = Position(conv.id, end.branch_id, 2)
+    assert await store.record_answered(partial, ResponseTurn(later, "sys-b", None)) is None
+    assert [c.id for c in await store.list_calls(conv.id, 10, 0)] == ["call-a", "call-b"]
+    assert len(await store.lineage_events(end.branch_id, 0, 10)) == 2
+    match = await store.find_longest(identify.chain(T1, [U1, A1]), T1, None)
+    assert match is not None and match.system_hash == "sys-b"
+
+
+async def test_record_answered_returns_the_head_the_next_request_extends(store: Store) -> None:
+    """What the proxy remembers for the conversation's next request (`Remembered.head`): the
+    answer's position, on the request's branch or, when another request moved that branch's head
+    meanwhile, on the fork the answer made."""
+    conv = await store.create_conversation(T1, None)
+    end = await store.append(origin(conv), new_events(T1, [U1]), None, stamp=False)
+    call = call_record(conv.id, end.branch_id, "call-a", 10.0, response=A1)
+    head = await store.record_answered(call, ResponseTurn(end, "s", answer_event([U1], A1, call.id)))
+    assert head == Position(conv.id, conv.main_branch_id, 2)
+    request = new_events(T1, [U1, A1, U2], start=2)
+    end = await store.extend(head, chain_hash(T1, [U1, A1]), request)
+    assert end == Position(conv.id, conv.main_branch_id, 3)
+    # another request continues past the unanswered U2 before its answer is stored
+    await store.append(end, new_events(T1, [U1, A1, U2, A3, U4], start=3), None, stamp=False)
+    call = call_record(conv.id, end.branch_id, "call-b", 20.0, response=A2)
+    head = await store.record_answered(call, ResponseTurn(end, "s", answer_event([U1, A1, U2], A2, call.id)))
+    assert head is not None and head.branch_id != conv.main_branch_id and head.seq == 4
+    after = new_events(T1, [U1, A1, U2, A2, U3], start=4)
+    assert await store.extend(head, chain_hash(T1, [U1, A1, U2, A2]), after) == Position(conv.id, head.branch_id, 5)
+    assert await lineage(store, head.branch_id) == [
+        (conv.main_branch_id, 1, "u1"),
+        (conv.main_branch_id, 2, "a1"),
+        (conv.main_branch_id, 3, "u2"),
+        (head.branch_id, 4, "a2"),
+        (head.branch_id, 5, "u3"),
+    ]
+    # a turn without an answer stores no event: no new head
+    partial = call_record(conv.id, head.branch_id, "call-c", 30.0, status="partial", response=None)
+    end = Position(conv.id, head.branch_id, 5)
+    assert await store.record_answered(partial, ResponseTurn(end, "s", None)) is None
+
+
+async def test_record_answered_keeps_the_record_when_the_turn_is_refused(store: Store) -> None:
+    """Two identical requests in flight fork one branch; the first is rejected and retracts it,
+    then the second is answered: its turn has nowhere to go, its record is stored all the same."""
+    conv = await store.create_conversation(T1, None)
+    await store.append(origin(conv), new_events(T1, [U1, A1, U2]), "s")
+    before = await _snapshot(store, conv.id)
+    request = new_events(T1, [U1, A1, U3], start=2)
+    end = await store.append(Position(conv.id, conv.main_branch_id, 2), request, None, stamp=False)
+    assert await store.retract(end, [e.chain_hash for e in request]) is True
+    call = call_record(conv.id, end.branch_id, "call-late", 10.0, response=A3)
+    refused = await store.record_answered(call, ResponseTurn(end, "s", answer_event([U1, A1, U3], A3, call.id)))
+    assert isinstance(refused, StoreError) and not isinstance(refused, ConversationGone)
+    assert await store.list_calls(conv.id, 10, 0) == [call]
+    assert await _snapshot(store, conv.id) == before
+
+
+async def test_record_answered_to_a_deleted_conversation_writes_nothing(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    end = await store.append(origin(conv), new_events(T1, [U1]), None, stamp=False)
+    assert await store.delete_conversation(conv.id) is True
+    call = call_record(conv.id, end.branch_id, "call-late", 10.0, response=A1)
+    with pytest.raises(ConversationGone):
+        await store.record_answered(call, ResponseTurn(end, "s", answer_event([U1], A1, call.id)))
+    assert await store.get_conversation(conv.id) is None
+    assert await store.list_calls(conv.id, 10, 0) == []
+    assert await store.find_longest(identify.chain(T1, [U1, A1]), T1, None) is None
 
 
 # -- checkpoints ----------------------------------------------------------------------------------

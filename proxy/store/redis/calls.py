@@ -1,7 +1,8 @@
 """Call records, and the ledger over them aggregated by `proxy.ledger.cells_from_calls`.
 
 A conversation's records live in its slot (``records``, ``calls``, ``last``); a call no
-conversation owns in the ``orphan-calls`` hash of the shard its id hashes to. The time index of
+conversation owns in the ``orphan-calls`` hash of the shard its id hashes to. An answered call's
+record is written with its response turn by one script (record_answered.lua). The time index of
 the whole ledger is sharded (``call-index`` per tag), scattered over and merged for /admin/usage.
 """
 
@@ -11,39 +12,68 @@ from dataclasses import fields
 from typing import Any
 
 from ... import codec
-from ...errors import ConversationGone
+from ...errors import ConversationGone, StoreError
 from ...ledger import cells_from_calls
 from ...usage import TOKEN_FIELDS
-from ..base import CallRecord, UsageCell, UsageQuery
-from .connection import BATCH, RedisConnection, guarded, num
+from ..base import CallRecord, NewEvent, Position, ResponseTurn, UsageCell, UsageQuery
+from .connection import BATCH, guarded, num
+from .history import append_args
+from .identity import Identity
 from .keys import TAGS, conversation_of, is_conversation_id
 
 _CALL_FIELDS = tuple(f.name for f in fields(CallRecord))
 _KNOWN = frozenset(_CALL_FIELDS)
 
 
-class Calls(RedisConnection):
+class Calls(Identity):
     @guarded
     async def record_call(self, call: CallRecord) -> None:
-        payload = codec.dumps_str(_call_dict(call))
         cid = call.conversation_id
         if cid is None or not is_conversation_id(cid):
             if cid is not None:
                 raise ConversationGone(f"conversation {cid} does not exist")
+            payload = codec.dumps_str(_call_dict(call))
             await self._run("record_orphan", self.keys.orphan(call.id), call.id, num(call.started_at), payload)
             return
-        reply = await self._run(
-            "record_call",
-            self.keys.conversation(cid),
-            cid,
-            call.id,
-            call.branch_id or "",
-            call.purpose,
-            num(call.started_at),
-            payload,
-        )
+        reply = await self._run("record_call", self.keys.conversation(cid), *record_args(call, cid))
         if reply[0] == "GONE":
             raise ConversationGone(f"conversation {cid} was deleted")
+
+    @guarded
+    async def record_answered(self, call: CallRecord, turn: ResponseTurn) -> Position | StoreError | None:
+        # One script in the conversation's slot, the record then the turn, after the answer's entry
+        # in the tenant-wide index (as `append` writes it first).
+        cid = turn.end.conversation_id
+        if not is_conversation_id(cid):
+            raise ConversationGone(f"conversation {cid} does not exist")
+        try:
+            tenant, hashes = await self._index_answer(cid, turn.answer)
+        except StoreError:
+            # A node failing over (the index write is not retried, scripts are): the record first,
+            # which waits the failover out, then the index again -- the two writes' old order.
+            await self.record_call(call)
+            try:
+                tenant, hashes = await self._index_answer(cid, turn.answer)
+            except StoreError as exc:
+                return exc
+        args = append_args(turn.end, [] if turn.answer is None else [turn.answer], turn.system_hash, True)
+        reply = await self._run("record_answered", self.keys.conversation(cid), *record_args(call, cid), *args)
+        if reply[0] == "GONE":
+            await self._refused(tenant, cid, hashes, reply)
+            raise ConversationGone(f"conversation {cid} was deleted")
+        refused = await self._refused(tenant, cid, hashes, reply[1:])
+        if refused is not None or turn.answer is None:
+            return refused
+        return Position(cid, reply[2], int(reply[3]))
+
+    @guarded
+    async def _index_answer(self, cid: str, answer: NewEvent | None) -> tuple[str | None, list[str]]:
+        """The conversation's tenant (None: no such conversation) and the answer's hashes, indexed."""
+        tenant = await self._tenant(cid)
+        if tenant is None or answer is None:
+            return tenant, []
+        await self._index(tenant, cid, [answer.chain_hash], add=True)
+        return tenant, [answer.chain_hash]
 
     async def _records(self, cid: str, ids: list[str]) -> list[CallRecord]:
         out: list[CallRecord] = []
@@ -101,6 +131,12 @@ class Calls(RedisConnection):
     @guarded
     async def purge_calls(self, before: float) -> int:
         return await self._purge_by_conversation("call-index", "purge_calls", before)
+
+
+def record_args(call: CallRecord, cid: str) -> list[Any]:
+    """record_call.lua's ARGV (the first six of record_answered.lua's) for a call of `cid`."""
+    payload = codec.dumps_str(_call_dict(call))
+    return [cid, call.id, call.branch_id or "", call.purpose, num(call.started_at), payload]
 
 
 def _call_dict(call: CallRecord) -> dict[str, Any]:

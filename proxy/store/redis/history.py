@@ -64,17 +64,15 @@ class History(Identity):
         tenant = await self._tenant(cid) if is_conversation_id(cid) else None
         if tenant is None:
             raise ConversationGone(f"conversation {cid} no longer exists")
-        mode = ("1" if system_hash is not None else "0") if stamp else "quiet"
         # The tenant-wide index first (identity.py): a crash after it leaves an entry the
         # conversation does not hold, which lookups skip; never a stored event nobody can find.
         hashes = [e.chain_hash for e in events]
         await self._index(tenant, cid, hashes, add=True)
-        reply = await self._run("append", self.keys.conversation(cid), *_append_args(start, events, mode, system_hash))
-        if reply[0] == "GONE":
-            await self._index(tenant, cid, hashes, add=False)
-            raise ConversationGone(f"conversation {cid} no longer exists")
-        if reply[0] != "OK":
-            raise StoreError(f"append refused: {reply[0]} {reply[1:]}")
+        args = append_args(start, events, system_hash, stamp)
+        reply = await self._run("append", self.keys.conversation(cid), *args)
+        refused = await self._refused(tenant, cid, hashes, reply)
+        if refused is not None:
+            raise refused
         return Position(cid, reply[1], int(reply[2]))
 
     @guarded
@@ -95,7 +93,7 @@ class History(Identity):
             return None
         # Then as `append`: the entries first.
         await self._index(tenant, cid, hashes, add=True)
-        args = _append_args(head, events, "quiet", None, head_hash)
+        args = append_args(head, events, None, False, head_hash)
         reply = await self._run("append", self.keys.conversation(cid), *args)
         if reply[0] != "OK":
             # Refused (GONE, STALE): the entries go again, or a conversation deleted before the
@@ -240,13 +238,15 @@ class History(Identity):
         return [str(cid) for cid, _ in itertools.islice(merged, limit)]
 
 
-def _append_args(
-    start: Position, events: list[NewEvent], mode: str, system_hash: str | None, expect: str = ""
+def append_args(
+    start: Position, events: list[NewEvent], system_hash: str | None, stamp: bool, expect: str = ""
 ) -> list[Any]:
-    """append.lua's ARGV."""
+    """append.lua's ARGV (record_answered.lua's from its seventh on); `expect`: `extend`'s guard."""
     now = time.time()
+    mode = ("1" if system_hash is not None else "0") if stamp else "quiet"
+    fork_base = secrets.token_hex(4)
     args: list[Any] = [start.conversation_id, start.branch_id, start.seq, mode, system_hash or "", num(now)]
-    args += [secrets.token_hex(4), expect]
+    args += [fork_base, expect]
     for event in events:
         payload = {
             "role": event.role,

@@ -10,6 +10,9 @@ a write a failover lost -- is skipped, and the next append of that history write
 
 from __future__ import annotations
 
+from typing import Any
+
+from ...errors import ConversationGone, StoreError
 from ..base import HashMatch, Position
 from .connection import BATCH, RedisConnection, guarded
 from .keys import is_conversation_id
@@ -98,3 +101,13 @@ class Identity(RedisConnection):
         if len(self._tenants) >= TENANT_CACHE:
             self._tenants.clear()
         self._tenants[cid] = tenant
+
+    async def _refused(self, tenant: str | None, cid: str, hashes: list[str], reply: list[Any]) -> StoreError | None:
+        """What an append.lua reply refused, with the index entries written for its events taken back."""
+        if reply[0] == "OK":
+            return None
+        if reply[0] != "GONE":
+            return StoreError(f"append refused: {reply[0]} {reply[1:]}")
+        if tenant is not None:
+            await self._index(tenant, cid, hashes, add=False)
+        return ConversationGone(f"conversation {cid} no longer exists")

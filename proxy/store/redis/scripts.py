@@ -19,6 +19,7 @@ NAMES = (
     "commit",
     "failed",
     "record_call",
+    "record_answered",
     "record_orphan",
     "lineage",
     "delete",

@@ -23,7 +23,7 @@ _USAGE_AT = slice(17, 17 + len(TOKEN_FIELDS))
 
 class Calls(SqliteConnection):
     async def record_call(self, call: CallRecord) -> None:
-        self._write(_insert, call)
+        self._write(insert_call, call)
 
     async def list_calls(self, conversation_id: str, limit: int, offset: int) -> list[CallRecord]:
         rows = self._read(
@@ -52,7 +52,8 @@ class Calls(SqliteConnection):
         return self._write(lambda db: db.execute("DELETE FROM calls WHERE started_at < ?", (before,)).rowcount)
 
 
-def _insert(db: Db, call: CallRecord) -> None:
+def insert_call(db: Db, call: CallRecord) -> None:
+    """Store (or replace) the record, unless its conversation was deleted."""
     if (
         call.conversation_id is not None
         and db.execute("SELECT 1 FROM tombstones WHERE conversation_id = ?", (call.conversation_id,)).fetchone()

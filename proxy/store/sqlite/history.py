@@ -1,4 +1,5 @@
-"""Conversations, branches and their events: identity lookups, appends and forks, deletes."""
+"""Conversations, branches and their events: identity lookups, appends and forks, deletes; an
+answered call's record with its response turn."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ from typing import Any
 
 from ... import codec
 from ...errors import ConversationGone, StoreError
-from ..base import Branch, Conversation, HashMatch, NewEvent, Position, StoredEvent, new_id
+from ..base import (
+    Branch,
+    CallRecord,
+    Conversation,
+    HashMatch,
+    NewEvent,
+    Position,
+    ResponseTurn,
+    StoredEvent,
+    new_id,
+)
+from .calls import insert_call
 from .connection import Db, SqliteConnection
 
 _CONV_COLS = "id, tenant, external_id, created_at, updated_at, main_branch_id"
@@ -84,6 +96,9 @@ class History(SqliteConnection):
 
     async def retract(self, end: Position, hashes: list[str]) -> bool:
         return bool(hashes) and self._write(_retract, end, hashes)
+
+    async def record_answered(self, call: CallRecord, turn: ResponseTurn) -> Position | StoreError | None:
+        return self._write(_record_answered, call, turn, time.time())
 
     # -- blobs -------------------------------------------------------------------------------
     async def put_blob(self, digest: str, data: str) -> None:
@@ -189,7 +204,10 @@ def _append(
             continue
         head = heads.get(branch)
         if head is None:
-            head = heads[branch] = db.execute("SELECT head_seq FROM branches WHERE id = ?", (branch,)).fetchone()[0]
+            row = db.execute("SELECT head_seq FROM branches WHERE id = ?", (branch,)).fetchone()
+            if row is None:  # retracted meanwhile: the fork a rejected request created, now empty
+                raise StoreError(f"append refused: branch {branch} no longer exists")
+            head = heads[branch] = row[0]
         if seq != head:
             child = new_id("b")
             db.execute(
@@ -249,6 +267,20 @@ def _extend(db: Db, head: Position, head_hash: str, events: list[NewEvent], now:
     if rows != [(head.branch_id, head.seq, head_hash, head.seq)]:
         return None
     return _append(db, head, events, None, now, stamp=False)
+
+
+def _record_answered(db: Db, call: CallRecord, turn: ResponseTurn, now: float) -> Position | StoreError | None:
+    insert_call(db, call)  # refused (a deleted conversation): nothing is written, the turn neither
+    # The turn in a savepoint of its own: when it is refused, only it is undone.
+    db.execute("SAVEPOINT turn")
+    try:
+        position = _append(db, turn.end, [] if turn.answer is None else [turn.answer], turn.system_hash, now, True)
+    except StoreError as exc:
+        db.execute("ROLLBACK TO turn")
+        return exc
+    finally:
+        db.execute("RELEASE turn")
+    return None if turn.answer is None else position
 
 
 def _retract(db: Db, end: Position, hashes: list[str]) -> bool:

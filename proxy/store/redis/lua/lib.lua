@@ -64,3 +64,70 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+
+-- A call record of conversation `cid` (record_call.lua, record_answered.lua); false, writing
+-- nothing, when the conversation was deleted. bid '' = no branch.
+local function record(cid, call_id, bid, purpose, started, json)
+  if redis.call('ZSCORE', TOMBSTONES, cid) then return false end
+  redis.call('HSET', RECORDS, call_id, json)
+  redis.call('ZADD', CALLS, started, call_id)
+  redis.call('ZADD', CALL_INDEX, started, cid .. '|' .. call_id)
+  if bid ~= '' then
+    local field = bid .. '|' .. purpose
+    local last = redis.call('HGET', LAST, field)
+    if (not last) or tonumber(string.match(last, '^(%S+) ')) <= tonumber(started) then
+      redis.call('HSET', LAST, field, started .. ' ' .. call_id)
+    end
+  end
+  return true
+end
+
+-- Append after `seq` on `br` (append.lua, record_answered.lua): the (chain_hash, event_json)
+-- pairs of args from index `at` on -> {'OK', bid, seq} | {'GONE'} | {'NOBRANCH', bid} | {'STALE'}.
+-- has_sys: '1' stamp and set the system hash, '0' stamp only, 'quiet' neither (an unanswered
+-- request): heads move, no branch's or conversation's updated_at does.
+-- expect: '' for a plain append; else `extend`'s guard: the start must still be its branch's head,
+-- holding the chain hash `expect`, and the first event must be new ({'STALE'}, nothing written).
+local function append(cid, br, seq, has_sys, sys, now, fork_base, expect, args, at)
+  local quiet = has_sys == 'quiet'
+  if gone(cid) then return {'GONE'} end
+  if expect ~= '' and (
+    redis.call('HGET', CHAIN, 'h:' .. expect) ~= br .. ' ' .. seq
+    or tonumber(bget(br, 'head')) ~= seq
+    or redis.call('HEXISTS', CHAIN, 'h:' .. args[at]) == 1
+  ) then
+    return {'STALE'}
+  end
+  local forks = 0
+  for i = at, #args, 2 do
+    local h, payload = args[i], args[i + 1]
+    local hit = redis.call('HGET', CHAIN, 'h:' .. h)
+    if hit then
+      local b, s = string.match(hit, '^(%S+) (%d+)$')
+      br, seq = b, tonumber(s)
+    else
+      local head = tonumber(bget(br, 'head'))
+      if not head then return {'NOBRANCH', br} end
+      if head ~= seq then
+        forks = forks + 1
+        local child = 'b_' .. string.sub(cid, 3) .. '_' .. fork_base
+        if forks > 1 then child = child .. '_' .. forks end
+        bset(child, 'parent', br, 'fork', seq, 'head', seq, 'created', now, 'updated', now)
+        redis.call('RPUSH', BLIST, child)
+        br = child
+      end
+      seq = seq + 1
+      local where = br .. ':' .. seq
+      redis.call('HSET', EVENTS, where, payload)
+      redis.call('HSET', CHAIN, where, h, 'h:' .. h, br .. ' ' .. seq)
+      if quiet then bset(br, 'head', seq) else bset(br, 'head', seq, 'updated', now) end
+    end
+  end
+  if quiet then return {'OK', br, tostring(seq)} end
+  if bget(br, 'head') then
+    if has_sys == '1' then bset(br, 'sys', sys, 'updated', now) else bset(br, 'updated', now) end
+  end
+  redis.call('HSET', CONV, 'updated_at', now)
+  redis.call('ZADD', CONVS, now, cid)
+  return {'OK', br, tostring(seq)}
+end
