@@ -96,3 +96,16 @@ def test_remembered_items_prove_what_they_share_and_the_branch_memo_resumes_on_i
     again = projector.items(second, later.hashes, counter, entry)
     projector.project_request(policy, "gpt-4o", {}, [], again, None, "b", later)
     assert (memo.cache.rebuilt, memo.cache.reused) == (2, 1)
+
+
+def test_prefix_hash_is_reused_only_for_an_equal_prefix() -> None:
+    system = [{"role": "system", "content": "You are a careful agent. " * 200}]
+    first = history(2)
+    real = identify.prefix_hash(system)
+    assert HistoryCache.prefix_hash(system, None) == real
+    entry = Remembered(first, identify.chain("t", first), 10, prefix=system, system_hash="remembered")
+    resent = json.loads(json.dumps(system))  # the next request's own (equal) objects
+    assert HistoryCache.prefix_hash(resent, entry) == "remembered"  # not hashed again
+    changed = [{"role": "system", "content": system[0]["content"] + " Today is Tuesday."}]
+    assert HistoryCache.prefix_hash(changed, entry) == identify.prefix_hash(changed) != real
+    assert HistoryCache.prefix_hash([], entry) == identify.prefix_hash([])
