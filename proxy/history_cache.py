@@ -37,7 +37,7 @@ from policies.history import SharedPrefix
 
 from . import identify
 from .store.base import Position
-from .types import Message
+from .types import Message, SentBody
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,9 @@ class Remembered:
     """The system prefix the request sent before `messages` (`identify.split_prefix`)."""
     system_hash: str | None = None
     """`identify.prefix_hash(prefix)`, reused by the next request with an equal prefix."""
-    encoded: dict[int, tuple[Message, bytes]] = field(default_factory=dict)
-    """JSON of the messages last sent upstream, by object identity (the object is held, so its id
-    cannot be reused while the entry lives); written and reused by the chat wire's `encode_body`
-    (`protocols/openai_chat/encode.py`)."""
+    encoded: SentBody | None = None
+    """The body last sent upstream with these messages (as the very objects it holds), written
+    and reused by the chat wire's `encode_body` (`protocols/openai_chat/encode.py`)."""
 
 
 @dataclass(eq=False)
