@@ -27,7 +27,7 @@ from .ingest import Ingested, answer_stored, ingest, reject, response_turn
 from .protocols.base import Wire
 from .recall.detour import detour
 from .recall.tool import offered, with_tool
-from .relay import StreamOutcome, StreamRelay, nothing, or_disconnect
+from .relay import StreamOutcome, StreamRelay, nothing, or_disconnect, read_or_disconnect
 from .services import Services
 from .store.base import CallRecord
 from .tail_parse import BodyMemo
@@ -196,7 +196,7 @@ async def _relay_whole(
     call.request_id = upstream.request_id
     call.ttfb_ms = record.ms(time.monotonic() - t0)
     try:
-        data = await or_disconnect(request.receive, upstream.read())
+        data = await read_or_disconnect(request.receive, upstream)
     except ProxyError as exc:
         record.failed(call, exc, t0)
         call.branch_id = None

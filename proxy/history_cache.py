@@ -37,7 +37,7 @@ from policies.history import SharedPrefix
 
 from . import identify
 from .store.base import Position
-from .types import Message
+from .types import Message, SentBody
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,13 @@ class Remembered:
     branch's projection memo resumes on without comparing the shared items), by encoding name."""
     head: Head | None = None
     """Set by `ingest`: the request's last event, then its answer once stored."""
-    encoded: dict[int, tuple[Message, bytes]] = field(default_factory=dict)
-    """JSON of the messages last sent upstream, by object identity (the object is held, so its id
-    cannot be reused while the entry lives); written and reused by the chat wire's `encode_body`
-    (`protocols/openai_chat/encode.py`)."""
+    prefix: list[Message] = field(default_factory=list)
+    """The system prefix the request sent before `messages` (`identify.split_prefix`)."""
+    system_hash: str | None = None
+    """`identify.prefix_hash(prefix)`, reused by the next request with an equal prefix."""
+    encoded: SentBody | None = None
+    """The body last sent upstream with these messages (as the very objects it holds), written
+    and reused by the chat wire's `encode_body` (`protocols/openai_chat/encode.py`)."""
 
 
 @dataclass(eq=False)
@@ -143,6 +146,14 @@ class HistoryCache:
             return identify.chain(tenant, history)
         n = len(known.hashes)
         return known.hashes + identify.chain_from(known.hashes[-1], history[n:])
+
+    @staticmethod
+    def prefix_hash(prefix: list[Message], known: Remembered | None) -> str:
+        """`identify.prefix_hash(prefix)`, the remembered one when `known` had an equal prefix
+        (agents send the same system prompt every turn: a 5 kB one costs 44 us to hash)."""
+        if known is not None and known.system_hash is not None and prefix == known.prefix:
+            return known.system_hash
+        return identify.prefix_hash(prefix)
 
     def remember(self, tenant: str, entry: Remembered) -> None:
         key = self.key(tenant, entry.messages)

@@ -97,8 +97,8 @@ async def ingest(
     wire.validate(messages, 0, len(prefix))
     wire.validate(messages, len(prefix) + (len(known.messages) if known else 0))
     hashes = cache.hashes(tenant, history, known)
-    remembered = Remembered(history, hashes, 2 * body_size)  # the bodies and their encodings
-    system_hash = identify.prefix_hash(prefix)
+    system_hash = cache.prefix_hash(prefix, known)
+    remembered = Remembered(history, hashes, 2 * body_size, prefix=prefix, system_hash=system_hash)
     head = _continued(known, hashes)
     args = (store, tenant, system_hash, history, hashes, explicit, session, head)
     position, identity, lookup = await _append_request(*args)

@@ -11,9 +11,10 @@ going away.
 Each complete SSE event is forwarded as soon as it is complete; the wire's observer reads it on the
 side and may rewrite or drop it (the usage chunk a client did not ask for).
 
-A whole (non-streamed) answer is awaited with `or_disconnect`: the client may hang up while the
-upstream is still working on it (most upstreams send nothing until the answer is ready), and
-then the upstream request is cancelled and the call recorded `partial`, not `complete`.
+A whole (non-streamed) answer is awaited with `or_disconnect` (`read_or_disconnect`): the client
+may hang up while the upstream is still working on it (most upstreams send nothing until the
+answer is ready), and then the upstream request is cancelled and the call recorded `partial`,
+not `complete`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ async def or_disconnect(receive: Receive, work: Awaitable[T]) -> T | None:
         raise
     finally:
         watcher.cancel()
+
+
+async def read_or_disconnect(receive: Receive, upstream: UpstreamResponse) -> bytes | None:
+    """`upstream`'s whole body as `or_disconnect` awaits it; one already in memory (an answer
+    read to see whether it called recall) is returned without a watch, which could not see
+    anything in the meantime (a task started and cancelled per request for nothing)."""
+    held = upstream.in_memory()
+    return held if held is not None else await or_disconnect(receive, upstream.read())
 
 
 async def nothing(scope: Scope, receive: Receive, send: Send) -> None:

@@ -19,6 +19,7 @@ from types import FrameType
 
 import uvicorn
 
+from . import heap
 from .config import Config
 from .edge import Edge, Gate
 from .request_head import protocol_class, resolved_kind
@@ -55,6 +56,7 @@ class DrainingServer(uvicorn.Server):
 
 
 def run(config: Config, app: object, host: str, port: int, log_level: str, access_log: bool) -> None:
+    heap.tune()
     gate = Gate()
     server_config = uvicorn.Config(
         Edge(app, config.server, gate),  # type: ignore[arg-type]

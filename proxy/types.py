@@ -28,6 +28,18 @@ class Identity:
     forked: bool = False
 
 
+@dataclass(frozen=True, eq=False)
+class SentBody:
+    """An upstream body as sent, with where each of its messages' JSON is in it, so the next
+    request's body can copy what it shares (see `protocols/openai_chat/encode.py`)."""
+
+    messages: list[Message]
+    """The message objects encoded, in order (held, so their identities stay theirs)."""
+    data: bytes
+    ends: list[int]
+    """`data[ends[i - 1] + 1 : ends[i]]` is the JSON of `messages[i]` (from `MESSAGES_AT` for i = 0)."""
+
+
 def as_list(value: Any) -> list[Any]:
     """`value` when it is a JSON array, else empty: upstream answers are read defensively."""
     return value if isinstance(value, list) else []

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 
+from . import heap
 from .config import Config, load_config
 from .edge import Edge, Gate
 from .errors import ConfigError
@@ -60,6 +61,7 @@ def app() -> Edge:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = load_config(os.environ[CONFIG_ENV])
     resolve_keys(config)
+    heap.tune()
     return Edge(create_app(config), config.server, Gate())
 
 

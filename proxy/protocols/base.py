@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from ..errors import ProxyError, sse_error_event
 from ..sse import SseEvent
 from ..tail_parse import BodyMemo
-from ..types import Json, Message
+from ..types import Json, Message, SentBody
 from ..usage import Usage
 
 
@@ -93,8 +93,8 @@ class Wire(Protocol):
         caching needs one (Anthropic, when the client caches); otherwise `messages` itself."""
 
     def encode(
-        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None
-    ) -> tuple[bytes | None, dict[int, tuple[Message, bytes]]]:
+        self, body: Json, messages: list[Message] | None, stream: bool, known: SentBody | None
+    ) -> tuple[bytes | None, SentBody | None]:
         """The upstream body with `messages` (None: the client's own) -- or None when the raw
         client bytes can be forwarded -- and per-message encodings to remember."""
 

@@ -48,6 +48,9 @@ class Buffered(UpstreamResponse):
     async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
         return self.data
 
+    def in_memory(self) -> bytes | None:
+        return self.data
+
     def close(self) -> None:
         return None
 

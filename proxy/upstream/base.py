@@ -81,6 +81,10 @@ class UpstreamResponse:
     async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
         raise NotImplementedError
 
+    def in_memory(self) -> bytes | None:
+        """The whole body when it is already held in memory (reading it cannot wait), else None."""
+        return None
+
     def pieces(self) -> AsyncIterator[bytes]:
         raise NotImplementedError
 

@@ -16,7 +16,7 @@ from policies.tokens import (
     encoding_for_model,
     encoding_name_for_model,
 )
-from proxy.token_counter import TokenCounter
+from proxy.token_counter import RECENT_OBJECTS, TokenCounter
 
 
 @pytest.mark.parametrize(
@@ -124,6 +124,16 @@ def test_counter_call_keys_by_content() -> None:
     assert counter.misses == 1 and counter.hits == 2
     with pytest.raises(ValueError):
         TokenCounter(encoding_for_model("gpt-4o"), max_entries=0)
+
+
+def test_counter_call_answers_the_same_object_without_its_digest() -> None:
+    counter = TokenCounter(encoding_for_model("gpt-4o"))
+    system = {"role": "system", "content": "You are a careful agent. " * 200}
+    tokens = counter(system)
+    assert counter(system) == tokens and (counter.hits, counter.misses) == (0, 1)  # by identity
+    for i in range(RECENT_OBJECTS):
+        counter({"role": "user", "content": f"message {i}"})
+    assert counter(system) == tokens and counter.hits == 1  # forgotten by identity: the digest's hit
 
 
 def test_counter_counts_the_same_tools_once() -> None:

@@ -343,7 +343,7 @@ def test_cache_control_cap_drops_the_oldest_message_markers():
 
 def test_encode_forwards_the_client_bytes_when_nothing_changed():
     body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "x"}]}
-    assert WIRE.encode(body, None, True, None) == (None, {})
+    assert WIRE.encode(body, None, True, None) == (None, None)
     encoded, _ = WIRE.encode(body, to_common(body), True, None)
     assert json.loads(encoded) == body
 

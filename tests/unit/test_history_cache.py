@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 
-from proxy import identify
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy import codec, identify
 from proxy.catalog import ModelCatalog
 from proxy.config import Policy
 from proxy.history_cache import HistoryCache, Remembered
 from proxy.projection import Projector
 from proxy.protocols.openai_chat.encode import encode_body
+from proxy.types import SentBody
 
 
 def turn(i: int) -> list[dict]:
@@ -56,18 +60,57 @@ def test_memory_is_bounded_by_bytes() -> None:
 def test_encode_body_equals_plain_json_and_reuses_known_encodings() -> None:
     messages = history(3)
     body = {"model": "m", "messages": [{"role": "user", "content": "original"}], "tools": [{"x": 1}], "n": 2}
-    payload, encoded = encode_body(body, messages, None)
+    payload, sent = encode_body(body, messages, None)
     assert json.loads(payload) == {**body, "messages": messages}
-    assert set(encoded) == {id(m) for m in messages}
-    # a known object is not re-encoded: a stale (deliberately wrong) encoding would show through
-    encoded[id(messages[0])] = (messages[0], b'{"role":"user","content":"cached"}')
-    payload2, fresh = encode_body(body, messages, encoded)
-    assert json.loads(payload2)["messages"][0]["content"] == "cached"
+    assert sent.messages == messages and sent.data is payload
+    # what was sent is not re-encoded: a stale (deliberately wrong) encoding shows through,
+    # from the shared run (question 0) and from its own place after a changed message (answer 2)
+    stale = payload.replace(b"question 0", b"cached 0!!").replace(b"answer 2", b"stale 2!")
+    known = SentBody(sent.messages, stale, sent.ends)
+    longer = [*messages, {"role": "user", "content": "new"}]
+    assert [m["content"] for m in json.loads(encode_body(body, longer, known)[0])["messages"]] == [
+        "cached 0!!",
+        "answer 0",
+        "question 1",
+        "answer 1",
+        "question 2",
+        "stale 2!",
+        "new",
+    ]
+    moved = [messages[0], {"role": "user", "content": "changed"}, *messages[2:]]
+    assert [m["content"] for m in json.loads(encode_body(body, moved, known)[0])["messages"]] == [
+        "cached 0!!",
+        "changed",
+        "question 1",
+        "answer 1",
+        "question 2",
+        "stale 2!",
+    ]
     # an equal but different object is encoded anew
     copy = [dict(messages[0]), *messages[1:]]
-    payload3, _ = encode_body(body, copy, encoded)
-    assert json.loads(payload3)["messages"][0]["content"] == "question 0"
+    assert json.loads(encode_body(body, copy, known)[0])["messages"][0]["content"] == "question 0"
     assert json.loads(encode_body({"messages": []}, [], None)[0]) == {"messages": []}
+    assert json.loads(encode_body({"messages": [], "n": 1}, [], known)[0]) == {"messages": [], "n": 1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["keep", "new", "drop", "move"]), st.integers(0, 30)), max_size=30))
+def test_encode_body_after_any_edit_equals_the_plain_encoding(edits: list[tuple[str, int]]) -> None:
+    """However the next list reuses, drops, reorders or adds messages, the bytes are the plain ones."""
+    body = {"model": "m", "messages": [], "temperature": 0}
+    messages = [{"role": "user", "content": f"m{i} \u00e9\u2028", "n": i} for i in range(12)]
+    _, known = encode_body(body, messages, None)
+    for op, k in edits:
+        nxt = list(known.messages)
+        if op == "new":
+            nxt.insert(k % (len(nxt) + 1), {"role": "assistant", "content": f"new {k}"})
+        elif op == "drop" and nxt:
+            nxt.pop(k % len(nxt))
+        elif op == "move" and nxt:
+            nxt.append(nxt.pop(k % len(nxt)))
+        payload, known = encode_body(body, nxt, known)
+        assert payload == codec.dumps({"messages": nxt, "model": "m", "temperature": 0})
+        assert json.loads(payload)["messages"] == nxt
 
 
 def test_remembered_items_prove_what_they_share_and_the_branch_memo_resumes_on_it() -> None:
@@ -96,3 +139,16 @@ def test_remembered_items_prove_what_they_share_and_the_branch_memo_resumes_on_i
     again = projector.items(second, later.hashes, counter, entry)
     projector.project_request(policy, "gpt-4o", {}, [], again, None, "b", later)
     assert (memo.cache.rebuilt, memo.cache.reused) == (2, 1)
+
+
+def test_prefix_hash_is_reused_only_for_an_equal_prefix() -> None:
+    system = [{"role": "system", "content": "You are a careful agent. " * 200}]
+    first = history(2)
+    real = identify.prefix_hash(system)
+    assert HistoryCache.prefix_hash(system, None) == real
+    entry = Remembered(first, identify.chain("t", first), 10, prefix=system, system_hash="remembered")
+    resent = json.loads(json.dumps(system))  # the next request's own (equal) objects
+    assert HistoryCache.prefix_hash(resent, entry) == "remembered"  # not hashed again
+    changed = [{"role": "system", "content": system[0]["content"] + " Today is Tuesday."}]
+    assert HistoryCache.prefix_hash(changed, entry) == identify.prefix_hash(changed) != real
+    assert HistoryCache.prefix_hash([], entry) == identify.prefix_hash([])

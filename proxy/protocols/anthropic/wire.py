@@ -7,7 +7,7 @@ from typing import Any
 from ... import codec
 from ...errors import ProxyError
 from ...tail_parse import BodyMemo
-from ...types import Json, Message, as_list
+from ...types import Json, Message, SentBody, as_list
 from ...usage import Usage, from_anthropic
 from ..base import BaseWire
 from .cache_control import (
@@ -47,17 +47,17 @@ class AnthropicWire(BaseWire):
         return system_to_common(body.get("system")) + converted
 
     def encode(
-        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None
-    ) -> tuple[bytes | None, dict[int, tuple[Message, bytes]]]:
+        self, body: Json, messages: list[Message] | None, stream: bool, known: SentBody | None
+    ) -> tuple[bytes | None, SentBody | None]:
         if messages is None:
-            return None, {}  # usage is always in Anthropic streams: the client's bytes go as they are
+            return None, None  # usage is always in Anthropic streams: the client's bytes go as they are
         native = to_native(messages, prefix=0 if body.get("system") is None else 1)
         client = cache_markers(body, body["messages"])
         if client:  # the client caches: so is the summarized prefix
             native = mark_summary(native)
         if cache_markers(body, native) > MAX_CACHE_CONTROL >= client:
             body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
-        return codec.dumps({**body, "messages": native}), {}
+        return codec.dumps({**body, "messages": native}), None
 
     def with_cache_point(
         self, body: Json, messages: list[Message], point: int | None, previous: int | None = None

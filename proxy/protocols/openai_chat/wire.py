@@ -6,7 +6,7 @@ from typing import Any
 
 from ...errors import ProxyError, openai_error_bytes
 from ...tail_parse import BodyMemo
-from ...types import Json, Message
+from ...types import Json, Message, SentBody
 from ...usage import Usage, from_openai_chat
 from ..base import BaseWire
 from .encode import encode_body, with_usage_requested
@@ -46,11 +46,11 @@ class OpenAIChatWire(BaseWire):
         validate_messages(messages, start, stop)
 
     def encode(
-        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None
-    ) -> tuple[bytes | None, dict[int, tuple[Message, bytes]]]:
+        self, body: Json, messages: list[Message] | None, stream: bool, known: SentBody | None
+    ) -> tuple[bytes | None, SentBody | None]:
         """The upstream body, or None when the client's bytes can go as they are."""
         if messages is None and not stream:
-            return None, {}
+            return None, None
         outgoing = with_usage_requested(body) if stream else body
         return encode_body(outgoing, messages if messages is not None else body["messages"], known)
 

@@ -12,7 +12,7 @@ from typing import Any
 from ... import codec
 from ...errors import ProxyError, openai_error_bytes
 from ...tail_parse import BodyMemo
-from ...types import Json, Message
+from ...types import Json, Message, SentBody
 from ...usage import Usage, from_openai_responses
 from ..base import BaseWire
 from ..openai_chat.validate import parse_body
@@ -51,10 +51,10 @@ class ResponsesWire(BaseWire):
         return all(isinstance(i, dict) and is_mappable(i) for i in data)
 
     def encode(
-        self, body: Json, messages: list[Message] | None, stream: bool, known: dict[int, tuple[Message, bytes]] | None
-    ) -> tuple[bytes | None, dict[int, tuple[Message, bytes]]]:
+        self, body: Json, messages: list[Message] | None, stream: bool, known: SentBody | None
+    ) -> tuple[bytes | None, SentBody | None]:
         if messages is None:
-            return None, {}  # usage arrives with response.completed: nothing to ask for
+            return None, None  # usage arrives with response.completed: nothing to ask for
         exact = ExactItems(body)
         items: list[Json] = []
         for message in messages:
@@ -67,7 +67,7 @@ class ResponsesWire(BaseWire):
             data = body["input"]
         out = {key: (data if key == "input" else value) for key, value in body.items()}
         out.setdefault("input", data)
-        return codec.dumps(out), {}
+        return codec.dumps(out), None
 
     def observer(self, body: Json) -> ResponsesObserver:
         return ResponsesObserver()
