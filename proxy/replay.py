@@ -87,8 +87,12 @@ def _corrections(previous: str | None, chunk: Sequence[Item], pinned: Sequence[I
     return found
 
 
+STAND_IN_MAX_CHARS = 4000
+"""the stand-in's own bound on its progress lines"""
+
+
 def extractive_summary(
-    previous: str | None, chunk: Sequence[Item], max_chars: int = 4000, pinned: Sequence[Item] = ()
+    previous: str | None, chunk: Sequence[Item], max_chars: int = STAND_IN_MAX_CHARS, pinned: Sequence[Item] = ()
 ) -> str:
     """A reproducible stand-in for a summarizer: previous summary + first line of each event,
     then the corrections of `pinned` values (module docstring), which the bound never cuts."""
@@ -115,7 +119,7 @@ def bounded_summary(
 ) -> str:
     """`extractive_summary` no longer than `cap` tokens (None: its own character bound): the proxy
     commits no longer summary (`proxy.compaction` asks once more, shorter, then rejects)."""
-    max_chars = 4000
+    max_chars = STAND_IN_MAX_CHARS
     summary = extractive_summary(previous, chunk, max_chars, pinned)
     while cap is not None and max_chars > 200 and (size := count(summary)) > cap:
         max_chars = int(max_chars * cap / size * 0.95)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from policies.base import Checkpoint
@@ -48,7 +49,8 @@ def test_extractive_summary_names_the_correction_and_keeps_it() -> None:
     assert "## Corrections" not in extractive_summary(None, history)
 
 
-def test_offline_replay_shows_the_corrected_value_after_compaction() -> None:
+def corrected_session(follow_up: Callable[[int], str]) -> list[dict[str, Any]]:
+    """The objective, its correction, then 200 planning steps, each followed by `follow_up(i)`."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a planner."},
         {"role": "user", "content": OBJECTIVE},
@@ -58,9 +60,14 @@ def test_offline_replay_shows_the_corrected_value_after_compaction() -> None:
     for i in range(200):
         messages += [
             {"role": "assistant", "content": f"step {i}: " + "plan " * 60},
-            {"role": "user", "content": "go on"},
+            {"role": "user", "content": follow_up(i)},
         ]
     messages.append({"role": "assistant", "content": "done"})
+    return messages
+
+
+def test_offline_replay_shows_the_corrected_value_after_compaction() -> None:
+    messages = corrected_session(lambda i: "go on")
     policy = Policy(context_window=8000, max_output_tokens=1000, keep_recent_tokens=1500)
     projector = Projector(ModelCatalog())
     report = replay(messages, None, policy, "gpt-4o", projector, name="correction")
@@ -83,18 +90,7 @@ def test_the_stand_in_summary_is_no_longer_than_the_proxy_accepts() -> None:
     """The proxy commits no summary over `summary_max_tokens`; neither does the replay's stand-in
     (its bill would otherwise count output the proxy never pays for), and the bound keeps the
     correction."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a planner."},
-        {"role": "user", "content": OBJECTIVE},
-        {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": "Correction: budget 120 per person, the finance team said so."},
-    ]
-    for i in range(200):
-        messages += [
-            {"role": "assistant", "content": f"step {i}: " + "plan " * 60},
-            {"role": "user", "content": f"go on with item {i} " + "detail " * 20},
-        ]
-    messages.append({"role": "assistant", "content": "done"})
+    messages = corrected_session(lambda i: f"go on with item {i} " + "detail " * 20)
     policy = Policy(context_window=8000, max_output_tokens=1000, summarizer={"summary_max_tokens": 300})
     projector = Projector(ModelCatalog())
     report = replay(messages, None, policy, "gpt-4o", projector, name="bounded")
