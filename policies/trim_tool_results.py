@@ -59,9 +59,11 @@ def recent_groups(config: ToolResultsConfig, input_budget: int | None = None) ->
 
 
 def trim_boundary(n_groups: int, config: ToolResultsConfig, input_budget: int | None = None) -> int:
-    """How many of the oldest groups count as old, quantized (`recent_groups`)."""
+    """How many of the oldest groups count as old, quantized (`recent_groups`). Never the last
+    group, even with no recent group kept: it is protected (never trimmed), so a cache point
+    placed in it would point at a result that is trimmed, and changes, on the next request."""
     keep, clear = recent_groups(config, input_budget)
-    raw = max(0, n_groups - keep)
+    raw = max(0, n_groups - max(1, keep))
     return (raw // clear) * clear
 
 

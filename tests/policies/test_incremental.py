@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -214,10 +215,16 @@ def test_non_dict_messages_are_sent_as_dicts_on_both_paths() -> None:
     assert cache.incremental == 3
 
 
-def test_the_cache_point_ends_the_old_results_and_its_prefix_survives_each_boundary_move() -> None:
-    # keep 2 recent groups, the boundary moves every 2 groups: each move rewrites the results that
-    # become old, and everything through the previous cache point must keep its bytes
-    config = TRIMMING
+NO_RECENT = replace(TRIMMING, tool_results=ToolResultsConfig(keep_recent_groups=0, clear_at_least=1, old_max_chars=100))
+"""no recent group kept (a small window's `recent_groups`): the boundary moves every group, and
+the in-flight last group, protected, is trimmed only on the next request"""
+
+
+@pytest.mark.parametrize("config", [TRIMMING, NO_RECENT], ids=["keep-2", "keep-0"])
+def test_the_cache_point_ends_the_old_results_and_its_prefix_survives_each_boundary_move(config: PolicyConfig) -> None:
+    # keep 2 recent groups, the boundary moves every 2 groups (or every group, keeping none):
+    # each move rewrites the results that become old, and everything through the previous cache
+    # point must keep its bytes -- with none kept, the point is never the in-flight last result
     history = tool_history(12)
     cache = ProjectionCache()
     previous: Any = None

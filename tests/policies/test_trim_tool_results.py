@@ -24,6 +24,15 @@ def test_boundary_advances_in_batches(n_groups: int, expected: int) -> None:
     assert trim_boundary(n_groups, ToolResultsConfig(keep_recent_groups=4, clear_at_least=4)) == expected
 
 
+@pytest.mark.parametrize("n_groups", [0, 1, 2, 9])
+def test_with_no_recent_group_kept_the_last_group_still_never_counts_as_old(n_groups: int) -> None:
+    # a small window keeps no recent group (6,000 tokens of input budget: 0 per 8,000); the last
+    # group is protected all the same, so the boundary stops before it
+    expected = max(0, n_groups - 1)
+    assert trim_boundary(n_groups, ToolResultsConfig(keep_recent_groups=0, clear_at_least=1)) == expected
+    assert trim_boundary(n_groups, ToolResultsConfig(), input_budget=6_000) == expected
+
+
 def test_marker_names_tool_size_kept_chars_and_event() -> None:
     text = "H" * 200 + "x" * 47_810 + "T" * 200
     trimmed, entry = trim_message(result("c1", text), max_chars=400, head_ratio=0.5, tool_name="grep", seq=57) or (
