@@ -58,12 +58,18 @@ class Price:
 # https://platform.claude.com/docs/en/about-claude/pricing (Claude Sonnet 4: $3 input, $3.75 5m
 # cache write = 1.25x, $0.30 cache read = 0.1x, $15 output; minimum cacheable prompt 1,024 tokens
 # per https://platform.claude.com/docs/en/build-with-claude/prompt-caching).
+# Small models for `summarizer.model`, same pages: gpt-4.1-mini $0.40 / cached $0.10 / out $1.60;
+# Claude Haiku 4.5 $1 input, $1.25 cache write, $0.10 cache read, $5 output.
 PRICES: dict[str, Price] = {
     "gpt-4o": Price("gpt-4o", "openai", 2.50, 1.25, 0.0, 10.00, increment=128),
     "gpt-4.1": Price("gpt-4.1", "openai", 2.00, 0.50, 0.0, 8.00, increment=128),
+    "gpt-4.1-mini": Price("gpt-4.1-mini", "openai", 0.40, 0.10, 0.0, 1.60, increment=128),
     "gpt-5": Price("gpt-5", "openai", 1.25, 0.125, 0.0, 10.00, increment=128),
     "claude-sonnet-4": Price("claude-sonnet-4", "anthropic", 3.00, 0.30, 3.75, 15.00),
+    "claude-haiku-4.5": Price("claude-haiku-4.5", "anthropic", 1.00, 0.10, 1.25, 5.00),
 }
+SMALL_SUMMARIZER = {"gpt-4.1": "gpt-4.1-mini", "claude-sonnet-4": "claude-haiku-4.5"}
+"""the provider's small model a route may name as `summarizer.model` (the bench's second bill)"""
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,12 @@ def _anthropic(request: Request, entries: set[int], price: Price) -> tuple[int, 
     write = max(0, last - read)
     entries.update(request.blocks[b][0] for b in points)
     return total - last, read, write
+
+
+def with_summarizer_at(bill: Bill, price: Price) -> float:
+    """`bill`'s dollars with its summarizer calls priced at `price` (another model) instead."""
+    small = (bill.summarizer_input * price.input + bill.summarizer_output * price.output) * 1e-6
+    return bill.dollars - bill.summarizer_dollars + small
 
 
 def price_requests(requests: Iterable[Request], price: Price) -> Bill:

@@ -329,7 +329,10 @@ def render(report: dict[str, Any]) -> str:
                 "and the summarizer's calls (same model, plain input) are included. 'without' is the client's "
                 "own requests: for a run that outgrows the window the client cannot send it at all ('over "
                 "window' runs: cannot run from the request listed below), so its bill is that of the uncapped "
-                "history, what a larger window would cost.",
+                "history, what a larger window would cost. 'ratio with it': the same runs with the summarizer's "
+                "calls priced at the provider's small model, which a route can name as `summarizer.model` "
+                "(gpt-4.1-mini, Claude Haiku 4.5); the bench's stand-in summaries are the same, a real small "
+                "model's are not.",
                 "",
             ]
             lines += _table(
@@ -351,6 +354,9 @@ def render(report: dict[str, Any]) -> str:
                     ("reuse_ratio", "reuse ratio"),
                     ("compactions", "compactions"),
                     ("summarizer_share", "summarizer share of bill"),
+                    ("small_summarizer", "summarizer.model small"),
+                    ("bill_ratio_small_summarizer", "ratio with it"),
+                    ("runs_dearer_small_summarizer", "runs dearer with it"),
                 ],
             )
         long_runs = [d for d in sv.get("runs", []) if d["longer_than_4x_window"]]

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from bench.bodies import generated_session, transcript_files
-from bench.money import PRICES, Request, price_requests
+from bench.money import PRICES, SMALL_SUMMARIZER, Request, price_requests, with_summarizer_at
 from bench.stats import r
 from proxy.protocols.anthropic.cache_control import MAX_CACHE_CONTROL, NEAR_LOOKBACK
 
@@ -55,7 +55,8 @@ def money_of(report: Any) -> dict[str, Any]:
     for model in MONEY_MODELS:
         price = PRICES[model]
         a, b = price_requests(with_proxy, price), price_requests(without, price)
-        out[model] = {"with": a.to_dict(), "without": b.to_dict()}
+        small = round(with_summarizer_at(a, PRICES[SMALL_SUMMARIZER[model]]), 6)
+        out[model] = {"with": a.to_dict(), "without": b.to_dict(), "with_small_summarizer": small}
     return out
 
 
@@ -160,6 +161,12 @@ def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[s
                 for d in sel
                 if d["money"][model]["without"]["dollars"]
             ]
+            small = [d["money"][model]["with_small_summarizer"] for d in sel]
+            small_ratios = [
+                d["money"][model]["with_small_summarizer"] / d["money"][model]["without"]["dollars"]
+                for d in sel
+                if d["money"][model]["without"]["dollars"]
+            ]
             with_d, without_d = _total(w, "dollars"), _total(wo, "dollars")
             rows.append(
                 {
@@ -180,6 +187,9 @@ def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[s
                     "reuse_ratio": r(reuse / base, 3) if base else None,
                     "compactions": sum(d["compactions"] for d in sel),
                     "summarizer_share": r(_total(w, "summarizer_dollars") / with_d, 4) if with_d else 0.0,
+                    "small_summarizer": SMALL_SUMMARIZER[model],
+                    "bill_ratio_small_summarizer": r(sum(small) / without_d, 3) if without_d else None,
+                    "runs_dearer_small_summarizer": sum(1 for x in small_ratios if x > 1.0 + 1e-9),
                 }
             )
     return rows

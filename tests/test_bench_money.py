@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from bench.bodies import VENDORED
-from bench.money import PRICES, Request, chain, price_requests
+from bench.money import PRICES, Request, chain, price_requests, with_summarizer_at
 from bench.savings import money_of
 from proxy.catalog import ModelCatalog
 from proxy.config import Policy
@@ -83,6 +83,17 @@ def test_summarizer_calls_are_billed_at_the_same_model():
     bill = price_requests([Request(FIRST, (1, 2), 0, ((1000, 200),))], PRICES["claude-sonnet-4"])
     assert bill.summarizer_dollars == pytest.approx((1000 * 3 + 200 * 15) / 1e6)
     assert bill.dollars == pytest.approx((1500 * 3.75) / 1e6 + bill.summarizer_dollars)
+
+
+def test_a_small_summarizer_reprices_only_the_summarizer_calls():
+    requests = [Request(FIRST, (1, 2), 100, ((1000, 200),)), Request(FIRST, (1, 2), 50)]
+    bill = price_requests(requests, PRICES["claude-sonnet-4"])
+    agent_only = bill.dollars - bill.summarizer_dollars
+    small = with_summarizer_at(bill, PRICES["claude-haiku-4.5"])
+    assert small == pytest.approx(agent_only + (1000 * 1 + 200 * 5) / 1e6)
+    assert with_summarizer_at(price_requests(requests[1:], PRICES["gpt-4.1"]), PRICES["gpt-4.1-mini"]) == pytest.approx(
+        price_requests(requests[1:], PRICES["gpt-4.1"]).dollars
+    )  # no summarizer call: nothing to reprice
 
 
 @pytest.mark.parametrize("name", ["swe-agent__ctf__crypto__katy.json", "swe-agent__pydicom__pydicom-1458.json"])
