@@ -151,11 +151,10 @@ class StreamRelay:
             async for piece in self.upstream.pieces():
                 if outcome.first_byte_at is None:
                     outcome.first_byte_at = time.monotonic()
-                # the events of one read go out in one write (each as soon as it is complete)
-                outs = [out for event in splitter.feed(piece) if (out := self.observer(event))]
-                if outs:
-                    body = outs[0] if len(outs) == 1 else b"".join(outs)
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                for event in splitter.feed(piece):
+                    out = self.observer(event)
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
             outcome.upstream_finished = True
             outcome.truncated = splitter.rest()
             if not self.observer.done and self.observer.failure() is None:

@@ -107,21 +107,17 @@ class Watched(UpstreamResponse):
         pending = self.pending
         while True:
             answer, held, calling = self.answer, [], False
-            async for events in _reads(answer, pending):
-                outs = []
-                for event in events:
-                    answer.observer(event)
-                    calling = calling or (may_call(event) and bool(tool_calls(answer.observer.message() or {})))
-                    if calling:
-                        held.append(event)
-                        continue
-                    out = event.raw if shift is None else shift(event)
-                    if out:
-                        outs.append(out)
-                if outs:  # the events of one read in one piece
+            async for event in _events(answer, pending):
+                answer.observer(event)
+                calling = calling or (may_call(event) and bool(tool_calls(answer.observer.message() or {})))
+                if calling:
+                    held.append(event)
+                    continue
+                out = event.raw if shift is None else shift(event)
+                if out:
                     if keep:
-                        relayed.extend(outs)
-                    yield outs[0] if len(outs) == 1 else b"".join(outs)
+                        relayed.append(out)
+                    yield out
             pending = []
             message = answer.observer.message()
             recalled = recall_calls(message, self.settings) if message is not None else []
@@ -157,15 +153,13 @@ class Watched(UpstreamResponse):
             self.call.projection = {**self.call.projection, "recall_rounds": before + 1, "recall_spliced": True}
 
 
-async def _reads(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[list[SseEvent]]:
-    """The answer's complete events, read by read (`pending` first)."""
-    if pending:
-        yield pending
+async def _events(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[SseEvent]:
+    for event in pending:
+        yield event
     async for piece in answer.pieces:
         answer.first_byte_at = answer.first_byte_at or time.monotonic()
-        events = answer.splitter.feed(piece)
-        if events:
-            yield events
+        for event in answer.splitter.feed(piece):
+            yield event
 
 
 async def _opened(wire: Wire, body: Json, upstream: UpstreamResponse, sent: float) -> Answer:
