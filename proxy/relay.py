@@ -168,7 +168,9 @@ class StreamRelay:
                 )
                 await send({"type": "http.response.body", "body": self.observer.error_event(cut), "more_body": True})
         except ProxyError as exc:
-            outcome.error = exc
+            # Kept for its message and code only; its traceback holds this frame, which holds
+            # `outcome`: a reference cycle.
+            outcome.error = exc.with_traceback(None)
             # In the client API's own stream vocabulary (Anthropic `event: error`, Responses, chat).
             await send({"type": "http.response.body", "body": self.observer.error_event(exc), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

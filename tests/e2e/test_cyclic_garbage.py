@@ -9,10 +9,12 @@ resident set by that much per request.
 
 The real proxy (`tests.support.gc_probe`: `proxy.server.run` with two extra paths) turns
 automatic collection off, serves chat and Anthropic requests, streamed and not, on new
-conversations (more than `caches.projection_branches`, so memos are evicted), and after their
-records are written reports what one collection found: nothing (the libraries' cycles
-included; a streamed request left ~30 objects of anyio's until `relay.StreamRelay` stopped
-running its shutdown watcher as a task-group child).
+conversations (more than `caches.projection_branches`, so memos are evicted), and two failures
+(an upstream refusing the connection, a stream cut off), and after their records are written
+reports what one collection found: nothing, the libraries' cycles included. Before: a streamed
+request left ~30 objects of anyio's (`relay.StreamRelay` ran its shutdown watcher as a
+task-group child), a refused one ~77 of aiohttp's holding the upstream body, a cut stream ~170
+(aiohttp's errors kept where their tracebacks lead back to them, `upstream.http._forget`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.proxy_process import UPSTREAM_KEY, ProxyProcess, deep_merge, default_config, subprocess_env
+from tests.support.upstream_server import Reply, UpstreamServer
 
 CONVERSATIONS = 6
 """new conversations per kind of request, each of two turns: more than the memo's 2 branches"""
@@ -98,16 +101,38 @@ def claude(p: ProxyProcess, key: str, stream: bool) -> str:
 KINDS = [(chat, False), (chat, True), (claude, False), (claude, True)]
 
 
-def run_all(p: ProxyProcess) -> None:
+def failures(p: ProxyProcess, upstream: UpstreamServer, key: str) -> str:
+    """An upstream that refuses the connection (502), then a stream the upstream cuts off."""
+    messages = [{"role": "user", "content": "first: " + FILLER}]
+    r = p.post_chat(key, {"model": "refused-x", "messages": messages})
+    assert r.status_code == 502, r.text
+    upstream.push(Reply(content="one two three four five six", chunks=6, drop_after_chunks=2))
+    with httpx.stream(
+        "POST",
+        f"{p.base_url}/chat/completions",
+        json={"model": "gpt-4o", "messages": messages, "stream": True},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as cut:
+        assert b"error" in cut.read()
+    return cut.headers["x-conversation-id"]
+
+
+def run_all(p: ProxyProcess, upstream: UpstreamServer) -> None:
     convs = [send(p, f"sk-gc-{uuid.uuid4().hex}", stream) for _ in range(CONVERSATIONS) for send, stream in KINDS]
     for conv in convs:  # the answers' bookkeeping runs after the client has them
         p.wait_calls(conv, 2, until=lambda cs: all(c["status"] != "pending" for c in cs))
+    for _ in range(CONVERSATIONS):
+        conv = failures(p, upstream, f"sk-gc-{uuid.uuid4().hex}")
+        p.wait_calls(conv, 1, until=lambda cs: all(c["status"] != "pending" for c in cs))
 
 
-def test_requests_leave_no_cycle_of_ours_and_none_holding_a_large_buffer(probe: ProxyProcess) -> None:
-    run_all(probe)  # warm-up: imports, pools, first-use caches
+def test_requests_leave_no_cycle_of_ours_and_none_holding_a_large_buffer(
+    probe: ProxyProcess, upstream: UpstreamServer
+) -> None:
+    run_all(probe, upstream)  # warm-up: imports, pools, first-use caches
     assert httpx.post(f"{probe.url}/_gc/start").json() == {"started": True}
-    run_all(probe)
+    run_all(probe, upstream)
     found = httpx.post(f"{probe.url}/_gc/report").json()
     assert found["ours"] == [], found
     assert found["big"] == [], found
