@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import traceback
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -53,11 +54,13 @@ class HttpResponse(UpstreamResponse):
                     size += len(piece)
                     if size > limit:
                         raise UpstreamError(_where(self._route) + f" sent an answer over {limit:,} bytes")
-        except TimeoutError:
+        except TimeoutError as exc:
+            _forget(exc)
             raise UpstreamTimeout(
                 _where(self._route) + f" did not finish its answer within {timeouts.total:g} s"
             ) from None
         except aiohttp.ClientError as exc:
+            _forget(exc)
             raise UpstreamError(
                 _where(self._route) + f" cut off its answer after {size:,} bytes ({type(exc).__name__})"
             ) from None
@@ -76,6 +79,7 @@ class HttpResponse(UpstreamResponse):
             try:
                 piece = await within_deadlines(self._route, self.started, content.readany, _where(self._route))
             except aiohttp.ClientError as exc:
+                _forget(exc)
                 raise UpstreamError(_where(self._route) + f" broke off the stream: {type(exc).__name__}") from None
             if not piece:
                 return
@@ -91,6 +95,25 @@ def _is_json(data: bytes) -> bool:
     except ValueError:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
         return False
     return True
+
+
+def _forget(exc: BaseException) -> None:
+    """The tracebacks of `exc` and of the errors it came from dropped, the locals of their
+    finished frames cleared first. aiohttp keeps an error where its traceback leads back to it:
+    in a local of one of its frames (`last_exc`; aiohappyeyeballs' list of the connect attempts'
+    errors), or on the response's `StreamReader`, which the reading frame (ours) holds. Each is
+    a reference cycle through the request's frames, its body and client request included, that
+    would wait for a collection (rare in `ctxproxy serve`, `proxy/heap.py`). Only the message
+    and type of these errors are used."""
+    todo, seen = [exc], set()
+    while todo:
+        error = todo.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error.__traceback__ = None
+        todo += [e for e in (error.__cause__, error.__context__) if e is not None]
 
 
 def _where(route: Route) -> str:
@@ -162,17 +185,22 @@ class HttpHop:
                             trace_request_ctx=sent_on,
                         )
                         break
-                    except aiohttp.ServerDisconnectedError:
+                    except aiohttp.ServerDisconnectedError as exc:
                         if not sent_on.get("reused") or attempt == STALE_RETRIES:
                             raise
-        except TimeoutError:
+                        _forget(exc)
+        except TimeoutError as exc:
+            _forget(exc)
             raise UpstreamTimeout(_where(route) + f" did not answer within {answer_within:g} s") from None
-        except aiohttp.ServerTimeoutError:
+        except aiohttp.ServerTimeoutError as exc:
+            _forget(exc)
             raise UpstreamTimeout(
                 _where(route) + f" did not accept a connection within {timeouts.connect:g} s"
             ) from None
         except aiohttp.ClientConnectorError as exc:
+            _forget(exc)
             raise UpstreamError(_where(route) + f" refused or could not be reached: {exc.strerror or exc}") from None
         except aiohttp.ClientError as exc:
+            _forget(exc)
             raise UpstreamError(_where(route) + f" failed before answering: {type(exc).__name__}") from None
         return HttpResponse(response, route, started)

@@ -69,9 +69,17 @@ def default_config(upstream_base_url: str, closed_port: int) -> dict[str, Any]:
 class ProxyProcess:
     """``python -m proxy.cli serve`` on a free port, with its own temp dir and SQLite file."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str], args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        workdir: Path,
+        env: dict[str, str],
+        args: Sequence[str] = (),
+        module: str = "proxy.cli",
+    ) -> None:
         self.workdir = workdir
         self.args = list(args)  # more `serve` options, e.g. --workers 2
+        self.module = module  # what `python -m` runs with `serve ...` (tests.support.gc_probe wraps the proxy)
         self.db_path = workdir / "ctxproxy.db"
         self.config = dict(config)
         self.config.setdefault("store", f"sqlite:///{self.db_path}")
@@ -118,7 +126,7 @@ class ProxyProcess:
         cmd = [
             sys.executable,
             "-m",
-            "proxy.cli",
+            self.module,
             "serve",
             "--config",
             str(self.config_path),
