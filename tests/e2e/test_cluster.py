@@ -10,6 +10,9 @@
   DELETE leaves no key of theirs on any node.
 - Acknowledged writes that asynchronous replication lost (the replica was cut off, then its
   primary killed) are healed by the client's next turn, which re-sends them.
+- An answer whose entry in the tenant-wide identity index lives on a primary that just died
+  (not its conversation's) is stored once the replica took over: the entry waits the failover
+  out like the scripts.
 
 A conversation's second turn is sent once its first answer is stored (`answer_stored`): the
 answer and the stamp land after the client has the answer, and a second turn that reaches the
@@ -21,6 +24,7 @@ more messages.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -34,6 +38,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy import identify
 from proxy.store.redis.keys import Layout
 from tests.e2e.test_replicas import MODEL, SlowSummaries, filler, history, reported_usage, stored, summary_count
 from tests.e2e.test_rewriting import SMALL_POLICY, WINDOW
@@ -93,13 +98,17 @@ def turn_retrying(p: Any, api_key: str, messages: list[dict[str, Any]], stream: 
         time.sleep(0.2)
 
 
-def answer_stored(p: Any, conv: str, text: str) -> list[dict[str, Any]]:
+def answer_stored(p: Any, conv: str, text: str, timeout: float = 10) -> list[dict[str, Any]]:
     """Wait until `text`, a turn's answer, is the conversation's last stored event (it is written
-    after the client has it); returns the events."""
-    return wait_until(
-        lambda: (events := p.events(conv)) and events[-1]["message"].get("content") == text and events,
-        what=f"the answer {text[:40]!r} stored",
-    )
+    after the client has it; a read answered 503 during a failover counts as not yet); returns
+    the events."""
+
+    def events() -> list[dict[str, Any]] | None:
+        r = p.admin(f"conversations/{conv}/events", params={"limit": 1000})
+        data = r.json()["data"] if r.status_code == 200 else []
+        return data if data and data[-1]["message"].get("content") == text else None
+
+    return wait_until(events, timeout=timeout, what=f"the answer {text[:40]!r} stored")
 
 
 def text_of(r: httpx.Response, stream: bool) -> str:
@@ -298,6 +307,66 @@ def test_writes_lost_by_async_replication_are_healed_by_the_next_turn(
     assert stored(healed) == history(messages)
     assert [e["seq"] for e in healed] == list(range(1, 11))
     assert len(b.conversation(conv)["branches"]) == 1
+
+
+def test_an_answer_whose_index_entry_is_on_a_failing_primary_is_stored(
+    cluster_proxies, healthy_cluster, upstream, api_key
+):
+    """The answer's entry in the tenant-wide identity index (no hash tag: any slot) lives on
+    another primary than its conversation, and that primary dies just before the turn: the
+    turn's own writes succeed, its answer goes out, and the entry, written after that, waits for
+    the failover like the conversation's scripts -- the answer (and the turn's stamp, in the same
+    script) is stored."""
+    cluster = healthy_cluster
+    a, _, prefix = cluster_proxies()
+    tag = uuid.uuid4().hex[:8]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": f"{tag} agent"}, {"role": "user", "content": tag}]
+    text, conv, _ = turn_retrying(a, api_key, messages, stream=False)
+    messages.append({"role": "assistant", "content": text})
+    answer_stored(a, conv, text)
+
+    # Doomed: a primary holding neither the conversation nor the first answer's entry (read
+    # before the next turn is appended); the next user message's entry is not on it either, the
+    # entry of that message's answer ("ok: <it>") is.
+    layout = Layout(prefix)
+    salt_key = layout.plain("meta", "tenant_salt")
+    client = cluster.node_of(salt_key).client()
+    try:
+        tenant = identify.tenant_of(api_key, bytes.fromhex(client.get(salt_key)))
+    finally:
+        client.close()
+
+    def entry_node(parent: str, message: dict[str, Any]) -> tuple[str, RedisServer]:
+        chained = identify.message_hash(parent, message)
+        return chained, cluster.node_of(layout.identity(tenant, chained))
+
+    chain = identify.chain(tenant, messages[1:])
+    busy = {cluster.node_of(conv_key(prefix, conv)).port, entry_node(chain[-2], messages[-1])[1].port}
+    doomed = next(n for n in cluster.primaries() if n.port not in busy)
+    for k in itertools.count():
+        user = {"role": "user", "content": f"{tag} turn 1 #{k}"}
+        chained, node = entry_node(chain[-1], user)
+        if (
+            node is not doomed
+            and entry_node(chained, {"role": "assistant", "content": f"ok: {user['content']}"})[1] is doomed
+        ):
+            break
+    messages.append(user)
+
+    doomed.kill()
+    r = post_turn(a, api_key, messages, stream=False)
+    assert r.status_code == 200, r.text  # every write before the answer is on a live primary
+    answer = text_of(r, False)
+    assert answer == f"ok: {user['content']}"
+    messages.append({"role": "assistant", "content": answer})
+    wait_until(
+        lambda: doomed.port not in [n.port for n in cluster.primaries()] and len(cluster.primaries()) == 3,
+        timeout=30,
+        what="the doomed primary's replica promoted",
+    )
+    events = answer_stored(a, conv, answer, timeout=20)  # its entry written once the replica took over
+    assert stored(events) == history(messages)
+    assert len(a.conversation(conv)["branches"]) == 1
 
 
 def settle_ledger(a: Any, upstream: Any, convs: list[str], timeout: float = 60) -> list[dict[str, Any]]:
