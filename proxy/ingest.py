@@ -9,7 +9,11 @@ new messages, and the store resolves the conversation and appends. Resolution:
   own), created on first use; the longest stored prefix inside it decides the branch.
 * implicit: the tenant's longest stored prefix decides. A match of a single message counts only
   when the system prefix is also unchanged (an exact retry of a first turn); otherwise two
-  sessions that merely open with the same "hi" would be merged.
+  sessions that merely open with the same "hi" would be merged. A branch that is not stamped yet
+  has no system prefix to compare: when the request carries an answer after that one message,
+  the first turn's answer is most likely being committed (after the client got it, maybe by
+  another replica), so the lookup is repeated until the stamp lands (FIRST_ANSWER_WAIT at most)
+  and the rules decide then; the answer it carries then matches, and the conversation continues.
 * agent session (a configured session header, e.g. Claude Code's `x-claude-code-session-id`, and
   no accepted match): the history decides first, as above. When it matches nothing, the agent
   rebuilt its history (its own compaction: "This session is being continued from a previous
@@ -48,17 +52,26 @@ meanwhile (a concurrent request built on them), they stay.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+import time
 from dataclasses import dataclass
 
 from . import identify
 from .errors import BadRequest
 from .history_cache import Head, HistoryCache, Remembered
 from .protocols.base import Wire
-from .store.base import NewEvent, Position, ResponseTurn, Store
+from .store.base import HashMatch, NewEvent, Position, ResponseTurn, Store
 from .types import Identity, Message
 
+log = logging.getLogger("ctxproxy")
+
 _EXTERNAL_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,200}$")
+FIRST_ANSWER_WAIT = 5.0
+"""Seconds a request that answers a first turn not stamped yet waits for that stamp (module docstring):
+as long as a SQLite commit waits for another writer's lock."""
+FIRST_ANSWER_POLL = 0.02
 
 
 @dataclass(frozen=True)
@@ -156,6 +169,8 @@ async def _append_request(
                 return (*extended, "remembered")
             lookup = "stale"
         match = await store.find_longest(hashes, tenant, None)
+        if match is not None and _answers_unstamped_first(match, history):
+            match = await _first_stamped(store, tenant, history, hashes, match)
         resumed = None
         if match is not None and (match.count >= 2 or match.system_hash == system_hash):
             start, matched = match.position, match.count
@@ -168,6 +183,37 @@ async def _append_request(
         external = None
     position = await store.append(start, _events(history, hashes, matched), None, stamp=False)
     return position, _identity(tenant, start, position, matched, external, created), lookup
+
+
+def _answers_unstamped_first(match: HashMatch | None, history: list[Message]) -> bool:
+    """Only the first message matched, on a branch not stamped yet, and the request carries an
+    answer to it: that first turn's answer is most likely being committed right now."""
+    return (
+        match is not None
+        and match.count == 1
+        and match.system_hash is None
+        and len(history) > 1
+        and history[1].get("role") == "assistant"
+    )
+
+
+async def _first_stamped(
+    store: Store, tenant: str, history: list[Message], hashes: list[str], match: HashMatch
+) -> HashMatch | None:
+    """The lookup again until that first turn is stamped (or retracted), at most FIRST_ANSWER_WAIT
+    seconds; then the rules decide as ever (a turn that never got its stamp: a new conversation)."""
+    log.info(
+        "a request answers the first turn of conversation %s before it is stamped: waiting up to %g s",
+        match.position.conversation_id,
+        FIRST_ANSWER_WAIT,
+    )
+    deadline = time.monotonic() + FIRST_ANSWER_WAIT
+    while time.monotonic() < deadline:
+        await asyncio.sleep(FIRST_ANSWER_POLL)
+        again = await store.find_longest(hashes, tenant, None)
+        if not _answers_unstamped_first(again, history):
+            return again
+    return match
 
 
 async def _extend(

@@ -10,10 +10,21 @@
   DELETE leaves no key of theirs on any node.
 - Acknowledged writes that asynchronous replication lost (the replica was cut off, then its
   primary killed) are healed by the client's next turn, which re-sends them.
+- An answer whose entry in the tenant-wide identity index lives on a primary that just died
+  (not its conversation's) is stored once the replica took over: the entry waits the failover
+  out like the scripts.
+
+A conversation's second turn is sent once its first answer is stored (`answer_stored`): the
+answer and the stamp land after the client has the answer, and a second turn that reaches the
+other replica before them matches one unstamped message; it waits for the stamp, but only
+`ingest.FIRST_ANSWER_WAIT` (a commit on this loaded machine may take longer), and then founds a
+new conversation (README, Storage and durability). Later turns need no wait: they match two or
+more messages.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -27,6 +38,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy import identify
 from proxy.store.redis.keys import Layout
 from tests.e2e.test_replicas import MODEL, SlowSummaries, filler, history, reported_usage, stored, summary_count
 from tests.e2e.test_rewriting import SMALL_POLICY, WINDOW
@@ -86,6 +98,19 @@ def turn_retrying(p: Any, api_key: str, messages: list[dict[str, Any]], stream: 
         time.sleep(0.2)
 
 
+def answer_stored(p: Any, conv: str, text: str, timeout: float = 10) -> list[dict[str, Any]]:
+    """Wait until `text`, a turn's answer, is the conversation's last stored event (it is written
+    after the client has it; a read answered 503 during a failover counts as not yet); returns
+    the events."""
+
+    def events() -> list[dict[str, Any]] | None:
+        r = p.admin(f"conversations/{conv}/events", params={"limit": 1000})
+        data = r.json()["data"] if r.status_code == 200 else []
+        return data if data and data[-1]["message"].get("content") == text else None
+
+    return wait_until(events, timeout=timeout, what=f"the answer {text[:40]!r} stored")
+
+
 def text_of(r: httpx.Response, stream: bool) -> str:
     if not stream:
         return r.json()["choices"][0]["message"]["content"] or ""
@@ -134,6 +159,8 @@ def test_two_replicas_survive_a_primary_killed_mid_run(cluster_proxies, healthy_
             text, conv, r = turn_retrying((a, b)[(t + i) % 2], api_key, messages, stream=t % 3 == 0)
             timings.append((i, started, time.monotonic()))
             assert text == f"ok: {filler(i, t)}"
+            if t == 0:
+                answer_stored(a, conv, text)
             refused += r
             conv_ids.add(conv)
             if not first_conv:
@@ -228,10 +255,12 @@ def test_writes_lost_by_async_replication_are_healed_by_the_next_turn(
         messages.append({"role": "user", "content": f"turn {t}"})
         text, conv, _ = turn_retrying((a, b)[t % 2], api_key, messages, stream=False)
         messages.append({"role": "assistant", "content": text})
-    a.wait_calls(conv, 3)
+        answer_stored(a, conv, text)  # with its call record, in one script
     primary = cluster.node_of(conv_key(prefix, conv))
     replica = replica_of(cluster, primary)
     assert replica.proc is not None
+    # everything so far on the replica (asynchronous replication: usually, not certainly)
+    wait_until(lambda: caught_up(primary, replica), what="the replica caught up with its primary")
 
     # Cut the replica off (stopped, its link closed), write one more acknowledged turn on the
     # primary alone, then crash the primary: the turn exists nowhere any more.
@@ -243,10 +272,10 @@ def test_writes_lost_by_async_replication_are_healed_by_the_next_turn(
         finally:
             client.close()
         messages.append({"role": "user", "content": "turn 3, acknowledged then lost"})
-        r = post_turn(a, api_key, messages, stream=False)
-        assert r.status_code == 200 and r.headers["x-conversation-id"] == conv
-        messages.append({"role": "assistant", "content": text_of(r, False)})
-        wait_until(lambda: len(a.events(conv)) == 8, what="the turn stored on the primary alone")
+        text, conv3, _ = turn_retrying(a, api_key, messages, stream=False)
+        assert conv3 == conv
+        messages.append({"role": "assistant", "content": text})
+        assert len(answer_stored(a, conv, text)) == 8  # the turn stored on the primary alone
         primary.kill()
     finally:
         os.kill(replica.proc.pid, signal.SIGCONT)
@@ -260,9 +289,13 @@ def test_writes_lost_by_async_replication_are_healed_by_the_next_turn(
     lost = 8 - len(events)
     assert lost == 2, f"expected the unreplicated turn (2 events) to be lost, {len(events)} events stored"
     assert stored(events) == history(messages[:-2])
-    # its call record too: the ledger cannot be re-sent (wait_replicas is the remedy)
+    # its call record too: the ledger cannot be re-sent (wait_replicas is the remedy); any other
+    # record is an attempt answered 502 (see turn_retrying), with no usage
     calls = a.calls(conv)
-    assert len(calls) == 3
+    assert [c["response"]["content"] for c in calls if c["status"] == "complete"] == [
+        m["content"] for m in messages[2:-2:2]
+    ]
+    assert all(c["usage"]["input_total"] is None for c in calls if c["status"] != "complete"), calls
     print(f"\nlost by async replication: {lost} acknowledged events and 1 call record")
 
     # The agent's next turn re-sends the whole history, the lost turn included: it is stored again.
@@ -270,10 +303,70 @@ def test_writes_lost_by_async_replication_are_healed_by_the_next_turn(
     text, conv2, _ = turn_retrying(b, api_key, messages, stream=True)
     assert conv2 == conv
     messages.append({"role": "assistant", "content": text})
-    healed = b.events(conv)
+    healed = answer_stored(b, conv, text)
     assert stored(healed) == history(messages)
     assert [e["seq"] for e in healed] == list(range(1, 11))
     assert len(b.conversation(conv)["branches"]) == 1
+
+
+def test_an_answer_whose_index_entry_is_on_a_failing_primary_is_stored(
+    cluster_proxies, healthy_cluster, upstream, api_key
+):
+    """The answer's entry in the tenant-wide identity index (no hash tag: any slot) lives on
+    another primary than its conversation, and that primary dies just before the turn: the
+    turn's own writes succeed, its answer goes out, and the entry, written after that, waits for
+    the failover like the conversation's scripts -- the answer (and the turn's stamp, in the same
+    script) is stored."""
+    cluster = healthy_cluster
+    a, _, prefix = cluster_proxies()
+    tag = uuid.uuid4().hex[:8]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": f"{tag} agent"}, {"role": "user", "content": tag}]
+    text, conv, _ = turn_retrying(a, api_key, messages, stream=False)
+    messages.append({"role": "assistant", "content": text})
+    answer_stored(a, conv, text)
+
+    # Doomed: a primary holding neither the conversation nor the first answer's entry (read
+    # before the next turn is appended); the next user message's entry is not on it either, the
+    # entry of that message's answer ("ok: <it>") is.
+    layout = Layout(prefix)
+    salt_key = layout.plain("meta", "tenant_salt")
+    client = cluster.node_of(salt_key).client()
+    try:
+        tenant = identify.tenant_of(api_key, bytes.fromhex(client.get(salt_key)))
+    finally:
+        client.close()
+
+    def entry_node(parent: str, message: dict[str, Any]) -> tuple[str, RedisServer]:
+        chained = identify.message_hash(parent, message)
+        return chained, cluster.node_of(layout.identity(tenant, chained))
+
+    chain = identify.chain(tenant, messages[1:])
+    busy = {cluster.node_of(conv_key(prefix, conv)).port, entry_node(chain[-2], messages[-1])[1].port}
+    doomed = next(n for n in cluster.primaries() if n.port not in busy)
+    for k in itertools.count():
+        user = {"role": "user", "content": f"{tag} turn 1 #{k}"}
+        chained, node = entry_node(chain[-1], user)
+        if (
+            node is not doomed
+            and entry_node(chained, {"role": "assistant", "content": f"ok: {user['content']}"})[1] is doomed
+        ):
+            break
+    messages.append(user)
+
+    doomed.kill()
+    r = post_turn(a, api_key, messages, stream=False)
+    assert r.status_code == 200, r.text  # every write before the answer is on a live primary
+    answer = text_of(r, False)
+    assert answer == f"ok: {user['content']}"
+    messages.append({"role": "assistant", "content": answer})
+    wait_until(
+        lambda: doomed.port not in [n.port for n in cluster.primaries()] and len(cluster.primaries()) == 3,
+        timeout=30,
+        what="the doomed primary's replica promoted",
+    )
+    events = answer_stored(a, conv, answer, timeout=20)  # its entry written once the replica took over
+    assert stored(events) == history(messages)
+    assert len(a.conversation(conv)["branches"]) == 1
 
 
 def settle_ledger(a: Any, upstream: Any, convs: list[str], timeout: float = 60) -> list[dict[str, Any]]:
@@ -294,6 +387,18 @@ def settle_ledger(a: Any, upstream: Any, convs: list[str], timeout: float = 60) 
         return None
 
     return wait_until(settled, timeout=timeout, interval=0.2, what="every upstream reply to have its call record")
+
+
+def caught_up(primary: RedisServer, replica: RedisServer) -> bool:
+    """The replica has applied every write the primary had when asked."""
+    offsets = []
+    for node, field in ((primary, "master_repl_offset"), (replica, "slave_repl_offset")):
+        client = node.client()
+        try:
+            offsets.append(int(client.info("replication")[field]))
+        finally:
+            client.close()
+    return offsets[1] >= offsets[0]
 
 
 def replica_of(cluster: RedisCluster, primary: RedisServer) -> RedisServer:

@@ -6,10 +6,12 @@ on `/metrics` says which way each request went."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -203,3 +205,36 @@ def test_an_answer_forked_by_another_process_is_the_head_the_next_request_contin
     assert delta(before, identity_counts(a)) == {"remembered": 1, "stale": 0, "lookup": 0}
     assert contents(a.events(conv, branch=late["id"])) == [m["content"] for m in following]
     assert len(a.conversation(conv)["branches"]) == 2
+
+
+def test_a_second_turn_sent_before_the_first_answer_is_stamped_continues_it(two_processes, upstream, api_key):
+    """The client has the first answer while A has not committed it (the stream held before its
+    last chunks): its second turn reaches B, whose lookup matches the one unstamped first message,
+    not enough to continue on its own. B waits for A's stamp, then the answer it carries matches:
+    one conversation, not a new one per replica that saw the first turn late."""
+    a, b = two_processes
+    tag = uuid.uuid4().hex[:8]
+    hold = threading.Event()
+    first = [{"role": "system", "content": f"{tag} agent"}, user(f"{tag} u1")]
+    answer = f"{tag} first answer"
+    upstream.push(Reply(content=answer, chunks=4, hold=hold, hold_after_chunks=5))  # role + 4 pieces
+    mark = b.log_mark()
+    with ThreadPoolExecutor(1) as pool:
+        with a.client(api_key).chat.completions.with_streaming_response.create(
+            model=MODEL, messages=first, stream=True
+        ) as raw:
+            conv = raw.headers["x-conversation-id"]
+            chunks = iter(raw.parse())
+            text = "".join(c.choices[0].delta.content or "" for c in itertools.islice(chunks, 5) if c.choices)
+            assert text == answer  # the client has it all; A stores it once the stream ends
+            second = [*first, {"role": "assistant", "content": text}, user(f"{tag} u2")]
+            sent = pool.submit(turn, b, api_key, second)
+            waiting = f"first turn of conversation {conv}"
+            wait_until(lambda: sent.done() or waiting in b.stderr_since(mark), what="B to wait or answer")
+            assert not sent.done(), f"B did not wait: conversation {sent.result()} (the first: {conv})"
+            hold.set()
+            for _ in chunks:
+                pass
+        assert sent.result(timeout=30) == conv
+    assert contents(a.events(conv)) == [m["content"] for m in second[1:]]
+    assert len(a.conversation(conv)["branches"]) == 1

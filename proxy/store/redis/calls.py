@@ -49,8 +49,8 @@ class Calls(Identity):
         try:
             tenant, hashes = await self._index_answer(cid, turn.answer)
         except StoreError:
-            # A node failing over (the index write is not retried, scripts are): the record first,
-            # which waits the failover out, then the index again -- the two writes' old order.
+            # A failover longer than failover_wait (the index write waited that long): the record
+            # first, which waits again, then the index again -- the two writes' old order.
             await self.record_call(call)
             try:
                 tenant, hashes = await self._index_answer(cid, turn.answer)

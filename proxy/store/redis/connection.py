@@ -71,6 +71,7 @@ _FAILOVER_ERRORS = (
 )
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+T = TypeVar("T")
 
 
 def guarded(fn: F) -> F:
@@ -199,13 +200,17 @@ class RedisConnection:
         safe); with wait_replicas, followed by WAIT on the same connection."""
         self.r  # noqa: B018 -- raises StoreError when closed
         script = self._scripts[name]
-        waits = self.wait_replicas and name not in _READ_ONLY
+        if self.wait_replicas and name not in _READ_ONLY:
+            return await self._through_failover(lambda: self._run_and_wait(script, keys, args))
+        return await self._through_failover(lambda: script(keys=keys, args=list(args)))
+
+    async def _through_failover(self, write: Callable[[], Awaitable[T]]) -> T:
+        """`write()`, tried again every 0.2 s while the cluster fails over, for at most
+        failover_wait (0 on one server: once); `write` must be safe to repeat."""
         deadline = time.monotonic() + self.failover_wait
         while True:
             try:
-                if waits:
-                    return await self._run_and_wait(script, keys, args)
-                return await script(keys=keys, args=list(args))
+                return await write()
             except (*_FAILOVER_ERRORS, AttributeError, RuntimeError) as exc:
                 if isinstance(exc, (AttributeError, RuntimeError)) and not _inside_redis_py(exc):
                     raise

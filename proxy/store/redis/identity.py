@@ -77,8 +77,12 @@ class Identity(RedisConnection):
         return None
 
     async def _index(self, tenant: str, cid: str, hashes: list[str], add: bool) -> None:
-        if not hashes:
-            return
+        """Add or remove `cid` under each hash, retried through a failover like the scripts (an
+        answer's entry is written after the client has it: a 503 would come too late)."""
+        if hashes:
+            await self._through_failover(lambda: self._index_once(tenant, cid, hashes, add))
+
+    async def _index_once(self, tenant: str, cid: str, hashes: list[str], add: bool) -> None:
         async with self.r.pipeline(transaction=False) as pipe:
             for h in hashes:
                 key = self.keys.identity(tenant, h)
