@@ -1,5 +1,5 @@
 """Fixtures shared by the end-to-end tests: the raw-socket fault upstream (tests/support/fault_upstream.py)
-and a fresh scripted Anthropic upstream per test."""
+and scripted Anthropic upstreams: a fresh one per test, or one per module."""
 
 from __future__ import annotations
 
@@ -29,6 +29,15 @@ def faults(fault_server: FaultUpstream) -> Iterator[FaultUpstream]:
 @pytest.fixture
 def anthropic_upstream() -> Iterator[AnthropicUpstream]:
     """A scripted Anthropic upstream of its own for one test (routes send it `UPSTREAM_KEY`)."""
+    server = AnthropicUpstream(api_key=UPSTREAM_KEY)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def claude_server() -> Iterator[AnthropicUpstream]:
+    """A scripted Anthropic upstream shared by one module's tests (routes send it `UPSTREAM_KEY`)."""
     server = AnthropicUpstream(api_key=UPSTREAM_KEY)
     server.start()
     yield server

@@ -30,21 +30,13 @@ import httpx
 import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream
-from tests.support.proxy_process import UPSTREAM_KEY, ProxyProcess, deep_merge, default_config, subprocess_env
+from tests.support.proxy_process import ProxyProcess, deep_merge, default_config, subprocess_env
 from tests.support.upstream_server import Reply, UpstreamServer
 
 CONVERSATIONS = 6
 """new conversations per kind of request, each of two turns: more than the memo's 2 branches"""
 FILLER = "The build step finished; the next command lists the changed files and their sizes. " * 150
 """~12.6 kB of text in each conversation's first message: over gc_probe's 10 kB mark"""
-
-
-@pytest.fixture(scope="module")
-def claude_server() -> Iterator[AnthropicUpstream]:
-    server = AnthropicUpstream(api_key=UPSTREAM_KEY)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -15,20 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.anthropic_upstream import AnthropicUpstream
-from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.responses_upstream import ResponsesServer
 from tests.support.waiting import wait_until
 
 TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
-
-
-@pytest.fixture(scope="module")
-def claude_server() -> Iterator[AnthropicUpstream]:
-    server = AnthropicUpstream(api_key=UPSTREAM_KEY)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as AnthropicReply
-from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 from tests.support.upstream_server import Reply, tool_call
 
@@ -68,14 +66,6 @@ def test_chat_respelled_arguments_continue_the_branch(proxy, upstream, api_key):
         "user",
         "assistant",
     ]
-
-
-@pytest.fixture(scope="module")
-def claude_server() -> Iterator[AnthropicUpstream]:
-    server = AnthropicUpstream(api_key=UPSTREAM_KEY)
-    server.start()
-    yield server
-    server.stop()
 
 
 def _anthropic_post(p: Any, api_key: str, body: dict[str, Any]) -> httpx.Response:
