@@ -4,6 +4,7 @@ in tokens and in money (`bench.money`: list prices with each provider's prompt c
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.bodies import generated_session, transcript_files
@@ -137,6 +138,15 @@ def _total(bills: list[dict[str, Any]], key: str) -> float:
     return sum(b[key] for b in bills)
 
 
+def _bill_ratios(runs: list[dict[str, Any]], model: str, bill: Callable[[dict[str, Any]], float]) -> list[float]:
+    """Per run (that costs anything without the proxy): `bill` of its `model` bills over the bill without."""
+    return [
+        bill(d["money"][model]) / d["money"][model]["without"]["dollars"]
+        for d in runs
+        if d["money"][model]["without"]["dollars"]
+    ]
+
+
 def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[str, Any]]:
     """Per window and model: bills with / without ctxproxy (all runs; and the runs the client
     could send at all), prefix reuse with / without, compactions, the summarizer's share."""
@@ -151,22 +161,10 @@ def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[s
         for model in MONEY_MODELS:
             w = [d["money"][model]["with"] for d in sel]
             wo = [d["money"][model]["without"] for d in sel]
-            fit_ratios = [
-                d["money"][model]["with"]["dollars"] / d["money"][model]["without"]["dollars"]
-                for d in fits
-                if d["money"][model]["without"]["dollars"]
-            ]
-            ratios = [
-                d["money"][model]["with"]["dollars"] / d["money"][model]["without"]["dollars"]
-                for d in sel
-                if d["money"][model]["without"]["dollars"]
-            ]
+            fit_ratios = _bill_ratios(fits, model, lambda bills: bills["with"]["dollars"])
+            ratios = _bill_ratios(sel, model, lambda bills: bills["with"]["dollars"])
             small = [d["money"][model]["with_small_summarizer"] for d in sel]
-            small_ratios = [
-                d["money"][model]["with_small_summarizer"] / d["money"][model]["without"]["dollars"]
-                for d in sel
-                if d["money"][model]["without"]["dollars"]
-            ]
+            small_ratios = _bill_ratios(sel, model, lambda bills: bills["with_small_summarizer"])
             with_d, without_d = _total(w, "dollars"), _total(wo, "dollars")
             rows.append(
                 {
