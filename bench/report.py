@@ -160,6 +160,30 @@ def _loads(values: list[float] | None) -> str:
     return "/".join(f"{v:.2f}" for v in values) if values else "?"
 
 
+def _store_writes(report: dict[str, Any]) -> list[str]:
+    """The store phase's table, and its share of what one request costs in the overhead phase."""
+    sw = report.get("store_writes")
+    if not sw:
+        return []
+    lines = ["", "## Store writes per request (in-process, `bench.store_writes`)", "", sw["setup"] + ".", ""]
+    lines += _table(
+        sw["rows"],
+        [("variant", "variant"), ("cpu_us_per_request", "CPU us per request"), ("vs_shipped", "vs shipped")],
+    )
+    rows = (report.get("overhead") or {}).get("rows", [])
+    ctx = _row(rows, target="ctxproxy", cell="non-stream c=16")
+    hop = _row(rows, target="passthrough", cell="non-stream c=16")
+    shipped = sw["rows"][0]["cpu_us_per_request"] / 1000
+    if ctx and hop and ctx.get("cpu_ms_per_request") and hop.get("cpu_ms_per_request"):
+        lines += [
+            "",
+            f"The shipped writes are {shipped:.2f} ms: {shipped / ctx['cpu_ms_per_request']:.0%} of ctxproxy's "
+            f"{ctx['cpu_ms_per_request']:.2f} ms CPU per request at 16 clients non-stream, and "
+            f"{shipped / hop['cpu_ms_per_request']:.2f}x the bare hop's whole {hop['cpu_ms_per_request']:.2f} ms.",
+        ]
+    return lines
+
+
 def render(report: dict[str, Any]) -> str:
     meta = report["meta"]
     lines = [
@@ -181,7 +205,7 @@ def render(report: dict[str, Any]) -> str:
         "How to run: `python -m bench` (full, several minutes; installs the LiteLLM proxy into "
         "`bench/.venv-litellm` on first use; `--profile` adds py-spy profiles of ctxproxy), "
         "`python -m bench --quick` (seconds; skips LiteLLM unless already installed), "
-        "`--no-litellm`, `--only overhead,scaling,workers,memory,compaction,savings`, `--rounds N`. "
+        "`--no-litellm`, `--only overhead,scaling,workers,memory,store,compaction,savings`, `--rounds N`. "
         "Results go to `bench/results/<stamp>/report.{md,json}`; a full run rewrites this file. "
         "`python -m bench --render bench/results/<stamp>/report.json` re-renders it.",
         "",
@@ -267,6 +291,7 @@ def render(report: dict[str, Any]) -> str:
             f"{mem['kb_per_conversation']:.1f} kB per conversation. What stays per conversation is the history "
             "cache (bounded: 256 MB of remembered bodies, LRU) and SQLite's page cache.",
         ]
+    lines += _store_writes(report)
     cp = report.get("compaction", {})
     if cp.get("rows") or cp.get("error"):
         error = f" ERROR: {cp['error']}" if cp.get("error") else ""

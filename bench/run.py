@@ -21,6 +21,7 @@ from bench.profile import profile_ctxproxy
 from bench.report import render, targets
 from bench.savings import run_savings
 from bench.scaling import run_compaction, run_scaling
+from bench.store_writes import run_store_writes
 from bench.workers import ctxproxy_proc, run_workers, start_workers
 
 HERE = Path(__file__).resolve().parent
@@ -108,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy (never installs it)")
     p.add_argument(
         "--only",
-        default="overhead,scaling,workers,memory,compaction,savings",
-        help="comma list of phases: overhead,scaling,workers,memory,compaction,savings",
+        default="overhead,scaling,workers,memory,store,compaction,savings",
+        help="comma list of phases: overhead,scaling,workers,memory,store,compaction,savings",
     )
     p.add_argument("--profile", action="store_true", help="also profile ctxproxy under load with py-spy")
     p.add_argument("--out", help="results directory (default bench/results/<stamp>)")
@@ -309,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             mem.start(60)
             report["memory"] = run_memory(mem, n_conv, 50, log)
             mem.stop()
+        if "store" in phases:
+            log("store: one request's writes on the SqliteStore, in-process")
+            report["store_writes"] = run_store_writes(run_dir, 1 if quick else 5, 40 if quick else 200, log)
         if "compaction" in phases:
             log("compaction: in-process Compactor with a fixed-latency summarizer stub")
             report["compaction"] = run_compaction(

@@ -72,3 +72,8 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
     assert memory["rss_after_mb"] > 0
 
     assert all(t["met"] in (True, False, None) for t in report["targets"])
+
+    store = report["store_writes"]["rows"]
+    assert [r["variant"] for r in store] == ["shipped", "one transaction", "no WAL checkpoints", "in memory"]
+    assert all(r["cpu_us_per_request"] > 0 and len(r["rounds_us"]) == 1 for r in store), store
+    assert "## Store writes per request" in (out / "report.md").read_text()

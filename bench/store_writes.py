@@ -1,0 +1,137 @@
+"""The store's writes per request, in-process (`python -m bench --only store`).
+
+One request of an agent loop stores its new tool result before forwarding (`Store.extend`, one
+transaction) and the answer with its call record after (`Store.record_answered`, a second one).
+This phase times exactly that on the real `SqliteStore` in a fresh file: 16 conversations, each
+request adding the next tool result of the benchmark's agent body and its assistant answer,
+CPU from `time.process_time` (SQLite runs in the calling thread, its WAL checkpoints too).
+
+Variants, interleaved round by round, each a fresh database:
+- shipped: the two transactions as the proxy makes them;
+- one transaction: the same statements (`_extend`, `_record_answered`) in one `BEGIN IMMEDIATE`,
+  what "one store transaction per request" could save at most;
+- no WAL checkpoints: `wal_autocheckpoint=0`, what moving checkpoints off the request path could
+  save at most (the WAL then grows without bound: a bound, not a setting);
+- in memory: `:memory:`, no file at all: what any change to durability could save at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.bodies import agent_body
+from proxy.store.base import CallRecord, NewEvent, Position, ResponseTurn
+from proxy.store.sqlite import SqliteStore
+from proxy.store.sqlite.history import _extend, _record_answered
+
+VARIANTS = ("shipped", "one transaction", "no WAL checkpoints", "in memory")
+CONVERSATIONS = 16
+
+
+def _pairs() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(tool result, assistant answer) pairs of the agent body, in order."""
+    messages = agent_body()["messages"]
+    tools = [m for m in messages if m["role"] == "tool"]
+    calls = [m for m in messages if m["role"] == "assistant"]
+    return list(zip(tools, calls[1:] + calls[:1], strict=True))
+
+
+def _hash(previous: str, salt: str) -> str:
+    return hashlib.blake2b(f"{previous}/{salt}".encode(), digest_size=16).hexdigest()
+
+
+def _call(i: int, position: Position, answer: dict[str, Any]) -> CallRecord:
+    return CallRecord(
+        id=f"call-{i}",
+        tenant="bench",
+        route="mock",
+        model="gpt-4o",
+        purpose="chat",
+        stream=False,
+        started_at=time.time(),
+        conversation_id=position.conversation_id,
+        branch_id=position.branch_id,
+        status="complete",
+        upstream_status=200,
+        latency_ms=1.0,
+        response=answer,
+        finish_reason="tool_calls",
+        usage_raw={"prompt_tokens": 20_000, "completion_tokens": 60},
+        usage={"input": 20_000, "output": 60},
+    )
+
+
+def _in_one_transaction(db: Any, i: int, head: Position, head_hash: str, event: NewEvent, reply: NewEvent) -> Any:
+    """The statements of `Store.extend` and `Store.record_answered` in the caller's one transaction."""
+    end = _extend(db, head, head_hash, [event], time.time())
+    assert end is not None, "the benchmark's chain must extend its head"
+    return _record_answered(db, _call(i, end, reply.message), ResponseTurn(end, "sys", reply), time.time())
+
+
+async def _round(variant: str, path: Path, turns: int) -> float:
+    """CPU microseconds per request of one variant over CONVERSATIONS x turns requests."""
+    path.unlink(missing_ok=True)
+    store = SqliteStore(":memory:" if variant == "in memory" else str(path))
+    await store.open()
+    if variant == "no WAL checkpoints":
+        store.db.execute("PRAGMA wal_autocheckpoint=0")
+    pairs = _pairs()
+    heads: list[tuple[Position, str]] = []
+    for c in range(CONVERSATIONS):
+        conversation = await store.create_conversation("bench", None)
+        start = Position(conversation.id, conversation.main_branch_id, 0)
+        first = NewEvent("user", {"role": "user", "content": f"task {c}"}, _hash("root", str(c)), "request", 10)
+        heads.append((await store.append(start, [first], None, stamp=False), first.chain_hash))
+    n, cpu = 0, 0.0
+    for turn in range(turns):
+        tool, answer = pairs[turn % len(pairs)]
+        for c, (head, head_hash) in enumerate(heads):
+            event = NewEvent("tool", tool, _hash(head_hash, "t"), "request", 600)
+            reply = NewEvent("assistant", answer, _hash(event.chain_hash, "a"), "response", 60)
+            t0 = time.process_time()
+            if variant == "one transaction":
+                position = store._write(_in_one_transaction, n, head, head_hash, event, reply)
+            else:
+                end = await store.extend(head, head_hash, [event])
+                assert end is not None, "the benchmark's chain must extend its head"
+                position = await store.record_answered(_call(n, end, answer), ResponseTurn(end, "sys", reply))
+            cpu += time.process_time() - t0
+            assert isinstance(position, Position)
+            heads[c] = (position, reply.chain_hash)
+            n += 1
+    await store.close()
+    path.unlink(missing_ok=True)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return cpu / n * 1e6
+
+
+def run_store_writes(run_dir: Path, rounds: int, turns: int, log: Callable[[str], None]) -> dict[str, Any]:
+    samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for rnd in range(rounds):
+        order = VARIANTS[rnd % len(VARIANTS) :] + VARIANTS[: rnd % len(VARIANTS)]
+        for variant in order:
+            samples[variant].append(asyncio.run(_round(variant, run_dir / "store-writes.db", turns)))
+        log(f"  round {rnd + 1}/{rounds}: " + ", ".join(f"{v} {samples[v][-1]:.0f} us" for v in VARIANTS))
+    shipped = statistics.median(samples["shipped"])
+    rows = [
+        {
+            "variant": v,
+            "cpu_us_per_request": round(statistics.median(samples[v]), 1),
+            "vs_shipped": round(statistics.median(samples[v]) / shipped, 3),
+            "rounds_us": [round(s, 1) for s in samples[v]],
+        }
+        for v in VARIANTS
+    ]
+    return {
+        "rows": rows,
+        "setup": f"{CONVERSATIONS} conversations x {turns} requests per round, {rounds} rounds interleaved, "
+        "median of the rounds; each request one tool result of the agent body stored before forwarding "
+        "and its assistant answer with the call record after",
+    }
