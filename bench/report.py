@@ -203,7 +203,8 @@ def render(report: dict[str, Any]) -> str:
         ]
     lines += [
         "How to run: `python -m bench` (full, several minutes; installs the LiteLLM proxy into "
-        "`bench/.venv-litellm` on first use; `--profile` adds py-spy profiles of ctxproxy), "
+        "`bench/.venv-litellm` on first use; `--profile` adds py-spy profiles of ctxproxy and, where `perf` is "
+        "installed, a native one), "
         "`python -m bench --quick` (seconds; skips LiteLLM unless already installed), "
         "`--no-litellm`, `--only overhead,scaling,workers,memory,store,compaction,savings`, `--rounds N`. "
         "Results go to `bench/results/<stamp>/report.{md,json}`; a full run rewrites this file. "
@@ -418,6 +419,14 @@ def render(report: dict[str, Any]) -> str:
         lines += _table(
             prof.get("top_total", [])[:25], [("function", "proxy/policies function (inclusive)"), ("pct", "% samples")]
         )
+    native = report.get("native_profile")
+    if native:
+        lines += ["", "## Native profile: ctxproxy, agent body (perf)", "", native.get("note", ""), ""]
+        lines += _table(
+            native.get("by_object", []), [("name", "shared object"), ("what", "what it is"), ("pct", "% samples")]
+        )
+        lines += [""]
+        lines += _table(native.get("top_symbols", []), [("name", "shared object and symbol"), ("pct", "% samples")])
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
     if CLOSING_NOTE.exists():  # what was optimised and what each step measured (hand-written)

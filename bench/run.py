@@ -15,6 +15,7 @@ from typing import Any
 
 from bench.bodies import AGENT_SOURCE, TRANSCRIPTS, agent_body, scaling_body
 from bench.memory import run_memory
+from bench.native import native_profile
 from bench.overhead import Cell, Target, run_overhead
 from bench.procs import Proc, free_port
 from bench.profile import profile_ctxproxy
@@ -112,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         default="overhead,scaling,workers,memory,store,compaction,savings",
         help="comma list of phases: overhead,scaling,workers,memory,store,compaction,savings",
     )
-    p.add_argument("--profile", action="store_true", help="also profile ctxproxy under load with py-spy")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile ctxproxy under load with py-spy (and perf, where installed)",
+    )
     p.add_argument("--out", help="results directory (default bench/results/<stamp>)")
     p.add_argument("--no-benchmarks-md", action="store_true", help="do not rewrite BENCHMARKS.md (full mode does)")
     p.add_argument("--render", metavar="REPORT_JSON", help="only re-render BENCHMARKS.md from a report.json")
@@ -341,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             big = run_dir / "profile-2000-events.json"
             big.write_text(json.dumps(scaling_body(2000)))
             report["profile"].append(profile_ctxproxy(tgt["ctxproxy"], run_dir, big, secs, 1, "2000 stored events"))
+            log("profile: perf on ctxproxy")
+            report["native_profile"] = native_profile(tgt["ctxproxy"], run_dir, base_body, secs)
     finally:
         for proc in reversed(procs):
             proc.stop()
