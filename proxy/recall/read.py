@@ -15,14 +15,13 @@ stream that started with text still watched for a later recall call (`watch.Watc
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from policies.text import tool_calls
 
-from .. import record
+from .. import codec, record
 from ..config import Recall, Route
 from ..errors import ProxyError
 from ..protocols.base import Wire
@@ -163,7 +162,7 @@ async def read_stream(
 
 def _json(data: bytes) -> dict[str, Any] | None:
     try:
-        parsed = json.loads(data)
-    except ValueError:
+        parsed = codec.loads(data)
+    except ValueError:  # JsonRejected too: the answer is relayed as it is, recorded as unparsed
         return None
     return parsed if isinstance(parsed, dict) else None

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 
 from ..config import Route
 from ..errors import UpstreamError, UpstreamTimeout
@@ -90,10 +91,15 @@ class HttpResponse(UpstreamResponse):
 
 
 def _is_json(data: bytes) -> bool:
+    """orjson first (a third of the standard library's time on an answer); what it refuses (NaN, a
+    lone surrogate escape, UTF-16) is still JSON when the standard library reads it."""
     try:
-        json.loads(data)
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
-        return False
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:
+            json.loads(data)
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
+            return False
     return True
 
 

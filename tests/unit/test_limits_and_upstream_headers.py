@@ -14,6 +14,7 @@ from proxy.config import Limits
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout
 from proxy.http import read_body
 from proxy.upstream.base import relayed_response_headers, upstream_request_headers
+from proxy.upstream.http import _is_json
 
 # -- read_body ------------------------------------------------------------------------------------
 
@@ -229,3 +230,19 @@ def test_relayed_response_headers_lowercase_names() -> None:
     assert relayed_response_headers({"content-length": "1", "set-cookie": "a=b", "x-request-id": "r"}) == [
         ("x-request-id", "r")
     ]
+
+
+@pytest.mark.parametrize(
+    ("data", "whole"),
+    [
+        (b'{"choices": []}', True),
+        (b'{"a": NaN}', True),  # orjson refuses it, the standard library reads it: still accepted
+        (b'"\\ud800"', True),
+        ('{"a": 1}'.encode("utf-16"), True),
+        (b'{"choices": [', False),  # cut off half-way
+        (b"<html>gateway</html>", False),
+        (b"", False),
+    ],
+)
+def test_an_answer_is_whole_json_when_either_decoder_reads_it(data: bytes, whole: bool) -> None:
+    assert _is_json(data) is whole
