@@ -128,12 +128,21 @@ _M004_LEASES = """
         CREATE INDEX checkpoints_created ON checkpoints (status, created_at);
 """
 
+# Lookups by branch that scanned a whole table: the active checkpoint (every request, through
+# the status index: every branch's active checkpoint), a fork's children and checkpoints when a
+# rejected request is retracted.
+_M005_BRANCH_INDEXES = """
+        CREATE INDEX checkpoints_branch ON checkpoints (branch_id, status, generation);
+        CREATE INDEX branches_parent ON branches (parent_id, fork_seq) WHERE parent_id IS NOT NULL;
+"""
+
 # Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
     ("002_checkpoints", _M002_CHECKPOINTS),
     ("003_ledger", _M003_LEDGER),
     ("004_leases", _M004_LEASES),
+    ("005_branch_indexes", _M005_BRANCH_INDEXES),
 ]
 
 

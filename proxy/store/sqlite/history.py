@@ -332,8 +332,11 @@ def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[
 
 def _delete(db: Db, conversation_id: str, now: float) -> bool:
     found = db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
-    # Branches and events cascade; calls and tombstone are explicit.
-    db.execute("DELETE FROM events WHERE conversation_id = ?", (conversation_id,))
+    # Branches and events cascade; calls and tombstone are explicit. Events go by branch: they are
+    # keyed (branch_id, seq), with no index on conversation_id (by it, the whole table was read).
+    db.execute(
+        "DELETE FROM events WHERE branch_id IN (SELECT id FROM branches WHERE conversation_id = ?)", (conversation_id,)
+    )
     db.execute("DELETE FROM branches WHERE conversation_id = ?", (conversation_id,))
     db.execute("DELETE FROM calls WHERE conversation_id = ?", (conversation_id,))
     db.execute("DELETE FROM checkpoints WHERE conversation_id = ?", (conversation_id,))
