@@ -101,6 +101,15 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 ratio <= 1.2,
                 f"{hi['cpu_ms_per_request']:.2f} ms vs {lo['cpu_ms_per_request']:.2f} ms ({ratio:.2f}x)",
             )
+    store = {r["variant"]: r for r in (report.get("store_calls") or {}).get("rows", [])}
+    beside = next((r for v, r in store.items() if v.startswith("beside")), None)
+    if beside and "shipped" in store:
+        add(
+            f"store calls per request {beside['variant']} <= 1.2x in a fresh store",
+            beside["vs_shipped"] <= 1.2,
+            f"{beside['cpu_us_per_request']:.0f} us vs {store['shipped']['cpu_us_per_request']:.0f} us "
+            f"({beside['vs_shipped']:.2f}x)",
+        )
     for s in report.get("savings", {}).get("summary", []):
         if s["group"] != "runs > 4x window" or not s["runs"]:
             continue
@@ -160,12 +169,12 @@ def _loads(values: list[float] | None) -> str:
     return "/".join(f"{v:.2f}" for v in values) if values else "?"
 
 
-def _store_writes(report: dict[str, Any]) -> list[str]:
+def _store_calls(report: dict[str, Any]) -> list[str]:
     """The store phase's table, and its share of what one request costs in the overhead phase."""
-    sw = report.get("store_writes")
+    sw = report.get("store_calls")
     if not sw:
         return []
-    lines = ["", "## Store writes per request (in-process, `bench.store_writes`)", "", sw["setup"] + ".", ""]
+    lines = ["", "## Store calls per request (in-process, `bench.store_calls`)", "", sw["setup"] + ".", ""]
     lines += _table(
         sw["rows"],
         [("variant", "variant"), ("cpu_us_per_request", "CPU us per request"), ("vs_shipped", "vs shipped")],
@@ -177,7 +186,7 @@ def _store_writes(report: dict[str, Any]) -> list[str]:
     if ctx and hop and ctx.get("cpu_ms_per_request") and hop.get("cpu_ms_per_request"):
         lines += [
             "",
-            f"The shipped writes are {shipped:.2f} ms: {shipped / ctx['cpu_ms_per_request']:.0%} of ctxproxy's "
+            f"The shipped calls are {shipped:.2f} ms: {shipped / ctx['cpu_ms_per_request']:.0%} of ctxproxy's "
             f"{ctx['cpu_ms_per_request']:.2f} ms CPU per request at 16 clients non-stream, and "
             f"{shipped / hop['cpu_ms_per_request']:.2f}x the bare hop's whole {hop['cpu_ms_per_request']:.2f} ms.",
         ]
@@ -292,7 +301,7 @@ def render(report: dict[str, Any]) -> str:
             f"{mem['kb_per_conversation']:.1f} kB per conversation. What stays per conversation is the history "
             "cache (bounded: 256 MB of remembered bodies, LRU) and SQLite's page cache.",
         ]
-    lines += _store_writes(report)
+    lines += _store_calls(report)
     cp = report.get("compaction", {})
     if cp.get("rows") or cp.get("error"):
         error = f" ERROR: {cp['error']}" if cp.get("error") else ""

@@ -22,7 +22,7 @@ from bench.profile import profile_ctxproxy
 from bench.report import render, targets
 from bench.savings import run_savings
 from bench.scaling import run_compaction, run_scaling
-from bench.store_writes import run_store_writes
+from bench.store_calls import run_store_calls
 from bench.workers import ctxproxy_proc, run_workers, start_workers
 
 HERE = Path(__file__).resolve().parent
@@ -316,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             report["memory"] = run_memory(mem, n_conv, 50, log)
             mem.stop()
         if "store" in phases:
-            log("store: one request's writes on the SqliteStore, in-process")
-            report["store_writes"] = run_store_writes(run_dir, 1 if quick else 5, 40 if quick else 200, log)
+            log("store: one request's store calls on the SqliteStore, in-process")
+            report["store_calls"] = run_store_calls(run_dir, 1 if quick else 5, 40 if quick else 200, log)
         if "compaction" in phases:
             log("compaction: in-process Compactor with a fixed-latency summarizer stub")
             report["compaction"] = run_compaction(

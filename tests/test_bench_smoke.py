@@ -73,7 +73,13 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
 
     assert all(t["met"] in (True, False, None) for t in report["targets"])
 
-    store = report["store_writes"]["rows"]
-    assert [r["variant"] for r in store] == ["shipped", "one transaction", "no WAL checkpoints", "in memory"]
+    store = report["store_calls"]["rows"]
+    assert [r["variant"] for r in store] == [
+        "shipped",
+        "one transaction",
+        "no WAL checkpoints",
+        "in memory",
+        "beside 10,000 compacted conversations",
+    ]
     assert all(r["cpu_us_per_request"] > 0 and len(r["rounds_us"]) == 1 for r in store), store
-    assert "## Store writes per request" in (out / "report.md").read_text()
+    assert "## Store calls per request" in (out / "report.md").read_text()

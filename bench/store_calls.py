@@ -1,10 +1,11 @@
-"""The store's writes per request, in-process (`python -m bench --only store`).
+"""The store's calls per request, in-process (`python -m bench --only store`).
 
-One request of an agent loop stores its new tool result before forwarding (`Store.extend`, one
-transaction) and the answer with its call record after (`Store.record_answered`, a second one).
-This phase times exactly that on the real `SqliteStore` in a fresh file: 16 conversations, each
-request adding the next tool result of the benchmark's agent body and its assistant answer,
-CPU from `time.process_time` (SQLite runs in the calling thread, its WAL checkpoints too).
+One request of an agent loop reads its branch's active checkpoint (`Store.active_checkpoint`),
+stores its new tool result before forwarding (`Store.extend`, one transaction) and the answer
+with its call record after (`Store.record_answered`, a second one). This phase times exactly
+that on the real `SqliteStore` in a fresh file: 16 conversations, each request adding the next
+tool result of the benchmark's agent body and its assistant answer, CPU from
+`time.process_time` (SQLite runs in the calling thread, its WAL checkpoints too).
 
 Variants, interleaved round by round, each a fresh database:
 - shipped: the two transactions as the proxy makes them;
@@ -12,7 +13,9 @@ Variants, interleaved round by round, each a fresh database:
   what "one store transaction per request" could save at most;
 - no WAL checkpoints: `wal_autocheckpoint=0`, what moving checkpoints off the request path could
   save at most (the WAL then grows without bound: a bound, not a setting);
-- in memory: `:memory:`, no file at all: what any change to durability could save at most.
+- in memory: `:memory:`, no file at all: what any change to durability could save at most;
+- beside 10,000 compacted conversations: shipped, in a store that already holds 10,000 other
+  conversations with three checkpoints each: a request's cost must not grow with the store.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from proxy.store.base import CallRecord, NewEvent, Position, ResponseTurn
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite.history import _extend, _record_answered
 
-VARIANTS = ("shipped", "one transaction", "no WAL checkpoints", "in memory")
+BESIDE = "beside 10,000 compacted conversations"
+VARIANTS = ("shipped", "one transaction", "no WAL checkpoints", "in memory", BESIDE)
 CONVERSATIONS = 16
+OTHERS = 10_000
 
 
 def _pairs() -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -67,6 +72,30 @@ def _call(i: int, position: Position, answer: dict[str, Any]) -> CallRecord:
     )
 
 
+def _compacted_conversations(db: Any, n: int) -> None:
+    """`n` conversations of one branch each, with a summary committed three times (two superseded)."""
+    db.execute("BEGIN")
+    for i in range(n):
+        db.execute(
+            "INSERT INTO conversations (id, tenant, main_branch_id, created_at, updated_at) "
+            "VALUES (?, 'other', ?, 0, 0)",
+            (f"c_other{i}", f"b_other{i}"),
+        )
+        db.execute(
+            "INSERT INTO branches (id, conversation_id, fork_seq, head_seq, created_at, updated_at) "
+            "VALUES (?, ?, 0, 0, 0, 0)",
+            (f"b_other{i}", f"c_other{i}"),
+        )
+        for generation, status in ((1, "superseded"), (2, "superseded"), (3, "active")):
+            db.execute(
+                "INSERT INTO checkpoints (id, conversation_id, branch_id, generation, from_seq, covered_through_seq, "
+                "source_hash, summary, tokens, format_version, status, created_at) "
+                "VALUES (?, ?, ?, ?, 1, 5, 'h', 'a summary', 3, 1, ?, 0)",
+                (f"ck_other{i}-{generation}", f"c_other{i}", f"b_other{i}", generation, status),
+            )
+    db.execute("COMMIT")
+
+
 def _in_one_transaction(db: Any, i: int, head: Position, head_hash: str, event: NewEvent, reply: NewEvent) -> Any:
     """The statements of `Store.extend` and `Store.record_answered` in the caller's one transaction."""
     end = _extend(db, head, head_hash, [event], time.time())
@@ -81,6 +110,8 @@ async def _round(variant: str, path: Path, turns: int) -> float:
     await store.open()
     if variant == "no WAL checkpoints":
         store.db.execute("PRAGMA wal_autocheckpoint=0")
+    if variant == BESIDE:
+        _compacted_conversations(store.db, OTHERS)
     pairs = _pairs()
     heads: list[tuple[Position, str]] = []
     for c in range(CONVERSATIONS):
@@ -95,6 +126,7 @@ async def _round(variant: str, path: Path, turns: int) -> float:
             event = NewEvent("tool", tool, _hash(head_hash, "t"), "request", 600)
             reply = NewEvent("assistant", answer, _hash(event.chain_hash, "a"), "response", 60)
             t0 = time.process_time()
+            await store.active_checkpoint(head.branch_id)
             if variant == "one transaction":
                 position = store._write(_in_one_transaction, n, head, head_hash, event, reply)
             else:
@@ -112,7 +144,7 @@ async def _round(variant: str, path: Path, turns: int) -> float:
     return cpu / n * 1e6
 
 
-def run_store_writes(run_dir: Path, rounds: int, turns: int, log: Callable[[str], None]) -> dict[str, Any]:
+def run_store_calls(run_dir: Path, rounds: int, turns: int, log: Callable[[str], None]) -> dict[str, Any]:
     samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for rnd in range(rounds):
         order = VARIANTS[rnd % len(VARIANTS) :] + VARIANTS[: rnd % len(VARIANTS)]
@@ -132,6 +164,6 @@ def run_store_writes(run_dir: Path, rounds: int, turns: int, log: Callable[[str]
     return {
         "rows": rows,
         "setup": f"{CONVERSATIONS} conversations x {turns} requests per round, {rounds} rounds interleaved, "
-        "median of the rounds; each request one tool result of the agent body stored before forwarding "
-        "and its assistant answer with the call record after",
+        "median of the rounds; each request reads its active checkpoint, stores one tool result of the agent "
+        "body before forwarding and its assistant answer with the call record after",
     }
