@@ -19,10 +19,11 @@ from bench.native import native_profile
 from bench.overhead import Cell, Target, run_overhead
 from bench.procs import Proc, free_port
 from bench.profile import profile_ctxproxy
-from bench.report import render, targets
+from bench.report import render
 from bench.savings import run_savings
 from bench.scaling import run_compaction, run_scaling
 from bench.store_calls import run_store_calls
+from bench.targets import targets
 from bench.workers import ctxproxy_proc, run_workers, start_workers
 
 HERE = Path(__file__).resolve().parent
