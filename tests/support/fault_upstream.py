@@ -11,6 +11,7 @@ Kinds: ``ok``; ``status`` (``status`` with an error body of the API, ``retry_aft
 ``reset`` (RST before any byte); ``stall_first`` (nothing, until the proxy hangs up);
 ``stall_mid`` (headers and the first event or half the body, then nothing); ``malformed``
 (stream: an event whose data is not JSON between good ones; whole: a 200 body that is not JSON);
+``deep`` (whole: a 200 body of arrays nested 2,000 deep, complete but past every decoder's depth);
 ``truncated`` (whole: half the announced Content-Length, then close; stream: cut inside an event,
 then close); ``truncated_eof`` (whole: no Content-Length, half the body, then close);
 ``no_usage``; ``dup_usage`` (stream: the usage event twice; whole: the ``usage`` key twice);
@@ -227,6 +228,16 @@ class FaultUpstream:
                 loop.run_until_complete(main())
             except (asyncio.CancelledError, RuntimeError):
                 pass
+            # The handlers of connections still open end here, inside the loop: left to the
+            # garbage collector, their coroutines were finalized at a random later moment of
+            # the test process, outside any loop (an unraisable "Event loop is closed", and once
+            # a SystemError from the ast module the collection interrupted).
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
 
         threading.Thread(target=run, name="fault-upstream", daemon=True).start()
         assert ready.wait(10), "fault upstream did not start"
@@ -305,6 +316,8 @@ class FaultUpstream:
             return False  # streams are framed by the close (no Content-Length)
         if kind == "malformed":
             data = b"<html>upstream gateway page, not JSON</html>"
+        elif kind == "deep":
+            data = b"[" * 2_000 + b"]" * 2_000
         else:
             data = json.dumps(whole_body(wire, fault.text, kind != "no_usage")).encode()
             if kind == "dup_usage":
