@@ -69,7 +69,7 @@ class HttpResponse(UpstreamResponse):
         if 200 <= self.status < 300 and not _is_json(data):
             raise UpstreamError(
                 _where(self._route) + f" sent a {self.status} answer of {size:,} bytes that is not complete JSON "
-                "(cut off, or not JSON at all)"
+                "(cut off, nested too deep to read, or not JSON at all)"
             )
         return data
 
@@ -92,13 +92,14 @@ class HttpResponse(UpstreamResponse):
 
 def _is_json(data: bytes) -> bool:
     """orjson first (a third of the standard library's time on an answer); what it refuses (NaN, a
-    lone surrogate escape, UTF-16) is still JSON when the standard library reads it."""
+    lone surrogate escape, UTF-16) is still JSON when the standard library reads it. Nested past
+    both decoders' depth (orjson's 1,024, the interpreter's recursion limit) it is not."""
     try:
         orjson.loads(data)
     except orjson.JSONDecodeError:
         try:
             json.loads(data)
-        except ValueError:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
+        except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return False
     return True
 

@@ -102,6 +102,17 @@ def test_non_json_whole_answer_is_502(faulty, faults, api_key, api):
 
 
 @pytest.mark.parametrize("api", APIS)
+def test_whole_answer_nested_past_every_decoders_depth_is_502_and_recorded(faulty, faults, api_key, api):
+    conv, history = start_conversation(faulty, faults, api, api_key, f"deep next {api}")
+    faults.push(Fault("deep"))
+    r, data, _ = post(faulty, api, api_key, request_body(api, "and deeper?", False, history))
+    error = assert_api_error(api, r, data, 502)
+    assert "nested too deep" in error["message"], error
+    calls = faulty.wait_calls(conv, 2)
+    assert calls[-1]["status"] == "error" and "not complete JSON" in calls[-1]["error"], calls[-1]
+
+
+@pytest.mark.parametrize("api", APIS)
 def test_client_hanging_up_before_a_whole_answer_is_not_complete(faulty, faults, api_key, api):
     """The client gives up while the upstream is still working on a non-streamed answer."""
     conv, history = start_conversation(faulty, faults, api, api_key, f"hang up next {api}")

@@ -242,6 +242,7 @@ def test_relayed_response_headers_lowercase_names() -> None:
         (b'{"choices": [', False),  # cut off half-way
         (b"<html>gateway</html>", False),
         (b"", False),
+        (b"[" * 100_000 + b"]" * 100_000, False),  # past both decoders' depth: a 502, not a RecursionError
     ],
 )
 def test_an_answer_is_whole_json_when_either_decoder_reads_it(data: bytes, whole: bool) -> None:
