@@ -7,13 +7,13 @@ fit the newest are kept and the rest counted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from policies.search import SearchableEvent, fit_newest, parse_query, render, render_event, search
 from policies.text import call_arguments, call_name, tool_calls
 
+from .. import codec
 from ..config import Recall
 from ..types import Message
 
@@ -48,7 +48,7 @@ def answer(
     if limit < MIN_RESULT_TOKENS:
         return NO_ROOM
     try:
-        arguments = json.loads(call_arguments(call) or "{}")
+        arguments = codec.loads(call_arguments(call) or "{}")
     except ValueError:
         arguments = None
     if not isinstance(arguments, dict):

@@ -26,6 +26,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import codec
 from ..sse import SseEvent, parse_event
 
 Continue = Callable[[SseEvent], bytes | None]
@@ -103,7 +104,7 @@ def _data(event: SseEvent) -> dict[str, Any] | None:
     if event.data is None:
         return None
     try:
-        data = json.loads(event.data)
+        data = codec.loads(event.data)
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from policies.search import parse_query, search
 
+from .. import codec
 from ..errors import BadRequest, NotFound
 from ..http import RawResponse
 from ..store.base import Branch, CallRecord
@@ -243,7 +244,7 @@ async def recall_section(ctx: Ctx, detail: data.Detail) -> str:
         queries = []
         for tool_call in (c.response or {}).get("tool_calls") or []:
             try:
-                arguments = json.loads((tool_call.get("function") or {}).get("arguments") or "{}")
+                arguments = codec.loads((tool_call.get("function") or {}).get("arguments") or "{}")
             except ValueError:
                 arguments = {}
             queries.append(str(arguments.get("query", "")) if isinstance(arguments, dict) else "")

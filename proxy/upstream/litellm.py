@@ -28,6 +28,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from .. import codec
 from ..config import Route
 from ..errors import UpstreamError, UpstreamTimeout
 from ..http import client_api_key
@@ -191,7 +192,7 @@ def _provider_error(exc: Exception, secret: str | None) -> tuple[int, dict[str, 
         # Providers' own error JSON is embedded in litellm's message: "AnthropicException - {...}".
         raw = message[message.index("{") : message.rindex("}") + 1]
         try:
-            detail = json.loads(raw)
+            detail = codec.loads(raw)
         except ValueError:
             detail = None
     if isinstance(detail, dict):

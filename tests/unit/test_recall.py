@@ -84,6 +84,9 @@ def test_recall_calls_and_answers():
     assert "No stored event 9" in answer(events, missing, AUTO.recall, len)
     bad = {**call, "function": {"name": "ctxproxy_recall", "arguments": "not json"}}
     assert answer(events, bad, AUTO.recall, len).startswith("Error:")
+    # nested past the interpreter's recursion limit: the model is told, nothing raises
+    deep = {**call, "function": {"name": "ctxproxy_recall", "arguments": "[" * 5_000 + "]" * 5_000}}
+    assert answer(events, deep, AUTO.recall, len).startswith("Error:")
 
 
 def test_relay_now():
