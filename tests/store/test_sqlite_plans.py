@@ -14,50 +14,29 @@ import re
 from pathlib import Path
 
 from proxy import identify
-from proxy.store.base import CallRecord, CheckpointCandidate, NewEvent, Position, ResponseTurn
+from proxy.store.base import CheckpointCandidate, Position, ResponseTurn
 from proxy.store.sqlite import SqliteStore
+from tests.store.test_contract import T1, call_record, new_events
 
-T = "t_plans"
 WHOLE_TABLE = re.compile(r"^SCAN (events|branches|checkpoints|calls|conversations|leases|tombstones)\b")
 CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA")
-
-
-def _events(history: list[dict[str, str]], start: int = 0) -> list[NewEvent]:
-    hashes = identify.chain(T, history)
-    return [NewEvent(m["role"], m, hashes[i], "request") for i, m in enumerate(history) if i >= start]
-
-
-def _call(call_id: str, conversation_id: str, branch_id: str) -> CallRecord:
-    return CallRecord(
-        id=call_id,
-        tenant=T,
-        route="r",
-        model="m",
-        purpose="main",
-        stream=False,
-        started_at=1.0,
-        conversation_id=conversation_id,
-        branch_id=branch_id,
-        status="complete",
-        upstream_status=200,
-    )
 
 
 async def _workload(store: SqliteStore) -> None:
     """What requests, a compaction, a rejected fork, retention and a delete do to the store."""
     history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(6)]
-    hashes = identify.chain(T, history)
-    conv = await store.create_conversation(T, "ext-1")
+    hashes = identify.chain(T1, history)
+    conv = await store.create_conversation(T1, "ext-1")
     main = conv.main_branch_id
-    assert await store.find_longest(hashes[:3], T, None) is None
-    end = await store.append(Position(conv.id, main, 0), _events(history[:3]), None, stamp=False)
-    answer = _events(history[:4], 3)[0]
-    head = await store.record_answered(_call("c1", conv.id, main), ResponseTurn(end, "sys", answer))
+    assert await store.find_longest(hashes[:3], T1, None) is None
+    end = await store.append(Position(conv.id, main, 0), new_events(T1, history[:3]), None, stamp=False)
+    answer = new_events(T1, history[:4], 3)[0]
+    head = await store.record_answered(call_record(conv.id, main, "c1", 1.0), ResponseTurn(end, "sys", answer))
     assert isinstance(head, Position)
-    extended = await store.extend(head, hashes[3], _events(history[:5], 4))
+    extended = await store.extend(head, hashes[3], new_events(T1, history[:5], 4))
     assert extended is not None
-    assert await store.find_longest(hashes[:5], T, None) is not None
-    assert await store.find_conversation(T, "ext-1") is not None
+    assert await store.find_longest(hashes[:5], T1, None) is not None
+    assert await store.find_conversation(T1, "ext-1") is not None
     token = await store.acquire_lease(main, "owner", 30.0)
     assert token is not None and await store.renew_lease(main, "owner", token, 30.0)
     candidate = CheckpointCandidate(conv.id, main, 0, 1, 2, hashes[1], "summary", 5, None, 1, token)
@@ -66,12 +45,14 @@ async def _workload(store: SqliteStore) -> None:
     assert await store.active_checkpoint(main) is not None
     # A fork from seq 3 (a retry with another answer), then that request rejected: retracted.
     other = {"role": "assistant", "content": "another answer"}
-    fork_end = await store.append(Position(conv.id, main, 3), _events([*history[:3], other], 3), None, stamp=False)
+    fork_end = await store.append(
+        Position(conv.id, main, 3), new_events(T1, [*history[:3], other], 3), None, stamp=False
+    )
     assert fork_end.branch_id != main
     assert await store.active_checkpoint(fork_end.branch_id) is not None  # inherited from main
     assert len(await store.lineage_events(fork_end.branch_id, 0, 100)) == 4
-    assert await store.retract(fork_end, [identify.chain(T, [*history[:3], other])[3]])
-    await store.record_call(_call("c2", conv.id, main))
+    assert await store.retract(fork_end, [identify.chain(T1, [*history[:3], other])[3]])
+    await store.record_call(call_record(conv.id, main, "c2", 1.0))
     assert await store.last_call(main, "main") is not None
     assert len(await store.list_calls(conv.id, 10, 0)) == 2
     await store.purge_calls(0.5)
