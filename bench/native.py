@@ -9,12 +9,13 @@ orjson, tiktoken, httptools). `perf record -e cpu-clock` on the proxy's PID duri
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.overhead import Target, run_loadgen
+from bench.overhead import Target
+from bench.profile import sampled_load
 
 WHAT = {
     "libpython": "CPython: the interpreter, objects, dicts, strings",
@@ -42,31 +43,7 @@ def native_profile(ctx: Target, run_dir: Path, base_body: Path, seconds: float) 
     assert ctx.proc is not None
     data = run_dir / "perf.data"
     cmd = [perf, "record", "-e", "cpu-clock", "-F", "499", "-p", str(ctx.proc.pid), "-o", str(data)]
-    holder: list[subprocess.Popen[str]] = []
-
-    def start_perf() -> None:  # after the warm-up, right before GO
-        holder.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        time.sleep(0.5)
-
-    spec = {
-        "host": "127.0.0.1",
-        "port": ctx.port,
-        "path": "/v1/chat/completions",
-        "base_body": str(base_body),
-        "stream": False,
-        "concurrency": 16,
-        "requests_per_worker": 120,
-        "max_seconds": seconds,
-        "key_prefix": f"sk-perf-{run_dir.name}",
-    }
-    try:
-        result, cpu = run_loadgen(spec, run_dir / "spec-perf.json", ctx.proc.pid, seconds + 120, start_perf)
-    finally:
-        for record in holder:
-            if record.poll() is None:
-                record.send_signal(2)  # SIGINT: perf writes its file and exits
-                record.wait(30)
-    err = holder[0].stderr.read() if holder and holder[0].stderr else ""
+    result, cpu, err = sampled_load(ctx, cmd, run_dir, base_body, seconds, 16, "perf", _interrupt)
     if not data.exists():
         return {"note": f"perf recorded nothing (not allowed here?): {err[-300:]}"}
     by_dso = _report(perf, data, "dso")
@@ -79,6 +56,11 @@ def native_profile(ctx: Target, run_dir: Path, base_body: Path, seconds: float) 
         "by_object": [{**row, "what": _what(row["name"])} for row in by_dso],
         "top_symbols": _report(perf, data, "dso,sym")[:15],
     }
+
+
+def _interrupt(perf: subprocess.Popen[str]) -> None:
+    perf.send_signal(signal.SIGINT)  # perf writes its file and exits
+    perf.wait(30)
 
 
 def _report(perf: str, data: Path, sort: str) -> list[dict[str, Any]]:

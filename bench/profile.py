@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,36 +48,10 @@ def profile_ctxproxy(
         str(out),
         "--nonblocking",
     ]
-    holder: list[subprocess.Popen[str]] = []
-
-    def start_spy() -> None:  # after the warm-up, right before GO
-        holder.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        time.sleep(0.5)
-
-    try:
-        spec = {
-            "host": "127.0.0.1",
-            "port": ctx.port,
-            "path": "/v1/chat/completions",
-            "base_body": str(base_body),
-            "stream": False,
-            "concurrency": concurrency,
-            "requests_per_worker": 400 if concurrency == 1 else 120,
-            "max_seconds": seconds,
-            "key_prefix": f"sk-prof-{run_dir.name}-{concurrency}",
-        }
-        result, cpu = run_loadgen(
-            spec, run_dir / "spec-profile.json", ctx.proc.pid, timeout=seconds + 120, on_ready=start_spy
-        )
-        if holder:
-            holder[0].wait(seconds + 60)
-    finally:
-        for record in holder:
-            if record.poll() is None:
-                record.kill()
-                record.wait(5)
+    result, cpu, err = sampled_load(
+        ctx, cmd, run_dir, base_body, seconds, concurrency, "profile", lambda sampler: sampler.wait(seconds + 60)
+    )
     if not out.exists():
-        err = holder[0].stderr.read() if holder and holder[0].stderr else ""
         return {"note": f"py-spy produced no profile: {err[-500:]}"}
     self_c: Counter[str] = Counter()
     total_c: Counter[str] = Counter()
@@ -109,6 +84,51 @@ def profile_ctxproxy(
         "top_self": top(self_c),
         "top_total": top(total_c, own=True),
     }
+
+
+def sampled_load(
+    ctx: Target,
+    cmd: list[str],
+    run_dir: Path,
+    base_body: Path,
+    seconds: float,
+    concurrency: int,
+    name: str,
+    finish: Callable[[subprocess.Popen[str]], object],
+) -> tuple[dict[str, Any], float | None, str]:
+    """A non-stream load of `concurrency` clients with `cmd`, a sampler of the proxy's PID, started
+    after the load generator's warm-up (right before GO) and ended by `finish` once the load is
+    over (killed if it is still running after that, or on an error). Returns the load's result,
+    the proxy's CPU seconds and the sampler's stderr."""
+    assert ctx.proc is not None
+    holder: list[subprocess.Popen[str]] = []
+
+    def start() -> None:
+        holder.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        time.sleep(0.5)
+
+    spec = {
+        "host": "127.0.0.1",
+        "port": ctx.port,
+        "path": "/v1/chat/completions",
+        "base_body": str(base_body),
+        "stream": False,
+        "concurrency": concurrency,
+        "requests_per_worker": 400 if concurrency == 1 else 120,
+        "max_seconds": seconds,
+        "key_prefix": f"sk-{name}-{run_dir.name}-{concurrency}",
+    }
+    try:
+        result, cpu = run_loadgen(spec, run_dir / f"spec-{name}.json", ctx.proc.pid, seconds + 120, start)
+        if holder:
+            finish(holder[0])
+    finally:
+        for sampler in holder:
+            if sampler.poll() is None:
+                sampler.kill()
+                sampler.wait(5)
+    err = holder[0].stderr.read() if holder and holder[0].stderr else ""
+    return result, cpu, err
 
 
 def _frame(frame: str) -> str:
