@@ -21,7 +21,6 @@ Variants, interleaved round by round, each a fresh database:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import statistics
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bodies import agent_body
+from proxy import identify
 from proxy.store.base import CallRecord, NewEvent, Position, ResponseTurn
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite.history import _extend, _record_answered
@@ -45,10 +45,6 @@ def _pairs() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     tools = [m for m in messages if m["role"] == "tool"]
     calls = [m for m in messages if m["role"] == "assistant"]
     return list(zip(tools, calls[1:] + calls[:1], strict=True))
-
-
-def _hash(previous: str, salt: str) -> str:
-    return hashlib.blake2b(f"{previous}/{salt}".encode(), digest_size=16).hexdigest()
 
 
 def _call(i: int, position: Position, answer: dict[str, Any]) -> CallRecord:
@@ -117,14 +113,15 @@ async def _round(variant: str, path: Path, turns: int) -> float:
     for c in range(CONVERSATIONS):
         conversation = await store.create_conversation("bench", None)
         start = Position(conversation.id, conversation.main_branch_id, 0)
-        first = NewEvent("user", {"role": "user", "content": f"task {c}"}, _hash("root", str(c)), "request", 10)
+        task = {"role": "user", "content": f"task {c}"}
+        first = NewEvent("user", task, identify.message_hash(identify.root_hash("bench"), task), "request", 10)
         heads.append((await store.append(start, [first], None, stamp=False), first.chain_hash))
     n, cpu = 0, 0.0
     for turn in range(turns):
         tool, answer = pairs[turn % len(pairs)]
         for c, (head, head_hash) in enumerate(heads):
-            event = NewEvent("tool", tool, _hash(head_hash, "t"), "request", 600)
-            reply = NewEvent("assistant", answer, _hash(event.chain_hash, "a"), "response", 60)
+            event = NewEvent("tool", tool, identify.message_hash(head_hash, tool), "request", 600)
+            reply = NewEvent("assistant", answer, identify.message_hash(event.chain_hash, answer), "response", 60)
             t0 = time.process_time()
             await store.active_checkpoint(head.branch_id)
             if variant == "one transaction":
@@ -149,7 +146,7 @@ def run_store_calls(run_dir: Path, rounds: int, turns: int, log: Callable[[str],
     for rnd in range(rounds):
         order = VARIANTS[rnd % len(VARIANTS) :] + VARIANTS[: rnd % len(VARIANTS)]
         for variant in order:
-            samples[variant].append(asyncio.run(_round(variant, run_dir / "store-writes.db", turns)))
+            samples[variant].append(asyncio.run(_round(variant, run_dir / "store-calls.db", turns)))
         log(f"  round {rnd + 1}/{rounds}: " + ", ".join(f"{v} {samples[v][-1]:.0f} us" for v in VARIANTS))
     shipped = statistics.median(samples["shipped"])
     rows = [
