@@ -78,6 +78,11 @@ class ProjectionCache:
             self.reused += 1
         else:
             self.rebuilt += 1
+            # Rebuilt: its groups are new objects, so no slot entry can match again, and each
+            # holds a whole earlier history alive (a branch re-indexed on every request, as
+            # when the proxy's history cache is smaller than the conversations in use, kept up
+            # to `max_entries` / groups copies of its history: 4.6 GB for 1,024 branches).
+            self.memo = {}
         self.last_index = index
         return index
 

@@ -162,6 +162,22 @@ def test_one_turn_more_reuses_the_previous_rendering() -> None:
     assert cached.record.trimmed and cached.record.to_dict()["sent_seqs"] == [[1, len(history)]]
 
 
+def test_a_branch_reindexed_from_new_objects_keeps_one_history_of_entries() -> None:
+    """The proxy hands a branch new objects whenever its history fell out of the history cache:
+    the index is rebuilt, and the slots memoized for the earlier objects can never match again.
+    They are dropped then, or each call left one more copy of the history alive in the memo."""
+    config = TRIMMING
+    cache = ProjectionCache()
+    sizes = []
+    for _ in range(6):
+        history = tool_history(8)  # equal content, new objects: no proof of what it shares
+        cached = _project(history, cache, config)
+        assert json.dumps(cached.messages) == json.dumps(_project(history, None, config).messages)
+        sizes.append(len(cache.memo))
+    assert cache.rebuilt == 6
+    assert sizes[1:] == sizes[:1] * 5, sizes
+
+
 def test_an_in_flight_call_is_repaired_once_it_is_no_longer_last() -> None:
     history = items(user("go"), calls("a", "b"), result("a"), assistant("done?"), user("next"))
     cache = ProjectionCache()
