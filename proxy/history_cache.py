@@ -22,7 +22,11 @@ Memory is bounded by the approximate bytes of the remembered bodies (LRU).
 Beside the histories it keeps, per caller credential, the raw bytes of recent request bodies with
 where their message array ends (`Seen`, read by `tail_parse`: a body that extends one of them
 byte for byte is parsed only in its new tail). Their bytes count in the same budget, and they go
-first when it is exceeded (a history saves more work per byte).
+first when it is exceeded: a history saves more work per byte (hashing, counting and the branch
+memo's resume, against one parse). Once the histories alone fill the budget, each body goes as
+soon as the next is stored. (One least-recently-stored order for both was measured and dropped:
+it halves the conversations whose histories fit, and with more conversations in use than fit,
+a cyclic LRU hits nothing: 256 conversations of 500 messages cost 13 ms a request against 2.)
 """
 
 from __future__ import annotations
@@ -108,6 +112,9 @@ class HistoryCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.body_hits = 0
+        """Bodies parsed only in their new tail (`tail_parse.BodyMemo.parse`); `body_misses`: whole."""
+        self.body_misses = 0
 
     @staticmethod
     def key(tenant: str, history: list[Message]) -> tuple[str, int] | None:
@@ -172,6 +179,23 @@ class HistoryCache:
             self._entries[key] = kept
             self._bytes += entry.size
             self._evict()
+
+    def sizes(self) -> dict[str, int]:
+        """Entries held now (`ctxproxy_cache_entries`): remembered histories and bodies."""
+        with self._lock:
+            return {
+                "histories": sum(len(b) for b in self._entries.values()),
+                "bodies": sum(len(b) for b in self._bodies.values()),
+            }
+
+    def lookups(self) -> dict[str, int]:
+        """Lookups so far by "cache:outcome" (`ctxproxy_cache_lookups_total`)."""
+        return {
+            "histories:hit": self.hits,
+            "histories:miss": self.misses,
+            "bodies:hit": self.body_hits,
+            "bodies:miss": self.body_misses,
+        }
 
     def bodies(self, partition: bytes) -> list[Seen]:
         """The recent bodies sent with this credential digest, most recent first."""

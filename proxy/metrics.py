@@ -24,6 +24,11 @@ are spent money) but not in the request counters and histograms, which describe 
     ctxproxy_cost_usd_total{route}
     ctxproxy_cache_entries{cache}                        gauge, read at render time from the
                                                          per-process caches (`Metrics.watch`)
+    ctxproxy_cache_lookups_total{cache,outcome}          outcome: hit | miss, read at render time
+                                                         from the same caches: a rising miss share
+                                                         means they are smaller than the
+                                                         conversations in use (each miss derives
+                                                         again what the cache held)
     ctxproxy_compactions_running                         gauge: this process's compaction jobs
                                                          still running (`Metrics.watch_compactions`)
 """
@@ -106,20 +111,21 @@ class Histogram:
         return lines
 
 
-class Gauges:
-    """Values read when rendered, from callables returning {label value: number}."""
+class Readings:
+    """Values read when rendered, from callables returning {label values: number}: gauges, or
+    counters a cache keeps itself (`kind`)."""
 
-    def __init__(self, name: str, help: str, label: str) -> None:
-        self.name, self.help, self.label = name, help, label
-        self.sources: list[Callable[[], Mapping[str, float]]] = []
+    def __init__(self, name: str, help: str, labels: tuple[str, ...], kind: str = "gauge") -> None:
+        self.name, self.help, self.labels, self.kind = name, help, labels, kind
+        self.sources: list[Callable[[], Mapping[tuple[str, ...], float]]] = []
 
     def render(self) -> list[str]:
-        values: dict[str, float] = {}
+        values: dict[tuple[str, ...], float] = {}
         for source in self.sources:
             values.update(source())
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} gauge"]
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
         for key, value in sorted(values.items()):
-            lines.append(f"{self.name}{_labels((self.label,), (key,))} {_number(value)}")
+            lines.append(f"{self.name}{_labels(self.labels, key)} {_number(value)}")
         return lines
 
 
@@ -173,12 +179,20 @@ class Metrics:
         self.identity = Counter(
             "ctxproxy_identity_total", "Requests by how their place in the stored history was found.", ("how",)
         )
-        self.caches = Gauges("ctxproxy_cache_entries", "Entries held by each per-process cache.", "cache")
+        self.caches = Readings("ctxproxy_cache_entries", "Entries held by each per-process cache.", ("cache",))
+        self.cache_lookups = Readings(
+            "ctxproxy_cache_lookups_total",
+            "Lookups in each per-process cache, by outcome (a miss derives again what the cache would hold).",
+            ("cache", "outcome"),
+            "counter",
+        )
         self.compactions_running = Gauge("ctxproxy_compactions_running", "Compaction jobs this process is running now.")
 
-    def watch(self, source: Callable[[], Mapping[str, float]]) -> None:
-        """Render `source()`'s {cache name: entries} as `ctxproxy_cache_entries` on every scrape."""
-        self.caches.sources.append(source)
+    def watch(self, sizes: Callable[[], Mapping[str, float]], lookups: Callable[[], Mapping[str, int]]) -> None:
+        """On every scrape, render `sizes()` ({cache name: entries}) as `ctxproxy_cache_entries`
+        and `lookups()` ({"cache:outcome": count}) as `ctxproxy_cache_lookups_total`."""
+        self.caches.sources.append(lambda: {(name,): n for name, n in sizes().items()})
+        self.cache_lookups.sources.append(lambda: {tuple(k.split(":", 1)): n for k, n in lookups().items()})
 
     def watch_compactions(self, running: Callable[[], int]) -> None:
         """Render `running()` as `ctxproxy_compactions_running` on every scrape."""
@@ -234,6 +248,7 @@ class Metrics:
             self.store_passthrough,
             self.identity,
             self.caches,
+            self.cache_lookups,
             self.compactions_running,
         ):
             lines.extend(metric.render())

@@ -70,6 +70,7 @@ class Projector:
         self._calibration: OrderedDict[str, Calibration] = OrderedDict()
         self._memos: OrderedDict[str, BranchMemo] = OrderedDict()
         self._lock = threading.Lock()
+        self._memo_hits = self._memo_misses = 0
 
     def branch_memo(self, branch_id: str | None) -> BranchMemo | None:
         """The branch's memo of derived projection state (indexes, renderings, the previous
@@ -79,11 +80,13 @@ class Projector:
         with self._lock:
             memo = self._memos.get(branch_id)
             if memo is None:
+                self._memo_misses += 1
                 cache = ProjectionCache(max_entries=self.caches.projection_memo_entries)
                 memo = self._memos[branch_id] = BranchMemo(cache, threading.Lock())
                 while len(self._memos) > self.caches.projection_branches:
                     self._memos.popitem(last=False)
             else:
+                self._memo_hits += 1
                 self._memos.move_to_end(branch_id)
             return memo
 
@@ -105,6 +108,18 @@ class Projector:
             "projection_branches": len(memos),
             "projection_memo_entries": sum(len(m.cache.memo) for m in memos),
             "calibrations": calibrations,
+        }
+
+    def cache_lookups(self) -> dict[str, int]:
+        """Lookups so far by "cache:outcome" (`ctxproxy_cache_lookups_total`): token counts
+        (summed over encodings) and branch memos (a miss: a branch new to this process, or one
+        whose memo was evicted)."""
+        counters = list(self._counters.values())
+        return {
+            "token_counts:hit": sum(c.hits for c in counters),
+            "token_counts:miss": sum(c.misses for c in counters),
+            "projection_branches:hit": self._memo_hits,
+            "projection_branches:miss": self._memo_misses,
         }
 
     def window(self, policy: Policy, model: str) -> int:

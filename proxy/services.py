@@ -36,7 +36,8 @@ class Services:
     """Routes and models whose upstream rejected the recall tool (in process memory)."""
 
     def __post_init__(self) -> None:
-        self.metrics.watch(self.projector.cache_sizes)
+        self.metrics.watch(self.projector.cache_sizes, self.projector.cache_lookups)
+        self.metrics.watch(self.history.sizes, self.history.lookups)
         self.metrics.watch_compactions(self.compactor.running_jobs)
 
     def upstream_key(self, route: Route) -> str | None:

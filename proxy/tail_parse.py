@@ -77,10 +77,12 @@ class BodyMemo:
             if isinstance(extended, tuple):
                 body, self._seen = extended
                 self._extended = seen
+                self._cache.body_hits += 1
                 return body
             if extended is REFUTED:
                 self._cache.forget_body(self._partition, seen)
         body = whole(raw)
+        self._cache.body_misses += 1
         self._seen = locate(raw, body, key)
         return body
 

@@ -47,3 +47,48 @@ def test_default_bounds_are_reported(proxy, api_key):
     assert "# TYPE ctxproxy_cache_entries gauge" in text
     for cache in BOUNDS:
         assert f'ctxproxy_cache_entries{{cache="{cache}"}} ' in text, cache
+
+
+def lookups(url: str) -> dict[tuple[str, str], float]:
+    return {
+        (cache, outcome): counter(url, "ctxproxy_cache_lookups_total", cache=cache, outcome=outcome)
+        for cache in ("histories", "bodies", "token_counts", "projection_branches")
+        for outcome in ("hit", "miss")
+    }
+
+
+def drive_in_turn(url: str, api_key: str, conversations: int, rounds: int) -> dict[tuple[str, str], float]:
+    """`conversations` conversations, one turn each per round; the lookups of the rounds after
+    the first (what each cache did for a conversation it saw one round earlier)."""
+    chats = [[{"role": "system", "content": f"In turn {c} {uuid.uuid4().hex}."}] for c in range(conversations)]
+    before: dict[tuple[str, str], float] = {}
+    with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as client:
+        for round_ in range(rounds):
+            if round_ == 1:
+                before = lookups(url)
+            for messages in chats:
+                messages.append({"role": "user", "content": f"round {round_} {uuid.uuid4().hex}"})
+                r = client.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": messages})
+                assert r.status_code == 200, r.text
+                messages.append(r.json()["choices"][0]["message"])
+    after = lookups(url)
+    return {k: after[k] - before[k] for k in after}
+
+
+def test_lookups_show_caches_smaller_than_the_conversations_in_use(proxy, api_key):
+    """8 conversations taken in turn: with room for them every later request hits every cache;
+    with room for 4 branch memos and 1 kB of histories every one misses those (and says so on
+    /metrics, where an operator sizes `caches:` by it)."""
+    requests = 8 * 2
+    roomy = drive_in_turn(proxy(fresh=True).url, api_key, 8, 3)
+    for cache in ("histories", "bodies", "projection_branches"):
+        assert (roomy[(cache, "hit")], roomy[(cache, "miss")]) == (requests, 0), (cache, roomy)
+    # the new turn's 2 messages are counted; the rest come counted with the remembered history
+    assert (roomy[("token_counts", "hit")], roomy[("token_counts", "miss")]) == (0, 2 * requests), roomy
+
+    small = proxy(fresh=True, caches={"projection_branches": 4, "history_mb": 0.001})
+    tight = drive_in_turn(small.url, api_key, 8, 3)
+    for cache in ("histories", "bodies", "projection_branches"):
+        assert (tight[(cache, "hit")], tight[(cache, "miss")]) == (0, requests), (cache, tight)
+    # with the history gone, every older message's count is looked up again (2, then 4 of them)
+    assert (tight[("token_counts", "hit")], tight[("token_counts", "miss")]) == (8 * (2 + 4), 2 * requests), tight
