@@ -10,7 +10,10 @@ print "READY", wait for "GO", run, print one JSON line with the samples.
 Every request k of a worker continues its conversation by one turn: the base body, then
 k x (the mock's exact assistant reply + a new user message), so ctxproxy sees a stored history
 plus exactly one new turn per request (never an idempotent replay). Workers use distinct API
-keys, so each owns one conversation (a tenant each).
+keys, so each owns one conversation (a tenant each). With `conversations_per_worker` K > 1 a
+worker owns K conversations (a key each) and takes them in turn: every conversation is stored by
+the warm-up, then each round grows all K by one turn, so K x workers conversations are active at
+once and a request's conversation was last seen K requests ago on its worker.
 """
 
 from __future__ import annotations
@@ -107,21 +110,36 @@ async def run(spec: dict[str, Any]) -> None:
     host, port, path = spec["host"], spec["port"], spec["path"]
     conc = spec["concurrency"]
     conns = [Conn(host, port) for _ in range(conc)]
+    per = spec.get("conversations_per_worker", 1)
+
+    def key(w: int, c: int) -> str:
+        return spec.get("auth_key") or spec["key_prefix"] + "-" + str(w) + ("" if per == 1 else f"-{c}")
+
     heads = [
-        (
-            f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-            f"authorization: Bearer {spec.get('auth_key') or spec['key_prefix'] + '-' + str(w)}\r\n"
-        ).encode()
+        [
+            (
+                f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+                f"authorization: Bearer {key(w, c)}\r\n"
+            ).encode()
+            for c in range(per)
+        ]
         for w in range(conc)
     ]
     timeout = spec.get("timeout", 60.0)
     warm_errors = []
-    results = await asyncio.gather(
-        *(conns[w].request(heads[w], bodies[0], timeout) for w in range(conc)), return_exceptions=True
-    )
-    for r in results:
-        if isinstance(r, BaseException) or r["status"] != 200:
-            warm_errors.append(repr(r)[:300] if isinstance(r, BaseException) else r["first"].decode("utf-8", "replace"))
+
+    async def warm(w: int) -> None:
+        for c in range(per):
+            try:
+                r = await conns[w].request(heads[w][c], bodies[0], timeout)
+            except Exception as exc:  # noqa: BLE001 - reported
+                warm_errors.append(repr(exc)[:300])
+                conns[w] = Conn(host, port)
+                continue
+            if r["status"] != 200:
+                warm_errors.append(r["first"].decode("utf-8", "replace"))
+
+    await asyncio.gather(*(warm(w) for w in range(conc)))
     print("READY", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     if line.strip() != "GO":
@@ -131,11 +149,11 @@ async def run(spec: dict[str, Any]) -> None:
     errors: list[str] = []
 
     async def worker(w: int) -> None:
-        for k in range(1, len(bodies)):
+        for k, c in ((k, c) for k in range(1, len(bodies)) for c in range(per)):
             if time.perf_counter() > deadline:
                 return
             try:
-                r = await conns[w].request(heads[w], bodies[k], timeout)
+                r = await conns[w].request(heads[w][c], bodies[k], timeout)
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 errors.append(repr(exc)[:300])
                 conns[w] = Conn(host, port)

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bench.active import section as active_section
 from bench.targets import row_where
 
 CLOSING_NOTE = Path(__file__).resolve().parent / "optimisations.md"
@@ -80,7 +81,7 @@ def render(report: dict[str, Any]) -> str:
         "`bench/.venv-litellm` on first use; `--profile` adds py-spy profiles of ctxproxy and, where `perf` is "
         "installed, a native one), "
         "`python -m bench --quick` (seconds; skips LiteLLM unless already installed), "
-        "`--no-litellm`, `--only overhead,scaling,workers,memory,store,compaction,savings`, `--rounds N`. "
+        "`--no-litellm`, `--only overhead,scaling,workers,memory,active,store,compaction,savings`, `--rounds N`. "
         "Results go to `bench/results/<stamp>/report.{md,json}`; a full run rewrites this file. "
         "`python -m bench --render bench/results/<stamp>/report.json` re-renders it.",
         "",
@@ -164,8 +165,9 @@ def render(report: dict[str, Any]) -> str:
             f"8 clients; {mem['ok']:,} answered, {mem['errors']} errors, {mem['wall_s']:g} s. RSS (from /proc) after "
             f"one warm-up conversation: {mem['rss_before_mb']:.1f} MB; after all: {mem['rss_after_mb']:.1f} MB, "
             f"{mem['kb_per_conversation']:.1f} kB per conversation. What stays per conversation is the history "
-            "cache (bounded: 256 MB of remembered bodies, LRU) and SQLite's page cache.",
+            "cache (bounded by `caches.history_mb`, LRU) and SQLite's page cache.",
         ]
+    lines += active_section(report)
     lines += _store_calls(report)
     cp = report.get("compaction", {})
     if cp.get("rows") or cp.get("error"):

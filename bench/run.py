@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.active import run_active
 from bench.bodies import AGENT_SOURCE, TRANSCRIPTS, agent_body, scaling_body
 from bench.memory import run_memory
 from bench.native import native_profile
@@ -111,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy (never installs it)")
     p.add_argument(
         "--only",
-        default="overhead,scaling,workers,memory,store,compaction,savings",
-        help="comma list of phases: overhead,scaling,workers,memory,store,compaction,savings",
+        default="overhead,scaling,workers,memory,active,store,compaction,savings",
+        help="comma list of phases: overhead,scaling,workers,memory,active,store,compaction,savings",
     )
     p.add_argument(
         "--profile",
@@ -316,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
             mem.start(60)
             report["memory"] = run_memory(mem, n_conv, 50, log)
             mem.stop()
+        if "active" in phases:
+            sizes = [16, 64] if quick else [16, 256, 1024]
+            log(f"active: CPU per request with {sizes} conversations in use at once")
+            report["active"] = run_active(ctx_cfg, env, run_dir, sizes, 2 if quick else 4, log)
         if "store" in phases:
             log("store: one request's store calls on the SqliteStore, in-process")
             report["store_calls"] = run_store_calls(run_dir, 1 if quick else 5, 40 if quick else 200, log)

@@ -87,6 +87,21 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             f"{beside['cpu_us_per_request']:.0f} us vs {store['shipped']['cpu_us_per_request']:.0f} us "
             f"({beside['vs_shipped']:.2f}x)",
         )
+    active = (report.get("active") or {}).get("rows", [])
+    for name in dict.fromkeys(row["caches"] for row in active):
+        cells = [row for row in active if row["caches"] == name and row["cpu_ms_per_request"]]
+        if len(cells) < 2:
+            continue
+        lo, hi = cells[0], cells[-1]
+        ratio = hi["cpu_ms_per_request"] / lo["cpu_ms_per_request"]
+        goal = not name.startswith("defaults")
+        add(
+            f"CPU/request with {hi['conversations']:,} conversations active <= 1.2x with {lo['conversations']} "
+            f"(caches {name}{'' if goal else '; reported, no goal'})",
+            ratio <= 1.2 if goal else None,
+            f"{hi['cpu_ms_per_request']:.2f} ms vs {lo['cpu_ms_per_request']:.2f} ms ({ratio:.2f}x); RSS "
+            f"{hi['rss_mb']:.0f} MB",
+        )
     for s in report.get("savings", {}).get("summary", []):
         if s["group"] != "runs > 4x window" or not s["runs"]:
             continue

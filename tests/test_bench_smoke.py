@@ -73,6 +73,17 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
 
     assert all(t["met"] in (True, False, None) for t in report["targets"])
 
+    active = report["active"]["rows"]
+    assert [(r["caches"], r["conversations"]) for r in active] == [
+        ("defaults", 16),
+        ("defaults", 64),
+        ("sized for 64", 16),
+        ("sized for 64", 64),
+    ]
+    assert all(r["requests"] == r["conversations"] * 2 and r["errors"] == 0 for r in active), active
+    assert all(r["cpu_ms_per_request"] > 0 and r["rss_mb"] > 0 for r in active), active
+    assert "## Active conversations" in (out / "report.md").read_text()
+
     store = report["store_calls"]["rows"]
     assert [r["variant"] for r in store] == [
         "shipped",

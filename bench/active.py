@@ -1,0 +1,131 @@
+"""Active conversations: proxy CPU per request when many conversations are in use at once.
+
+The overhead phase has 16 clients, one conversation each: every per-process cache holds all 16.
+A team's proxy serves many more. Here 16 clients each take K conversations in turn (a key each;
+`bench.loadgen`'s `conversations_per_worker`), so 16 x K conversations of 500 stored events
+(~80 kB bodies, `bench.bodies.scaling_body`) are active at once and each grows one turn per
+round. Each setting of the `caches:` section runs on a fresh ctxproxy, its cells in order of
+size; CPU per request from /proc over the timed requests, RSS after each cell.
+
+Settings: the defaults, and caches sized for the largest cell by README's rule (histories
+about 5x the body bytes of every active conversation, a projection memo and the token counts of
+every active branch's messages, each with a quarter to spare for the conversations that were in
+use before). What a request costs when its conversation fell out of a
+cache is what it costs to derive everything again: hash the history's chain, count its tokens,
+parse the whole body, project every message.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.bodies import scaling_body
+from bench.overhead import run_loadgen
+from bench.procs import rss_mb
+from bench.stats import pct, r
+from bench.workers import ctxproxy_proc
+
+EVENTS = 500
+CLIENTS = 16
+
+
+def sized(conversations: int, body_bytes: int, events: int) -> dict[str, int]:
+    """The `caches:` README gives for `conversations` active at once of `body_bytes` / `events`."""
+    return {
+        "history_mb": max(64, -(-5 * conversations * body_bytes // 2**20)),
+        "projection_branches": max(256, conversations + conversations // 4),
+        "token_counts": max(100_000, conversations * events * 5 // 4),
+    }
+
+
+def run_active(
+    base_config: Path, env: dict[str, str], run_dir: Path, sizes: list[int], turns: int, log: Any
+) -> dict[str, Any]:
+    body = run_dir / f"active-{EVENTS}.json"
+    body.write_text(json.dumps(scaling_body(EVENTS)))
+    body_bytes = body.stat().st_size
+    settings: list[tuple[str, dict[str, int] | None]] = [
+        ("defaults", None),
+        (f"sized for {max(sizes):,}", sized(max(sizes), body_bytes, EVENTS)),
+    ]
+    rows = []
+    for index, (name, caches) in enumerate(settings):
+        config = run_dir / f"ctxproxy-active-{index}.yaml"
+        text = base_config.read_text().replace("ctxproxy.db", f"ctxproxy-active-{index}.db")
+        if caches is not None:
+            text += "caches: " + json.dumps(caches) + "\n"
+        config.write_text(text)
+        proc = ctxproxy_proc(f"ctxproxy-active-{index}", config, env, run_dir / f"ctxproxy-active-{index}.log")
+        proc.start(60)
+        try:
+            for n in sizes:
+                spec = {
+                    "host": "127.0.0.1",
+                    "port": proc.port,
+                    "path": "/v1/chat/completions",
+                    "base_body": str(body),
+                    "stream": False,
+                    "concurrency": CLIENTS,
+                    "conversations_per_worker": max(1, n // CLIENTS),
+                    "requests_per_worker": turns,
+                    "max_seconds": 300,
+                    "timeout": 120,
+                    "key_prefix": f"sk-active-{run_dir.name}-{index}-{n}",
+                }
+                result, cpu = run_loadgen(spec, run_dir / "spec.json", proc.pid, timeout=900)
+                done = len(result["samples"])
+                lat = [s["latency_ms"] for s in result["samples"]]
+                row = {
+                    "caches": name,
+                    "settings": caches,
+                    "conversations": n,
+                    "requests": done,
+                    "errors": result["error_count"] + len(result["warmup_errors"]),
+                    "p50_ms": r(pct(lat, 50)),
+                    "p99_ms": r(pct(lat, 99)),
+                    "cpu_ms_per_request": r((cpu or 0.0) * 1000 / done) if done else None,
+                    "rss_mb": round(rss_mb(proc.pid), 1),
+                }
+                rows.append(row)
+                log(
+                    f"  {name:<16} {n:>5} active: cpu {row['cpu_ms_per_request']} ms/req, "
+                    f"p50 {row['p50_ms']} ms, RSS {row['rss_mb']} MB"
+                )
+        finally:
+            proc.stop()
+    return {
+        "rows": rows,
+        "setup": (
+            f"{CLIENTS} clients, non-stream, each taking its conversations in turn; every conversation holds "
+            f"{EVENTS} stored events ({body_bytes:,}-byte body) and grows by one turn per round, {turns} rounds "
+            "after a warm-up that stores each; a fresh ctxproxy per cache setting, cells in order of size"
+        ),
+    }
+
+
+def section(report: dict[str, Any]) -> list[str]:
+    """BENCHMARKS.md's section of this phase."""
+    active = report.get("active")
+    if not active:
+        return []
+    lines = ["", "## Active conversations: CPU per request vs conversations in use at once", ""]
+    lines += [active["setup"] + ".", ""]
+    lines += ["| caches | active conversations | req | err | p50 ms | p99 ms | CPU ms/req | vs fewest | RSS MB |"]
+    lines += ["|---|---|---|---|---|---|---|---|---|"]
+    for row in active["rows"]:
+        first = next(x for x in active["rows"] if x["caches"] == row["caches"])
+        ratio = (
+            f"{row['cpu_ms_per_request'] / first['cpu_ms_per_request']:.2f}x"
+            if row["cpu_ms_per_request"] and first["cpu_ms_per_request"]
+            else "—"
+        )
+        lines.append(
+            f"| {row['caches']} | {row['conversations']:,} | {row['requests']:,} | {row['errors']} | {row['p50_ms']} | "
+            f"{row['p99_ms']} | {row['cpu_ms_per_request']} | {ratio} | {row['rss_mb']:,.1f} |"
+        )
+    settings = next((x["settings"] for x in active["rows"] if x["settings"]), None)
+    if settings:
+        lines += ["", "Sized: `caches: " + json.dumps(settings) + "`."]
+    return lines
