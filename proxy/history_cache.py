@@ -188,13 +188,13 @@ class HistoryCache:
                 "bodies": sum(len(b) for b in self._bodies.values()),
             }
 
-    def lookups(self) -> dict[str, int]:
-        """Lookups so far by "cache:outcome" (`ctxproxy_cache_lookups_total`)."""
+    def lookups(self) -> dict[tuple[str, ...], float]:
+        """Lookups so far by (cache, outcome) (`ctxproxy_cache_lookups_total`)."""
         return {
-            "histories:hit": self.hits,
-            "histories:miss": self.misses,
-            "bodies:hit": self.body_hits,
-            "bodies:miss": self.body_misses,
+            ("histories", "hit"): self.hits,
+            ("histories", "miss"): self.misses,
+            ("bodies", "hit"): self.body_hits,
+            ("bodies", "miss"): self.body_misses,
         }
 
     def bodies(self, partition: bytes) -> list[Seen]:

@@ -188,11 +188,13 @@ class Metrics:
         )
         self.compactions_running = Gauge("ctxproxy_compactions_running", "Compaction jobs this process is running now.")
 
-    def watch(self, sizes: Callable[[], Mapping[str, float]], lookups: Callable[[], Mapping[str, int]]) -> None:
+    def watch(
+        self, sizes: Callable[[], Mapping[str, float]], lookups: Callable[[], Mapping[tuple[str, ...], float]]
+    ) -> None:
         """On every scrape, render `sizes()` ({cache name: entries}) as `ctxproxy_cache_entries`
-        and `lookups()` ({"cache:outcome": count}) as `ctxproxy_cache_lookups_total`."""
+        and `lookups()` ({(cache name, "hit" | "miss"): count}) as `ctxproxy_cache_lookups_total`."""
         self.caches.sources.append(lambda: {(name,): n for name, n in sizes().items()})
-        self.cache_lookups.sources.append(lambda: {tuple(k.split(":", 1)): n for k, n in lookups().items()})
+        self.cache_lookups.sources.append(lookups)
 
     def watch_compactions(self, running: Callable[[], int]) -> None:
         """Render `running()` as `ctxproxy_compactions_running` on every scrape."""

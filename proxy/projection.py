@@ -110,16 +110,16 @@ class Projector:
             "calibrations": calibrations,
         }
 
-    def cache_lookups(self) -> dict[str, int]:
-        """Lookups so far by "cache:outcome" (`ctxproxy_cache_lookups_total`): token counts
+    def cache_lookups(self) -> dict[tuple[str, ...], float]:
+        """Lookups so far by (cache, outcome) (`ctxproxy_cache_lookups_total`): token counts
         (summed over encodings) and branch memos (a miss: a branch new to this process, or one
         whose memo was evicted)."""
         counters = list(self._counters.values())
         return {
-            "token_counts:hit": sum(c.hits for c in counters),
-            "token_counts:miss": sum(c.misses for c in counters),
-            "projection_branches:hit": self._memo_hits,
-            "projection_branches:miss": self._memo_misses,
+            ("token_counts", "hit"): sum(c.hits for c in counters),
+            ("token_counts", "miss"): sum(c.misses for c in counters),
+            ("projection_branches", "hit"): self._memo_hits,
+            ("projection_branches", "miss"): self._memo_misses,
         }
 
     def window(self, policy: Policy, model: str) -> int:
