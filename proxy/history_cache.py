@@ -17,7 +17,8 @@ request of the conversation appends there without looking its history up, throug
 head another writer moved costs only the lookup it would have cost anyway).
 
 Candidates are found by a cheap hash of the first history message (plus tenant), most recent first.
-Memory is bounded by the approximate bytes of the remembered bodies (LRU).
+Memory is bounded by the approximate bytes of the remembered bodies; which history goes when it
+is exceeded is `proxy.eviction`'s choice (least recently used, unless every one is in use).
 
 Beside the histories it keeps, per caller credential, the raw bytes of recent request bodies with
 where their message array ends (`Seen`, read by `tail_parse`: a body that extends one of them
@@ -26,13 +27,15 @@ first when it is exceeded: a history saves more work per byte (hashing, counting
 memo's resume, against one parse). Once the histories alone fill the budget, each body goes as
 soon as the next is stored. (One least-recently-stored order for both was measured and dropped:
 it halves the conversations whose histories fit, and with more conversations in use than fit,
-a cyclic LRU hits nothing: 256 conversations of 500 messages cost 13 ms a request against 2.)
+an LRU hits nothing: 256 conversations of 500 messages cost 13 ms a request against 2.)
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +43,7 @@ from policies.base import Item
 from policies.history import SharedPrefix
 
 from . import identify
+from .eviction import Eviction
 from .store.base import Position
 from .types import Message, SentBody
 
@@ -103,10 +107,17 @@ class Seen:
 
 
 class HistoryCache:
-    def __init__(self, max_bytes: int = 256 * 1024 * 1024, per_key: int = 4) -> None:
+    def __init__(
+        self,
+        max_bytes: int = 256 * 1024 * 1024,
+        per_key: int = 4,
+        in_use_seconds: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_bytes = max_bytes
         self.per_key = per_key
-        self._entries: OrderedDict[tuple[str, int], list[Remembered]] = OrderedDict()
+        self._entries: dict[tuple[str, int], list[Remembered]] = {}
+        self._order: Eviction[tuple[str, int]] = Eviction(in_use_seconds, clock)
         self._bodies: OrderedDict[bytes, list[Seen]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
@@ -145,6 +156,9 @@ class HistoryCache:
             self.misses += 1
         else:
             self.hits += 1
+            with self._lock:
+                if key in self._entries:
+                    self._order.hit(key)
         return best
 
     def hashes(self, tenant: str, history: list[Message], known: Remembered | None) -> list[str]:
@@ -177,8 +191,9 @@ class HistoryCache:
             while len(kept) > self.per_key:
                 self._bytes -= kept.pop().size
             self._entries[key] = kept
+            self._order.touch(key)
             self._bytes += entry.size
-            self._evict()
+            self._evict(key)
 
     def sizes(self) -> dict[str, int]:
         """Entries held now (`ctxproxy_cache_entries`): remembered histories and bodies."""
@@ -223,14 +238,17 @@ class HistoryCache:
                 bucket.remove(seen)
                 self._bytes -= seen.size
 
-    def _evict(self) -> None:
+    def _evict(self, newest: tuple[str, int] | None = None) -> None:
         while self._bytes > self.max_bytes and (self._bodies or self._entries):
             if self._bodies:
                 _, bodies = self._bodies.popitem(last=False)
                 self._bytes -= sum(b.size for b in bodies)
-            else:
-                _, evicted = self._entries.popitem(last=False)
-                self._bytes -= sum(e.size for e in evicted)
+                continue
+            key = self._order.victim(newest)
+            if key is None:
+                return
+            self._order.forget(key)
+            self._bytes -= sum(e.size for e in self._entries.pop(key, ()))
 
 
 def _extends(longer: Remembered, shorter: Remembered) -> bool:

@@ -4,8 +4,8 @@
 checkpoint, budget, config). This module is everything around it that is not pure: `Projector`
 turns the request's history into `Item`s (seq = position on the branch lineage, tokens from a
 per-event cache keyed by chain hash, so a request costs counting work only for what is new),
-resolves the budget, keeps one `policies.memo.ProjectionCache` per branch (an LRU, each cache
-behind its own lock: a cache is plain mutable state) and calls it through
+resolves the budget, keeps one `policies.memo.ProjectionCache` per branch (bounded, evicted as
+`proxy.eviction` chooses; each cache behind its own lock: a cache is plain mutable state) and calls it through
 `Projector.project_request`, which maps `ContextOverflow` to the client's 400.
 
 Budget: the window is the policy's `context_window`, else litellm's model map, and the output
@@ -36,6 +36,7 @@ from policies.tokens import encoding_name_for_model
 from .catalog import ModelCatalog
 from .config import Caches, Policy
 from .errors import ContextLengthExceeded
+from .eviction import Eviction
 from .history_cache import Remembered
 from .store.base import StoredCheckpoint
 from .token_counter import TokenCounter
@@ -68,7 +69,8 @@ class Projector:
         self.caches = caches or Caches()
         self._counters: dict[str, TokenCounter] = {}
         self._calibration: OrderedDict[str, Calibration] = OrderedDict()
-        self._memos: OrderedDict[str, BranchMemo] = OrderedDict()
+        self._memos: dict[str, BranchMemo] = {}
+        self._memo_order: Eviction[str] = Eviction(self.caches.in_use_seconds)
         self._lock = threading.Lock()
         self._memo_hits = self._memo_misses = 0
 
@@ -83,11 +85,16 @@ class Projector:
                 self._memo_misses += 1
                 cache = ProjectionCache(max_entries=self.caches.projection_memo_entries)
                 memo = self._memos[branch_id] = BranchMemo(cache, threading.Lock())
+                self._memo_order.touch(branch_id)
                 while len(self._memos) > self.caches.projection_branches:
-                    self._memos.popitem(last=False)
+                    victim = self._memo_order.victim(branch_id)
+                    if victim is None:
+                        break
+                    self._memo_order.forget(victim)
+                    self._memos.pop(victim, None)
             else:
                 self._memo_hits += 1
-                self._memos.move_to_end(branch_id)
+                self._memo_order.hit(branch_id)
             return memo
 
     def counter(self, model: str) -> TokenCounter:

@@ -76,9 +76,10 @@ def drive_in_turn(url: str, api_key: str, conversations: int, rounds: int) -> di
 
 
 def test_lookups_show_caches_smaller_than_the_conversations_in_use(proxy, api_key):
-    """8 conversations taken in turn: with room for them every later request hits every cache;
-    with room for 4 branch memos and 1 kB of histories every one misses those (and says so on
-    /metrics, where an operator sizes `caches:` by it)."""
+    """8 conversations taken in turn: with room for them every later request hits every cache.
+    With room for 4 branch memos, 3 of them keep hitting (all are in use: `proxy.eviction`
+    keeps those that hit; an LRU would hit none), and with 100 bytes for histories none fits.
+    /metrics says so, and an operator sizes `caches:` by it."""
     requests = 8 * 2
     roomy = drive_in_turn(proxy(fresh=True).url, api_key, 8, 3)
     for cache in ("histories", "bodies", "projection_branches"):
@@ -86,9 +87,10 @@ def test_lookups_show_caches_smaller_than_the_conversations_in_use(proxy, api_ke
     # the new turn's 2 messages are counted; the rest come counted with the remembered history
     assert (roomy[("token_counts", "hit")], roomy[("token_counts", "miss")]) == (0, 2 * requests), roomy
 
-    small = proxy(fresh=True, caches={"projection_branches": 4, "history_mb": 0.001})
+    small = proxy(fresh=True, caches={"projection_branches": 4, "history_mb": 0.0001})
     tight = drive_in_turn(small.url, api_key, 8, 3)
-    for cache in ("histories", "bodies", "projection_branches"):
+    for cache in ("histories", "bodies"):
         assert (tight[(cache, "hit")], tight[(cache, "miss")]) == (0, requests), (cache, tight)
+    assert (tight[("projection_branches", "hit")], tight[("projection_branches", "miss")]) == (3 * 2, 5 * 2), tight
     # with the history gone, every older message's count is looked up again (2, then 4 of them)
     assert (tight[("token_counts", "hit")], tight[("token_counts", "miss")]) == (8 * (2 + 4), 2 * requests), tight

@@ -48,8 +48,10 @@ def test_diverged_history_misses_and_longest_match_wins() -> None:
 
 
 def test_memory_is_bounded_by_bytes() -> None:
-    cache = HistoryCache(max_bytes=250)
+    now = [0.0]
+    cache = HistoryCache(max_bytes=250, in_use_seconds=300, clock=lambda: now[0])
     for i in range(10):
+        now[0] += 400  # each idle by the next: least recently used first (tests/unit/test_eviction.py)
         h = [{"role": "user", "content": f"conversation {i}"}]
         cache.remember("t", Remembered(h, identify.chain("t", h), 100))
     assert cache._bytes <= 250

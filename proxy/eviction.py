@@ -1,0 +1,70 @@
+"""Which entry a full per-process cache gives up: least recently used, unless all are in use.
+
+Agents take their turns side by side, so a proxy sees its conversations in turn, over and over.
+A plain LRU smaller than the conversations in use then evicts each one just before its next
+turn and hits nothing: one conversation more than it holds and every request derives everything
+again (`python -m bench --only active`). So when even the least recently used entry was used
+within `in_use_seconds` (every entry is in use), the victim is the newest entry that has not
+hit since it came in, other than the one coming in now: the entries that hit keep hitting, and
+a cache holding C of N conversations in use hits about (C - 1) / N of their turns instead of
+none. An entry idle for longer goes first, least recently used, as in any LRU: a cache whose
+conversations moved on renews itself.
+
+Used by the history cache (`proxy/history_cache.py`, its histories) and the branch memos
+(`proxy/projection.py`); the owner serializes calls (each holds its own lock).
+
+Example::
+
+    order = Eviction(in_use_seconds=300)
+    order.touch("a"); order.touch("b"); order.hit("a")
+    order.victim(newest="c")   # "b" while "a" and "b" were used in the last 300 s, else "a"
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Eviction(Generic[K]):
+    def __init__(self, in_use_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.in_use_seconds = in_use_seconds
+        self.clock = clock
+        self._used: OrderedDict[K, float] = OrderedDict()
+        """Every key with its last use, least recent first."""
+        self._fresh: dict[K, None] = {}
+        """Keys that have not hit since they came in, in the order they came in."""
+
+    def touch(self, key: K) -> None:
+        """`key` was used (stored, or stored again): it becomes the most recent."""
+        if key not in self._used:
+            self._fresh[key] = None
+        self._used[key] = self.clock()
+        self._used.move_to_end(key)
+
+    def hit(self, key: K) -> None:
+        """`key` was found and used: the most recent, and no longer fresh."""
+        self.touch(key)
+        self._fresh.pop(key, None)
+
+    def forget(self, key: K) -> None:
+        self._used.pop(key, None)
+        self._fresh.pop(key, None)
+
+    def victim(self, newest: K | None = None) -> K | None:
+        """The key to evict, `newest` (the one coming in) only when it is the only one; None when
+        there is none. The caller evicts it and calls `forget`."""
+        if not self._used:
+            return None
+        if self.clock() - next(iter(self._used.values())) < self.in_use_seconds:
+            for key in reversed(self._fresh):
+                if key != newest:
+                    return key
+        for key in self._used:
+            if key != newest:
+                return key
+        return newest
