@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             report["memory"] = run_memory(mem, n_conv, 50, log)
             mem.stop()
         if "active" in phases:
-            sizes = [16, 64] if quick else [16, 256, 1024]
+            sizes = [16, 64] if quick else [16, 256, 384, 1024]
             log(f"active: CPU per request with {sizes} conversations in use at once")
             report["active"] = run_active(ctx_cfg, env, run_dir, sizes, 2 if quick else 4, log)
         if "store" in phases:
