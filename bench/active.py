@@ -4,8 +4,8 @@ The overhead phase has 16 clients, one conversation each: every per-process cach
 A team's proxy serves many more. Here 16 clients each take K conversations in turn (a key each;
 `bench.loadgen`'s `conversations_per_worker`), so 16 x K conversations of 500 stored events
 (~80 kB bodies, `bench.bodies.scaling_body`) are active at once and each grows one turn per
-round. Each setting of the `caches:` section runs on a fresh ctxproxy, its cells in order of
-size; CPU per request from /proc over the timed requests, RSS after each cell.
+round. Each cell runs on a fresh ctxproxy (so one cell's conversations never sit in the next
+one's caches); CPU per request from /proc over the timed requests, RSS at the cell's end.
 
 Settings: the defaults, and caches sized for the largest cell by README's rule (histories
 about 5x the body bytes of every active conversation, a projection memo and the token counts of
@@ -52,15 +52,16 @@ def run_active(
     ]
     rows = []
     for index, (name, caches) in enumerate(settings):
-        config = run_dir / f"ctxproxy-active-{index}.yaml"
-        text = base_config.read_text().replace("ctxproxy.db", f"ctxproxy-active-{index}.db")
-        if caches is not None:
-            text += "caches: " + json.dumps(caches) + "\n"
-        config.write_text(text)
-        proc = ctxproxy_proc(f"ctxproxy-active-{index}", config, env, run_dir / f"ctxproxy-active-{index}.log")
-        proc.start(60)
-        try:
-            for n in sizes:
+        for n in sizes:
+            cell = f"{index}-{n}"
+            config = run_dir / f"ctxproxy-active-{cell}.yaml"
+            text = base_config.read_text().replace("ctxproxy.db", f"ctxproxy-active-{cell}.db")
+            if caches is not None:
+                text += "caches: " + json.dumps(caches) + "\n"
+            config.write_text(text)
+            proc = ctxproxy_proc(f"ctxproxy-active-{cell}", config, env, run_dir / f"ctxproxy-active-{cell}.log")
+            proc.start(60)
+            try:
                 spec = {
                     "host": "127.0.0.1",
                     "port": proc.port,
@@ -72,35 +73,36 @@ def run_active(
                     "requests_per_worker": turns,
                     "max_seconds": 300,
                     "timeout": 120,
-                    "key_prefix": f"sk-active-{run_dir.name}-{index}-{n}",
+                    "key_prefix": f"sk-active-{run_dir.name}-{cell}",
                 }
                 result, cpu = run_loadgen(spec, run_dir / "spec.json", proc.pid, timeout=900)
-                done = len(result["samples"])
-                lat = [s["latency_ms"] for s in result["samples"]]
-                row = {
-                    "caches": name,
-                    "settings": caches,
-                    "conversations": n,
-                    "requests": done,
-                    "errors": result["error_count"] + len(result["warmup_errors"]),
-                    "p50_ms": r(pct(lat, 50)),
-                    "p99_ms": r(pct(lat, 99)),
-                    "cpu_ms_per_request": r((cpu or 0.0) * 1000 / done) if done else None,
-                    "rss_mb": round(rss_mb(proc.pid), 1),
-                }
-                rows.append(row)
-                log(
-                    f"  {name:<16} {n:>5} active: cpu {row['cpu_ms_per_request']} ms/req, "
-                    f"p50 {row['p50_ms']} ms, RSS {row['rss_mb']} MB"
-                )
-        finally:
-            proc.stop()
+                rss = rss_mb(proc.pid)
+            finally:
+                proc.stop()
+            done = len(result["samples"])
+            lat = [s["latency_ms"] for s in result["samples"]]
+            row = {
+                "caches": name,
+                "settings": caches,
+                "conversations": n,
+                "requests": done,
+                "errors": result["error_count"] + len(result["warmup_errors"]),
+                "p50_ms": r(pct(lat, 50)),
+                "p99_ms": r(pct(lat, 99)),
+                "cpu_ms_per_request": r((cpu or 0.0) * 1000 / done) if done else None,
+                "rss_mb": round(rss, 1),
+            }
+            rows.append(row)
+            log(
+                f"  {name:<16} {n:>5} active: cpu {row['cpu_ms_per_request']} ms/req, "
+                f"p50 {row['p50_ms']} ms, RSS {row['rss_mb']} MB"
+            )
     return {
         "rows": rows,
         "setup": (
             f"{CLIENTS} clients, non-stream, each taking its conversations in turn; every conversation holds "
             f"{EVENTS} stored events ({body_bytes:,}-byte body) and grows by one turn per round, {turns} rounds "
-            "after a warm-up that stores each; a fresh ctxproxy per cache setting, cells in order of size"
+            "after a warm-up that stores each; a fresh ctxproxy for each cell"
         ),
     }
 

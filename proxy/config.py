@@ -214,9 +214,6 @@ class Caches(_Frozen):
     """Derived renderings memoized per branch (cleared when full)."""
     calibrations: int = Field(10_000, gt=0)
     """Branches whose estimate-vs-billed usage factor is remembered."""
-    in_use_seconds: float = Field(300.0, gt=0)
-    """Histories and branch memos used this recently are in use: when every one of a full cache
-    is, it keeps those that hit rather than the least recently used (proxy/eviction.py)."""
 
 
 class Server(_Frozen):

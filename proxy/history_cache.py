@@ -33,9 +33,7 @@ an LRU hits nothing: 256 conversations of 500 messages cost 13 ms a request agai
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,17 +105,11 @@ class Seen:
 
 
 class HistoryCache:
-    def __init__(
-        self,
-        max_bytes: int = 256 * 1024 * 1024,
-        per_key: int = 4,
-        in_use_seconds: float = 300.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024, per_key: int = 4) -> None:
         self.max_bytes = max_bytes
         self.per_key = per_key
         self._entries: dict[tuple[str, int], list[Remembered]] = {}
-        self._order: Eviction[tuple[str, int]] = Eviction(in_use_seconds, clock)
+        self._order: Eviction[tuple[str, int]] = Eviction()
         self._bodies: OrderedDict[bytes, list[Seen]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()

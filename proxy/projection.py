@@ -62,7 +62,8 @@ class BranchMemo:
 
 class Projector:
     """Per-process token caches, per-branch projection memos, model metadata and usage
-    calibration; no I/O. Each is an LRU bounded by `caches` (the config's `caches:` section)."""
+    calibration; no I/O. Each is bounded by `caches` (the config's `caches:` section): the
+    branch memos evicted as `proxy.eviction` chooses, the rest least recently used first."""
 
     def __init__(self, catalog: ModelCatalog, caches: Caches | None = None) -> None:
         self.catalog = catalog
@@ -70,7 +71,7 @@ class Projector:
         self._counters: dict[str, TokenCounter] = {}
         self._calibration: OrderedDict[str, Calibration] = OrderedDict()
         self._memos: dict[str, BranchMemo] = {}
-        self._memo_order: Eviction[str] = Eviction(self.caches.in_use_seconds)
+        self._memo_order: Eviction[str] = Eviction()
         self._lock = threading.Lock()
         self._memo_hits = self._memo_misses = 0
 

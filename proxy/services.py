@@ -46,8 +46,4 @@ class Services:
 
 def history_cache(caches: Caches) -> HistoryCache:
     """The history cache as the config's `caches:` section bounds it."""
-    return HistoryCache(
-        max_bytes=int(caches.history_mb * 1024 * 1024),
-        per_key=caches.history_per_conversation,
-        in_use_seconds=caches.in_use_seconds,
-    )
+    return HistoryCache(max_bytes=int(caches.history_mb * 1024 * 1024), per_key=caches.history_per_conversation)

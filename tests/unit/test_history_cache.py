@@ -48,14 +48,13 @@ def test_diverged_history_misses_and_longest_match_wins() -> None:
 
 
 def test_memory_is_bounded_by_bytes() -> None:
-    now = [0.0]
-    cache = HistoryCache(max_bytes=250, in_use_seconds=300, clock=lambda: now[0])
-    for i in range(10):
-        now[0] += 400  # each idle by the next: least recently used first (tests/unit/test_eviction.py)
+    cache = HistoryCache(max_bytes=250)
+    for i in range(30):
         h = [{"role": "user", "content": f"conversation {i}"}]
         cache.remember("t", Remembered(h, identify.chain("t", h), 100))
-    assert cache._bytes <= 250
-    assert cache.lookup("t", [{"role": "user", "content": "conversation 9"}]) is not None
+        assert cache._bytes <= 250
+    assert cache.lookup("t", [{"role": "user", "content": "conversation 29"}]) is not None
+    # long out of use, so gone (which entries a full cache keeps: tests/unit/test_eviction.py)
     assert cache.lookup("t", [{"role": "user", "content": "conversation 0"}]) is None
 
 
