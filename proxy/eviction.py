@@ -22,7 +22,7 @@ Example::
 
     order = Eviction()
     order.touch("a"); order.touch("b"); order.hit("a")
-    order.victim(newest="c")   # "b": "a" hit, and both were used a moment ago
+    order.evict(newest="c")    # "b": "a" hit, and both were used a moment ago
 """
 
 from __future__ import annotations
@@ -58,13 +58,16 @@ class Eviction(Generic[K]):
         self.touch(key)
         self._fresh.pop(key, None)
 
-    def forget(self, key: K) -> None:
-        self._used.pop(key, None)
-        self._fresh.pop(key, None)
+    def evict(self, newest: K | None = None) -> K | None:
+        """The key the caller must now drop, no longer tracked here: `newest` (the one coming
+        in) only when it is the only one; None when there is none."""
+        key = self._victim(newest)
+        if key is not None:
+            del self._used[key]
+            self._fresh.pop(key, None)
+        return key
 
-    def victim(self, newest: K | None = None) -> K | None:
-        """The key to evict, `newest` (the one coming in) only when it is the only one; None when
-        there is none. The caller evicts it and calls `forget`."""
+    def _victim(self, newest: K | None) -> K | None:
         if not self._used:
             return None
         if self._uses - next(iter(self._used.values())) < IN_USE * len(self._used):

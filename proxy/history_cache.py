@@ -148,9 +148,6 @@ class HistoryCache:
             self.misses += 1
         else:
             self.hits += 1
-            with self._lock:
-                if key in self._entries:
-                    self._order.hit(key)
         return best
 
     def hashes(self, tenant: str, history: list[Message], known: Remembered | None) -> list[str]:
@@ -176,6 +173,7 @@ class HistoryCache:
             bucket = self._entries.pop(key, [])
             # A longer history of the same conversation supersedes the one it extends.
             kept = [e for e in bucket if not _extends(entry, e)]
+            continued = len(kept) < len(bucket)
             for dropped in bucket:
                 if dropped not in kept:
                     self._bytes -= dropped.size
@@ -183,7 +181,8 @@ class HistoryCache:
             while len(kept) > self.per_key:
                 self._bytes -= kept.pop().size
             self._entries[key] = kept
-            self._order.touch(key)
+            # the conversation went on from a remembered history: a hit, for the eviction
+            (self._order.hit if continued else self._order.touch)(key)
             self._bytes += entry.size
             self._evict(key)
 
@@ -236,10 +235,9 @@ class HistoryCache:
                 _, bodies = self._bodies.popitem(last=False)
                 self._bytes -= sum(b.size for b in bodies)
                 continue
-            key = self._order.victim(newest)
+            key = self._order.evict(newest)
             if key is None:
                 return
-            self._order.forget(key)
             self._bytes -= sum(e.size for e in self._entries.pop(key, ()))
 
 

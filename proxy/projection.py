@@ -88,10 +88,9 @@ class Projector:
                 memo = self._memos[branch_id] = BranchMemo(cache, threading.Lock())
                 self._memo_order.touch(branch_id)
                 while len(self._memos) > self.caches.projection_branches:
-                    victim = self._memo_order.victim(branch_id)
+                    victim = self._memo_order.evict(branch_id)
                     if victim is None:
                         break
-                    self._memo_order.forget(victim)
                     self._memos.pop(victim, None)
             else:
                 self._memo_hits += 1

@@ -22,9 +22,8 @@ def in_turn(order: Eviction[int], held: set[int], keys: range, capacity: int, ro
             held.add(key)
             order.touch(key)
             while len(held) > capacity:
-                victim = order.victim(key)
+                victim = order.evict(key)
                 assert victim is not None and victim != key
-                order.forget(victim)
                 held.remove(victim)
         hits.append(n)
     return hits
@@ -57,13 +56,12 @@ def test_a_hot_entry_is_never_the_victim_while_others_are_fresh() -> None:
     for key in ("hot", "x", "y"):
         order.touch(key)
     order.hit("hot")
-    assert order.victim("z") == "y"  # the newest that has not hit
-    order.forget("y")
-    assert order.victim("z") == "x"
-    order.forget("x")
-    assert order.victim("z") == "hot"  # nothing else left
-    assert order.victim("hot") == "hot"  # the only one
-    assert Eviction().victim("z") is None
+    assert order.evict("z") == "y"  # the newest that has not hit
+    assert order.evict("z") == "x"
+    assert order.evict("z") == "hot"  # nothing else left
+    order.touch("z")
+    assert order.evict("z") == "z"  # the only one
+    assert Eviction().evict("z") is None
 
 
 def test_the_history_cache_keeps_conversations_that_hit_when_all_are_in_use() -> None:
