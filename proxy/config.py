@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.dataclasses import dataclass as validated_dataclass
 from pydantic_core import ErrorDetails
 
@@ -204,8 +204,14 @@ class Caches(_Frozen):
 
     history_mb: float = Field(64.0, gt=0)
     """Remembered request histories (proxy/history_cache.py), by the approximate bytes of their bodies."""
-    history_per_conversation: int = Field(4, gt=0)
-    """Histories remembered per first message (the branches of one conversation)."""
+    histories_per_first_message: int = Field(
+        64, gt=0, validation_alias=AliasChoices("histories_per_first_message", "history_per_conversation")
+    )
+    """Histories remembered per first message of a tenant: the branches of one conversation, and
+    the conversations that open alike (agents in one repository, one harness). Read also under
+    its old name, `history_per_conversation`."""
+    bodies_per_credential: int = Field(64, gt=0)
+    """Request bodies remembered per caller API key (proxy/tail_parse.py): one per conversation in use."""
     token_counts: int = Field(100_000, gt=0)
     """Token counts per tokenizer encoding, by event hash (proxy/token_counter.py)."""
     projection_branches: int = Field(256, gt=0)

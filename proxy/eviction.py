@@ -15,7 +15,8 @@ within a few times the cache's size in uses.
 Time is counted in uses, not seconds, so the rule needs no setting and the same load gives the
 same choices however fast it runs.
 
-Used by the history cache (`proxy/history_cache.py`, its histories) and the branch memos
+Used by the history cache (`proxy/history_cache.py`: its histories, and the histories and bodies
+it indexes under one first message or one credential) and the branch memos
 (`proxy/projection.py`); the owner serializes calls (each holds its own lock).
 
 Example::
@@ -57,6 +58,14 @@ class Eviction(Generic[K]):
         """`key` was found and used: the most recent, and no longer fresh."""
         self.touch(key)
         self._fresh.pop(key, None)
+
+    def discard(self, key: K) -> None:
+        """`key` is gone by the owner's own choice (superseded, or dropped from an index)."""
+        self._used.pop(key, None)
+        self._fresh.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._used)
 
     def evict(self, newest: K | None = None) -> K | None:
         """The key the caller must now drop, no longer tracked here: `newest` (the one coming

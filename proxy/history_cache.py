@@ -16,26 +16,33 @@ request of the conversation appends there without looking its history up, throug
 `Store.extend`, which refuses unless the head is still exactly what the lookup would find (so a
 head another writer moved costs only the lookup it would have cost anyway).
 
-Candidates are found by a cheap hash of the first history message (plus tenant), most recent first.
-Memory is bounded by the approximate bytes of the remembered bodies; which history goes when it
-is exceeded is `proxy.eviction`'s choice (least recently used, unless every one is in use).
+Candidates are found by a cheap hash of the first history message (plus tenant). Many
+conversations can share it (agents started in one repository or by one harness open alike), so
+a key holds up to `per_key` histories, one per conversation: a history takes the place of the
+one it continues. Memory is bounded by the approximate bytes of the remembered bodies. Which
+history goes, when a key or the budget is full, is `proxy.eviction`'s choice (least recently
+used, unless every one is in use), one history at a time: 8 conversations opening alike through
+4 places keep 3 hitting, where a key evicted whole, or an LRU, would keep none.
 
-Beside the histories it keeps, per caller credential, the raw bytes of recent request bodies with
-where their message array ends (`Seen`, read by `tail_parse`: a body that extends one of them
-byte for byte is parsed only in its new tail). Their bytes count in the same budget, and they go
-first when it is exceeded: a history saves more work per byte (hashing, counting and the branch
-memo's resume, against one parse). Once the histories alone fill the budget, each body goes as
-soon as the next is stored. (One least-recently-stored order for both was measured and dropped:
-it halves the conversations whose histories fit, and with more conversations in use than fit,
-an LRU hits nothing: 256 conversations of 500 messages cost 13 ms a request against 2.)
+Beside the histories it keeps, per caller credential (up to `bodies_per_credential`, one per
+conversation, chosen the same way), the raw bytes of recent request bodies with where their
+message array ends (`Seen`, read by `tail_parse`: a body that extends one of them byte for byte
+is parsed only in its new tail). Their bytes count in the same budget, and they go first when it
+is exceeded, from the credential least recently stored to: a history saves more work per byte
+(hashing, counting and the branch memo's resume, against one parse). Once the histories alone
+fill the budget, each body goes as soon as the next is stored. (One least-recently-stored order
+for both was measured and dropped: it halves the conversations whose histories fit, and with
+more conversations in use than fit, an LRU hits nothing: 256 conversations of 500 messages cost
+13 ms a request against 2.)
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from policies.base import Item
 from policies.history import SharedPrefix
@@ -44,6 +51,8 @@ from . import identify
 from .eviction import Eviction
 from .store.base import Position
 from .types import Message, SentBody
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,9 @@ class Remembered:
     encoded: SentBody | None = None
     """The body last sent upstream with these messages (as the very objects it holds), written
     and reused by the chat wire's `encode_body` (`protocols/openai_chat/encode.py`)."""
+    serial: int = 0
+    """Set by `HistoryCache.remember`: the conversation's place in the cache, kept by the history
+    that continues this one (so the eviction sees one entry per conversation)."""
 
 
 @dataclass(eq=False)
@@ -97,6 +109,8 @@ class Seen:
     derived: dict[str, Any] = field(default_factory=dict)
     """What a wire computed from `items` (e.g. their common-model messages), by wire name, for
     the next body that extends this one (`BodyMemo.derived`)."""
+    serial: int = 0
+    """Set by `HistoryCache.remember_body`, like `Remembered.serial`."""
 
     @property
     def size(self) -> int:
@@ -104,14 +118,28 @@ class Seen:
         return 2 * len(self.raw)
 
 
+class _Index(Generic[V]):
+    """Entries under one key (a first message, or a credential), with the order that chooses
+    which goes when there are more than the key may hold."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, V] = {}
+        self.order: Eviction[int] = Eviction()
+
+
 class HistoryCache:
-    def __init__(self, max_bytes: int = 256 * 1024 * 1024, per_key: int = 4) -> None:
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024, per_key: int = 64, bodies_per_credential: int = 64) -> None:
         self.max_bytes = max_bytes
         self.per_key = per_key
-        self._entries: dict[tuple[str, int], list[Remembered]] = {}
-        self._order: Eviction[tuple[str, int]] = Eviction()
-        self._bodies: OrderedDict[bytes, list[Seen]] = OrderedDict()
+        """Histories held per first message (of one tenant): several conversations may share it."""
+        self.bodies_per_credential = bodies_per_credential
+        self._entries: dict[tuple[str, int], _Index[Remembered]] = {}
+        self._order: Eviction[tuple[tuple[str, int], int]] = Eviction()
+        """Every history held, by (key, serial)."""
+        self._bodies: OrderedDict[bytes, _Index[Seen]] = OrderedDict()
+        """By credential digest, the least recently stored first."""
         self._bytes = 0
+        self._serials = itertools.count(1)
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -138,12 +166,9 @@ class HistoryCache:
         if key is None:
             return None
         with self._lock:
-            candidates = list(self._entries.get(key, ()))
-        best: Remembered | None = None
-        for entry in candidates:
-            n = len(entry.messages)
-            if n <= len(history) and (best is None or n > len(best.messages)) and history[:n] == entry.messages:
-                best = entry
+            index = self._entries.get(key)
+            candidates = list(index.entries.values()) if index is not None else []
+        best = _longest(candidates, history, same=True) or _longest(candidates, history, same=False)
         if best is None:
             self.misses += 1
         else:
@@ -170,29 +195,31 @@ class HistoryCache:
         if key is None:
             return
         with self._lock:
-            bucket = self._entries.pop(key, [])
-            # A longer history of the same conversation supersedes the one it extends.
-            kept = [e for e in bucket if not _extends(entry, e)]
-            continued = len(kept) < len(bucket)
-            for dropped in bucket:
-                if dropped not in kept:
-                    self._bytes -= dropped.size
-            kept.insert(0, entry)
-            while len(kept) > self.per_key:
-                self._bytes -= kept.pop().size
-            self._entries[key] = kept
-            # the conversation went on from a remembered history: a hit, for the eviction
-            (self._order.hit if continued else self._order.touch)(key)
+            index = self._entries.setdefault(key, _Index())
+            # A longer history of the same conversation supersedes the ones it extends, and
+            # takes the place of the first (a hit, for the eviction).
+            continued = [s for s, e in index.entries.items() if _extends(entry, e)]
+            for serial in continued[1:]:
+                self._drop_history(key, index, serial)
+            entry.serial = continued[0] if continued else next(self._serials)
+            if continued:
+                self._bytes -= index.entries[entry.serial].size
+            index.entries[entry.serial] = entry
             self._bytes += entry.size
-            self._evict(key)
+            if continued:
+                index.order.hit(entry.serial)
+                self._order.hit((key, entry.serial))
+            else:
+                index.order.touch(entry.serial)
+                self._order.touch((key, entry.serial))
+            while len(index.entries) > self.per_key:
+                self._drop_history(key, index, index.order.evict(entry.serial))
+            self._evict((key, entry.serial))
 
     def sizes(self) -> dict[str, int]:
         """Entries held now (`ctxproxy_cache_entries`): remembered histories and bodies."""
         with self._lock:
-            return {
-                "histories": sum(len(b) for b in self._entries.values()),
-                "bodies": sum(len(b) for b in self._bodies.values()),
-            }
+            return {"histories": len(self._order), "bodies": sum(len(i.entries) for i in self._bodies.values())}
 
     def lookups(self) -> dict[tuple[str, ...], float]:
         """Lookups so far by (cache, outcome) (`ctxproxy_cache_lookups_total`)."""
@@ -204,41 +231,85 @@ class HistoryCache:
         }
 
     def bodies(self, partition: bytes) -> list[Seen]:
-        """The recent bodies sent with this credential digest, most recent first."""
+        """The recent bodies sent with this credential digest."""
         with self._lock:
-            return list(self._bodies.get(partition, ()))
+            index = self._bodies.get(partition)
+            return list(index.entries.values()) if index is not None else []
 
     def remember_body(self, partition: bytes, seen: Seen, replaces: Seen | None = None) -> None:
-        """Keep `seen` (the newest of its partition), dropping `replaces`, the body it extends."""
+        """Keep `seen`, in the place of `replaces`, the body it extends, when that is still held."""
         with self._lock:
-            bucket = self._bodies.pop(partition, [])
-            if replaces is not None and replaces in bucket:
-                bucket.remove(replaces)
+            index = self._bodies.pop(partition, None) or _Index()
+            self._bodies[partition] = index
+            continued = replaces is not None and index.entries.get(replaces.serial) is replaces
+            if replaces is not None and continued:
+                seen.serial = replaces.serial
                 self._bytes -= replaces.size
-            bucket.insert(0, seen)
+                index.order.hit(seen.serial)
+            else:
+                seen.serial = next(self._serials)
+                index.order.touch(seen.serial)
+            index.entries[seen.serial] = seen
             self._bytes += seen.size
-            while len(bucket) > self.per_key * 4:
-                self._bytes -= bucket.pop().size
-            self._bodies[partition] = bucket
+            while len(index.entries) > self.bodies_per_credential:
+                self._drop_body(partition, index, index.order.evict(seen.serial))
             self._evict()
 
     def forget_body(self, partition: bytes, seen: Seen) -> None:
         with self._lock:
-            bucket = self._bodies.get(partition, [])
-            if seen in bucket:
-                bucket.remove(seen)
-                self._bytes -= seen.size
+            index = self._bodies.get(partition)
+            if index is not None and index.entries.get(seen.serial) is seen:
+                index.order.discard(seen.serial)
+                self._drop_body(partition, index, seen.serial)
 
-    def _evict(self, newest: tuple[str, int] | None = None) -> None:
-        while self._bytes > self.max_bytes and (self._bodies or self._entries):
+    def _evict(self, newest: tuple[tuple[str, int], int] | None = None) -> None:
+        while self._bytes > self.max_bytes:
             if self._bodies:
-                _, bodies = self._bodies.popitem(last=False)
-                self._bytes -= sum(b.size for b in bodies)
+                partition, index = next(iter(self._bodies.items()))
+                self._drop_body(partition, index, index.order.evict())
                 continue
-            key = self._order.evict(newest)
-            if key is None:
+            victim = self._order.evict(newest)
+            if victim is None:
                 return
-            self._bytes -= sum(e.size for e in self._entries.pop(key, ()))
+            key, serial = victim
+            self._drop_history(key, self._entries[key], serial, tracked=False)
+
+    def _drop_history(
+        self, key: tuple[str, int], index: _Index[Remembered], serial: int | None, tracked: bool = True
+    ) -> None:
+        """Drop a history from its index and the budget (and from the global order, if `tracked`)."""
+        if serial is None:
+            return
+        self._bytes -= index.entries.pop(serial).size
+        index.order.discard(serial)
+        if tracked:
+            self._order.discard((key, serial))
+        if not index.entries:
+            del self._entries[key]
+
+    def _drop_body(self, partition: bytes, index: _Index[Seen], serial: int | None) -> None:
+        if serial is not None:
+            self._bytes -= index.entries.pop(serial).size
+        if not index.entries:
+            del self._bodies[partition]
+
+
+def _longest(candidates: list[Remembered], history: list[Message], same: bool) -> Remembered | None:
+    """The longest of `candidates` that `history` starts with; with `same`, only one whose last
+    message is the very object in `history` (as in a body parsed only in its new tail, whose
+    earlier messages are the previous request's objects). That first pass refuses the other
+    conversations under the key in one identity test each, however alike they open; the second
+    refuses them by their last message, then compares the whole prefix."""
+    best: Remembered | None = None
+    for entry in candidates:
+        messages = entry.messages
+        n = len(messages)
+        if n > len(history) or (best is not None and n <= len(best.messages)):
+            continue
+        last = history[n - 1]
+        if (last is messages[-1] if same else last == messages[-1]) and history[:n] == messages:
+            best = entry
+    return best
 
 
 def _extends(longer: Remembered, shorter: Remembered) -> bool:

@@ -46,4 +46,8 @@ class Services:
 
 def history_cache(caches: Caches) -> HistoryCache:
     """The history cache as the config's `caches:` section bounds it."""
-    return HistoryCache(max_bytes=int(caches.history_mb * 1024 * 1024), per_key=caches.history_per_conversation)
+    return HistoryCache(
+        max_bytes=int(caches.history_mb * 1024 * 1024),
+        per_key=caches.histories_per_first_message,
+        bodies_per_credential=caches.bodies_per_credential,
+    )

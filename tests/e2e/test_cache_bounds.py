@@ -57,10 +57,22 @@ def lookups(url: str) -> dict[tuple[str, str], float]:
     }
 
 
-def drive_in_turn(url: str, api_key: str, conversations: int, rounds: int) -> dict[tuple[str, str], float]:
-    """`conversations` conversations, one turn each per round; the lookups of the rounds after
-    the first (what each cache did for a conversation it saw one round earlier)."""
-    chats = [[{"role": "system", "content": f"In turn {c} {uuid.uuid4().hex}."}] for c in range(conversations)]
+def drive_in_turn(
+    url: str, api_key: str, conversations: int, rounds: int, alike: bool = False
+) -> dict[tuple[str, str], float]:
+    """`conversations` conversations under one key, one turn each per round; the lookups of the
+    rounds after the first (what each cache did for a conversation it saw one round earlier).
+    `alike`: they open with the same system prompt and first two messages (agents started by one
+    harness), and differ from the third on."""
+    if alike:
+        opening = [
+            {"role": "system", "content": "You run tasks."},
+            {"role": "user", "content": "Run the task."},
+            {"role": "assistant", "content": "On it."},
+        ]
+        chats = [list(opening) for _ in range(conversations)]
+    else:
+        chats = [[{"role": "system", "content": f"In turn {c} {uuid.uuid4().hex}."}] for c in range(conversations)]
     before: dict[tuple[str, str], float] = {}
     with httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {api_key}"}) as client:
         for round_ in range(rounds):
@@ -94,3 +106,17 @@ def test_lookups_show_caches_smaller_than_the_conversations_in_use(proxy, api_ke
     assert (tight[("projection_branches", "hit")], tight[("projection_branches", "miss")]) == (3 * 2, 5 * 2), tight
     # with the history gone, every older message's count is looked up again (2, then 4 of them)
     assert (tight[("token_counts", "hit")], tight[("token_counts", "miss")]) == (8 * (2 + 4), 2 * requests), tight
+
+
+def test_conversations_that_open_alike_under_one_key_keep_hitting(proxy, api_key):
+    """8 conversations under one API key that open alike: the histories are indexed by their
+    first message and the bodies by the key, and each keeps one per conversation. With room
+    for 4 per key, 3 keep hitting (an LRU of 4 would hit none)."""
+    requests = 8 * 2
+    roomy = drive_in_turn(proxy(fresh=True).url, api_key, 8, 3, alike=True)
+    for cache in ("histories", "bodies", "projection_branches"):
+        assert (roomy[(cache, "hit")], roomy[(cache, "miss")]) == (requests, 0), (cache, roomy)
+    small = proxy(fresh=True, caches={"histories_per_first_message": 4, "bodies_per_credential": 4})
+    tight = drive_in_turn(small.url, api_key, 8, 3, alike=True)
+    for cache in ("histories", "bodies"):
+        assert (tight[(cache, "hit")], tight[(cache, "miss")]) == (3 * 2, 5 * 2), (cache, tight)

@@ -23,7 +23,8 @@ def test_defaults() -> None:
     caches = parse_config({"routes": ROUTES}, "cfg.yaml", {}).caches
     assert caches == Caches(
         history_mb=64,
-        history_per_conversation=4,
+        histories_per_first_message=64,
+        bodies_per_credential=64,
         token_counts=100_000,
         projection_branches=256,
         projection_memo_entries=4096,
@@ -32,9 +33,18 @@ def test_defaults() -> None:
 
 
 def test_bounds_reach_the_caches() -> None:
-    caches = parse({"history_mb": 1.5, "history_per_conversation": 2, "token_counts": 7, "projection_branches": 3})
+    caches = parse(
+        {
+            "history_mb": 1.5,
+            "histories_per_first_message": 2,
+            "bodies_per_credential": 5,
+            "token_counts": 7,
+            "projection_branches": 3,
+        }
+    )
     history = history_cache(caches)
-    assert (history.max_bytes, history.per_key) == (1536 * 1024, 2)
+    assert (history.max_bytes, history.per_key, history.bodies_per_credential) == (1536 * 1024, 2, 5)
+    assert history_cache(parse({"history_per_conversation": 3})).per_key == 3  # its old name
     projector = Projector(ModelCatalog(), caches)
     counter = projector.counter("gpt-4o")
     for i in range(20):

@@ -153,3 +153,30 @@ def test_prefix_hash_is_reused_only_for_an_equal_prefix() -> None:
     changed = [{"role": "system", "content": system[0]["content"] + " Today is Tuesday."}]
     assert HistoryCache.prefix_hash(changed, entry) == identify.prefix_hash(changed) != real
     assert HistoryCache.prefix_hash([], entry) == identify.prefix_hash([])
+
+
+def in_turn(cache: HistoryCache, conversations: int, rounds: int) -> list[int]:
+    """Conversations that open alike (the same first two messages), one turn each per round;
+    the hits of each round."""
+    opening = [{"role": "user", "content": "Run the task."}, {"role": "assistant", "content": "On it."}]
+    chats = [[*opening, {"role": "user", "content": f"conversation {c}"}] for c in range(conversations)]
+    hits = []
+    for round_ in range(rounds):
+        n = 0
+        for chat in chats:
+            chat += [{"role": "assistant", "content": f"done {round_}"}, {"role": "user", "content": "next"}]
+            history = json.loads(json.dumps(chat))  # a request's own objects
+            n += cache.lookup("t", history) is not None
+            cache.remember("t", Remembered(history, identify.chain("t", history), 100))
+            assert cache._bytes <= cache.max_bytes
+        hits.append(n)
+    return hits
+
+
+def test_conversations_that_open_alike_each_keep_their_history() -> None:
+    # one key for all of them (their first message), so many agents started alike still hit
+    assert in_turn(HistoryCache(), 20, 3) == [0, 20, 20]
+    # more than a key holds: those that hit keep their place, as in `proxy.eviction`
+    assert in_turn(HistoryCache(per_key=4), 8, 4) == [0, 3, 3, 3]
+    # and the byte budget gives up one history at a time, never the whole key
+    assert in_turn(HistoryCache(max_bytes=400), 8, 4) == [0, 3, 3, 3]

@@ -173,6 +173,25 @@ def test_a_grown_history_is_parsed_in_its_tail_only_and_per_credential():
     assert whole == [bodies[0], bodies[3], bodies[0], bodies[1]]
 
 
+def test_one_credential_keeps_a_body_for_each_of_its_conversations():
+    def in_turn(cache: HistoryCache, conversations: int, rounds: int) -> list[int]:
+        """Conversations under one key, one turn each per round; the bodies parsed in their tail."""
+        chats = [[{"role": "user", "content": f"task {c}"}] for c in range(conversations)]
+        hits = []
+        for _ in range(rounds):
+            before = cache.body_hits
+            for chat in chats:
+                chat += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+                raw = json.dumps({"model": "m", "messages": chat}).encode()
+                assert parse_as(cache, "sk-team", raw) == parse_body(raw)
+            hits.append(cache.body_hits - before)
+        return hits
+
+    assert in_turn(HistoryCache(), 40, 3) == [0, 40, 40]
+    # more than the credential holds: those that hit keep their place (`proxy.eviction`)
+    assert in_turn(HistoryCache(bodies_per_credential=4), 8, 4) == [0, 3, 3, 3]
+
+
 def test_the_result_is_a_fresh_dict_and_list_each_time():
     cache = HistoryCache()
     first = json.dumps({"model": "m", "messages": [{"role": "user", "content": "a"}]}).encode()
