@@ -13,7 +13,11 @@ plus exactly one new turn per request (never an idempotent replay). Workers use 
 keys, so each owns one conversation (a tenant each). With `conversations_per_worker` K > 1 a
 worker owns K conversations (a key each) and takes them in turn: every conversation is stored by
 the warm-up, then each round grows all K by one turn, so K x workers conversations are active at
-once and a request's conversation was last seen K requests ago on its worker.
+once and a request's conversation was last seen K requests ago on its worker. With `auth_key`
+every worker sends that one key (one tenant); with `mark_message` i, message i of each
+conversation is marked with the conversation's name, so conversations under one key are still
+distinct (i = 1: they open differently; a later i: they open alike, as agents started in one
+repository or by one harness do).
 """
 
 from __future__ import annotations
@@ -35,9 +39,13 @@ def next_turn(k: int) -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": REPLY_TEXT}, {"role": "user", "content": observation}]
 
 
-def build_bodies(spec: dict[str, Any]) -> list[bytes]:
+def build_bodies(spec: dict[str, Any], mark: str | None = None) -> list[bytes]:
+    """The bodies of one conversation, turn by turn (message `mark_message` marked with `mark`)."""
     with open(spec["base_body"], encoding="utf-8") as fh:
         base = json.load(fh)
+    if mark is not None:
+        message = base["messages"][spec["mark_message"]]
+        message["content"] = f"[{mark}] {message['content']}"
     base["model"] = spec.get("model", base.get("model", "gpt-4o"))
     if spec.get("stream"):
         base["stream"] = True
@@ -106,11 +114,15 @@ class Conn:
 
 
 async def run(spec: dict[str, Any]) -> None:
-    bodies = build_bodies(spec)
     host, port, path = spec["host"], spec["port"], spec["path"]
     conc = spec["concurrency"]
     conns = [Conn(host, port) for _ in range(conc)]
     per = spec.get("conversations_per_worker", 1)
+    if spec.get("mark_message") is None:
+        shared = build_bodies(spec)
+        bodies = [[shared] * per for _ in range(conc)]
+    else:
+        bodies = [[build_bodies(spec, f"conversation {w}-{c}") for c in range(per)] for w in range(conc)]
 
     def key(w: int, c: int) -> str:
         return spec.get("auth_key") or spec["key_prefix"] + "-" + str(w) + ("" if per == 1 else f"-{c}")
@@ -131,7 +143,7 @@ async def run(spec: dict[str, Any]) -> None:
     async def warm(w: int) -> None:
         for c in range(per):
             try:
-                r = await conns[w].request(heads[w][c], bodies[0], timeout)
+                r = await conns[w].request(heads[w][c], bodies[w][c][0], timeout)
             except Exception as exc:  # noqa: BLE001 - reported
                 warm_errors.append(repr(exc)[:300])
                 conns[w] = Conn(host, port)
@@ -149,11 +161,11 @@ async def run(spec: dict[str, Any]) -> None:
     errors: list[str] = []
 
     async def worker(w: int) -> None:
-        for k, c in ((k, c) for k in range(1, len(bodies)) for c in range(per)):
+        for k, c in ((k, c) for k in range(1, spec["requests_per_worker"] + 1) for c in range(per)):
             if time.perf_counter() > deadline:
                 return
             try:
-                r = await conns[w].request(heads[w][c], bodies[k], timeout)
+                r = await conns[w].request(heads[w][c], bodies[w][c][k], timeout)
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 errors.append(repr(exc)[:300])
                 conns[w] = Conn(host, port)
@@ -188,7 +200,7 @@ async def run(spec: dict[str, Any]) -> None:
                 "errors": errors[:20],
                 "error_count": len(errors),
                 "warmup_errors": warm_errors[:5],
-                "body_bytes": [len(bodies[1]), len(bodies[-1])],
+                "body_bytes": [len(bodies[0][0][1]), len(bodies[0][0][-1])],
             }
         ),
         flush=True,

@@ -102,6 +102,17 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             f"{hi['cpu_ms_per_request']:.2f} ms vs {lo['cpu_ms_per_request']:.2f} ms ({ratio:.2f}x); RSS "
             f"{hi['rss_mb']:.0f} MB",
         )
+    base = active[0] if active else None
+    for row in (report.get("active") or {}).get("one_key", []):
+        if base is None or not row["cpu_ms_per_request"] or not base["cpu_ms_per_request"]:
+            continue
+        ratio = row["cpu_ms_per_request"] / base["cpu_ms_per_request"]
+        add(
+            f"CPU/request, {row['conversations']} conversations under one API key, openings {row['openings']} "
+            f"<= 1.2x {base['conversations']} under a key each (default caches)",
+            ratio <= 1.2,
+            f"{row['cpu_ms_per_request']:.2f} ms vs {base['cpu_ms_per_request']:.2f} ms ({ratio:.2f}x)",
+        )
     for s in report.get("savings", {}).get("summary", []):
         if s["group"] != "runs > 4x window" or not s["runs"]:
             continue

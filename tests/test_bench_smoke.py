@@ -82,7 +82,11 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
     ]
     assert all(r["requests"] == r["conversations"] * 2 and r["errors"] == 0 for r in active), active
     assert all(r["cpu_ms_per_request"] > 0 and r["rss_mb"] > 0 for r in active), active
+    one_key = report["active"]["one_key"]
+    assert [(r["conversations"], r["openings"]) for r in one_key] == [(64, "distinct"), (64, "alike")]
+    assert all(r["requests"] == 64 * 2 and r["errors"] == 0 and r["cpu_ms_per_request"] > 0 for r in one_key)
     assert "## Active conversations" in (out / "report.md").read_text()
+    assert "under one API key" in (out / "report.md").read_text()
 
     store = report["store_calls"]["rows"]
     assert [r["variant"] for r in store] == [
