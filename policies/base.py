@@ -53,7 +53,7 @@ def _as_tuple(obj: object, name: str) -> None:
         raise SettingError(name, f"{name} must be a tuple of strings, got {type(value).__name__}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Item:
     """One stored event of the current branch. `seq` is 1-based, ascending and unique;
     `tokens` is what `message` costs, precomputed (and cached) by the caller."""

@@ -23,7 +23,7 @@ Layout of the messages a draft renders::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -41,7 +41,7 @@ LATE_TRIM_MIN_BUDGET = 64_000
 trigger is a few thousand tokens, and trimming early is what keeps compaction away"""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Slot:
     """One group as it will be sent. `keep`: never dropped (pinned, newest user, last group).
     `protected`: never rewritten (the newest user message's group and the in-flight last group)."""
@@ -53,10 +53,10 @@ class Slot:
     tokens: tuple[int, ...]
     keep: bool
     protected: bool
+    total: int = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def total(self) -> int:
-        return sum(self.tokens)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", sum(self.tokens))
 
     def with_message(self, position: int, message: Message, tokens: int) -> Slot:
         messages = list(self.messages)

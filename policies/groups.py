@@ -30,8 +30,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Literal
 
@@ -43,39 +42,28 @@ NO_RESULT = "[no result recorded]"
 PREFIX_ROLES = ("system", "developer")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Group:
-    """Derived values (`seqs`, `last_seq`, `tokens`, `messages`, `item_tokens`) are computed once
-    per group and cached on the instance (a group is immutable, so they cannot go stale)."""
+    """Derived values (`seqs`, `last_seq`, `tokens`, `messages`, `item_tokens`) are computed once,
+    when the group is made, into slots (no per-instance dict: the caches hold a group per message
+    or call of every conversation in use)."""
 
     kind: GroupKind
     items: tuple[Item, ...]
     missing_ids: tuple[str, ...] = ()
+    seqs: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    last_seq: int = field(init=False, repr=False, compare=False)
+    tokens: int = field(init=False, repr=False, compare=False)
+    messages: tuple[Message, ...] = field(init=False, repr=False, compare=False)
+    """The items' messages, in order (what `render_group` sends when nothing is repaired)."""
+    item_tokens: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _derive(self)
 
     @property
     def first_seq(self) -> int:
         return self.items[0].seq
-
-    @cached_property
-    def last_seq(self) -> int:
-        return max(item.seq for item in self.items)
-
-    @cached_property
-    def seqs(self) -> tuple[int, ...]:
-        return tuple(item.seq for item in self.items)
-
-    @cached_property
-    def tokens(self) -> int:
-        return sum(item.tokens for item in self.items)
-
-    @cached_property
-    def messages(self) -> tuple[Message, ...]:
-        """The items' messages, in order (what `render_group` sends when nothing is repaired)."""
-        return tuple(item.message for item in self.items)
-
-    @cached_property
-    def item_tokens(self) -> tuple[int, ...]:
-        return tuple(item.tokens for item in self.items)
 
     def tool_name(self, tool_call_id: str) -> str:
         """Name of the function whose call produced `tool_call_id` in this group."""
@@ -104,17 +92,37 @@ def group_items(items: Sequence[Item]) -> list[Group]:
 
 _SINGLE_KINDS: dict[str, GroupKind] = {"user": "user", "assistant": "assistant", "tool": "orphan"}
 _new = object.__new__
+_set = object.__setattr__
 
 
 def _group(kind: GroupKind, items: tuple[Item, ...], missing_ids: tuple[str, ...] = ()) -> Group:
     """`Group(kind, items, missing_ids)` without the frozen dataclass `__init__` (half the cost
     on the hot path; the result is an ordinary, equal `Group`)."""
     group: Group = _new(Group)
-    fields = group.__dict__
-    fields["kind"] = kind
-    fields["items"] = items
-    fields["missing_ids"] = missing_ids
+    _set(group, "kind", kind)
+    _set(group, "items", items)
+    _set(group, "missing_ids", missing_ids)
+    _derive(group)
     return group
+
+
+def _derive(group: Group) -> None:
+    items = group.items
+    seqs: tuple[int, ...]
+    messages: tuple[Message, ...]
+    counts: tuple[int, ...]
+    if len(items) == 1:
+        item = items[0]
+        seqs, messages, counts = (item.seq,), (item.message,), (item.tokens,)
+    else:
+        seqs = tuple(item.seq for item in items)
+        messages = tuple(item.message for item in items)
+        counts = tuple(item.tokens for item in items)
+    _set(group, "seqs", seqs)
+    _set(group, "last_seq", max(seqs))
+    _set(group, "tokens", sum(counts))
+    _set(group, "messages", messages)
+    _set(group, "item_tokens", counts)
 
 
 def extend_groups(groups: list[Group], items: Sequence[Item], start: int) -> None:

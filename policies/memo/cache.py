@@ -22,7 +22,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from policies.base import Item, Message, TrimEntry
@@ -46,7 +46,7 @@ class ProjectionCache:
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.max_entries = max_entries
-        self.memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.memo: dict[Hashable, Any] = {}
         self.last_index: HistoryIndex | None = None
         self.reused = 0
         self.rebuilt = 0
@@ -86,10 +86,10 @@ class ProjectionCache:
         self.last_index = index
         return index
 
-    def get(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    def get(self, key: Hashable) -> Any:
         return self.memo.get(key)
 
-    def put(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
+    def put(self, key: Hashable, value: Any) -> None:
         memo = self.memo
         if len(memo) >= self.max_entries:
             self.memo = memo = {}
@@ -103,15 +103,25 @@ class MemoRenderer(Renderer):
         self.cache = cache
 
     def slot(self, index: int, group: Group, is_last: bool, keep: bool, protected: bool, count: CountFn) -> Slot:
+        # Keyed by the group's id alone (the other entries' keys are tuples) and held as the
+        # slot itself, which records the group and flags it was made from: a branch keeps an
+        # entry per group, so each costs a pointer, not three tuples. Only a group with missing
+        # results depends on `is_last` and `count` (its repairs), and keeps them beside its slot.
         cache = self.cache
-        key = ("slot", id(group))
-        flags = (index, is_last, keep, protected)
-        memo = cache.get(key)
-        if memo is not None and memo[0] is group and memo[1] == flags and memo[2] is count:
-            slot: Slot = memo[3]
-            return slot
+        key = id(group)
+        memo = cache.memo.get(key)
+        if memo is not None:
+            slot: Slot = memo if type(memo) is Slot else memo[0]
+            if (
+                slot.group is group
+                and slot.index == index
+                and slot.keep == keep
+                and slot.protected == protected
+                and (memo is slot or (memo[1] == is_last and memo[2] is count))
+            ):
+                return slot
         slot = render_slot(index, group, is_last, keep, protected, count)
-        cache.put(key, (group, flags, count, slot))
+        cache.put(key, (slot, is_last, count) if group.missing_ids else slot)
         return slot
 
     def summary(
