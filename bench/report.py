@@ -231,7 +231,9 @@ def render(report: dict[str, Any]) -> str:
                 "and the summarizer's calls (same model, plain input) are included. 'without' is the client's "
                 "own requests: for a run that outgrows the window the client cannot send it at all ('over "
                 "window' runs: cannot run from the request listed below), so its bill is that of the uncapped "
-                "history, what a larger window would cost. 'ratio with it': the same runs with the summarizer's "
+                "history, what a larger window would cost. 'runs dearer that fit the window': of the runs "
+                "the client can send whole, those that cost more with ctxproxy (a request that fits goes as "
+                "sent before the first summary: `late_trim`). 'ratio with it': the same runs with the summarizer's "
                 "calls priced at the provider's small model, which a route can name as `summarizer.model` "
                 "(gpt-4.1-mini, Claude Haiku 4.5); the bench's stand-in summaries are the same, a real small "
                 "model's are not.",
@@ -249,6 +251,7 @@ def render(report: dict[str, Any]) -> str:
                     ("bill_ratio", "ratio"),
                     ("worst_run_bill_ratio", "worst run"),
                     ("runs_dearer", "runs dearer"),
+                    ("fitting_runs_dearer", "runs dearer that fit the window"),
                     ("cache_read_share_with", "cached input with"),
                     ("cache_read_share_without", "cached input without"),
                     ("prefix_reuse", "prefix reuse with"),

@@ -178,6 +178,7 @@ def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[s
                     "worst_run_bill_ratio": r(max(ratios), 3) if ratios else None,
                     "worst_fitting_run_bill_ratio": r(max(fit_ratios), 3) if fit_ratios else None,
                     "runs_dearer": sum(1 for x in ratios if x > 1.0 + 1e-9),
+                    "fitting_runs_dearer": sum(1 for x in fit_ratios if x > 1.0 + 1e-9),
                     "cache_read_share_with": r(_total(w, "cache_read") / max(1, sum(_input(b) for b in w)), 3),
                     "cache_read_share_without": r(_total(wo, "cache_read") / max(1, sum(_input(b) for b in wo)), 3),
                     "prefix_reuse": r(reuse, 4),

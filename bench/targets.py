@@ -138,6 +138,16 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             f"{m['worst_run_bill_ratio']:.3f}x; {m['runs_dearer']} of {m['runs']} runs dearer",
         )
     for m in money:
+        if "fitting_runs_dearer" not in m:  # a report from before the column
+            continue
+        fitting = m["runs"] - m["runs_over_window"]
+        add(
+            f"bill with ctxproxy <= without, runs the client can send ({m['model']}, {m['window']:,})",
+            m["fitting_runs_dearer"] == 0,
+            f"{m['fitting_runs_dearer']} of {fitting} runs that fit the window dearer; worst "
+            f"{m['worst_fitting_run_bill_ratio'] or 0:.3f}x",
+        )
+    for m in money:
         if m["model"] != money[0]["model"]:
             continue
         add(

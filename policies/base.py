@@ -175,12 +175,14 @@ class PolicyConfig:
     pins: PinsConfig = field(default_factory=PinsConfig)
     summary_chunk_tokens: int = 24000
     order: tuple[str, ...] = STEP_NAMES
-    late_trim: float = 0.92
-    """From an input budget of `LATE_TRIM_MIN_BUDGET` on: a request with no checkpoint goes as
-    sent (no trim, no compaction planned) up to this share of it, not only up to the trigger.
-    The first trim rewrites the whole history after its first old result, which a prompt cache
-    bills once in full (Anthropic: 1.25x) and which pays back only over the requests that follow;
-    a long-window session that ends before then is cheaper untouched."""
+    late_trim: float = 1.0
+    """A request with no checkpoint goes as sent (no trim, no compaction planned) up to this
+    share of the input budget, not only up to the trigger; the default, the whole budget: a
+    conversation is left exactly as the client sent it for as long as it fits. The first trim
+    rewrites everything after the first old result, which a prompt cache bills once in full
+    (Anthropic: 1.25x) and which pays back only over the requests that follow, so a session that
+    ends before it would have overflowed is cheapest untouched. Lower it to trim earlier (fewer
+    stale tool results in front of the model, at that price)."""
 
     def __post_init__(self) -> None:
         _as_tuple(self, "order")

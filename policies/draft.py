@@ -36,10 +36,6 @@ from policies.text import clone
 
 CountFn = Callable[[Message], int]
 
-LATE_TRIM_MIN_BUDGET = 64_000
-"""input budget from which `PolicyConfig.late_trim` applies: below it the headroom past the
-trigger is a few thousand tokens, and trimming early is what keeps compaction away"""
-
 
 @dataclass(frozen=True, slots=True)
 class Slot:
@@ -96,10 +92,7 @@ class StepContext:
     @property
     def pass_through_tokens(self) -> int:
         """Up to this, a request with no checkpoint goes as sent (`PolicyConfig.late_trim`)."""
-        input_budget = self.budget.input_budget
-        if input_budget < LATE_TRIM_MIN_BUDGET:
-            return self.trigger_tokens
-        return max(self.trigger_tokens, int(self.config.late_trim * input_budget))
+        return max(self.trigger_tokens, int(self.config.late_trim * self.budget.input_budget))
 
 
 @dataclass(frozen=True)

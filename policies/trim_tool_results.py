@@ -16,8 +16,8 @@ Rules (ToolResultsConfig):
   ctxproxy_recall can fetch it]` (a function of the result and the tool name alone, so the
   bytes stay the same from turn to turn).
 
-Pass-through: while no checkpoint applies and the request as the client sent it is under the
-trigger (from a 64k input budget on: under `late_trim`, 92% of it), nothing is trimmed -- the
+Pass-through: while no checkpoint applies and the request as the client sent it fits the input
+budget (`late_trim`, default the whole of it; never below the trigger), nothing is trimmed -- the
 request goes as sent, so its prompt-cache hits are the client's own (trimming it would save
 tokens yet rewrite a cached prefix, which costs more). A conversation only grows, so once it
 crosses that line it stays trimmed.

@@ -40,7 +40,7 @@ POLICY = {
     "max_output_tokens": 4096,
     "trigger": 0.02,  # 2,480 tokens: the 12k-char result puts the request over it, so it is trimmed
     "target": 0.01,
-    "late_trim": 0.02,  # trimmed from the trigger on, as at a small window
+    "late_trim": 0.02,  # trimmed from the trigger on, not only past the whole budget
     "tool_results": {"keep_recent_groups": 1, "old_max_chars": 200, "recent_max_chars": 1000, "clear_at_least": 1},
 }
 CHAT_TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]

@@ -24,6 +24,7 @@ SMALL_POLICY = {
     "max_output_tokens": 500,
     "keep_recent_tokens": 1500,
     "summary_chunk_tokens": 2000,
+    "late_trim": 0.8,  # trimmed and compacted from the trigger on (by default: once a request would not fit)
     "overflow_wait": 20,
     "summarizer": {"timeout": 5, "max_attempts": 2},
 }
@@ -416,3 +417,50 @@ def test_a_correction_of_the_pinned_objective_survives_compaction(proxy, upstrea
     assert block > 1 and sent[block]["role"] == "user"
     assert "- budget: 120 per person (replaces 150 stated in e1; corrected in e3)" in sent[block]["content"]
     assert sent[-1] == messages[-1]
+
+
+@pytest.mark.parametrize("late_trim", [None, 0.8])
+def test_a_conversation_goes_as_sent_while_it_fits(proxy, upstream, api_key, monkeypatch, late_trim):
+    """By default (late_trim 1.0) every request that fits the input budget before the first
+    summary goes upstream with exactly the client's messages, over the trigger too; the first
+    one that does not fit is trimmed, and the conversation goes on within the window. With
+    late_trim at the trigger, trimming starts at the trigger instead."""
+    model = f"gpt-rewrite-late-{late_trim}"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    policy: dict[str, Any] = {"context_window": WINDOW, "max_output_tokens": 500, "overflow_wait": 20}
+    if late_trim is not None:
+        policy["late_trim"] = late_trim
+    p = proxy(policies={"default": policy})
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return Reply(content=SUMMARY)
+        return Reply(
+            content=None, tool_calls=[tool_call("bash", {"command": "cat f.py"}, id=f"c{len(body['messages'])}")]
+        )
+
+    upstream.responder = respond
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    requests: list[list[dict[str, Any]]] = []
+    conv = ""
+    for i in range(24):
+        requests.append(messages)
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+        conv = raw.headers["x-conversation-id"]
+        answer = raw.parse().choices[0].message.model_dump(exclude_none=True)
+        result = {"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"], "content": f"{i}\n" + "x " * 700}
+        messages = [*messages, answer, result]
+    sent = agent_requests(upstream, model)
+    calls = sorted(p.wait_calls(conv, 24), key=lambda c: c["started_at"])
+    records = [c["projection"] for c in calls if c["purpose"] == "main"]
+    assert len(sent) == len(records) == 24
+    line = records[0]["input_budget"] if late_trim is None else records[0]["trigger_tokens"]
+    first_over = next(k for k, r in enumerate(records) if r["client_tokens"] > line)
+    over_trigger = [k for k in range(first_over) if records[k]["client_tokens"] > records[k]["trigger_tokens"]]
+    assert bool(over_trigger) is (late_trim is None)  # the default sent requests over the trigger as they were
+    for k in range(first_over):  # exactly the client's messages; nothing trimmed or planned
+        assert sent[k]["messages"] == requests[k], k
+        assert records[k]["trimmed"] == 0 and records[k]["compaction"] is None, k
+    assert records[first_over]["trimmed"] > 0 and sent[first_over]["messages"] != requests[first_over]
+    assert all(r["sent_tokens"] <= r["input_budget"] for r in records)

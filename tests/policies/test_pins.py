@@ -49,7 +49,8 @@ def test_rule_pins_beyond_half_the_budget_are_released_oldest_first() -> None:
 def test_released_pins_are_summarized_like_other_history_and_the_record_says_so() -> None:
     big = "You MUST follow this. " + "rule " * 900  # about 1,150 tokens each
     history = items(user("the objective"), *[m for i in range(6) for m in (user(f"{i}: {big}"), assistant("ok"))])
-    config = PolicyConfig(pins=PinsConfig(patterns=(r"\bMUST\b",)))
+    # late_trim at the trigger: the 6,951 tokens as sent fit the 7,000 budget, and would go as sent
+    config = PolicyConfig(pins=PinsConfig(patterns=(r"\bMUST\b",)), late_trim=0.8)
     projection = project([], history, None, Budget(8_000, 1_000), config, fake_count)
     record = projection.record
     assert record.released_pins  # six pins of ~1,150 tokens exceed half of 7,000

@@ -143,10 +143,10 @@ def test_a_request_under_the_trigger_without_a_checkpoint_passes_through() -> No
     assert [e.seq for e in trim_tool_results(draft, ctx).trimmed] == [3, 5]
 
 
-def test_a_long_window_request_goes_as_sent_up_to_late_trim() -> None:
+def test_a_request_goes_as_sent_up_to_late_trim() -> None:
     # a 200k window: trigger 0.05 (9,950 tokens), late_trim 0.15 (29,850); results of ~3,800
     # tokens each. Between the two, nothing is trimmed and no compaction is planned; over
-    # late_trim, trimming starts. Below LATE_TRIM_MIN_BUDGET the trigger alone decides.
+    # late_trim, trimming starts. A small window is no different.
     history = items(user("task"), *[m for k in range(9) for m in (calls(f"c{k}"), result(f"c{k}", _words(k)))])
     config = PolicyConfig(trigger=0.05, target=0.01, late_trim=0.15)
     for n, trims in ((11, False), (15, False), (19, True)):
@@ -160,8 +160,29 @@ def test_a_long_window_request_goes_as_sent_up_to_late_trim() -> None:
             assert (out.record.compaction is not None) is trims
             if not trims:
                 assert out.messages == [i.message for i in grown]  # the client's own objects, as sent
-    small = project([], history[:11], None, Budget(40_000, 1000), config, fake_count)
-    assert small.record.trimmed  # a 39k input budget: trimmed from the trigger on
+    small = Budget(12_000, 1000)  # trigger 550, late_trim 1,650 tokens
+    assert not project([], history[:1], None, small, config, fake_count).record.trimmed
+    assert project([], history[:5], None, small, config, fake_count).record.trimmed
+
+
+def test_by_default_a_request_that_fits_goes_as_sent() -> None:
+    # late_trim 1.0: at 90% of the input budget (over the 80% trigger), small window or long,
+    # nothing is rewritten and no compaction is planned; the next turn, past the budget, is.
+    history = items(user("task"), *[m for k in range(9) for m in (calls(f"c{k}"), result(f"c{k}", _words(k)))])
+    config = PolicyConfig()
+    sizes = [sum(i.tokens for i in history[:n]) for n in range(1, len(history) + 1)]
+    for n in (3, 5, 11, 17):
+        budget = Budget(int(sizes[n - 1] / 0.9) + 1000, 1000)
+        assert config.trigger * budget.input_budget < sizes[n - 1] <= budget.input_budget < sizes[n + 1]
+        for cache in (None, ProjectionCache()):
+            args = ([], history[:n], None, budget, config, fake_count)
+            as_sent = project(*args) if cache is None else project_cached(cache, *args)
+            assert not as_sent.record.trimmed and as_sent.record.compaction is None, n
+            assert as_sent.messages == [i.message for i in history[:n]]
+            args = ([], history[: n + 2], None, budget, config, fake_count)  # the next call and result
+            over = project(*args) if cache is None else project_cached(cache, *args)
+            assert over.record.trimmed, n  # and compaction planned only if still over the trigger
+            assert (over.record.compaction is not None) is (over.record.sent_tokens > over.record.trigger_tokens)
 
 
 def _words(k: int) -> str:
