@@ -1,7 +1,8 @@
 """The SQLite connection and the one boundary where sqlite3's errors become ours.
 
 Calls are synchronous on the event loop on purpose: each is a handful of indexed statements
-(tens to hundreds of microseconds), cheaper than a hop to a worker thread. Every statement of a
+(tens to hundreds of microseconds), cheaper than a hop to a worker thread; only the WAL's
+checkpoints, with their fsyncs, run on a thread of their own (`wal.py`). Every statement of a
 Store method runs inside `_read` or `_write`: a failing file ("database is locked", "unable to
 open", a disk I/O error, a connection closed underneath) leaves the store as StoreError, which the
 app answers 503 or relays under `store_failure: passthrough`, exactly like a Redis outage. (`open`
@@ -20,6 +21,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from ...errors import StoreError
 from ..migrations import migrate
+from .wal import FALLBACK_PAGES, Checkpointer
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -31,6 +33,7 @@ class SqliteConnection:
     def __init__(self, path: str) -> None:
         self.path = path
         self._db: Db | None = None
+        self._checkpointer: Checkpointer | None = None
 
     async def open(self) -> None:
         if self.path != ":memory:":
@@ -43,8 +46,15 @@ class SqliteConnection:
         db.execute("PRAGMA busy_timeout=5000")
         migrate(db)
         self._db = db
+        if self.path != ":memory:":  # checkpoints off the event loop (proxy/store/sqlite/wal.py)
+            db.execute(f"PRAGMA wal_autocheckpoint={FALLBACK_PAGES}")
+            self._checkpointer = Checkpointer(self.path)
+            self._checkpointer.start()
 
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
         if self._db is not None:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
