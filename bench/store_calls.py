@@ -5,14 +5,15 @@ stores its new tool result before forwarding (`Store.extend`, one transaction) a
 with its call record after (`Store.record_answered`, a second one). This phase times exactly
 that on the real `SqliteStore` in a fresh file: 16 conversations, each request adding the next
 tool result of the benchmark's agent body and its assistant answer, CPU from
-`time.process_time` (SQLite runs in the calling thread, its WAL checkpoints too).
+`time.process_time` (SQLite runs in the calling thread, the WAL checkpoints in the store's own
+thread: both counted).
 
 Variants, interleaved round by round, each a fresh database:
 - shipped: the two transactions as the proxy makes them;
 - one transaction: the same statements (`_extend`, `_record_answered`) in one `BEGIN IMMEDIATE`,
   what "one store transaction per request" could save at most;
-- no WAL checkpoints: `wal_autocheckpoint=0`, what moving checkpoints off the request path could
-  save at most (the WAL then grows without bound: a bound, not a setting);
+- no WAL checkpoints: the checkpoint thread stopped and `wal_autocheckpoint=0`, what the
+  checkpoints cost (the WAL then grows without bound: a bound, not a setting);
 - in memory: `:memory:`, no file at all: what any change to durability could save at most;
 - beside 10,000 compacted conversations: shipped, in a store that already holds 10,000 other
   conversations with three checkpoints each: a request's cost must not grow with the store.
@@ -105,6 +106,8 @@ async def _round(variant: str, path: Path, turns: int) -> float:
     store = SqliteStore(":memory:" if variant == "in memory" else str(path))
     await store.open()
     if variant == "no WAL checkpoints":
+        if store._checkpointer is not None:
+            store._checkpointer.stop()
         store.db.execute("PRAGMA wal_autocheckpoint=0")
     if variant == BESIDE:
         _compacted_conversations(store.db, OTHERS)
