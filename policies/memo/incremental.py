@@ -244,7 +244,5 @@ def _cache_point(state: TailState, offset: int, boundary: int) -> int | None:
     if not state.trims:
         return None
     old_end = state.msg_ends[bisect_left(state.slot_groups, boundary)]
-    for position in range(old_end - 1, -1, -1):
-        if state.body[position].get("role") == "tool":
-            return offset + position
-    return None
+    last = bisect_left(state.tool_at, old_end)  # the last tool result before `old_end`, if any
+    return offset + state.tool_at[last - 1] if last else None

@@ -14,7 +14,7 @@ seq_ends [0, 2, 3], ranges [(4, 5), (7, 7)]; truncate(1) -> sent [4, 5], ranges 
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -67,10 +67,13 @@ class TailState:
     """running tokens as sent"""
     ranges: list[tuple[int, int]] = field(default_factory=list)
     """`sent` as inclusive ranges"""
+    tool_at: list[int] = field(default_factory=list)
+    """positions in `body` of its tool results, ascending (where a cache point can go)"""
 
     def truncate(self, slots: int) -> None:
         """Forget every slot from position `slots` on."""
         del self.slot_groups[slots:]
+        del self.tool_at[bisect_left(self.tool_at, self.msg_ends[slots]) :]
         del self.body[self.msg_ends[slots] :]
         del self.sent[self.seq_ends[slots] :]
         del self.entries[self.entry_ends[slots] :]
@@ -95,6 +98,8 @@ class TailState:
         messages = slot.messages
         if any(type(message) is not dict for message in messages):
             messages = tuple(message if type(message) is dict else clone(message) for message in messages)
+        at = len(self.body)
+        self.tool_at.extend(at + k for k, message in enumerate(messages) if message.get("role") == "tool")
         self.body.extend(messages)
         self.msg_ends.append(len(self.body))
         ranges = self.ranges
