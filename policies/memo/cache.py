@@ -109,7 +109,7 @@ class MemoRenderer(Renderer):
         # results depends on `is_last` and `count` (its repairs), and keeps them beside its slot.
         cache = self.cache
         key = id(group)
-        memo = cache.memo.get(key)
+        memo = cache.get(key)
         if memo is not None:
             slot: Slot = memo if type(memo) is Slot else memo[0]
             if (
