@@ -23,8 +23,14 @@ Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thre
   the last breakpoint is written. As the API does, a breakpoint also finds an entry up to 20
   content blocks before it (``LOOKBACK``), so a client's breakpoint on its newest message reads
   the previous request's.
-  The token estimate is tiktoken o200k over the text, tools as their JSON plus the tool-use
-  system prompt Anthropic documents (see :func:`estimate_tokens`, ``tool_billing``).
+  Tokens are counted in the server's ``counting`` mode (:mod:`tests.support.counting`; default
+  ``exact``: tiktoken o200k over the text, 3 per turn, tools as their JSON plus the tool-use
+  system prompt Anthropic documents; see :func:`estimate_tokens`, ``tool_billing``). One count
+  per request, bias and jitter included, is what the window is enforced against (with the API's
+  two real messages: "prompt is too long: ..." when the prompt alone is over the window, "input
+  length and `max_tokens` exceed context limit: ..." when only prompt + max_tokens is;
+  :mod:`tests.support.overflow`) and what usage bills; cache reads and writes are scaled with it,
+  so ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens`` is that count.
 """
 
 from __future__ import annotations
@@ -38,10 +44,11 @@ import secrets
 import threading
 from typing import Any
 
+from tests.support.counting import EXACT, Counting, Meter
+from tests.support.overflow import Measured, anthropic_overflow
 from tests.support.scripted_server import RecordedRequest, ScriptedServer
 from tests.support.scripted_server import split_text as _split
 from tests.support.tool_billing import anthropic_tool_prompt
-from tests.support.upstream_server import count_text_tokens
 
 SIGNING_KEY = b"scripted-anthropic-thinking-key"
 LOOKBACK = 20
@@ -78,38 +85,36 @@ def _block_text(block: Any) -> str:
     return json.dumps(block)
 
 
-def _segments(body: dict[str, Any]) -> list[tuple[Any, int, bool]]:
+def _segments(body: dict[str, Any], counting: Counting = EXACT) -> list[tuple[Any, int, bool]]:
     """(segment, tokens, has cache_control) in cache-prefix order: tools, system, messages."""
+    text = counting.text
     out: list[tuple[Any, int, bool]] = []
     if body.get("tools"):
         out.append(("tool-use system prompt", anthropic_tool_prompt(body), False))
     for tool in body.get("tools") or []:
         visible = {k: v for k, v in tool.items() if k != "cache_control"}
-        out.append(
-            (
-                tool,
-                count_text_tokens(json.dumps(visible, sort_keys=True, ensure_ascii=False)),
-                bool(tool.get("cache_control")),
-            )
-        )
+        out.append((tool, counting.json(visible), bool(tool.get("cache_control"))))
     system = body.get("system")
     if isinstance(system, str):
-        out.append((system, count_text_tokens(system), False))
+        out.append((system, text(system), False))
     elif isinstance(system, list):
         for block in system:
-            out.append((block, count_text_tokens(_block_text(block)), bool(block.get("cache_control"))))
+            out.append((block, text(_block_text(block)), bool(block.get("cache_control"))))
+    turn = counting.message_tokens + (counting.role_tokens or 0)  # the role is not counted as text
     for message in body.get("messages") or []:
         content = message.get("content")
         blocks = [content] if isinstance(content, str) else list(content or [])
-        out.append((("role", message.get("role")), 3, False))  # a tuple: not a content block
+        out.append((("role", message.get("role")), turn, False))  # a tuple: not a content block
         for block in blocks:
             marked = isinstance(block, dict) and bool(block.get("cache_control"))
-            out.append((block, count_text_tokens(_block_text(block)), marked))
+            out.append((block, text(_block_text(block)), marked))
     return out
 
 
-def estimate_tokens(body: dict[str, Any]) -> int:
-    return sum(tokens for _, tokens, _ in _segments(body))
+def estimate_tokens(body: dict[str, Any], counting: Counting = EXACT) -> int:
+    """The input tokens of a Messages request in `counting`'s encoding and framing (before its
+    bias and jitter)."""
+    return sum(tokens for _, tokens, _ in _segments(body, counting))
 
 
 @dataclasses.dataclass
@@ -169,16 +174,22 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         api_key: str | None = None,
         context_windows: dict[str, int] | None = None,
         default_context_window: int = 200_000,
+        counting: Counting | str | None = None,
     ) -> None:
         super().__init__()
         self.api_key = api_key
         self.context_windows = dict(context_windows or {})
         self.default_context_window = default_context_window
+        self.meter = Meter(counting)  # how this server counts a request (window check and usage)
         self.rejections: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self._cache: set[str] = set()
 
+    @property
+    def counting(self) -> Counting:
+        return self.meter.counting
+
     def _warm_up(self) -> None:
-        count_text_tokens("warm up")
+        self.counting.text("warm up")
 
     def _reset(self) -> None:
         self.rejections.clear()
@@ -192,6 +203,22 @@ class AnthropicUpstream(ScriptedServer[Reply]):
     # ---- validation
 
     def validate(self, body: Any) -> dict[str, Any] | None:
+        return self._check(body)[0]
+
+    def _check(self, body: Any) -> tuple[dict[str, Any] | None, float]:
+        """(the 400 body, or None) and this request's counting factor (bias and jitter, drawn
+        once: the window check and usage both use it)."""
+        problem = self._shape(body)
+        if problem is not None:
+            return problem, 1.0
+        factor = self.meter.factor()
+        window = self.context_windows.get(body["model"], self.default_context_window)
+        prompt = self.counting.scaled(estimate_tokens(body, self.counting), factor)
+        problem = anthropic_overflow(window=window, prompt=prompt, max_tokens=body["max_tokens"])
+        self._measured(Measured(body["model"], prompt, body["max_tokens"], window, body, problem))
+        return problem, factor
+
+    def _shape(self, body: Any) -> dict[str, Any] | None:
         def bad(message: str) -> dict[str, Any]:
             return error_body("invalid_request_error", message)
 
@@ -307,10 +334,6 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         markers = sum(1 for _, _, marked in _segments(body) if marked)
         if markers > 4:
             return bad(f"A maximum of 4 blocks with cache_control may be provided. Found {markers}.")
-        window = self.context_windows.get(body["model"], self.default_context_window)
-        prompt = estimate_tokens(body)
-        if prompt + body["max_tokens"] > window:
-            return bad(f"prompt is too long: {prompt} tokens > {window - body['max_tokens']} maximum")
         return None
 
     # ---- usage with a simulated prompt cache
@@ -328,8 +351,10 @@ class AnthropicUpstream(ScriptedServer[Reply]):
                     return 0
         return 0
 
-    def _input_usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
-        segments = _segments(body)
+    def _input_usage(self, body: dict[str, Any], reply: Reply, factor: float = 1.0) -> dict[str, int]:
+        """Input usage with the simulated cache, in this server's counting: the prefix is cached
+        in the mode's tokens, then the request's factor scales the three parts alike."""
+        segments = _segments(body, self.counting)
         total = sum(tokens for _, tokens, _ in segments)
         digest = hashlib.sha256()
         cumulative = 0
@@ -349,6 +374,11 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         with self._lock:
             self._cache.update(new_keys)
         write = max(0, write_upto - read)
+        if factor != 1.0:
+            scaled = self.counting.scaled
+            total, read, write = scaled(total, factor), scaled(read, factor), scaled(write, factor)
+            read = min(read, total)
+            write = min(write, total - read)
         usage = {
             "input_tokens": max(0, total - read - write),
             "cache_creation_input_tokens": write,
@@ -384,9 +414,9 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             )
             return
         if path == "/v1/messages/count_tokens":
-            await self._json(send, 200, {"input_tokens": estimate_tokens(body)})
+            await self._json(send, 200, {"input_tokens": self.meter.measure(lambda c: estimate_tokens(body, c))})
             return
-        problem = self.validate(body)
+        problem, factor = self._check(body)
         if problem is not None:
             with self._lock:
                 self.rejections.append((body, problem))
@@ -394,7 +424,7 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             return
         reply = self._next_reply(body)
         try:
-            await self._answer(reply, body, send, receive)
+            await self._answer(reply, body, send, receive, factor)
         finally:
             reply.done.set()
 
@@ -447,7 +477,7 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             )
         return blocks
 
-    async def _answer(self, reply: Reply, body: dict[str, Any], send: Any, receive: Any) -> None:
+    async def _answer(self, reply: Reply, body: dict[str, Any], send: Any, receive: Any, factor: float = 1.0) -> None:
         if reply.status != 200:
             payload = (
                 reply.error
@@ -465,11 +495,11 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             await self._json(send, reply.status, payload, reply)
             return
         content = self._content(reply, body)
-        usage = self._input_usage(body, reply)
+        usage = self._input_usage(body, reply, factor)
         output = (
             reply.output_tokens
             if reply.output_tokens is not None
-            else max(1, sum(count_text_tokens(_block_text(b)) for b in content))
+            else max(1, sum(self.counting.text(_block_text(b)) for b in content))
         )
         final_usage = {**usage, "output_tokens": output}
         reply.usage = final_usage

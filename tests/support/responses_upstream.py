@@ -12,17 +12,23 @@ every request recorded. It validates like the real API:
   (``No tool output found for function call ...``);
 - a ``reasoning`` item is followed by an assistant-side item
   (``Item '...' of type 'reasoning' was provided without its required following item.``);
-- the input (tiktoken o200k estimate, :func:`count_input_tokens`) plus ``max_output_tokens`` fits
-  the model's window (``context_length_exceeded``).
+- the input plus ``max_output_tokens`` fits the model's window, else the real API's 400
+  (``context_length_exceeded``, "Your input exceeds the context window of this model. Please
+  adjust your input and try again.": :mod:`tests.support.overflow`), recorded in ``overflows``.
+
+The input is counted by :func:`count_input_tokens` in the server's ``counting`` mode
+(:mod:`tests.support.counting`; default ``exact``: tiktoken o200k, 3 per item, tools as OpenAI
+renders them). One count per request, bias and jitter included, is both what the window is
+enforced against and what ``usage.input_tokens`` bills.
 
 Answers: non-stream a ``response`` object; stream the real event sequence (``response.created``,
 ``response.in_progress``, per item ``response.output_item.added``, ``response.content_part.added``,
 ``response.output_text.delta``..., ``response.output_text.done``, ``response.content_part.done`` or
 ``response.function_call_arguments.delta``/``.done``, ``response.output_item.done``, then
 ``response.completed`` / ``response.incomplete`` / ``response.failed``), each as
-``event: TYPE`` + ``data: JSON`` with a ``sequence_number``. Usage: ``input_tokens`` (the estimate
-unless overridden) with ``input_tokens_details.cached_tokens``, ``output_tokens`` with
-``output_tokens_details.reasoning_tokens``.
+``event: TYPE`` + ``data: JSON`` with a ``sequence_number``. Usage: ``input_tokens`` (the count
+unless overridden) with ``input_tokens_details.cached_tokens`` (part of it, never more),
+``output_tokens`` with ``output_tokens_details.reasoning_tokens``.
 """
 
 from __future__ import annotations
@@ -34,10 +40,10 @@ import threading
 import time
 from typing import Any
 
+from tests.support.counting import EXACT, Counting, Meter
+from tests.support.overflow import Measured, openai_error, responses_overflow
 from tests.support.scripted_server import RecordedRequest, ScriptedServer
 from tests.support.scripted_server import split_text as _split
-from tests.support.tool_billing import openai_tools_tokens
-from tests.support.upstream_server import _encoding, count_text_tokens, openai_error
 
 __all__ = ["ResponsesReply", "ResponsesServer", "count_input_tokens", "fcall"]
 
@@ -56,22 +62,26 @@ def _text(content: Any) -> str:
     return ""
 
 
-def count_input_tokens(instructions: Any, items: list[dict[str, Any]], tools: Any = None) -> int:
-    """Input tokens as this server bills them: framing, instructions, items and, like the real
-    API, the tool definitions (function and namespace tools as OpenAI's renderer writes them,
-    other shapes as their JSON: `tool_billing`)."""
-    total = 3 + openai_tools_tokens(tools, count_text_tokens)
+def count_input_tokens(
+    instructions: Any, items: list[dict[str, Any]], tools: Any = None, counting: Counting = EXACT
+) -> int:
+    """Input tokens as this server bills them, in `counting`'s encoding and framing (before its
+    bias and jitter): framing, instructions, items and, like the real API, the tool definitions
+    (function and namespace tools as OpenAI's renderer writes them, other shapes as their JSON:
+    `tool_billing`; or all as JSON with `tools_as_json`)."""
+    text = counting.text
+    total = 3 + counting.openai_tools(tools)
     if isinstance(instructions, str) and instructions:
-        total += 4 + count_text_tokens(instructions)
+        total += 4 + text(instructions)
     for item in items:
-        total += 3
+        total += counting.message_tokens
         kind = item.get("type", "message")
         if kind == "message":
-            total += count_text_tokens(str(item.get("role", ""))) + count_text_tokens(_text(item.get("content")))
+            total += counting.role(str(item.get("role", ""))) + text(_text(item.get("content")))
         elif kind == "function_call":
-            total += count_text_tokens(str(item.get("name", ""))) + count_text_tokens(str(item.get("arguments", "")))
+            total += text(str(item.get("name", ""))) + text(str(item.get("arguments", "")))
         elif kind == "function_call_output":
-            total += count_text_tokens(_text(item.get("output")))
+            total += text(_text(item.get("output")))
         elif kind == "reasoning":
             total += 8
     return total
@@ -120,15 +130,25 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
     thread_name = "responses-upstream"
     start_error = "responses upstream did not start"
 
-    def __init__(self, context_windows: dict[str, int] | None = None, default_window: int = 128_000) -> None:
+    def __init__(
+        self,
+        context_windows: dict[str, int] | None = None,
+        default_window: int = 128_000,
+        counting: Counting | str | None = None,
+    ) -> None:
         super().__init__()
         self.context_windows = dict(context_windows or {})
         self.default_window = default_window
+        self.meter = Meter(counting)  # how this server counts a request (window check and usage)
         self.rejections: list[dict[str, Any]] = []
         self.stored: dict[str, list[dict[str, Any]]] = {}
 
+    @property
+    def counting(self) -> Counting:
+        return self.meter.counting
+
     def _warm_up(self) -> None:
-        _encoding()
+        self.counting.text("warm up")
 
     def _reset(self) -> None:
         self.rejections.clear()
@@ -185,6 +205,26 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         return items
 
     def _validate(self, body: Any) -> dict[str, Any] | list[dict[str, Any]]:
+        return self._check(body)[0]
+
+    def _check(self, body: Any) -> tuple[dict[str, Any] | list[dict[str, Any]], int | None]:
+        """(the error body, or the full input) and the input as this server counted it (one draw
+        per request: the window check and usage both use it; None when refused before counting)."""
+        items = self._shape(body)
+        if isinstance(items, dict):
+            return items, None
+        model = body["model"]
+        window = self.context_windows.get(model, self.default_window)
+        prompt = self.meter.measure(lambda c: count_input_tokens(body.get("instructions"), items, body.get("tools"), c))
+        reserve = int(body.get("max_output_tokens") or 0)
+        overflow = responses_overflow(window=window, prompt=prompt, max_output_tokens=reserve)
+        self._measured(Measured(model, prompt, reserve, window, body, overflow))
+        if overflow is not None:
+            with self._lock:
+                self.rejections.append(overflow)
+        return (items if overflow is None else overflow), prompt
+
+    def _shape(self, body: Any) -> dict[str, Any] | list[dict[str, Any]]:
         if not isinstance(body, dict):
             return self._error("We could not parse the JSON body of your request.")
         if not isinstance(body.get("model"), str):
@@ -233,17 +273,6 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
                 "max_output_tokens",
                 "integer_below_min_value",
             )
-        window = self.context_windows.get(body["model"], self.default_window)
-        needed = count_input_tokens(body.get("instructions"), items, body.get("tools")) + int(
-            body.get("max_output_tokens") or 0
-        )
-        if needed > window:
-            return self._error(
-                f"Your input exceeds the context window of this model ({needed} > {window}). "
-                "Please adjust your input and try again.",
-                "input",
-                "context_length_exceeded",
-            )
         return items
 
     # ---- ASGI
@@ -256,13 +285,13 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         if scope["path"].rstrip("/") != "/v1/responses" or scope["method"] != "POST":
             await self._json(send, 404, openai_error(f"Invalid URL ({scope['method']} {scope['path']})"))
             return
-        checked = self._validate(body)
+        checked, counted = self._check(body)
         if isinstance(checked, dict) or not isinstance(body, dict):
             await self._json(send, 400, checked)
             return
         reply = self._next_reply(body)
         try:
-            await self._answer(reply, body, checked, send, receive)
+            await self._answer(reply, body, checked, send, receive, counted)
         finally:
             reply.done.set()
 
@@ -325,18 +354,34 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         return out
 
     def _usage(
-        self, reply: ResponsesReply, body: dict[str, Any], items: list[dict[str, Any]], output: list[dict[str, Any]]
+        self,
+        reply: ResponsesReply,
+        body: dict[str, Any],
+        items: list[dict[str, Any]],
+        output: list[dict[str, Any]],
+        counted: int | None = None,
     ) -> dict[str, Any]:
-        input_tokens = (
-            reply.input_tokens
-            if reply.input_tokens is not None
-            else count_input_tokens(body.get("instructions"), items, body.get("tools"))
-        )
+        """The usage object: the input as counted for the window check (`counted`), unless the
+        reply scripts it; cached tokens are part of it and never more than it."""
+        if reply.input_tokens is not None:
+            input_tokens = reply.input_tokens
+        elif counted is not None:
+            input_tokens = counted
+        else:
+            input_tokens = self.meter.measure(
+                lambda c: count_input_tokens(body.get("instructions"), items, body.get("tools"), c)
+            )
         if reply.output_tokens is not None:
             output_tokens = reply.output_tokens
         else:
-            output_tokens = reply.reasoning_tokens + sum(count_input_tokens(None, [o]) - 6 for o in output)
-        details = {"cached_tokens": reply.cached_tokens, "cache_write_tokens": reply.cache_write_tokens}
+            framing = 3 + self.counting.message_tokens  # count_input_tokens' 3 plus one item's framing
+            output_tokens = reply.reasoning_tokens + sum(
+                count_input_tokens(None, [o], counting=self.counting) - framing for o in output
+            )
+        details = {
+            "cached_tokens": min(reply.cached_tokens, input_tokens),
+            "cache_write_tokens": min(reply.cache_write_tokens, input_tokens),
+        }
         return {
             "input_tokens": input_tokens,
             "input_tokens_details": details,
@@ -377,7 +422,13 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         }
 
     async def _answer(
-        self, reply: ResponsesReply, body: dict[str, Any], items: list[dict[str, Any]], send: Any, receive: Any
+        self,
+        reply: ResponsesReply,
+        body: dict[str, Any],
+        items: list[dict[str, Any]],
+        send: Any,
+        receive: Any,
+        counted: int | None = None,
     ) -> None:
         if reply.status != 200:
             await self._json(
@@ -389,7 +440,7 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
             return
         rid = "resp_" + secrets.token_hex(12)
         output = self._output(reply, items)
-        usage = self._usage(reply, body, items, output)
+        usage = self._usage(reply, body, items, output, counted)
         reply.usage = usage
         final = self._response(rid, body, reply.end, output, usage)
         if reply.end == "failed":

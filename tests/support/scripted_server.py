@@ -5,7 +5,10 @@ thread with its own event loop: ``start()`` binds a free port on 127.0.0.1 befor
 ``stop()`` shuts it down (hanging handlers are released), and the server is a context manager.
 It also holds a FIFO of scripted replies (``push``/``clear``/``pending``, plus an optional
 ``responder`` that answers when the queue is empty), records every request
-(:class:`RecordedRequest`), and offers the helpers the protocol servers share: reading the
+(:class:`RecordedRequest`) and, for the protocol servers, the numbers of every window check
+(``measured``, the refused ones also in ``overflows``: :class:`tests.support.overflow.Measured`);
+a long run (the continuity bench) takes what it has read out with :meth:`ScriptedServer.take`
+and may stop keeping replies (``record_replies``). It offers the helpers the protocol servers share: reading the
 request body, writing a complete response, watching for an early client disconnect, and
 writing a stream of events with the drop / hold / delay knobs the tests script.
 
@@ -29,6 +32,7 @@ from typing import Any, Generic, TypeVar
 
 import uvicorn
 
+from tests.support.overflow import Measured
 from tests.support.waiting import wait_until
 
 __all__ = ["RecordedRequest", "ScriptedServer", "split_text"]
@@ -81,6 +85,9 @@ class ScriptedServer(Generic[R]):
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self.replies_sent: list[R] = []
+        self.record_replies = True  # False: replies are not kept in `replies_sent` (a long run's memory)
+        self.measured: list[Measured] = []  # every request at the window check, in order
+        self.overflows: list[Measured] = []  # those refused as too long
         # Answers requests when the queue is empty: body -> reply (None: the default reply).
         self.responder: Callable[[dict[str, Any]], R | None] | None = None
         self._queue: deque[R] = deque()
@@ -171,6 +178,8 @@ class ScriptedServer(Generic[R]):
             self._queue.clear()
             self.requests.clear()
             self.replies_sent.clear()
+            self.measured.clear()
+            self.overflows.clear()
             self._reset()
             self.responder = None
 
@@ -195,9 +204,32 @@ class ScriptedServer(Generic[R]):
             queued = self._queue.popleft() if self._queue else None
             responder = self.responder
         reply = queued or (responder(body) if responder is not None else None) or self.reply_class()
-        with self._lock:
-            self.replies_sent.append(reply)
+        if self.record_replies:
+            with self._lock:
+                self.replies_sent.append(reply)
         return reply
+
+    def _measured(self, measured: Measured) -> None:
+        """Record a window check (and the overflow, when it refused the request)."""
+        with self._lock:
+            self.measured.append(measured)
+            if measured.error is not None:
+                self.overflows.append(measured)
+
+    def take(self, model: str) -> tuple[list[RecordedRequest], list[Measured]]:
+        """Remove and return the recorded requests and window checks of `model` (a long run reads
+        each session's records once it is over, then lets them go)."""
+
+        def of(body: Any) -> bool:
+            return isinstance(body, dict) and body.get("model") == model
+
+        with self._lock:
+            requests = [r for r in self.requests if of(r.body)]
+            measured = [m for m in self.measured if m.model == model]
+            self.requests[:] = [r for r in self.requests if not of(r.body)]
+            self.measured[:] = [m for m in self.measured if m.model != model]
+            self.overflows[:] = [m for m in self.overflows if m.model != model]
+        return requests, measured
 
     # ---- request side
 

@@ -97,12 +97,15 @@ def harmony_tools_text(tools: list[Any]) -> tuple[str, int]:
     return encoding.decode_utf8(tokens), len(tokens)
 
 
-def openai_tools_tokens(tools: Any, count_text: Any) -> int:
+def openai_tools_tokens(tools: Any, count_text: Any, *, recount: bool = False) -> int:
     """Input tokens of an OpenAI request's `tools`: harmony's rendering of the function and
-    namespace tools, the JSON of every other tool (`count_text` counts a string)."""
+    namespace tools, the JSON of every other tool (`count_text` counts a string). `recount`:
+    count the rendered text with `count_text` too (another encoding than harmony's o200k)."""
     if not isinstance(tools, list) or not tools:
         return 0
-    _, rendered = harmony_tools_text(tools)
+    text, rendered = harmony_tools_text(tools)
+    if recount:
+        rendered = count_text(text) if text else 0
     others = [t for t in tools if not (isinstance(t, Mapping) and (_function(t) or t.get("type") == "namespace"))]
     return rendered + sum(count_text(json.dumps(t, sort_keys=True, ensure_ascii=False)) for t in others)
 

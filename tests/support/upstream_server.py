@@ -21,10 +21,15 @@ Tests script the next replies with :meth:`UpstreamServer.push` (a FIFO per serve
 answers ``"ok: <last user text>"``. Every request is recorded (:attr:`UpstreamServer.requests`) so a
 test can assert what the proxy actually sent upstream.
 
-Prompt tokens are estimated with tiktoken ``o200k_base`` (loaded offline from litellm's bundled
-cache) by :func:`count_prompt_tokens`: per message 3 tokens of framing plus the encoded content,
-name and tool calls, plus 3 for the reply priming, plus ``tools`` as OpenAI renders them (``tool_billing``).
-The same number is reported as ``usage.prompt_tokens`` so tests can compare the two.
+Prompt tokens are counted by :func:`count_prompt_tokens` in the server's ``counting`` mode
+(:mod:`tests.support.counting`; default ``exact``: tiktoken ``o200k_base`` loaded offline from
+litellm's bundled cache, per message 3 tokens of framing plus the encoded role, content, name and
+tool calls, plus 3 for the reply priming, plus ``tools`` as OpenAI renders them, ``tool_billing``).
+That one count per request, bias and jitter included, is both what the model's window is enforced
+against and what ``usage.prompt_tokens`` reports, as a real provider bills what it counted. An
+oversized request gets the 400 of ``error_style`` (OpenAI's, or vLLM's, OpenRouter's,
+llama.cpp's or litellm proxy's: :mod:`tests.support.overflow`); every request's numbers are in
+:attr:`UpstreamServer.measured`, the refused ones in :attr:`UpstreamServer.overflows`.
 
 The server runs uvicorn in a background thread with its own event loop; ``start()`` binds a free
 port on 127.0.0.1 before returning, ``stop()`` shuts it down (hanging handlers are released).
@@ -33,17 +38,16 @@ port on 127.0.0.1 before returning, ``stop()`` shuts it down (hanging handlers a
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import os
 import secrets
 import threading
 import time
 from typing import Any
 
+from tests.support.counting import EXACT, Counting, Meter, load_encoding
+from tests.support.overflow import CHAT_ERROR_STYLES, Measured, chat_overflow, openai_error
 from tests.support.scripted_server import RecordedRequest, ScriptedServer, _Dropped
 from tests.support.scripted_server import split_text as _split
-from tests.support.tool_billing import openai_tools_tokens
 
 __all__ = [
     "RecordedRequest",
@@ -60,16 +64,7 @@ __all__ = [
 
 def _load_encoding() -> Any:
     """o200k_base from litellm's bundled tiktoken cache (there is no network in the sandbox)."""
-    if "TIKTOKEN_CACHE_DIR" not in os.environ:
-        # find_spec locates litellm without importing it (its import is slow and goes online)
-        spec = importlib.util.find_spec("litellm")
-        assert spec is not None and spec.submodule_search_locations, "litellm is not installed"
-        os.environ["TIKTOKEN_CACHE_DIR"] = os.path.join(
-            list(spec.submodule_search_locations)[0], "litellm_core_utils", "tokenizers"
-        )
-    import tiktoken
-
-    return tiktoken.get_encoding("o200k_base")
+    return load_encoding("o200k_base")
 
 
 _ENCODING: Any = None
@@ -107,22 +102,24 @@ def _content_text(content: Any) -> str:
     return json.dumps(content)
 
 
-def count_prompt_tokens(body: dict[str, Any]) -> int:
-    """Estimate of the prompt tokens of a chat-completions request body (see module docstring)."""
+def count_prompt_tokens(body: dict[str, Any], counting: Counting = EXACT) -> int:
+    """The prompt tokens of a chat-completions request body counted in `counting`'s encoding and
+    framing (before its bias and jitter; see the module docstring)."""
+    text = counting.text
     total = 3
     for message in body.get("messages") or []:
         if not isinstance(message, dict):
             continue
-        total += 3
-        total += count_text_tokens(str(message.get("role", "")))
-        total += count_text_tokens(_content_text(message.get("content")))
+        total += counting.message_tokens
+        total += counting.role(str(message.get("role", "")))
+        total += text(_content_text(message.get("content")))
         if isinstance(message.get("name"), str):
-            total += 1 + count_text_tokens(message["name"])
+            total += 1 + text(message["name"])
         for call in message.get("tool_calls") or []:
             fn = (call or {}).get("function") or {}
-            total += 3 + count_text_tokens(str(fn.get("name", "")))
-            total += count_text_tokens(str(fn.get("arguments", "")))
-    return total + openai_tools_tokens(body.get("tools"), count_text_tokens)
+            total += 3 + text(str(fn.get("name", "")))
+            total += text(str(fn.get("arguments", "")))
+    return total + counting.openai_tools(body.get("tools"))
 
 
 # --------------------------------------------------------------------------- script
@@ -229,12 +226,6 @@ _DEFAULT_ERRORS: dict[int, tuple[str, str, str | None]] = {
 }
 
 
-def openai_error(
-    message: str, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
-
-
 # --------------------------------------------------------------------------- server
 
 
@@ -252,16 +243,27 @@ class UpstreamServer(ScriptedServer[Reply]):
         default_context_window: int = 128_000,
         default_max_tokens: int = 0,
         api_key: str | None = None,
+        counting: Counting | str | None = None,
+        error_style: str = "openai",
     ) -> None:
         super().__init__()
+        if error_style not in CHAT_ERROR_STYLES:
+            raise ValueError(f"unknown error style {error_style!r}: one of {', '.join(CHAT_ERROR_STYLES)}")
         self.models = models or ["gpt-4o", "gpt-4o-mini", "gpt-small"]
         self.context_windows = dict(context_windows or {})
         self.default_context_window = default_context_window
         self.default_max_tokens = default_max_tokens
         self.api_key = api_key  # when set, other bearer keys get 401
+        self.meter = Meter(counting)  # how this server counts a request (window check and usage)
+        self.error_style = error_style  # whose 400 an oversized request gets
+
+    @property
+    def counting(self) -> Counting:
+        return self.meter.counting
 
     def _warm_up(self) -> None:
         _encoding()  # load the tokenizer before the first request, not inside a timed one
+        self.counting.text("warm up")
 
     # ---- inspection
 
@@ -340,14 +342,14 @@ class UpstreamServer(ScriptedServer[Reply]):
                 started,
             )
             return
-        error = self._validate(body)
+        error, prompt = self._check(body)
         if error is not None:
             await self._send_json(send, 400, error, started)
             return
 
         reply = self._next_reply(body)
         try:
-            await self._answer(reply, body, send, receive, started)
+            await self._answer(reply, body, send, receive, started, prompt)
         finally:
             reply.done.set()
 
@@ -357,6 +359,17 @@ class UpstreamServer(ScriptedServer[Reply]):
         return self.context_windows.get(model, self.default_context_window)
 
     def _validate(self, body: Any) -> dict[str, Any] | None:
+        return self._check(body)[0]
+
+    def _check(self, body: Any) -> tuple[dict[str, Any] | None, int | None]:
+        """(the 400 body, or None) and the prompt as this server counted it (None when the body
+        was refused before counting)."""
+        problem = self._shape(body)
+        if problem is not None:
+            return problem, None
+        return self._fits(body)
+
+    def _shape(self, body: Any) -> dict[str, Any] | None:
         if not isinstance(body, dict):
             return openai_error(
                 "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
@@ -430,41 +443,43 @@ class UpstreamServer(ScriptedServer[Reply]):
                 f"response messages: {', '.join(open_ids)}",
                 param=f"messages.[{open_at}].role",
             )
-        window = self.context_window(str(body["model"]))
-        prompt = count_prompt_tokens(body)
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         if max_tokens is None:
-            max_tokens = self.default_max_tokens
-        elif not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
-            name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            return None
+        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
             return openai_error(
                 f"Invalid type for '{name}': expected an integer, but got {type(max_tokens).__name__} instead.",
                 param=name,
                 code="invalid_type",
             )
-        elif max_tokens < 1:
-            name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        if max_tokens < 1:
             return openai_error(
                 f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {max_tokens} instead.",
                 param=name,
                 code="integer_below_min_value",
             )
-        if prompt + int(max_tokens) > window:
-            if body.get("max_completion_tokens") or body.get("max_tokens"):
-                msg = (
-                    f"This model's maximum context length is {window} tokens. However, you "
-                    f"requested {prompt + int(max_tokens)} tokens ({prompt} in the messages, "
-                    f"{max_tokens} in the completion). Please reduce the length of the "
-                    "messages or completion."
-                )
-            else:
-                msg = (
-                    f"This model's maximum context length is {window} tokens. However, your "
-                    f"messages resulted in {prompt} tokens. Please reduce the length of the "
-                    "messages."
-                )
-            return openai_error(msg, param="messages", code="context_length_exceeded")
         return None
+
+    def _fits(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
+        """The window check with this request's one count (drawn here: jitter draws anew)."""
+        model = str(body["model"])
+        window = self.context_window(model)
+        prompt = self.meter.measure(lambda c: count_prompt_tokens(body, c))
+        asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        max_tokens = int(asked or self.default_max_tokens)
+        tool_tokens = self.counting.openai_tools(body.get("tools")) if self.error_style == "openrouter" else 0
+        error = chat_overflow(
+            self.error_style,
+            window=window,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            asked=bool(asked),
+            model=model,
+            tool_tokens=min(tool_tokens, prompt),
+        )
+        self._measured(Measured(model, prompt, max_tokens, window, body, error))
+        return error, prompt
 
     # ---- answering
 
@@ -495,29 +510,42 @@ class UpstreamServer(ScriptedServer[Reply]):
             reply.sent_body = data
         await self._send_body(send, status, headers, data)
 
-    async def _answer(self, reply: Reply, body: dict[str, Any], send: Any, receive: Any, started: float) -> None:
+    async def _answer(
+        self, reply: Reply, body: dict[str, Any], send: Any, receive: Any, started: float, prompt: int | None = None
+    ) -> None:
         async with self._watching(receive, reply) as finished:
-            await self._answer_inner(reply, body, send, started, finished)
+            await self._answer_inner(reply, body, send, started, finished, prompt)
 
-    def _usage(self, reply: Reply, body: dict[str, Any], choices: list[dict[str, Any]]) -> dict:
+    def _usage(
+        self, reply: Reply, body: dict[str, Any], choices: list[dict[str, Any]], counted: int | None = None
+    ) -> dict:
+        """The usage object: the prompt as counted for the window check (`counted`), unless the
+        reply scripts it; cached tokens are part of it and never more than it."""
         if reply.usage is not None:
             return reply.usage
-        prompt = reply.prompt_tokens if reply.prompt_tokens is not None else count_prompt_tokens(body)
+        if reply.prompt_tokens is not None:
+            prompt = reply.prompt_tokens
+        elif counted is not None:
+            prompt = counted
+        else:
+            prompt = self.meter.measure(lambda c: count_prompt_tokens(body, c))
+        text = self.counting.text
         if reply.completion_tokens is not None:
             completion = reply.completion_tokens
         else:
             completion = 0
             for c in choices:
-                completion += count_text_tokens(c["content"] or "")
+                completion += text(c["content"] or "")
                 for call in c["tool_calls"] or []:
-                    completion += count_text_tokens(call["function"]["name"])
-                    completion += count_text_tokens(call["function"]["arguments"])
+                    completion += text(call["function"]["name"])
+                    completion += text(call["function"]["arguments"])
             completion += reply.reasoning_tokens
+        cached = min(reply.cached_tokens, prompt)
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": reply.cached_tokens, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": reply.reasoning_tokens,
                 "audio_tokens": 0,
@@ -560,7 +588,13 @@ class UpstreamServer(ScriptedServer[Reply]):
         return {"content": items, "refusal": None}
 
     async def _answer_inner(
-        self, reply: Reply, body: dict[str, Any], send: Any, started: float, finished: threading.Event
+        self,
+        reply: Reply,
+        body: dict[str, Any],
+        send: Any,
+        started: float,
+        finished: threading.Event,
+        prompt: int | None = None,
     ) -> None:
         if reply.delay_before_headers:
             await self._sleep(reply.delay_before_headers)
@@ -583,7 +617,7 @@ class UpstreamServer(ScriptedServer[Reply]):
         cid = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
         choices = self._choices(reply, body)
-        usage = self._usage(reply, body, choices)
+        usage = self._usage(reply, body, choices, prompt)
         reply.sent_usage = usage
         want_logprobs = bool(body.get("logprobs"))
 
