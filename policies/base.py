@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import ne
@@ -176,13 +176,15 @@ class PolicyConfig:
     summary_chunk_tokens: int = 24000
     order: tuple[str, ...] = STEP_NAMES
     late_trim: float = 1.0
-    """A request with no checkpoint goes as sent (no trim, no compaction planned) up to this
+    """A request whose history has not been summarized yet goes as sent (no trim) up to this
     share of the input budget, not only up to the trigger; the default, the whole budget: a
     conversation is left exactly as the client sent it for as long as it fits. The first trim
     rewrites everything after the first old result, which a prompt cache bills once in full
     (Anthropic: 1.25x) and which pays back only over the requests that follow, so a session that
-    ends before it would have overflowed is cheapest untouched. Lower it to trim earlier (fewer
-    stale tool results in front of the model, at that price)."""
+    ends before it would have overflowed is cheapest untouched. Its summary is still computed
+    from the trigger on, in the background, and waits (`StepContext.deferred`) until the first
+    request that no longer fits. At or below the trigger, trimming and a new checkpoint apply
+    from the trigger (fewer stale tool results in front of the model, at that price)."""
 
     def __post_init__(self) -> None:
         _as_tuple(self, "order")
@@ -242,6 +244,10 @@ class CompactionPlan:
     released_pins: tuple[int, ...] = ()
     """pins released by the projection that planned this (`pins.release_pins`): the summarizer
     sees them as history, not among the messages kept verbatim"""
+    summary_room: int | None = None
+    """the longest summary the projection after the commit has room for (it lands halfway
+    between target and trigger); None: not known. A summary over `Budget.summary_max_tokens` but
+    within it is kept (recorded as long); a longer one is cut to it"""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -258,11 +264,12 @@ class CompactionPlan:
                 if chunk
             ],
             "reason": self.reason,
-            "released_pins": _ranges(self.released_pins),
+            "released_pins": compact_ranges(self.released_pins),
+            "summary_room": self.summary_room,
         }
 
 
-def _ranges(seqs: tuple[int, ...]) -> list[list[int]]:
+def compact_ranges(seqs: Sequence[int]) -> list[list[int]]:
     """[1, 2, 3, 7] -> [[1, 3], [7, 7]]: compact JSON for long histories. (A range ends where
     the next seq is not the previous one plus one; found with C-level iteration, the Python
     work is per range, not per seq.)"""
@@ -313,6 +320,8 @@ class ProjectionRecord:
     """seqs pinned by a rule yet treated like other history (summarized, trimmed, pruned): the
     rule pins beyond the first user message took more than half the input budget, so the oldest
     of them were released (`pins.release_pins`)"""
+    deferred_generation: int | None = None
+    """a committed checkpoint not applied yet: the history still fits as sent (`late_trim`)"""
     sent_ranges: tuple[tuple[int, ...], tuple[tuple[int, int], ...]] | None = field(
         default=None, compare=False, repr=False
     )
@@ -324,7 +333,7 @@ class ProjectionRecord:
         if hint is not None and hint[0] is self.sent_seqs:
             sent = [[start, end] for start, end in hint[1]]
         else:
-            sent = _ranges(self.sent_seqs)
+            sent = compact_ranges(self.sent_seqs)
         return {
             "client_tokens": self.client_tokens,
             "sent_tokens": self.sent_tokens,
@@ -341,7 +350,8 @@ class ProjectionRecord:
             "orphan_seqs": list(self.orphan_seqs),
             "repaired": [{"seq": seq, "tool_call_id": tid} for seq, tid in self.repaired],
             "cut_to_fit": list(self.cut_to_fit),
-            "released_pins": _ranges(self.released_pins),
+            "released_pins": compact_ranges(self.released_pins),
+            "deferred_generation": self.deferred_generation,
         }
 
     def summary_dict(self) -> dict[str, Any]:
@@ -359,7 +369,7 @@ class ProjectionRecord:
                 sum(entry.original_chars for entry in self.trimmed),
                 sum(entry.kept_chars for entry in self.trimmed),
             ],
-            "pruned_seqs": _ranges(self.pruned_seqs),
+            "pruned_seqs": compact_ranges(self.pruned_seqs),
             "over_trigger": self.over_trigger,
             "compaction": self.compaction.to_dict() if self.compaction else None,
             "sent": len(self.sent_seqs),
@@ -367,7 +377,8 @@ class ProjectionRecord:
             "orphans": len(self.orphan_seqs),
             "repaired": len(self.repaired),
             "cut_to_fit": list(self.cut_to_fit),
-            "released_pins": _ranges(self.released_pins),
+            "released_pins": compact_ranges(self.released_pins),
+            "deferred_generation": self.deferred_generation,
         }
 
 

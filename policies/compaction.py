@@ -37,12 +37,18 @@ def fold_summaries(plan: CompactionPlan, previous: str | None, summarize: Summar
 
 
 def next_checkpoint(
-    previous: Checkpoint | None, plan: CompactionPlan, summary: str, count: Callable[[Message], int]
+    previous: Checkpoint | None,
+    plan: CompactionPlan,
+    summary: str,
+    count: Callable[[Message], int],
+    through: int | None = None,
 ) -> Checkpoint:
-    """The checkpoint `summary` makes once `plan` is applied on top of `previous`."""
+    """The checkpoint `summary` makes once `plan` is applied on top of `previous`; `through`: the
+    last event it covers when fewer chunks than planned were summarized (default the plan's)."""
+    covered = plan.through_seq if through is None else through
     return Checkpoint(
         generation=(previous.generation if previous is not None else 0) + 1,
-        covered_through_seq=plan.through_seq,
+        covered_through_seq=covered,
         summary=summary,
-        tokens=count(summary_block(summary, plan.through_seq)),
+        tokens=count(summary_block(summary, covered)),
     )

@@ -17,6 +17,7 @@ Layout of the messages a draft renders::
     head   (groups covered by the checkpoint but kept: pinned or newest user message)
     summary block (when a checkpoint covers at least one group; after the pins, so a correction
                    of a pinned value is read after the stale value it replaces)
+    pruned marker (when `prune_groups` dropped groups: which events, and how to fetch them)
     tail   (uncovered groups, oldest first; the last one is the latest turn)
 """
 
@@ -84,6 +85,9 @@ class StepContext:
     recall_tool: str | None = None
     """the name of the recall tool this request offers the model (None: not offered); trim
     markers and the summary block say it can fetch what they stand for"""
+    deferred: Checkpoint | None = None
+    """a checkpoint not applied yet: the whole history still goes as sent (`late_trim`); it
+    waits for the request that no longer fits, and no other compaction is planned meanwhile"""
 
     @property
     def trigger_tokens(self) -> int:
@@ -92,7 +96,12 @@ class StepContext:
     @property
     def pass_through_tokens(self) -> int:
         """Up to this, a request with no checkpoint goes as sent (`PolicyConfig.late_trim`)."""
-        return max(self.trigger_tokens, int(self.config.late_trim * self.budget.input_budget))
+        return pass_through_tokens(self.config, self.budget)
+
+
+def pass_through_tokens(config: PolicyConfig, budget: Budget) -> int:
+    """Up to this, a request with no checkpoint applied goes as sent (`PolicyConfig.late_trim`)."""
+    return max(int(config.trigger * budget.input_budget), int(config.late_trim * budget.input_budget))
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,11 @@ class Draft:
     """groups trimmed as old: index below `trim_tool_results`' boundary (0: none)"""
     previous_old_groups: int = 0
     """the boundary one quantum back: where it stood before its last move (0: none)"""
+    marker: tuple[Message, ...] = ()
+    """the message that stands where `prune_groups` dropped groups (empty: none dropped)"""
+    marker_tokens: int = 0
+    marker_at: int = 0
+    """the tail slot the marker is sent before: the first one after the first dropped group"""
 
     @cached_property
     def slots(self) -> tuple[Slot, ...]:
@@ -122,7 +136,8 @@ class Draft:
     @cached_property
     def total(self) -> int:
         """Projected input tokens: fixed + prefix + every message sent."""
-        return self.fixed_tokens + self.prefix_tokens + self.summary_tokens + sum(slot.total for slot in self.slots)
+        fixed = self.fixed_tokens + self.prefix_tokens + self.summary_tokens + self.marker_tokens
+        return fixed + sum(slot.total for slot in self.slots)
 
     def messages(self) -> list[dict[str, Any]]:
         """The messages to send, in order. Read-only: untouched messages are the caller's own
@@ -133,7 +148,9 @@ class Draft:
         for slot in self.head:
             out.extend(slot.messages)
         out.extend(self.summary)
-        for slot in self.tail:
+        for index, slot in enumerate(self.tail):
+            if index == self.marker_at:
+                out.extend(self.marker)
             out.extend(slot.messages)
         if set(map(type, out)) - {dict}:
             out = [message if type(message) is dict else clone(message) for message in out]
@@ -151,7 +168,9 @@ class Draft:
     def _last_result_below(self, groups: int) -> int | None:
         position = len(self.prefix) + sum(len(slot.messages) for slot in self.head) + len(self.summary)
         point = None
-        for slot in self.tail:
+        for index, slot in enumerate(self.tail):
+            if index == self.marker_at:
+                position += len(self.marker)
             if slot.index >= groups:
                 break
             for k, message in enumerate(slot.messages):
@@ -243,8 +262,16 @@ def layout(
     count: CountFn,
     renderer: Renderer,
     recall_tool: str | None = None,
+    prefix_tokens: int = 0,
 ) -> Layout:
-    """The setup `build_draft` and the memo's incremental path share."""
+    """The setup `build_draft` and the memo's incremental path share. With `late_trim` above the
+    trigger, a checkpoint is deferred (`StepContext.deferred`) while the whole history, as sent,
+    is within `pass_through_tokens`: a summary computed early is used late, when the request
+    first stops fitting."""
+    deferred = None
+    as_sent = budget.fixed_tokens + prefix_tokens + index.total_tokens
+    if checkpoint is not None and config.late_trim > config.trigger and as_sent <= pass_through_tokens(config, budget):
+        deferred, checkpoint = checkpoint, None
     groups = index.groups
     latest_user = index.last_user
     first = index.first_user if config.pins.first_user else None
@@ -265,6 +292,7 @@ def layout(
         renderer=renderer,
         released=released,
         recall_tool=recall_tool,
+        deferred=deferred,
     )
     last = last_index(groups)
     latest_group = index.group_of(latest_user) if latest_user is not None else -1
@@ -293,8 +321,10 @@ def build_draft(
     if index is None:
         index = index_items(items)
     renderer = renderer if renderer is not None else PLAIN
-    shape = layout(items, index, checkpoint, budget, config, count, renderer, recall_tool)
+    prefix_tokens = sum(count(message) for message in prefix)
+    shape = layout(items, index, checkpoint, budget, config, count, renderer, recall_tool, prefix_tokens)
     ctx, groups, covered = shape.ctx, index.groups, shape.ctx.covered_through
+    checkpoint = ctx.checkpoint
     last, latest_group, keep_groups, first_uncovered = shape.last, shape.latest_group, shape.keep, shape.first_uncovered
     head = [
         render_slot(i, groups[i], i == last, True, i == last or i == latest_group, count)
@@ -313,7 +343,7 @@ def build_draft(
         summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count, recall_tool)
     draft = Draft(
         prefix=tuple(prefix),
-        prefix_tokens=sum(count(message) for message in prefix),
+        prefix_tokens=prefix_tokens,
         fixed_tokens=budget.fixed_tokens,
         head=tuple(head),
         summary=summary,

@@ -15,7 +15,8 @@ the proxy to run in a debug mode.
 4. `coverage` — every item is covered by the effective checkpoint boundary, sent, pruned (recorded)
    or a dropped orphan (recorded): exactly one of them, except pinned items, which may be covered
    and sent.
-5. `within_budget` — projected input tokens fit the input budget.
+5. `within_budget` — projected input tokens fit the input budget; `pruned_marked` — a request
+   that dropped events carries the marker naming each of them (never a silent drop).
 
 Example::
 
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from policies.base import Budget, Checkpoint, Item, Message, Projection, ProjectionRecord
 from policies.fit_latest import FIT_MARKER_START
 from policies.groups import group_items, last_index, split_prefix
+from policies.prune_groups import PRUNED_MARKER_START
 from policies.text import content_text, tool_call_ids
 
 
@@ -159,6 +161,24 @@ def within_budget(tokens: int, budget: Budget) -> list[str]:
     return []
 
 
+def pruned_marked(messages: Sequence[Message], projection_record: ProjectionRecord) -> list[str]:
+    """Invariant 5's last clause: every pruned event is named by the marker that is sent."""
+    pruned = projection_record.pruned_seqs
+    if not pruned:
+        return []
+    markers = [text for text in map(content_text, (m.get("content") for m in messages)) if PRUNED_MARKER_START in text]
+    if len(markers) != 1:
+        return [f"{len(pruned)} events pruned, {len(markers)} markers sent (expected one)"]
+    named: set[int] = set()
+    head = markers[0].split('events="', 1)[-1].split('"', 1)[0]
+    for part in head.split(", "):
+        first, _, last = part.partition("-")
+        if first.startswith("e") and (not last or last.startswith("e")):
+            named.update(range(int(first[1:]), int((last or first)[1:]) + 1))
+    missing = sorted(set(pruned) - named)
+    return [f"pruned events not named by the marker: {missing[:10]}"] if missing else []
+
+
 def check_all(
     prefix: Sequence[Message],
     items: Sequence[Item],
@@ -175,5 +195,6 @@ def check_all(
         "latest_turn_verbatim": latest_turn_verbatim(history, messages),
         "coverage": coverage(items, checkpoint, projection.record),
         "within_budget": within_budget(projection.record.sent_tokens, budget),
+        "pruned_marked": pruned_marked(messages, projection.record),
     }
     return [f"{name}: {violation}" for name, found in checks.items() for violation in found]

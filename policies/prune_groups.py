@@ -6,7 +6,9 @@ with the numbers, never silently truncated.
 
 Rules, applied only while the projection is over `Budget.input_budget`:
 1. drop tail groups whole, oldest first, skipping kept groups (pinned, newest user message, the
-   last group); their seqs go to `pruned_seqs`;
+   last group); their seqs go to `pruned_seqs`, and a marker takes their place (a user-role
+   block where the first of them was, naming the dropped events and the recall tool when it is
+   offered: nothing is dropped silently; its tokens count like any message's);
 2. still over: cut the tool results of the remaining non-protected groups (pinned messages
    excepted, `exclude_tools` included — it is the last resort) to `old_max_chars`, head + tail,
    oldest first;
@@ -19,17 +21,35 @@ Invariant: groups are dropped whole and cut results keep their ids, so tool pair
 the newest user message is never cut (DESIGN 3) — if it does not fit, that is the overflow.
 
 Example: input budget 8,000; prefix 500, pinned task 300, summary 700, ten groups of 900 and the
-latest turn 1,200 -> drop the six oldest groups (pruned_seqs lists their events) -> 6,300 sent.
+latest turn 1,200 -> drop the six oldest groups (pruned_seqs lists their events), add the marker
+``<pruned_history events="e12-e41">`` -> about 6,360 sent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
-from policies.base import ContextOverflow, TrimEntry
+from policies.base import ContextOverflow, Message, TrimEntry, compact_ranges
 from policies.draft import Draft, Slot, StepContext
 from policies.fit_latest import fit_latest
 from policies.trim_tool_results import cap_slot
+
+PRUNED_MARKER_START = "<pruned_history"
+
+
+def pruned_marker(seqs: Sequence[int], recall_tool: str | None = None) -> Message:
+    """The block that stands where groups were dropped: which events, that they are stored, and
+    how the model can read them (data, like the summary block, never instructions)."""
+    ranges = ", ".join(f"e{a}" if a == b else f"e{a}-e{b}" for a, b in compact_ranges(seqs))
+    fetch = f" The {recall_tool} tool can search and read them." if recall_tool else ""
+    return {
+        "role": "user",
+        "content": (
+            f'{PRUNED_MARKER_START} events="{ranges}">{len(seqs):,} earlier events of this conversation were left out '
+            f"of this request to fit the context window; they are stored, not lost.{fetch}</pruned_history>"
+        ),
+    }
 
 
 def _restore_originals(slot: Slot) -> Slot:
@@ -62,15 +82,8 @@ def prune_groups(draft: Draft, ctx: StepContext) -> Draft:
     if total <= limit:
         return draft
 
-    tail: list[Slot] = []
-    pruned = list(draft.pruned_seqs)
-    for slot in draft.tail:
-        if total > limit and not slot.keep:
-            total -= slot.total
-            pruned.extend(item.seq for item in slot.group.items)
-        else:
-            tail.append(slot)
-    draft = replace(draft, tail=tuple(tail), pruned_seqs=tuple(sorted(pruned)))
+    draft = _drop(draft, ctx, limit)
+    total = draft.total
 
     if total > limit:
         entries = list(draft.trimmed)
@@ -102,6 +115,45 @@ def prune_groups(draft: Draft, ctx: StepContext) -> Draft:
     return draft
 
 
+def _drop(draft: Draft, ctx: StepContext, limit: int) -> Draft:
+    """Drop unkept tail groups, oldest first, until the draft with its marker fits `limit` (or
+    nothing more may be dropped)."""
+    tail = list(draft.tail)
+    pruned = list(draft.pruned_seqs)
+    total = draft.total - draft.marker_tokens
+    marker: tuple[Message, ...] = draft.marker
+    marker_tokens = draft.marker_tokens
+    position, marker_at = 0, draft.marker_at if draft.marker else None
+    while True:
+        while total + marker_tokens > limit and position < len(tail):
+            slot = tail[position]
+            if slot.keep:
+                position += 1
+                continue
+            total -= slot.total
+            pruned.extend(item.seq for item in slot.group.items)
+            del tail[position]
+            marker_at = position if marker_at is None else marker_at
+            if not marker_tokens:
+                marker_tokens = ctx.count(pruned_marker(pruned, ctx.recall_tool))
+        if not pruned:
+            return draft
+        marker = (pruned_marker(sorted(pruned), ctx.recall_tool),)
+        counted = ctx.count(marker[0])
+        if counted <= marker_tokens or total + counted <= limit or position >= len(tail):
+            marker_tokens = counted
+            break
+        marker_tokens = counted  # the marker grew past the room: drop more for it
+    return replace(
+        draft,
+        tail=tuple(tail),
+        pruned_seqs=tuple(sorted(pruned)),
+        marker=marker,
+        marker_tokens=marker_tokens,
+        marker_at=marker_at or 0,
+    )
+
+
 def _what_takes_the_room(draft: Draft, ctx: StepContext) -> str:
     """Where the irreducible tokens are: tools and framing, prefix, summary, pins, newest turn."""
     latest = sum(slot.total for slot in draft.slots if slot.protected)
@@ -110,6 +162,7 @@ def _what_takes_the_room(draft: Draft, ctx: StepContext) -> str:
         f"tools and framing {draft.fixed_tokens:,}",
         f"system/developer {draft.prefix_tokens:,}",
         f"summary {draft.summary_tokens:,}",
+        f"pruned marker {draft.marker_tokens:,}",
         f"pinned messages {pinned:,}",
         f"newest user message and in-flight turn {latest:,}"
         + (" with its tool results cut to their markers" if draft.cut_to_fit else ""),

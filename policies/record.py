@@ -67,6 +67,7 @@ def projection_record(
         sent_ranges=(sent_seqs, sent_ranges) if sent_ranges is not None else None,
         cut_to_fit=cut_to_fit,
         released_pins=ctx.released,
+        deferred_generation=ctx.deferred.generation if ctx.deferred is not None else None,
     )
 
 

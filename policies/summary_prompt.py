@@ -30,7 +30,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from policies.base import Item
@@ -117,14 +117,12 @@ def build_summary_messages(
     pinned_texts: Sequence[str | Item] = (),
     *,
     max_tokens: int | None = None,
-    too_long_tokens: int | None = None,
 ) -> list[dict[str, Any]]:
     """The summarizer request: system instructions + one user message holding the data.
 
     `pinned_texts`: the pinned messages, as texts or as their items (`pins.pinned_items`); an
     item is shown with its event id, so a correction can name where the stale value was stated.
-    `max_tokens`: the summary's size limit, stated in the request; `too_long_tokens`: the size of
-    a previous attempt that exceeded it (the retry asks for a shorter one)."""
+    `max_tokens`: the summary's size limit, stated in the request."""
     names: dict[str, str] = {}
     events = []
     for item in chunk:
@@ -158,16 +156,39 @@ def build_summary_messages(
     )
     if max_tokens is not None:
         ask += f" Keep the whole summary under {max_tokens:,} tokens."
-    if too_long_tokens is not None:
-        ask += (
-            f" A previous attempt was {too_long_tokens:,} tokens, over that limit: write it shorter, "
-            "keeping constraints and key facts and dropping detail first."
-        )
     parts.append(ask)
     return [
         {"role": "system", "content": SUMMARY_INSTRUCTIONS},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
+
+
+def fit_summary(summary: str, room: int, count: Callable[[str], int]) -> str:
+    """`summary` when it takes at most `room` tokens; else its first lines that fit, with a line
+    saying how many were left out (a summarizer that overshot its length keeps what it wrote
+    first: the goal, the constraints, the corrections). Never empty: when not even the first
+    line fits, its first characters do."""
+    if count(summary) <= room:
+        return summary
+    lines = summary.splitlines()
+
+    def cut(kept: int) -> str:
+        return "\n".join(
+            [*lines[:kept], f"[summary cut to its length limit: {len(lines) - kept:,} more lines left out]"]
+        )
+
+    low, high = 0, len(lines) - 1
+    while low < high:  # the most lines that fit, by bisection
+        middle = (low + high + 1) // 2
+        if count(cut(middle)) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    if low > 0:
+        return cut(low)
+    first = lines[0] if lines else summary
+    chars = max(1, len(first) * room // max(1, count(first)) // 2)
+    return first[:chars]
 
 
 def recall_note(recall_tool: str | None) -> str:
@@ -213,6 +234,16 @@ def _squash(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+def summary_bound(source_items: Sequence[Item], previous_summary: str | None = None) -> int:
+    """The most characters a summary of `source_items` (after `previous_summary`) may take: its
+    source plus `SUMMARY_SLACK_CHARS` (the structured format costs a few hundred characters of
+    headings even for a tiny chunk, a lone objective message; only a summary well beyond its
+    source is runaway)."""
+    chars = sum(len(message_text(i.message)) for i in source_items) + len(previous_summary or "")
+    chars += sum(len(call_arguments(c)) for i in source_items for c in tool_calls(i.message))
+    return chars + SUMMARY_SLACK_CHARS
+
+
 def check_summary(
     summary: str,
     source_items: Sequence[Item],
@@ -229,13 +260,10 @@ def check_summary(
         return ["summary is empty"]
     carried = [previous_summary] if previous_summary else []
     trusted = "\n".join(_trusted_text(source_items, ("user", "assistant")) + list(allowed_texts) + carried)
-    source_chars = sum(len(message_text(i.message)) for i in source_items) + len(previous_summary or "")
-    source_chars += sum(len(call_arguments(c)) for i in source_items for c in tool_calls(i.message))
-    # The structured format costs a few hundred characters of headings even for a tiny chunk (a
-    # lone objective message): only a summary well beyond its source is treated as runaway.
-    if len(summary) > source_chars + SUMMARY_SLACK_CHARS:
+    bound = summary_bound(source_items, previous_summary)
+    if len(summary) > bound:
         problems.append(
-            f"summary ({len(summary):,} chars) is larger than its source ({source_chars:,} chars) "
+            f"summary ({len(summary):,} chars) is larger than its source ({bound - SUMMARY_SLACK_CHARS:,} chars) "
             f"plus {SUMMARY_SLACK_CHARS:,} chars for the format"
         )
     for url in sorted({m.group(0).rstrip(".,;:!?") for m in _URL_RE.finditer(summary)}):

@@ -20,6 +20,9 @@ Rules:
   the summary block (a summary as long as `Budget.summary_max_tokens` replacing the current one),
   the commit would not shrink the projection, and over an irreducible request (a pinned task
   alone near the trigger) it would run again on every turn, a summarizer call each time.
+- Room for the summary: the plan says how long a summary the projection after the commit can
+  take (`CompactionPlan.summary_room`, landing halfway between target and trigger), so a summary
+  that overshoots `summary_max_tokens` a little is kept rather than thrown away.
 - Nothing to summarize (everything uncovered is tail) -> no plan. This is what stops a single
   huge tool result from looping compaction: the plan is None and `prune_groups` or
   `ContextOverflow` takes over.
@@ -33,8 +36,13 @@ Example: input budget 14,000, trigger 0.8 -> compact above 11,200; target 0.5 ->
 `keep_recent_tokens`, 20,000) and everything uncovered before them goes into chunks.
 
 `summary_tail` is the pipeline step: it flags the trigger and attaches the plan to the draft
-(`ProjectionRecord.compaction`); it never rewrites messages. The summarizer prompt, the summary
-block and the summary checks live in `summary_prompt` and are re-exported here.
+(`ProjectionRecord.compaction`); it never rewrites messages. With `late_trim`, a request over
+the trigger that still goes as sent plans too when, trimmed as it will be once it stops fitting,
+it would still be over the trigger: the summary is computed early, in the background, and applied
+when the request first stops fitting (`StepContext.deferred`); no other compaction is planned
+while one waits. When trimming alone will bring it under the trigger, nothing is planned yet.
+The summarizer prompt, the summary block and the summary checks live in `summary_prompt` and are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from policies.summary_prompt import (
     summary_block,
 )
 from policies.text import call_arguments, content_text, cut_text, tool_calls, with_content
+from policies.trim_tool_results import trimmed
 
 MIN_CHUNK_TOKENS = 512
 _FIRST_SEQ = attrgetter("first_seq")
@@ -181,17 +190,23 @@ _SEQ = attrgetter("seq")
 
 def make_chunks(groups: Sequence[Group], limit: int, count: CountFn) -> tuple[tuple[Item, ...], ...]:
     """Pack whole groups (with the orphan results inside their span), oldest first, into chunks
-    of at most `limit` tokens; every chunk lists its items in history order."""
+    of at most `limit` tokens; every chunk lists its items in history order. A group larger than
+    the limit is cut to fit: into the room the chunk before it leaves when that is at least half
+    a chunk, else alone."""
     chunks: list[tuple[Item, ...]] = []
     current: list[Item] = []
     current_cost = 0
     for group in _units(groups):
         cost = _chunk_cost(group.items)
         if cost > limit:
-            if current:
-                chunks.append(tuple(current))
-                current, current_cost = [], 0
-            chunks.append(fit_group(group, limit, count))
+            cut = fit_group(group, limit - current_cost, count) if limit - current_cost >= limit // 2 else None
+            if current and cut is not None and current_cost + _chunk_cost(cut) <= limit:
+                chunks.append((*current, *cut))  # joins the chunk before it: no tiny chunk of its own
+            else:
+                if current:
+                    chunks.append(tuple(current))
+                chunks.append(fit_group(group, limit, count))
+            current, current_cost = [], 0
             continue
         if current and current_cost + cost > limit:
             chunks.append(tuple(current))
@@ -201,6 +216,26 @@ def make_chunks(groups: Sequence[Group], limit: int, count: CountFn) -> tuple[tu
     if current:
         chunks.append(tuple(current))
     return tuple(chunks)
+
+
+def split_chunk(chunk: Sequence[Item], count: CountFn) -> tuple[tuple[Item, ...], ...] | None:
+    """`chunk` as two chunks of about half its tokens each, groups whole (for a summarizer whose
+    window turned out smaller than planned); a chunk of one group is that group with its texts
+    cut to half its cost. None when it cannot get smaller."""
+    units = _units(group_items(chunk))
+    cost = _chunk_cost(chunk)
+    if len(units) == 1:
+        cut = fit_group(units[0], cost // 2, count)
+        return (cut,) if _chunk_cost(cut) < cost else None
+    half, first = 0, 0
+    while first < len(units) - 1 and half + _chunk_cost(units[first].items) <= cost // 2:
+        half += _chunk_cost(units[first].items)
+        first += 1
+    first = max(1, first)
+    return (
+        tuple(item for unit in units[:first] for item in unit.items),
+        tuple(item for unit in units[first:] for item in unit.items),
+    )
 
 
 def plan_compaction(
@@ -277,6 +312,8 @@ def plan_compaction(
         # accepted (a longer one is rejected); it rolls into the next chunk's request
         rolling_summary_tokens=_rolling_summary_tokens(summary_budget, budget.summary_max_tokens),
     )
+    landing = overhead_tokens - current_summary + kept + framing  # after the commit, but its summary
+    summary_room = max(budget.summary_max_tokens or 0, (target_tokens + trigger_tokens) // 2 - landing)
     reason = (
         f"projected {projected_tokens:,} tokens > trigger {trigger_tokens:,} "
         f"({config.trigger:.0%} of input budget {budget.input_budget:,}); "
@@ -287,6 +324,7 @@ def plan_compaction(
         through_seq=through,
         chunks=make_chunks(summarize, limit, count),
         reason=reason,
+        summary_room=summary_room if budget.summary_max_tokens else None,
     )
 
 
@@ -295,23 +333,32 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
     over = draft.total > ctx.trigger_tokens
     if not over:
         return draft
-    if ctx.covered_through <= 0 and not draft.trimmed and draft.total <= ctx.pass_through_tokens:
-        return draft  # `late_trim`: the request goes as sent; nothing is planned yet
+    passing = ctx.covered_through <= 0 and not draft.trimmed and draft.total <= ctx.pass_through_tokens
+    sized = draft
+    if passing:
+        # `late_trim`: the request goes as sent. Its summary is computed now, early, if it will be
+        # needed once the request stops fitting: when even trimmed the request is over the trigger.
+        if ctx.deferred is not None:
+            return replace(draft, over_trigger=True)  # computed already: it waits
+        if "trim_tool_results" in ctx.config.order:
+            sized = trimmed(draft, ctx)
+            if sized.total <= ctx.trigger_tokens:
+                return replace(draft, over_trigger=True)
     # A kept group (pinned, the newest user message, the newest group) stays in the projection
     # whatever is summarized: it is overhead, not tail, or the commit would land above target.
     sent: dict[int, int] = {}
-    for slot in draft.tail:
+    for slot in sized.tail:
         for seq, tokens in zip(slot.seqs, slot.tokens, strict=True):
             if seq is not None:
                 sent[seq] = 0 if slot.keep else tokens
-    tail_tokens = sum(slot.total for slot in draft.tail if not slot.keep)
+    tail_tokens = sum(slot.total for slot in sized.tail if not slot.keep)
     plan = plan_compaction(
         ctx.items,
         ctx.checkpoint,
         ctx.budget,
         ctx.config,
-        projected_tokens=draft.total,
-        overhead_tokens=draft.total - tail_tokens,
+        projected_tokens=sized.total,
+        overhead_tokens=sized.total - tail_tokens,
         count=ctx.count,
         sent_tokens=sent,
         groups=ctx.groups,

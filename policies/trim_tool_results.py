@@ -208,9 +208,15 @@ def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[
 
 def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
     """Pipeline step: trim old results to `old_max_chars`, cap recent ones at `recent_max_chars`.
-    A request that has no checkpoint and is under the trigger as sent goes unchanged."""
+    A request that has no checkpoint applied and fits as sent (`pass_through_tokens`) goes
+    unchanged."""
     if ctx.covered_through <= 0 and draft.total <= ctx.pass_through_tokens:
         return draft
+    return trimmed(draft, ctx)
+
+
+def trimmed(draft: Draft, ctx: StepContext) -> Draft:
+    """`draft` with its tool results trimmed, whether or not it would go as sent."""
     boundary = trim_boundary(len(ctx.groups), ctx.config.tool_results, ctx.budget.input_budget)
     head, head_entries = trim_slots(draft.head, boundary, ctx)
     tail, tail_entries = trim_slots(draft.tail, boundary, ctx)

@@ -112,8 +112,10 @@ def project_incremental(
     """`project()`'s result from the cached tail, or None when a step would change the draft
     (then the caller runs the full pipeline). `index` is `cache.index(items)` of this call."""
     renderer = cache.renderer
-    shape = layout(items, index, checkpoint, budget, config, count, renderer, recall_tool)
+    prefix_tokens = sum(count(message) for message in prefix)
+    shape = layout(items, index, checkpoint, budget, config, count, renderer, recall_tool, prefix_tokens)
     ctx, groups, covered = shape.ctx, index.groups, shape.ctx.covered_through
+    checkpoint = ctx.checkpoint
     last, latest_group, keep_groups, first_uncovered = shape.last, shape.latest_group, shape.keep, shape.first_uncovered
     trimming = "trim_tool_results" in config.order
     head = tuple(
@@ -121,7 +123,6 @@ def project_incremental(
         for i in sorted(keep_groups)
         if 0 <= i < first_uncovered and groups[i].kind != "orphan"
     )
-    prefix_tokens = sum(count(message) for message in prefix)
     summary: tuple[Message, ...] = ()
     summary_tokens = 0
     if checkpoint is not None and covered > 0:
@@ -196,8 +197,8 @@ def project_incremental(
     for name in config.order:
         if name == "trim_tool_results":
             at, trimmed = total, trims and bool(head_entries or state.entries)
-        elif name == "summary_tail" and at > trigger and not (covered <= 0 and not trimmed and at <= passing):
-            return None  # a compaction to plan
+        elif name == "summary_tail" and at > trigger and not (ctx.deferred and not trimmed and at <= passing):
+            return None  # a compaction to plan (early, while the request still goes as sent)
         elif name == "prune_groups" and at > budget.input_budget:
             return None  # groups to drop
 

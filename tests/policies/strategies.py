@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, Item, Message, PinsConfig, PolicyConfig, ToolResultsConfig
+from policies.draft import pass_through_tokens
 from policies.fit_latest import cut_result
 from policies.groups import Group, effective_boundary, group_items, last_index, render_group
 from policies.pins import latest_user_seq, pinned_seqs, release_pins
+from policies.prune_groups import pruned_marker
 from policies.summary_prompt import summary_block
 from policies.text import content_text, non_text_parts
 
@@ -226,10 +228,23 @@ def irreducible_group(group: Group, is_last: bool, head_ratio: float, count: Any
     return total
 
 
+def applied(case: Case, count: Any = fake_count) -> Case:
+    """`case` as the projection sees it: without its checkpoint while the whole history, as sent,
+    is within `late_trim`'s pass-through, when that is above the trigger (the checkpoint is
+    deferred, `StepContext.deferred`)."""
+    if case.checkpoint is None or case.config.late_trim <= case.config.trigger:
+        return case
+    as_sent = case.budget.fixed_tokens + sum(count(m) for m in case.prefix) + sum(i.tokens for i in case.items)
+    if as_sent <= pass_through_tokens(case.config, case.budget):
+        return replace(case, checkpoint=None)
+    return case
+
+
 def mandatory_tokens(case: Case, count: Any = fake_count) -> int:
-    """What the request costs after every droppable group is gone and the in-flight results are
-    cut to their markers (the strategies only pin user messages, which are single-message
-    groups, so nothing else kept can be cut)."""
+    """What the request costs after every droppable group is gone (a marker naming them in their
+    place) and the in-flight results are cut to their markers (the strategies only pin user
+    messages, which are single-message groups, so nothing else kept can be cut)."""
+    case = applied(case, count)
     groups = group_items(case.items)
     covered = effective_boundary(groups, case.checkpoint)
     keep = kept_pins(case)
@@ -240,16 +255,24 @@ def mandatory_tokens(case: Case, count: Any = fake_count) -> int:
     if case.checkpoint is not None and covered > 0:
         total += count(summary_block(case.checkpoint.summary, covered))
     last = last_index(groups)
+    dropped: list[int] = []
     for index, group in enumerate(groups):
         is_last = index == last
-        if group.kind == "orphan" or not (is_last or keep & set(group.seqs)):
+        if group.kind == "orphan":
+            continue
+        if not (is_last or keep & set(group.seqs)):
+            if group.first_seq > covered:
+                dropped.extend(group.seqs)
             continue
         total += irreducible_group(group, is_last, case.config.tool_results.head_ratio, count)
+    if dropped:
+        total += count(pruned_marker(dropped))
     return total
 
 
 def expected_head(case: Case) -> tuple[int, ...]:
     """Seqs of covered groups the projection must keep (pinned or newest user message)."""
+    case = applied(case)
     groups = group_items(case.items)
     covered = effective_boundary(groups, case.checkpoint)
     keep = kept_pins(case)

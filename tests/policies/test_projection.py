@@ -14,6 +14,9 @@ from tests.policies.strategies import fake_count
 
 SYSTEM = [{"role": "system", "content": "You are an agent."}]
 BIG = Budget(200_000, 4_000, 100)
+NOW = PolicyConfig(late_trim=0.8)
+"""`late_trim` at the trigger: a checkpoint applies as soon as it exists (with the default, one
+waits while the whole history still goes as sent: `test_a_checkpoint_waits_while_the_history_fits`)."""
 
 
 def test_layout_prefix_pins_summary_tail() -> None:
@@ -29,7 +32,7 @@ def test_layout_prefix_pins_summary_tail() -> None:
         user("latest"),  # 9
     )
     checkpoint = Checkpoint(3, 6, "## Goal\nfix it", 20)
-    config = PolicyConfig(pins=PinsConfig(patterns=(r"MUST",)))
+    config = PolicyConfig(pins=PinsConfig(patterns=(r"MUST",)), late_trim=0.8)
     projection = project(SYSTEM, history, checkpoint, BIG, config, fake_count)
     assert projection.messages == [
         SYSTEM[0],
@@ -49,14 +52,14 @@ def test_layout_prefix_pins_summary_tail() -> None:
 
 def test_checkpoint_inside_a_group_keeps_the_group_whole() -> None:
     history = items(user("go"), assistant("x"), calls("a", "b"), result("a"), result("b"), user("next"))
-    projection = project([], history, Checkpoint(1, 4, "s", 5), BIG, PolicyConfig(), fake_count)
+    projection = project([], history, Checkpoint(1, 4, "s", 5), BIG, NOW, fake_count)
     assert projection.record.covered_through_seq == 2
     assert projection.messages[2:5] == [history[2].message, history[3].message, history[4].message]
 
 
 def test_latest_user_message_is_kept_even_when_covered() -> None:
     history = items(user("first"), user("latest"), calls("a"), result("a"), calls("b"), result("b"))
-    projection = project([], history, Checkpoint(1, 4, "s", 5), BIG, PolicyConfig(), fake_count)
+    projection = project([], history, Checkpoint(1, 4, "s", 5), BIG, NOW, fake_count)
     assert projection.messages[:3] == [user("first"), user("latest"), summary_block("s", 4)]
 
 
@@ -94,9 +97,31 @@ def test_a_correction_in_the_summary_is_read_after_the_pin_it_corrects() -> None
         user("book the venue"),  # 5
     )
     summary = "## Goal\nPlan the offsite.\n## Corrections\n- budget: 120 (replaces 150 stated in e1; corrected in e3)"
-    projection = project(SYSTEM, history, Checkpoint(2, 4, summary, 30), BIG, PolicyConfig(), fake_count)
+    projection = project(SYSTEM, history, Checkpoint(2, 4, summary, 30), BIG, NOW, fake_count)
     assert projection.messages == [SYSTEM[0], history[0].message, summary_block(summary, 4), user("book the venue")]
     texts = [json.dumps(m) for m in projection.messages]
     stale = next(i for i, t in enumerate(texts) if "budget 150" in t)
     corrected = next(i for i, t in enumerate(texts) if "budget: 120 (replaces 150" in t)
     assert stale == 1 and corrected == 2
+
+
+def test_a_checkpoint_waits_while_the_history_fits() -> None:
+    """`late_trim` (default: the whole budget): a summary computed early is used late. While the
+    whole history goes as sent, a checkpoint is deferred (the record names it) and nothing else
+    is planned; the first request that would not fit gets it."""
+    turns = [m for i in range(6) for m in (calls(f"c{i}"), result(f"c{i}", "x" * 400))]
+    history = items(user("go"), *turns, user("next"))
+    checkpoint = Checkpoint(1, 9, "## Goal\ngo on", 12)
+    as_sent = 100 + sum(item.tokens for item in history)
+    fits = Budget(as_sent + 1_000, 1_000, 100)  # input budget = as sent: it fits, over the trigger
+    waiting = project([], history, checkpoint, fits, PolicyConfig(), fake_count)
+    assert waiting.messages == [item.message for item in history]
+    assert waiting.record.deferred_generation == 1 and waiting.record.checkpoint_generation is None
+    assert waiting.record.over_trigger and waiting.record.compaction is None
+    tight = Budget(as_sent + 999, 1_000, 100)  # one token short: the checkpoint applies
+    applied = project([], history, checkpoint, tight, PolicyConfig(), fake_count)
+    assert applied.record.checkpoint_generation == 1 and applied.record.deferred_generation is None
+    assert summary_block("## Goal\ngo on", 9) in applied.messages
+    # with no checkpoint yet, the same request plans one early and still goes as sent
+    early = project([], history, None, fits, PolicyConfig(), fake_count)
+    assert early.messages == [item.message for item in history] and early.record.compaction is not None

@@ -24,6 +24,7 @@ from policies.summary_tail import MIN_CHUNK_TOKENS, chunk_limit
 from policies.trim_tool_results import trim_boundary
 from tests.policies.strategies import (
     Case,
+    applied,
     cases,
     expected_head,
     fake_count,
@@ -59,6 +60,8 @@ def assert_valid(case: Case, result: Projection | ContextOverflow) -> None:
         return
     assert mandatory <= case.budget.input_budget
     assert check_all(case.prefix, case.items, case.checkpoint, case.budget, result) == []
+    deferred = case.checkpoint is not None and applied(case).checkpoint is None
+    assert result.record.deferred_generation == (case.checkpoint.generation if deferred and case.checkpoint else None)
     record = result.record
     assert record.sent_tokens == case.budget.fixed_tokens + sum(fake_count(m) for m in result.messages)
     assert record.pinned_seqs == expected_head(case)

@@ -8,7 +8,7 @@ from policies.base import Budget, ContextOverflow, PinsConfig, PolicyConfig
 from policies.draft import build_draft
 from policies.invariants import check_all
 from policies.projection import project
-from policies.prune_groups import prune_groups
+from policies.prune_groups import PRUNED_MARKER_START, prune_groups, pruned_marker
 from tests.policies.helpers import assistant, calls, items, result, user
 from tests.policies.strategies import fake_count
 
@@ -32,6 +32,7 @@ def test_drops_oldest_unpinned_groups_until_within_budget() -> None:
     assert record.pruned_seqs[0] == 2  # the oldest group after the pinned objective
     assert record.pruned_seqs == tuple(range(2, record.pruned_seqs[-1] + 1))
     assert projection.messages[1] == user("the objective")
+    assert PRUNED_MARKER_START in projection.messages[2]["content"]  # where the dropped groups were
     assert projection.messages[-1] == user("latest question")
     assert check_all(SYSTEM, history, None, budget, projection) == []
 
@@ -68,3 +69,25 @@ def test_overflow_when_the_newest_user_message_alone_does_not_fit() -> None:
     assert error.input_budget == 7_000 and error.needed_tokens > 15_000
     assert "window 8,000 − max output 1,000" in str(error)
     assert "newest user message and in-flight turn" in error.detail
+
+
+def test_dropped_groups_leave_a_marker_in_their_place_naming_them() -> None:
+    history = items(*turns(10))
+    budget = Budget(4_000, 500)
+    config = PolicyConfig(order=("prune_groups",))
+    projection = project(SYSTEM, history, None, budget, config, fake_count, recall_tool="ctxproxy_recall")
+    record = projection.record
+    (marker,) = [m for m in projection.messages if PRUNED_MARKER_START in str(m.get("content"))]
+    first, last = record.pruned_seqs[0], record.pruned_seqs[-1]
+    assert marker == pruned_marker(record.pruned_seqs, "ctxproxy_recall")
+    assert f'events="e{first}-e{last}"' in marker["content"] and "ctxproxy_recall tool can search" in marker["content"]
+    # in their place: after the pinned objective, before the first group kept after them
+    position = projection.messages.index(marker)
+    assert projection.messages[position - 1] == user("the objective")
+    assert record.sent_tokens == budget.fixed_tokens + sum(fake_count(m) for m in projection.messages)
+    assert record.sent_tokens <= budget.input_budget
+
+
+def test_the_marker_names_ranges_split_by_a_pinned_group() -> None:
+    assert pruned_marker((2, 3, 4, 7, 9, 10))["content"].startswith('<pruned_history events="e2-e4, e7, e9-e10">6 ')
+    assert "recall" not in pruned_marker((2,))["content"]

@@ -125,12 +125,16 @@ def test_chunks_respect_the_limit_and_cut_oversized_groups() -> None:
     h = items(user("task"), calls("a"), result("a", "x" * 100_000), calls("b"), result("b", "small"), user("u"))
     groups = group_items(h)
     chunks = make_chunks(groups[:3], 2_000, fake_count)
-    assert [[i.seq for i in chunk] for chunk in chunks] == [[1], [2, 3], [4, 5]]
-    big = chunks[1]
+    # the oversized group, cut, joins the small chunk before it (no tiny chunk of its own)
+    assert [[i.seq for i in chunk] for chunk in chunks] == [[1, 2, 3], [4, 5]]
+    big = chunks[0]
     assert sum(i.tokens + 16 for i in big) <= 2_000
-    assert "[cut for summarization: 100,000 chars" in big[1].message["content"]
-    assert big[1].tokens == fake_count(big[1].message)
+    assert "[cut for summarization: 100,000 chars" in big[2].message["content"]
+    assert big[2].tokens == fake_count(big[2].message)
     assert h[2].message["content"] == "x" * 100_000  # input untouched
+    # after a chunk more than half full, it gets a chunk of its own
+    full = make_chunks(group_items(items(user("t" * 5_000), calls("a"), result("a", "x" * 100_000))), 2_000, fake_count)
+    assert [[i.seq for i in chunk] for chunk in full] == [[1], [2, 3]]
 
 
 def test_chunk_limit_fits_the_summarizer_window() -> None:
@@ -179,7 +183,7 @@ def test_after_a_commit_the_projection_lands_near_target(window: int, objective_
     from policies.projection import project
 
     budget = Budget(window, 1_000, 300, summary_max_tokens=window // 10)
-    config = PolicyConfig()
+    config = PolicyConfig(late_trim=0.8)  # the checkpoint applies once committed
     target = int(config.target * budget.input_budget)
     prefix = [{"role": "system", "content": "s" * 2_000}]
     messages: list[dict[str, object]] = [user("objective " + "o" * (objective_tokens * 4))]
@@ -205,3 +209,35 @@ def test_after_a_commit_the_projection_lands_near_target(window: int, objective_
         assert after.record.sent_tokens <= max(target, floor) + 1, (turn, after.record.sent_tokens, target, floor)
     assert len(landed) >= 3
     assert sum(landed) / len(landed) > 0.7  # near target, not far below it
+
+
+def test_a_chunk_splits_into_halves_of_whole_groups_or_one_cut_group() -> None:
+    from policies.summary_tail import split_chunk
+
+    chunk = tuple(items(user("go"), *[m for i in range(6) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 800))]))
+    first, second = split_chunk(chunk, fake_count)
+    assert first + second == chunk
+    assert second[0].message.get("role") == "assistant"  # a tool group is never split from its call
+    cost = [sum(item.tokens for item in half) for half in (first, second)]
+    assert abs(cost[0] - cost[1]) < max(cost) * 0.5
+    one = tuple(items(calls("a"), result("a", "q" * 40_000)))
+    (cut,) = split_chunk(one, fake_count)
+    assert [i.seq for i in cut] == [1, 2] and sum(i.tokens for i in cut) < sum(i.tokens for i in one) * 0.6
+    tiny = tuple(items(user("x")))
+    assert split_chunk(tiny, fake_count) is None
+
+
+def test_an_over_long_summary_is_kept_when_it_fits_else_cut_at_a_line() -> None:
+    from policies.summary_prompt import fit_summary
+
+    def count(text: str) -> int:
+        return len(text) // 4
+
+    summary = "## Goal\nship it\n## Key facts\n" + "\n".join(f"- fact number {i} is {i * 7}" for i in range(100))
+    assert fit_summary(summary, count(summary), count) == summary
+    cut = fit_summary(summary, 200, count)
+    kept, marker = cut.rsplit("\n", 1)
+    assert count(cut) <= 200 and summary.startswith(kept + "\n")
+    assert marker.startswith("[summary cut to its length limit: ") and "more lines left out]" in marker
+    one_line = "x" * 4_000
+    assert 0 < len(fit_summary(one_line, 100, count)) < len(one_line)

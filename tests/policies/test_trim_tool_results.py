@@ -75,8 +75,9 @@ def test_projection_markers_and_summary_name_the_recall_tool_only_when_offered()
     history = items(user("task"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3_000))])
     checkpoint = Checkpoint(1, 3, "## Goal\nthe task", 20)
     budget = Budget(200_000, 1_000)
-    on = project([], history, checkpoint, budget, PolicyConfig(), fake_count, recall_tool="ctxproxy_recall")
-    off = project([], history, checkpoint, budget, PolicyConfig(), fake_count)
+    now = PolicyConfig(late_trim=0.8)  # the checkpoint applies though the history would fit
+    on = project([], history, checkpoint, budget, now, fake_count, recall_tool="ctxproxy_recall")
+    off = project([], history, checkpoint, budget, now, fake_count)
     marked = [m for m in on.messages if "[trimmed: tool result" in str(m.get("content"))]
     assert marked and all("event" in m["content"] and "; ctxproxy_recall can fetch it]" in m["content"] for m in marked)
     assert not any("can fetch it" in str(m.get("content")) for m in off.messages)
@@ -145,8 +146,9 @@ def test_a_request_under_the_trigger_without_a_checkpoint_passes_through() -> No
 
 def test_a_request_goes_as_sent_up_to_late_trim() -> None:
     # a 200k window: trigger 0.05 (9,950 tokens), late_trim 0.15 (29,850); results of ~3,800
-    # tokens each. Between the two, nothing is trimmed and no compaction is planned; over
-    # late_trim, trimming starts. A small window is no different.
+    # tokens each. Between the two, nothing is trimmed, yet a compaction is planned (its summary
+    # is computed early, used once the request stops fitting); over late_trim, trimming starts.
+    # A small window is no different.
     history = items(user("task"), *[m for k in range(9) for m in (calls(f"c{k}"), result(f"c{k}", _words(k)))])
     config = PolicyConfig(trigger=0.05, target=0.01, late_trim=0.15)
     for n, trims in ((11, False), (15, False), (19, True)):
@@ -157,7 +159,7 @@ def test_a_request_goes_as_sent_up_to_late_trim() -> None:
             args = ([], grown, None, Budget(200_000, 1000), config, fake_count)
             out = project(*args) if cache is None else project_cached(cache, *args)
             assert out.record.over_trigger and bool(out.record.trimmed) is trims, (n, cache)
-            assert (out.record.compaction is not None) is trims
+            assert out.record.compaction is not None
             if not trims:
                 assert out.messages == [i.message for i in grown]  # the client's own objects, as sent
     small = Budget(12_000, 1000)  # trigger 550, late_trim 1,650 tokens
@@ -167,7 +169,9 @@ def test_a_request_goes_as_sent_up_to_late_trim() -> None:
 
 def test_by_default_a_request_that_fits_goes_as_sent() -> None:
     # late_trim 1.0: at 90% of the input budget (over the 80% trigger), small window or long,
-    # nothing is rewritten and no compaction is planned; the next turn, past the budget, is.
+    # nothing is rewritten; a compaction is planned early exactly when one would be planned with
+    # trimming from the trigger on (the request, trimmed, is still over it), to be used once the
+    # request stops fitting. The next turn, past the budget, is rewritten.
     history = items(user("task"), *[m for k in range(9) for m in (calls(f"c{k}"), result(f"c{k}", _words(k)))])
     config = PolicyConfig()
     sizes = [sum(i.tokens for i in history[:n]) for n in range(1, len(history) + 1)]
@@ -177,7 +181,9 @@ def test_by_default_a_request_that_fits_goes_as_sent() -> None:
         for cache in (None, ProjectionCache()):
             args = ([], history[:n], None, budget, config, fake_count)
             as_sent = project(*args) if cache is None else project_cached(cache, *args)
-            assert not as_sent.record.trimmed and as_sent.record.compaction is None, n
+            assert not as_sent.record.trimmed, n
+            early = project([], history[:n], None, budget, PolicyConfig(late_trim=config.trigger), fake_count)
+            assert (as_sent.record.compaction is not None) is (early.record.compaction is not None), n
             assert as_sent.messages == [i.message for i in history[:n]]
             args = ([], history[: n + 2], None, budget, config, fake_count)  # the next call and result
             over = project(*args) if cache is None else project_cached(cache, *args)
