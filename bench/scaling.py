@@ -70,7 +70,7 @@ def run_scaling(
 async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, log: Any) -> dict[str, Any]:
     from bench.mock_upstream import SUMMARY_TEXT, USAGE
     from proxy.catalog import ModelCatalog
-    from proxy.compaction import CompactionJob, Compactor
+    from proxy.compaction import Compactor
     from proxy.config import Policy, Route, Upstream
     from proxy.history_cache import HistoryCache
     from proxy.ingest import ingest
@@ -78,6 +78,7 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     from proxy.projection import Projector
     from proxy.protocols import OPENAI_CHAT
     from proxy.record import Recorder
+    from proxy.rolling import CompactionJob
     from proxy.store import make_store
     from proxy.summarizer import SummaryResult
     from proxy.usage import from_openai_chat
@@ -125,7 +126,9 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
                     continue
                 checkpoint = await store.active_checkpoint(branch)
                 items = projector.items(history[:index], hashes[:index], counter)
-                projection = projector.project_request(policy, model, body, prefix, items, checkpoint, branch)
+                projection = projector.project_request(
+                    policy, model, body, prefix, items, checkpoint, branch
+                ).projection
                 plan = projection.record.compaction
                 if plan is None:
                     continue

@@ -8,12 +8,12 @@ resolves the budget, keeps one `policies.memo.ProjectionCache` per branch (bound
 `proxy.eviction` chooses; each cache behind its own lock: a cache is plain mutable state) and calls it through
 `Projector.project_request`, which maps `ContextOverflow` to the client's 400.
 
-Budget: the window is the policy's `context_window`, else litellm's model map, and the output
-reserve is the request's `max_completion_tokens`/`max_tokens`, else the policy's
-`max_output_tokens`, else the model's max output capped at a quarter of the window. The estimate
-is calibrated with the last real usage on the branch: if the upstream billed 8% more input than
-we counted for the previous call, the input budget shrinks by 8% (clamped), and the factor is
-dropped when a new checkpoint changes what is sent (seed 000).
+Budget (`proxy.windows` for the window and the reply reserve): the input the upstream will count
+must fit the window less the reply reserve. The pure projection counts with our estimate, so
+the budget it gets is in the estimate's units: the largest estimate whose prediction of the
+upstream's own count, plus the margin for what is still estimated, fits (`proxy.estimate`).
+That assumes the request carries the branch's last bill (its messages start with the last
+call's); when the projection turns out not to, it is made again against the budget without it.
 
 Recall: when the request's tools (the body as it goes upstream) hold the route's recall tool,
 the projection is told its name (`recall_tool`), so trim markers and the summary block say the
@@ -24,7 +24,6 @@ same bytes.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, Projection
@@ -34,22 +33,35 @@ from policies.projection import project
 from policies.tokens import encoding_name_for_model
 
 from .catalog import ModelCatalog
-from .config import Caches, Policy
+from .config import Caches, Policy, Route
 from .errors import ContextLengthExceeded
+from .estimate import Estimator, Key, Prediction
 from .eviction import Eviction
 from .history_cache import Remembered
 from .store.base import StoredCheckpoint
 from .token_counter import TokenCounter
 from .types import Json, Message
-
-REPLY_PRIMING_TOKENS = 3
-DEFAULT_WINDOW = 128_000
+from .windows import REPLY_PRIMING_TOKENS, Windows
 
 
 @dataclass(frozen=True)
-class Calibration:
-    generation: int
-    factor: float
+class Projected:
+    """A projection and what the upstream is predicted to count for it (None: no route, as in
+    an operator's preview); `limit`: the upstream tokens its input may use; `output`: the reply
+    reserve."""
+
+    projection: Projection
+    prediction: Prediction | None
+    limit: int
+    output: int
+
+    def summary(self) -> dict[str, object]:
+        """The projection's record as kept with the call, with the prediction and the limit."""
+        out: dict[str, object] = self.projection.record.summary_dict()
+        out["limit_tokens"] = self.limit
+        if self.prediction is not None:
+            out.update(self.prediction.summary())
+        return out
 
 
 @dataclass(frozen=True)
@@ -61,15 +73,17 @@ class BranchMemo:
 
 
 class Projector:
-    """Per-process token caches, per-branch projection memos, model metadata and usage
-    calibration; no I/O. Each is bounded by `caches` (the config's `caches:` section): the
-    branch memos evicted as `proxy.eviction` chooses, the rest least recently used first."""
+    """Per-process token caches, per-branch projection memos, model windows and what each
+    upstream is learned to count; no I/O. Each is bounded by `caches` (the config's `caches:`
+    section): the branch memos evicted as `proxy.eviction` chooses, the rest least recently used
+    first."""
 
     def __init__(self, catalog: ModelCatalog, caches: Caches | None = None) -> None:
         self.catalog = catalog
         self.caches = caches or Caches()
+        self.estimator = Estimator(self.caches.calibrations)
+        self.windows = Windows(catalog, self.estimator)
         self._counters: dict[str, TokenCounter] = {}
-        self._calibration: OrderedDict[str, Calibration] = OrderedDict()
         self._memos: dict[str, BranchMemo] = {}
         self._memo_order: Eviction[str] = Eviction()
         self._lock = threading.Lock()
@@ -106,15 +120,14 @@ class Projector:
 
     def cache_sizes(self) -> dict[str, int]:
         """Entries held now, by cache (the `ctxproxy_cache_entries` gauge): token counts summed
-        over encodings, branch memos, the entries memoized inside them, usage calibrations."""
+        over encodings, branch memos, the entries memoized inside them, branches' last bills."""
         with self._lock:
             memos = list(self._memos.values())
-            calibrations = len(self._calibration)
         return {
             "token_counts": sum(len(c) for c in list(self._counters.values())),
             "projection_branches": len(memos),
             "projection_memo_entries": sum(len(m.cache.memo) for m in memos),
-            "calibrations": calibrations,
+            **self.estimator.sizes(),
         }
 
     def cache_lookups(self) -> dict[tuple[str, ...], float]:
@@ -130,92 +143,52 @@ class Projector:
         }
 
     def window(self, policy: Policy, model: str) -> int:
-        """The configured window: the policy's, else litellm's model map, else the default."""
-        info = self.catalog.info(model)
-        return policy.context_window or (info.context_window if info else None) or DEFAULT_WINDOW
+        """The window a route's requests are budgeted against (`Windows.window`)."""
+        return self.windows.window(policy, model).tokens
 
     def budget(
-        self, policy: Policy, model: str, body: Json, counter: TokenCounter, branch_id: str | None, generation: int
-    ) -> Budget:
-        info = self.catalog.info(model)
-        window = self.window(policy, model)
-        requested = body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
-        if isinstance(requested, int) and not isinstance(requested, bool) and requested > 0:
-            output = requested
-        elif policy.max_output_tokens:
-            output = policy.max_output_tokens
-        else:
-            model_max = info.max_output_tokens if info and info.max_output_tokens else window // 4
-            output = min(model_max, window // 4)
-        if output >= window:
-            raise ContextLengthExceeded(
-                f"max_tokens ({output:,}) leaves no room for input in this model's {window:,}-token window.",
-                param="max_tokens",
-            )
+        self,
+        policy: Policy,
+        model: str,
+        body: Json,
+        counter: TokenCounter,
+        route: Route | None = None,
+        branch_id: str | None = None,
+        cut: int = 0,
+    ) -> tuple[Budget, int]:
+        """The projection's budget in the estimate's units, and the upstream tokens its input
+        may use (the window less the reply reserve and `cut`). Without a route, the estimate
+        is taken for the upstream's count (an operator's preview, a replay)."""
+        key = (route.name, model) if route is not None else None
+        window = self.windows.window(policy, model, key).tokens
+        output = self.windows.output(policy, model, body, window)
         tools = body.get("tools")
         fixed = REPLY_PRIMING_TOKENS + (
             counter.count_tools(tools, body.get("tool_choice")) if isinstance(tools, list) else 0
         )
-        factor = self.calibration(branch_id, generation)
-        if factor > 1.0:
-            input_budget = int((window - output) / factor)
-            window = output + input_budget
-        summarizer = self.summarizer_budget(policy, model)
-        return Budget(
-            context_window=window,
+        limit = max(1, window - output - max(0, cut))
+        estimated = limit
+        if key is not None:
+            estimated = max(1, self.estimator.limit(key, branch_id, fixed, limit, policy.safety_margin))
+        name = route.name if route is not None else None
+        policy_name = route.policy if route is not None else ""
+        budget = Budget(
+            context_window=output + estimated,
             max_output_tokens=output,
             fixed_tokens=fixed,
-            summarizer=summarizer,
-            summary_max_tokens=self.summary_max_tokens(policy, model),
+            summarizer=self.windows.summarizer_budget(policy, model, name, policy_name, policy.safety_margin),
+            summary_max_tokens=self.windows.summary_max_tokens(policy, model, name, policy_name),
         )
+        return budget, limit
 
-    def summarizer_budget(self, policy: Policy, model: str) -> Budget:
-        """The summarizer model's limits: `summarizer.model`, else the route's model; its window
-        from `summarizer.context_window`, else litellm's map (else the route's window when the
-        summarizer is the route's model); its reply reserve from `summarizer.max_output_tokens`,
-        else `summarizer.max_tokens` capped at the model's max output and a quarter of the window."""
-        settings = policy.summarizer
-        name = settings.model or model
-        info = self.catalog.info(name)
-        window = settings.context_window or (
-            self.window(policy, name) if settings.model is None else (info.context_window if info else None)
-        )
-        window = window or DEFAULT_WINDOW
-        output = settings.max_output_tokens
-        if output is None:
-            model_max = info.max_output_tokens if info and info.max_output_tokens else settings.max_tokens
-            output = min(settings.max_tokens, model_max, window // 4)
-        if output >= window:  # a `summarizer.context_window` below the reserve: keep room for input
-            output = window // 4
-        return Budget(context_window=window, max_output_tokens=output, fixed_tokens=REPLY_PRIMING_TOKENS)
+    def summarizer_budget(self, policy: Policy, model: str, route: Route | None = None) -> Budget:
+        """The summarizer's limits in the estimate's units (`Windows.summarizer_budget`)."""
+        name, policy_name = (route.name, route.policy) if route is not None else (None, "")
+        return self.windows.summarizer_budget(policy, model, name, policy_name, policy.safety_margin)
 
-    def summary_max_tokens(self, policy: Policy, model: str) -> int:
-        """The longest summary accepted: `summarizer.summary_max_tokens`, else a tenth of the
-        route's window (a modest share of its input budget, at least 256); never more than the
-        summarizer's reply reserve."""
-        reserve = self.summarizer_budget(policy, model).max_output_tokens
-        cap = policy.summarizer.summary_max_tokens or max(256, self.window(policy, model) // 10)
-        return min(cap, reserve)
-
-    def calibration(self, branch_id: str | None, generation: int) -> float:
-        if branch_id is None:
-            return 1.0
-        with self._lock:
-            entry = self._calibration.get(branch_id)
-        if entry is None or entry.generation != generation:
-            return 1.0
-        return entry.factor
-
-    def calibrate(self, branch_id: str, generation: int, estimated: int, billed: int | None) -> None:
-        """Remember how far the estimate was from what the upstream billed for this branch."""
-        if billed is None or estimated <= 0:
-            return
-        factor = min(1.5, max(1.0, billed / estimated))
-        with self._lock:
-            self._calibration[branch_id] = Calibration(generation, factor)
-            self._calibration.move_to_end(branch_id)
-            while len(self._calibration) > self.caches.calibrations:
-                self._calibration.popitem(last=False)
+    def summary_max_tokens(self, policy: Policy, model: str, route: Route | None = None) -> int:
+        name, policy_name = (route.name, route.policy) if route is not None else (None, "")
+        return self.windows.summary_max_tokens(policy, model, name, policy_name)
 
     def items(
         self,
@@ -252,16 +225,19 @@ class Projector:
         checkpoint: StoredCheckpoint | None,
         branch_id: str | None,
         remembered: Remembered | None = None,
-    ) -> Projection:
+        *,
+        route: Route | None = None,
+        cut: int = 0,
+    ) -> Projected:
         """The projection of one request: budget resolved, the stored checkpoint applied when it
-        fits the items, the branch's memo used (same result as the pure `project`). `remembered`:
-        the request's history cache entry, when `items` are the ones `items()` kept in it (its
-        proof of what they share with the previous request's spares the memo a walk over them)."""
+        fits the items, the branch's memo used (same result as the pure `project`), and the
+        upstream's count of it predicted. `remembered`: the request's history cache entry, when
+        `items` are the ones `items()` kept in it (its proof of what they share with the
+        previous request's spares the memo a walk over them). `cut`: upstream tokens to keep
+        free beyond the margin (an overflow's measured overshoot, on a retry)."""
         counter = self.counter(model)
         name = counter.encoding.name
         shared = remembered.shared.get(name) if remembered is not None and remembered.items.get(name) is items else None
-        generation = checkpoint.generation if checkpoint else 0
-        budget = self.budget(policy, model, body, counter, branch_id, generation)
         active = (
             Checkpoint(checkpoint.generation, checkpoint.covered_through_seq, checkpoint.summary, checkpoint.tokens)
             if checkpoint is not None and checkpoint.covered_through_seq <= len(items)
@@ -269,15 +245,39 @@ class Projector:
         )
         memo = self.branch_memo(branch_id)
         tool = recall_tool(policy, body)
-        try:
-            if memo is None:
-                return project(prefix, items, active, budget, policy, counter, recall_tool=tool)
-            with memo.lock:
-                return project_cached(
-                    memo.cache, prefix, items, active, budget, policy, counter, recall_tool=tool, shared=shared
-                )
-        except ContextOverflow as exc:
-            raise ContextLengthExceeded(overflow_message(exc, self.window(policy, model)), param="messages") from None
+
+        def project_within(budget: Budget) -> Projection:
+            try:
+                if memo is None:
+                    return project(prefix, items, active, budget, policy, counter, recall_tool=tool)
+                with memo.lock:
+                    return project_cached(
+                        memo.cache, prefix, items, active, budget, policy, counter, recall_tool=tool, shared=shared
+                    )
+            except ContextOverflow as exc:
+                window = self.windows.window(policy, model, (route.name, model) if route else None).tokens
+                raise ContextLengthExceeded(overflow_message(exc, window), param="messages") from None
+
+        budget, limit = self.budget(policy, model, body, counter, route, branch_id, cut)
+        projection = project_within(budget)
+        if route is None:
+            return Projected(projection, None, limit, budget.max_output_tokens)
+        key: Key = (route.name, model)
+        margin = policy.safety_margin
+
+        def predict(projection: Projection) -> Prediction:
+            sent = projection.record.sent_tokens
+            return self.estimator.predict(key, branch_id, projection.messages, sent, budget.fixed_tokens, margin)
+
+        prediction = predict(projection)
+        if prediction.total > limit and prediction.carried == 0 and branch_id is not None:
+            # budgeted as carrying the branch's last bill, but it does not: budget it whole
+            whole, limit = self.budget(policy, model, body, counter, route, None, cut)
+            if whole.context_window != budget.context_window:
+                budget = whole
+                projection = project_within(budget)
+                prediction = predict(projection)
+        return Projected(projection, prediction, limit, budget.max_output_tokens)
 
 
 def recall_tool(policy: Policy, body: Json) -> str | None:
@@ -298,13 +298,13 @@ def recall_tool(policy: Policy, body: Json) -> str | None:
 
 def overflow_message(exc: ContextOverflow, window: int | None = None) -> str:
     """OpenAI's wording first (clients match on it), then what the proxy tried. `window` is the
-    configured window, which the message names: the budget's may be smaller, shrunk by the usage
-    calibration (a 16,000-token window read 13,766 once the upstream had billed 16% more)."""
+    model's window, which the message names: the budget's may be smaller, in the estimate's
+    units after the margin for the upstream's own count."""
     requested = exc.needed_tokens + exc.max_output_tokens
     window = window or exc.context_window
     calibrated = (
-        f" The input budget was {exc.input_budget} tokens after calibrating the estimate with the upstream's"
-        " billed usage."
+        f" The input budget was {exc.input_budget} tokens by ctxproxy's estimate, after the margin for"
+        " the upstream's own count."
         if exc.context_window < window
         else ""
     )

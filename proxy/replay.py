@@ -272,7 +272,7 @@ def replay(
     if tools:
         body["tools"] = tools
     config = policy
-    budget = projector.budget(policy, model, body, counter, None, 0)
+    budget, _ = projector.budget(policy, model, body, counter)
     report = ReplayReport(name, budget.context_window, budget.max_output_tokens)
     hashes = identify.chain("replay", history)
     items = projector.items(history, hashes, counter)

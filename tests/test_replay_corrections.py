@@ -78,7 +78,7 @@ def test_offline_replay_shows_the_corrected_value_after_compaction() -> None:
     counter = projector.counter("gpt-4o")
     prefix, history = messages[:1], messages[1:]
     stored = projector.items(history, identify.chain("replay", history), counter)
-    budget = projector.budget(policy, "gpt-4o", {"model": "gpt-4o"}, counter, None, 0)
+    budget, _ = projector.budget(policy, "gpt-4o", {"model": "gpt-4o"}, counter)
     checkpoint = Checkpoint(1, len(history) - 4, report.summary, counter.count({"content": report.summary}))
     sent = project(prefix, stored, checkpoint, budget, policy, counter).messages
     assert sent[1] == history[0]

@@ -120,7 +120,7 @@ async def call_page(request: Request, ctx: Ctx) -> RawResponse:
         problems = "".join(f"<li>{esc(m)}</li>" for m in view.mismatches)
         banner = (
             '<div class="warn" id="verified"><p>The rebuilt projection differs from the stored record (the live '
-            "call's budget differed: a client max_tokens or calibration). Summarized, pinned and pruned events "
+            "call's budget differed: a client max_tokens). Summarized, pinned and pruned events "
             f"are the record's; trims are the rebuild's.</p><ul>{problems}</ul></div>"
         )
     counts = view.counts()

@@ -12,7 +12,8 @@ blobs, the checkpoint is the one of the record's generation.
 The record stays the truth: covered, pinned and pruned seqs come from it; the rebuilt projection
 adds what the record only counts (which results were trimmed, their text as sent, the summary
 block). `verified` says whether the rebuilt projection's record equals the stored one; it can
-differ when the live call's budget did (a client `max_tokens`, usage calibration).
+differ when the live call's budget did (a client `max_tokens`); the rebuild uses the input budget
+the record names, which the live call set from what the upstream is learned to count.
 
 Example: record {covered_through_seq: 30, pinned_seqs: [1], sent: 11, pruned_seqs: [], orphans:
 0} -> head_seq 40; events 2..30 are "summarized", 1 "pinned", 31..40 "raw" or "trimmed".
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.base import Checkpoint, ContextOverflow, Item, Projection
@@ -183,8 +184,10 @@ class Rebuilder:
     ) -> tuple[Projection | None, list[str]]:
         projector = self.services.projector
         counter = projector.counter(model)
-        generation = checkpoint.generation if checkpoint else 0
-        budget = projector.budget(policy, model, body, counter, None, generation)
+        budget, _ = projector.budget(policy, model, body, counter)
+        recorded = record.get("input_budget")
+        if isinstance(recorded, int) and recorded > 0:  # the live call's, in the estimate's units
+            budget = replace(budget, context_window=budget.max_output_tokens + recorded)
         active = (
             Checkpoint(checkpoint.generation, int(record["covered_through_seq"]), checkpoint.summary, checkpoint.tokens)
             if checkpoint is not None

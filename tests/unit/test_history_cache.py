@@ -129,11 +129,11 @@ def test_remembered_items_prove_what_they_share_and_the_branch_memo_resumes_on_i
     grown = projector.items(second, later.hashes, counter, entry, later)
     proof = later.shared[name]
     assert proof.base is sent and proof.length == 6 and all(a is b for a, b in zip(grown, sent, strict=False))
-    projection = projector.project_request(policy, "gpt-4o", {}, [], grown, None, "b", later)
+    projection = projector.project_request(policy, "gpt-4o", {}, [], grown, None, "b", later).projection
     memo = projector.branch_memo("b")
     assert memo is not None and (memo.cache.rebuilt, memo.cache.reused) == (1, 1)
     assert memo.cache.last_index is not None and memo.cache.last_index.items is grown
-    alone = Projector(ModelCatalog()).project_request(policy, "gpt-4o", {}, [], grown, None, None)
+    alone = Projector(ModelCatalog()).project_request(policy, "gpt-4o", {}, [], grown, None, None).projection
     assert json.dumps(projection.messages) == json.dumps(alone.messages) and projection.record == alone.record
     # items that are not the ones remembered carry no proof: the memo compares them itself (and
     # finds items 7 and 8 are other objects than `grown`'s)
