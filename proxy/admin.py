@@ -193,7 +193,9 @@ async def get_projection(request: Request) -> RawResponse:
     counter = state.projector.counter(last.model)
     items = state.projector.items([e.message for e in events], [e.chain_hash for e in events], counter)
     prefix = json.loads(prefix_blob) if prefix_blob else []
-    projection = state.projector.project_request(policy, last.model, body, prefix, items, checkpoint, branch_id)
+    projection = state.projector.project_request(
+        policy, last.model, body, prefix, items, checkpoint, branch_id, route=route
+    ).projection
     return json_response(
         {
             "conversation_id": conversation.id,
@@ -259,8 +261,29 @@ async def usage(request: Request) -> RawResponse:
     return json_response(summarize(cells, query))
 
 
+async def rejected_tools(request: Request) -> RawResponse:
+    """The routes and models not offered the recall tool now: why, since when, for how long."""
+    state = _state(request)
+    return json_response({"data": state.recalls_rejected.describe()})
+
+
+async def lift_rejected_tools(request: Request) -> RawResponse:
+    """Offer the recall tool again everywhere (a mark comes back if the upstream rejects it again)."""
+    state = _state(request)
+    return json_response({"lifted": state.recalls_rejected.forget()})
+
+
+async def estimates(request: Request) -> RawResponse:
+    """What this process has learned of each route and model's token counting (`proxy/estimate.py`)."""
+    state = _state(request)
+    return json_response({"data": state.projector.estimator.describe()})
+
+
 routes = [
     Route("/admin/usage", usage, methods=["GET"]),
+    Route("/admin/estimates", estimates, methods=["GET"]),
+    Route("/admin/recall/rejected", rejected_tools, methods=["GET"]),
+    Route("/admin/recall/rejected", lift_rejected_tools, methods=["DELETE"]),
     Route("/admin/conversations", list_conversations, methods=["GET"]),
     Route("/admin/conversations/{id}", get_conversation, methods=["GET"]),
     Route("/admin/conversations/{id}", delete_conversation, methods=["DELETE"]),

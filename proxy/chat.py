@@ -18,19 +18,23 @@ from typing import Any
 from policies.base import Projection
 
 from . import auth, identify, record, routing
-from .compaction import CompactionJob
 from .config import Policy, Route
 from .endpoints import relay_unchanged
 from .errors import ConversationGone, ProxyError, StoreError
+from .estimate import Prediction
 from .http import Incoming, RawResponse, client_api_key, read_body
 from .ingest import Ingested, answer_stored, ingest, reject, response_turn
+from .overflow import Sent, recover
+from .projection import Projected
 from .protocols.base import Wire
 from .recall.detour import detour
 from .recall.tool import offered, with_tool
 from .relay import StreamOutcome, StreamRelay, nothing, or_disconnect, read_or_disconnect
+from .rolling import CompactionJob
 from .services import Services
 from .store.base import CallRecord
 from .tail_parse import BodyMemo
+from .types import Message
 from .upstream.base import UpstreamResponse
 
 log = logging.getLogger("ctxproxy")
@@ -63,22 +67,15 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         # from here on every answer, errors included, names the conversation
         request.conversation = (header, _conversation_of(ingested))
         call = await _open_call(services, route, model, stream, body, ingested, started)
-        sent = messages
         rewriting = policy.rewrite and wire.rewrite_allowed(body)
         recalling = rewriting and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
         if recalling:
             body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget
-        if rewriting:
-            # A litellm route's window and prices are its provider model's, whatever the client calls it.
-            credentials = routing.summary_auth(services.keys, wire, route, request.headers, caller)
-            projection = await _project(
-                services, wire, route, policy, route.upstream.model or model, body, ingested, credentials
-            )
-            call.projection = projection.record.summary_dict()
-            if _rewritten(projection):
-                sent = wire.with_cache_point(
-                    body, projection.messages, projection.cache_point, projection.previous_point
-                )
+        # A litellm route's window and prices are its provider model's, whatever the client calls it.
+        credentials = routing.summary_auth(services.keys, wire, route, request.headers, caller) if rewriting else {}
+        outgoing = Outgoing(wire, route, policy, route.upstream.model or model, body, messages, raw, ingested)
+        sent = Sent(call)
+        payload = await outgoing.prepare(services, sent, rewriting, recalling, credentials)
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
             raise
@@ -87,37 +84,105 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         if ingested is not None:  # refused by the proxy itself (an impossible budget): nothing stays
             await _reject(services, ingested)
         raise
-    known = ingested.known.encoded if ingested.known else None
-    outgoing = sent if recalling or sent is not messages else None
-    encoded, ingested.remembered.encoded = wire.encode(body, outgoing, stream, known)
-    payload = raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
     echo = [(header, _conversation_of(ingested))]
+    drop = frozenset({header.lower()})
+    headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
+
+    async def send(payload: bytes) -> UpstreamResponse | None:
+        return await or_disconnect(
+            request.receive, services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+        )
+
+    async def resend(retry: Sent) -> UpstreamResponse | None:
+        try:
+            return await send(await outgoing.prepare(services, retry, rewriting, recalling, credentials))
+        except ProxyError as exc:  # not projected (an impossible budget, the store) or not sent
+            await _refuse(services, wire, retry.call, outgoing.ingested, exc, t0)
+            raise
+
+    def redact(data: bytes) -> bytes:
+        return services.keys.redact(data, client_api_key(request.headers))
 
     try:
-        drop = frozenset({header.lower()})
-        headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
-        sending = services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
-        upstream = await or_disconnect(request.receive, sending)
+        upstream = await send(payload)
     except ProxyError as exc:
-        record.failed(call, exc, t0)
-        call.branch_id = None  # a rejected call is no branch's last call
-        await services.recorder.finish(call, wire.name, record.error_kind(exc))
-        await _reject(services, ingested)
+        await _refuse(services, wire, sent.call, ingested, exc, t0)
         raise
+    if upstream is not None:
+        upstream, sent = await recover(services, wire, route, sent, upstream, resend, redact, rewriting)
+    call, prediction = sent.call, sent.prediction
     if upstream is None:
         return await _client_left(services, wire, call, t0)
     if recalling:
-        upstream, call, t0 = await detour(services, wire, route, policy, body, sent, call, upstream, headers, t0)
+        upstream, call, t0 = await detour(
+            services, wire, route, policy, outgoing.body, outgoing.sent, call, upstream, headers, t0
+        )
 
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         observer = wire.observer(body)
 
         async def finish(outcome: StreamOutcome) -> None:
             kind = record.streamed(call, wire, upstream, observer, outcome, t0)
-            await _close_call(services, wire, call, ingested, kind)
+            await _close_call(services, wire, call, ingested, kind, prediction)
 
         return StreamRelay(upstream, observer, finish, echo)
-    return await _relay_whole(services, wire, call, ingested, upstream, t0, echo, request)
+    return await _relay_whole(services, wire, call, ingested, upstream, t0, echo, request, prediction)
+
+
+class Outgoing:
+    """What one client request sends upstream, projected again for each attempt (`prepare`)."""
+
+    def __init__(
+        self,
+        wire: Wire,
+        route: Route,
+        policy: Policy,
+        model: str,
+        body: dict[str, Any],
+        messages: list[Message],
+        raw: bytes,
+        ingested: Ingested,
+    ) -> None:
+        self.wire, self.route, self.policy, self.model = wire, route, policy, model
+        self.body, self.messages, self.raw, self.ingested = body, messages, raw, ingested
+        self.sent: list[Message] = messages
+
+    async def prepare(
+        self, services: Services, sent: Sent, rewriting: bool, recalling: bool, credentials: dict[str, str]
+    ) -> bytes:
+        """The bytes of `sent`'s attempt: the client's own, or the projection within the budget
+        less `sent.cut`; the projection and prediction go to `sent` and its call record."""
+        wire, ingested = self.wire, self.ingested
+        stream = bool(self.body.get("stream"))
+        self.sent = self.messages
+        if rewriting:
+            projected = await _project(
+                services, wire, self.route, self.policy, self.model, self.body, ingested, credentials, sent.cut
+            )
+            projection = projected.projection
+            sent.prediction, sent.limit, sent.output = projected.prediction, projected.limit, projected.output
+            sent.call.projection = projected.summary()
+            if sent.attempt > 1:
+                sent.call.projection.update(attempt=sent.attempt, overflow_cut=sent.cut)
+            if _rewritten(projection) or sent.cut:
+                self.sent = wire.with_cache_point(
+                    self.body, projection.messages, projection.cache_point, projection.previous_point
+                )
+        known = ingested.known.encoded if ingested.known else None
+        outgoing = self.sent if recalling or self.sent is not self.messages else None
+        encoded, ingested.remembered.encoded = wire.encode(self.body, outgoing, stream, known)
+        return self.raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
+
+
+async def _refuse(
+    services: Services, wire: Wire, call: CallRecord, ingested: Ingested, exc: ProxyError, t0: float
+) -> None:
+    """The request got no answer: its record says why, its events are retracted."""
+    if call.error is None:
+        record.failed(call, exc, t0)
+    call.branch_id = None  # a rejected call is no branch's last call
+    await services.recorder.finish(call, wire.name, record.error_kind(exc))
+    await _reject(services, ingested)
 
 
 async def _open_call(
@@ -141,7 +206,8 @@ async def _project(
     body: dict[str, Any],
     ingested: Ingested,
     credentials: dict[str, str],
-) -> Projection:
+    cut: int = 0,
+) -> Projected:
     """Project with the active checkpoint; start a compaction when the plan asks for one, and
     wait for it (bounded) only when the request could not be served without dropping history."""
     identity = ingested.identity
@@ -151,10 +217,12 @@ async def _project(
         ingested.history, ingested.hashes, projector.counter(model), ingested.known, ingested.remembered
     )
     args = (policy, model, body, ingested.prefix, items)
-    projection = projector.project_request(*args, checkpoint, identity.branch_id, ingested.remembered)
+    branch = identity.branch_id
+    projected = projector.project_request(*args, checkpoint, branch, ingested.remembered, route=route, cut=cut)
+    projection = projected.projection
     plan = projection.record.compaction
     if plan is None:
-        return projection
+        return projected
     job = CompactionJob(
         tenant=identity.tenant,
         conversation_id=identity.conversation_id,
@@ -172,14 +240,14 @@ async def _project(
     )
     task = services.compactor.request(job)
     if task is None or not projection.record.pruned_seqs or policy.on_overflow != "wait":
-        return projection
+        return projected
     try:
         committed = await asyncio.wait_for(asyncio.shield(task), policy.overflow_wait)
     except TimeoutError:
         committed = None
     if committed is None:
-        return projection
-    return projector.project_request(*args, committed, identity.branch_id, ingested.remembered)
+        return projected
+    return projector.project_request(*args, committed, branch, ingested.remembered, route=route, cut=cut)
 
 
 async def _relay_whole(
@@ -191,6 +259,7 @@ async def _relay_whole(
     t0: float,
     echo: list[tuple[str, str]],
     request: Incoming,
+    prediction: Prediction | None,
 ) -> Any:
     call.upstream_status = upstream.status
     call.request_id = upstream.request_id
@@ -216,7 +285,7 @@ async def _relay_whole(
 
     async def bookkeeping() -> None:
         # After the client has its answer: parse, store the response turn, write the record.
-        await _close_call(services, wire, call, ingested, record.answered(call, wire, status, data))
+        await _close_call(services, wire, call, ingested, record.answered(call, wire, status, data), prediction)
 
     return RawResponse(data, status, [*services.keys.redact_headers(upstream.headers), *echo], after=bookkeeping)
 
@@ -228,7 +297,12 @@ async def _client_left(services: Services, wire: Wire, call: CallRecord, t0: flo
 
 
 async def _close_call(
-    services: Services, wire: Wire, call: CallRecord, ingested: Ingested, error_kind: str | None
+    services: Services,
+    wire: Wire,
+    call: CallRecord,
+    ingested: Ingested,
+    error_kind: str | None,
+    prediction: Prediction | None = None,
 ) -> None:
     """Write the record; an accepted request joins the history in the same write (with its answer
     when complete, which also calibrates the estimate), a rejected one is retracted."""
@@ -241,18 +315,14 @@ async def _close_call(
     answer_stored(ingested, turn, await services.recorder.finish(call, wire.name, error_kind, turn))
     if (
         call.status == "complete"
+        and prediction is not None
         and call.projection is not None
         and call.branch_id is not None
         and "recall_rounds" not in call.projection
     ):
-        # What the upstream billed (normalized by `finish`) feeds the estimate of the next call on
-        # this branch.
-        services.projector.calibrate(
-            call.branch_id,
-            call.projection.get("checkpoint_generation") or 0,
-            call.projection.get("sent_tokens") or 0,
-            call.usage.get("input_total"),
-        )
+        # What the upstream billed (normalized by `finish`) is what it counted: the next call on
+        # this branch carries it, and the route's statistics learn from it.
+        services.projector.estimator.observe(prediction, call.usage.get("input_total"))
 
 
 async def _reject(services: Services, ingested: Ingested) -> None:

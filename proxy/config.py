@@ -130,10 +130,11 @@ class Summarizer(_Frozen):
     max_tokens: int = Field(2048, ge=256)
     """the summary reply's size asked for (capped by the summarizer's output reserve)"""
     context_window: int | None = Field(None, gt=0)
-    """the summarizer model's window (default: litellm's model map for it)"""
+    """the summarizer model's window (default: litellm's model map for it; for a model it does not
+    know, the smallest window of the routes using the policy: `proxy/windows.py`)"""
     summary_max_tokens: int | None = Field(None, ge=64)
-    """the longest summary accepted, checked after generation (default: a tenth of the route's
-    window, within the reply reserve); an over-long one is asked for once more, shorter"""
+    """the summary length asked for (default: a tenth of the route's window, within the reply
+    reserve); a longer one is kept while it fits the room the plan left, else cut at a line"""
     max_output_tokens: int | None = Field(None, gt=0)
     """the summarizer's output reserve (default: `max_tokens`, capped at the model's max output
     and a quarter of its window)"""
@@ -148,6 +149,8 @@ class Recall(_Frozen):
     tool_name: str = Field("ctxproxy_recall", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     max_result_tokens: int = Field(2000, ge=100, le=50_000)
     max_rounds: int = Field(3, ge=1, le=10)
+    rejected_seconds: float = Field(3600.0, gt=0)
+    """How long a route and model whose upstream rejected the tool go without it (`proxy/recall/memory.py`)."""
 
 
 @validated_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -160,6 +163,9 @@ class Policy(PolicyConfig):
 
     context_window: Annotated[int | None, Field(gt=0)] = None
     max_output_tokens: Annotated[int | None, Field(gt=0)] = None
+    safety_margin: Annotated[float, Field(gt=0, lt=1)] = 0.02
+    """The least share of what is still estimated (`proxy.estimate`) kept free of the window;
+    above it the margin is what the estimate is measured to miss on this route and model."""
     on_overflow: Literal["wait", "prune"] = "wait"
     overflow_wait: Annotated[float, Field(ge=0)] = 30.0
     rewrite: bool = True
@@ -219,7 +225,8 @@ class Caches(_Frozen):
     projection_memo_entries: int = Field(4096, gt=0)
     """Derived renderings memoized per branch (cleared when full)."""
     calibrations: int = Field(10_000, gt=0)
-    """Branches whose estimate-vs-billed usage factor is remembered."""
+    """Branches whose last billed call is remembered (the part of the next request the upstream
+    has already counted: `proxy.estimate`)."""
 
 
 class Server(_Frozen):

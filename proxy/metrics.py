@@ -31,6 +31,16 @@ are spent money) but not in the request counters and histograms, which describe 
                                                          again what the cache held)
     ctxproxy_compactions_running                         gauge: this process's compaction jobs
                                                          still running (`Metrics.watch_compactions`)
+    ctxproxy_upstream_overflows_total{route,purpose,outcome}
+                                                         context overflows the upstream answered:
+                                                         purpose main | summary; outcome retried
+                                                         (projected smaller, sent again) | relayed
+    ctxproxy_pruned_events_total{route}                  events dropped from main requests by
+                                                         `prune_groups` (each request that dropped
+                                                         any carries a marker naming them)
+    ctxproxy_recall_rejected{route,model}                gauge: 1 for each route and model whose
+                                                         upstream rejected the recall tool, until
+                                                         the mark expires (`Metrics.watch_rejected`)
 """
 
 from __future__ import annotations
@@ -187,6 +197,19 @@ class Metrics:
             "counter",
         )
         self.compactions_running = Gauge("ctxproxy_compactions_running", "Compaction jobs this process is running now.")
+        self.overflows = Counter(
+            "ctxproxy_upstream_overflows_total",
+            "Context overflows the upstream answered, by call purpose and what ctxproxy did (retried, relayed).",
+            ("route", "purpose", "outcome"),
+        )
+        self.pruned = Counter(
+            "ctxproxy_pruned_events_total", "Events dropped from main requests to fit (each marked).", ("route",)
+        )
+        self.rejected = Readings(
+            "ctxproxy_recall_rejected",
+            "Routes and models not offered the recall tool (rejected; expires).",
+            ("route", "model"),
+        )
 
     def watch(
         self, sizes: Callable[[], Mapping[str, float]], lookups: Callable[[], Mapping[tuple[str, ...], float]]
@@ -222,6 +245,16 @@ class Metrics:
         client, sent = projection.get("client_tokens"), projection.get("sent_tokens")
         if isinstance(client, int) and isinstance(sent, int) and client > sent:
             self.tokens_saved.inc((route,), client - sent)
+        pruned = projection.get("pruned_seqs")
+        if pruned:
+            self.pruned.inc((route,), sum(end - start + 1 for start, end in pruned))
+
+    def watch_rejected(self, pairs: Callable[[], Iterable[tuple[str, str]]]) -> None:
+        """Render `pairs()` ((route, model) not offered the recall tool) on every scrape."""
+        self.rejected.sources.append(lambda: {pair: 1 for pair in pairs()})
+
+    def observe_overflow(self, route: str, purpose: str, outcome: str) -> None:
+        self.overflows.inc((route, purpose, outcome))
 
     def observe_compaction(self, result: str) -> None:
         self.compactions.inc((result,))
@@ -252,6 +285,9 @@ class Metrics:
             self.caches,
             self.cache_lookups,
             self.compactions_running,
+            self.overflows,
+            self.pruned,
+            self.rejected,
         ):
             lines.extend(metric.render())
         return ("\n".join(lines) + "\n").encode()

@@ -39,6 +39,7 @@ class Services:
         self.metrics.watch(self.projector.cache_sizes, self.projector.cache_lookups)
         self.metrics.watch(self.history.sizes, self.history.lookups)
         self.metrics.watch_compactions(self.compactor.running_jobs)
+        self.metrics.watch_rejected(self.recalls_rejected.pairs)
 
     def upstream_key(self, route: Route) -> str | None:
         return self.keys.upstream_key(route)

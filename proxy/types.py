@@ -11,7 +11,7 @@ Message = dict[str, Any]
 Json = dict[str, Any]
 
 CallStatus = Literal["complete", "partial", "error"]
-Purpose = Literal["main", "summary", "recall"]
+Purpose = Literal["main", "summary", "recall", "overflow"]
 
 
 @dataclass(frozen=True)

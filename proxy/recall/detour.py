@@ -12,9 +12,11 @@ The follow-ups stay inside the window: the room the projection left (`input_budg
 `sent_tokens` of its record) pays for each round's assistant turn and results, so a result gets
 at most its share of what is left (and says so when nothing is).
 
-Before any of that: an upstream that answers the request carrying the tool with a 400 gets it once
-more without the tool (`without_tool`); when that is accepted, the route and model are
-remembered and the rejected call is a `recall` record saying why.
+Before any of that: an upstream that answers the request carrying the tool with a 400 (not a
+context overflow: `proxy.overflow` has handled those, and the tool was not their reason) gets it
+once more without the tool (`without_tool`); when that is accepted, the route and model are
+marked for `recall.rejected_seconds` (`memory.RejectedTool`) and the rejected call is a `recall`
+record saying why.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..services import Services
 from ..store.base import CallRecord
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
+from ..upstream.classify import classify
 from .answer import answer, recall_calls
 from .read import read_recorded, read_stream, read_whole
 from .tool import without_tool
@@ -108,6 +111,9 @@ async def detour(
     """Answer the model's recall calls until it answers otherwise (bounded); returns the upstream
     answer to relay, its call record and when it was sent. Raises ProxyError as `send` does."""
     if upstream.status == 400:
+        data = upstream.in_memory()
+        if data is not None and classify(400, data).kind == "overflow":
+            return upstream, call, t0  # retried as far as it goes (`proxy.overflow`): relayed
         return await _without_tool(services, wire, route, policy, body, messages, call, upstream, headers, t0)
     rounds = Detour(services, wire, route, policy, body, messages, headers, call)
     stream = bool(body.get("stream"))
@@ -143,6 +149,7 @@ async def _without_tool(
     once more without the tool, and remember the route and model when that one is accepted (a
     400 again means the tool was not the reason: it is relayed, nothing is remembered)."""
     data = await read_recorded(services, wire, call, upstream, t0)
+    rejection = classify(upstream.status, data)
     call.purpose = "recall"
     call.upstream_status, call.request_id = upstream.status, upstream.request_id
     call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - t0)
@@ -157,7 +164,9 @@ async def _without_tool(
     t1 = time.monotonic()
     answer = await _send(services, wire, route, retry, payload, headers, t1)
     if answer.status != 400:
-        services.recalls_rejected.remember(route.name, call.model or "")
+        how = "a tool or schema rejection" if rejection.kind == "tool" else "accepted without the tool"
+        reason = f"{how}: {rejection.message}"
+        services.recalls_rejected.remember(route.name, call.model or "", reason, policy.recall.rejected_seconds)
         services.metrics.observe_recall(route.name, "tool_rejected")
     return answer, retry, t1
 

@@ -92,6 +92,27 @@ class UpstreamResponse:
         raise NotImplementedError
 
 
+class HeldResponse(UpstreamResponse):
+    """An answer whose body was read already (to classify an error before relaying it): the
+    same status, headers and bytes, served from memory."""
+
+    def __init__(self, answer: UpstreamResponse, body: bytes) -> None:
+        super().__init__(answer.status, answer.headers, answer.content_type, answer.request_id, answer.started)
+        self._body = body
+
+    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        return self._body[:limit]
+
+    def in_memory(self) -> bytes | None:
+        return self._body
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        yield self._body
+
+    def close(self) -> None:
+        return None
+
+
 class Hop(Protocol):
     async def send(
         self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]

@@ -134,6 +134,16 @@ def _admin_collection(path: str) -> Callable[..., None]:
     return check
 
 
+def _operator_global(method: str, path: str) -> Callable[..., None]:
+    """Per route and model, no conversation's: a client key of either tenant gets 401."""
+
+    def check(probe: Probe, a: dict[str, Any]) -> None:
+        for key in (MALLORY, ALICE):
+            assert probe.send(path, method, path, key=key).status_code == 401
+
+    return check
+
+
 UI_OPEN = {("GET", "/ui"), ("GET", "/ui/login"), ("GET", "/ui/static/{name}")}
 """Inspector paths that answer without credentials: a redirect, the login form, static files."""
 
@@ -166,6 +176,9 @@ MATRIX: dict[tuple[str, str], Callable[..., None]] = {
     ("GET", "/metrics"): _plain("/metrics"),
     ("GET", "/admin/usage"): _admin_collection("/admin/usage"),
     ("GET", "/admin/conversations"): _admin_collection("/admin/conversations"),
+    ("GET", "/admin/estimates"): _operator_global("GET", "/admin/estimates"),
+    ("GET", "/admin/recall/rejected"): _operator_global("GET", "/admin/recall/rejected"),
+    ("DELETE", "/admin/recall/rejected"): _operator_global("DELETE", "/admin/recall/rejected"),
     ("DELETE", "/admin/conversations/{id}"): _admin("", "DELETE"),
     **{("GET", f"/admin/conversations/{{id}}{suffix}"): _admin(suffix) for suffix in CONVERSATION_PATHS},
     # the inspector: one rule for all its paths, enforced by its guard (proxy/ui/guard.py)

@@ -104,13 +104,16 @@ def test_upstream_500_relayed_and_recorded(proxy, upstream, api_key, stream):
     assert calls[0]["status"] == "complete"
 
 
-def test_upstream_400_context_length_relayed(proxy, upstream, api_key):
-    """gpt-small has a 300-token window upstream; the proxy's policy believes 128k."""
+def test_an_upstream_400_context_length_teaches_the_window(proxy, upstream, api_key):
+    """gpt-small has a 300-token window upstream; the proxy's policy believes 128k. The upstream's
+    overflow error teaches the real window: the retry is projected for it, and a request that
+    cannot fit it at all is the proxy's own 400 naming it (the refused attempt is recorded)."""
     p = proxy()
     r = p.post_chat(api_key, {"model": "gpt-small", "messages": [user("word " * 400)]})
     err = assert_openai_error(r, 400)
     assert err["code"] == "context_length_exceeded"
-    assert err["message"].startswith("This model's maximum context length is 300 tokens.")
+    assert "300-token window" in err["message"] or "maximum context length is 300 tokens" in err["message"]
+    assert len([b for b in upstream.chat_requests if b.body.get("model") == "gpt-small"]) == 1
 
 
 def test_upstream_refused_is_502_and_recorded(proxy, upstream, api_key):

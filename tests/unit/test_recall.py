@@ -48,7 +48,7 @@ def test_offered_follows_the_policy():
     prefill = {**body, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "{"}]}
     assert not offered(AUTO, "anthropic", prefill, none, "r", "m")  # a prefill continues the last turn
     rejected = RejectedTool()
-    rejected.remember("r", "m")
+    rejected.remember("r", "m", "tools: unknown type", 60)
     assert not offered(AUTO, "openai_chat", body, rejected, "r", "m")
     assert offered(AUTO, "openai_chat", body, rejected, "r", "other-model")
     mine = {**body, "tools": [*TOOLS, definition("openai_chat", AUTO.recall)]}
@@ -122,9 +122,9 @@ def test_the_tool_counts_in_the_budget_on_every_wire():
     }
     for wire, tools in client_tools.items():
         body = {"model": "m", "tools": tools}
-        plain = projector.budget(policy, "m", body, counter, None, 0)
+        plain, _ = projector.budget(policy, "m", body, counter)
         offered_body = with_tool(body, wire, AUTO.recall)
-        with_recall = projector.budget(policy, "m", offered_body, counter, None, 0)
+        with_recall, _ = projector.budget(policy, "m", offered_body, counter)
         added = with_recall.fixed_tokens - plain.fixed_tokens
         assert added == counter.count_tools(offered_body["tools"]) - counter.count_tools(tools)
         assert added >= len(json.dumps(definition(wire, AUTO.recall))) // 8, (wire, added)
@@ -196,9 +196,24 @@ def test_splice_continues_the_clients_stream():
 def test_rejected_pairs_are_bounded_oldest_forgotten_first():
     rejected = RejectedTool(limit=3)
     for model in ("a", "b", "c"):
-        rejected.remember("r", model)
-    rejected.remember("r", "a")  # remembered again: now the newest
-    rejected.remember("r", "d")
+        rejected.remember("r", model, "rejected", 60)
+    rejected.remember("r", "a", "rejected", 60)  # remembered again: now the newest
+    rejected.remember("r", "d", "rejected", 60)
     assert len(rejected) == 3
     assert ("r", "b") not in rejected
     assert all(("r", m) in rejected for m in ("a", "c", "d"))
+
+
+def test_a_rejection_mark_expires_and_says_why():
+    now = [100.0]
+    rejected = RejectedTool(clock=lambda: now[0])
+    rejected.remember("r", "m", "a tool or schema rejection: tools.0: unknown type", 60)
+    assert ("r", "m") in rejected and rejected.pairs() == [("r", "m")]
+    (mark,) = rejected.describe()
+    assert mark["reason"].startswith("a tool or schema rejection") and mark["expires_in"] == 60
+    now[0] += 59.9
+    assert ("r", "m") in rejected
+    now[0] += 0.2  # expired: offered again
+    assert ("r", "m") not in rejected and rejected.pairs() == [] and len(rejected) == 0
+    rejected.remember("r", "m", "again", 60)
+    assert rejected.forget() == 1 and ("r", "m") not in rejected

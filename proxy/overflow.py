@@ -1,0 +1,142 @@
+"""Forward with recovery (DESIGN step 5): a context overflow is a measurement, not an error to relay.
+
+An upstream that answers "context too long" before any byte reached the client has told us
+something the estimate could not: its own count of the request and, usually, its window. The
+answer is classified (`upstream.classify`); an overflow teaches the estimator
+(`Estimator.overflowed`), and the request is projected again with its budget lowered by the
+measured overshoot plus the margin and sent again, at most `RETRIES` times. The client sees one
+ordinary answer. A request ctxproxy passed through unchanged because it thought it fit is no
+exception: the retry is a projection.
+
+Each refused attempt is a call record of purpose `overflow` (status error, the provider's own
+message, `attempt` in its projection record); the answered one is the `main` record with
+`attempt` > 1; `ctxproxy_upstream_overflows_total{route,purpose,outcome}` counts them. Any other
+answer, and an overflow on a route that does not rewrite, goes to the client as it came.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from . import record
+from .config import Route
+from .errors import ProxyError
+from .estimate import Prediction
+from .protocols.base import Wire
+from .services import Services
+from .store.base import CallRecord
+from .upstream.base import HeldResponse, UpstreamResponse
+from .upstream.classify import Rejection, classify, overshoot, window_of
+
+RETRIES = 2
+OVERFLOW_STATUSES = frozenset({400, 413})
+UNKNOWN_OVERSHOOT = 0.05
+"""Share of the input limit cut when the provider's error gives no numbers (OpenAI Responses:
+"Your input exceeds the context window of this model"), per attempt."""
+ERROR_BODY_LIMIT = 1024 * 1024
+
+
+@dataclass
+class Sent:
+    """One attempt: its call record, the prediction it was budgeted on, the upstream tokens its
+    input could use, and what it cost to budget it lower (`cut`, cumulative)."""
+
+    call: CallRecord
+    prediction: Prediction | None = None
+    limit: int | None = None
+    output: int | None = None
+    cut: int = 0
+    attempt: int = 1
+
+
+Resend = Callable[[Sent], Awaitable[UpstreamResponse | None]]
+"""Project the request again for `Sent.cut`, record it on `Sent.call`, send it; None when the
+client left meanwhile."""
+
+
+async def held(upstream: UpstreamResponse, redact: Callable[[bytes], bytes]) -> tuple[UpstreamResponse, Rejection]:
+    """An error answer read whole (bounded), redacted, classified, and kept for relaying (an
+    error body that broke off is relayed as what arrived: nothing)."""
+    try:
+        data = await upstream.read(ERROR_BODY_LIMIT)
+    except ProxyError:
+        data = b""
+    finally:
+        upstream.close()
+    data = redact(data)
+    return HeldResponse(upstream, data), classify(upstream.status, data)
+
+
+def lowered(sent: Sent, rejection: Rejection) -> int:
+    """The next attempt's cut: the overshoot the provider measured (or a share of the limit when
+    it gave no numbers, growing per attempt) plus the margin the refused attempt kept."""
+    prediction, limit = sent.prediction, sent.limit or 0
+    over = overshoot(rejection, sent.output)
+    if over is None:
+        over = int(UNKNOWN_OVERSHOOT * sent.attempt * limit)
+    margin = prediction.margin if prediction is not None else 0
+    return sent.cut + max(1, over) + margin
+
+
+async def recover(
+    services: Services,
+    wire: Wire,
+    route: Route,
+    sent: Sent,
+    upstream: UpstreamResponse,
+    resend: Resend,
+    redact: Callable[[bytes], bytes],
+    rewriting: bool,
+) -> tuple[UpstreamResponse | None, Sent]:
+    """`upstream`, or the answer to the last retry of a request it refused as too long."""
+    while upstream.status in OVERFLOW_STATUSES:
+        upstream, rejection = await held(upstream, redact)
+        if rejection.kind != "overflow":
+            return upstream, sent
+        if sent.prediction is not None:
+            window = window_of(rejection, sent.output)
+            services.projector.estimator.overflowed(sent.prediction, rejection.input_tokens, window)
+        if not rewriting or sent.attempt > RETRIES:
+            services.metrics.observe_overflow(route.name, "main", "relayed")
+            return upstream, sent
+        services.metrics.observe_overflow(route.name, "main", "retried")
+        retry = Sent(retry_call(services, route, sent.call), cut=lowered(sent, rejection), attempt=sent.attempt + 1)
+        await refused(services, wire, sent, upstream, rejection)
+        sent = retry
+        answer = await resend(sent)
+        if answer is None:
+            return None, sent
+        upstream = answer
+    return upstream, sent
+
+
+async def refused(services: Services, wire: Wire, sent: Sent, upstream: UpstreamResponse, rejection: Rejection) -> None:
+    """Record the refused attempt: purpose `overflow`, the provider's message and numbers."""
+    call = sent.call
+    data = upstream.in_memory() or b""
+    call.upstream_status, call.request_id = upstream.status, upstream.request_id
+    call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - upstream.started)
+    kind = record.answered(call, wire, upstream.status, data)
+    call.purpose = "overflow"
+    call.branch_id = None  # a refused call is no branch's last call
+    call.projection = {**(call.projection or {}), "attempt": sent.attempt, "overflow": _numbers(rejection)}
+    await services.recorder.finish(call, wire.name, kind)
+
+
+def _numbers(rejection: Rejection) -> Mapping[str, int | str | None]:
+    return {
+        "window": rejection.window,
+        "requested": rejection.requested,
+        "input_tokens": rejection.input_tokens,
+        "message": rejection.message,
+    }
+
+
+def retry_call(services: Services, route: Route, previous: CallRecord) -> CallRecord:
+    """A new main record for the next attempt, in the same conversation and branch."""
+    call = services.recorder.open(previous.tenant, route, previous.model, "main", previous.stream)
+    call.conversation_id, call.branch_id = previous.conversation_id, previous.branch_id
+    call.system_hash, call.tools_hash = previous.system_hash, previous.tools_hash
+    return call
