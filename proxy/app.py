@@ -131,6 +131,8 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
             upstream.litellm.warm_up()  # import litellm now, not in the first call's way
         catalog = ModelCatalog()
         projector = Projector(catalog, config.caches)
+        for line in projector.windows.configure(config):
+            log.info("budgets: %s", line)
         metrics = Metrics()
         recorder = Recorder(store, metrics, catalog, config.routes)
         compactor = Compactor(store, Summarizer(upstream, keys), projector, recorder)
@@ -150,7 +152,8 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
                 purger.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await purger
-            await compactor.drain(timeout=10.0)
+            # summarizer calls in flight are billed: give them the shutdown grace to answer and be recorded
+            await compactor.drain(timeout=max(10.0, config.server.shutdown_grace))
             await upstream.close()
             await store.close()
 

@@ -3,11 +3,16 @@
 When a projection crosses the trigger, `policies` returns a `CompactionPlan`: the oldest uncovered
 groups, in chunks small enough that each summarizer request fits. The job summarizes them rolling
 (previous summary + next chunk), checks every summary (`check_summary`: no new URLs or images, no
-invented constraint quotes, not empty, not larger than its source, not longer than
-`summarizer.summary_max_tokens` -- an over-long summary is asked for once more, shorter) and commits a checkpoint with
-compare-and-set on (parent generation, chain hash of the last covered event). Anything else --
-a failed or rejected summary, a time-out, a concurrent commit, a deleted conversation -- leaves
-the previous checkpoint active; the request is served by pruning meanwhile.
+invented constraint quotes, not empty, not larger than its source) and commits a checkpoint with
+compare-and-set on (parent generation, chain hash of the last covered event).
+
+The summarizer calls are `proxy.rolling`'s, which takes what real summarizers do as expected,
+not fatal (over-long summaries, windows smaller than planned). A chunk that still fails ends the
+job, but the chunks already summarized are committed: the branch gets less than planned, never
+less than its previous checkpoint.
+Anything else -- a failed or rejected summary for the first chunk, a time-out, a concurrent
+commit, a deleted conversation -- leaves the previous checkpoint active; the request is served
+by pruning meanwhile (with a marker naming what was dropped).
 
 At most one job per branch runs in this process (single-flight); a branch whose job failed waits
 (exponential back-off, 30 s to 10 min) before the next attempt, so a history that cannot be
@@ -26,44 +31,21 @@ import functools
 import logging
 import secrets
 import time
-from dataclasses import dataclass
 
-from policies.base import Checkpoint, CompactionPlan, Item
+from policies.base import Checkpoint
 from policies.compaction import next_checkpoint
-from policies.pins import pinned_items
-from policies.summary_prompt import build_summary_messages, check_summary
-from policies.text import message_text
 
-from .config import Policy, Route
 from .errors import ConversationGone, StoreError
 from .projection import Projector
-from .protocols.base import Wire
 from .record import Recorder
+from .rolling import CompactionJob, Rolling
 from .store.base import CheckpointCandidate, Store, StoredCheckpoint
-from .summarizer import Summarizer, SummaryResult
-from .types import Message
+from .summarizer import Summarizer
 
 log = logging.getLogger("ctxproxy.compaction")
 
 FORMAT_VERSION = 1
 LEASE_TTL = 30.0
-
-
-@dataclass(frozen=True)
-class CompactionJob:
-    tenant: str
-    conversation_id: str
-    branch_id: str
-    route: Route
-    policy: Policy
-    model: str
-    prefix: list[Message]
-    items: list[Item]
-    hashes: list[str]
-    plan: CompactionPlan
-    previous: StoredCheckpoint | None
-    client_auth: dict[str, str]
-    wire: Wire
 
 
 def _value(stored: StoredCheckpoint | None) -> Checkpoint | None:
@@ -85,6 +67,8 @@ class Compactor:
         self.owner = "cmp_" + secrets.token_hex(8)
         """This process's lease owner id."""
         self.lease_ttl = LEASE_TTL
+        self._closing = False
+        """Set by `drain`: no job starts, and no job starts another summarizer call."""
 
     def running_jobs(self) -> int:
         """How many compaction jobs of this process are still running."""
@@ -99,6 +83,8 @@ class Compactor:
         existing = self.running(job.branch_id)
         if existing is not None:
             return existing
+        if self._closing:
+            return None
         until, _ = self._backoff.get(job.branch_id, (0.0, 0))
         if time.monotonic() < until:
             return None
@@ -116,13 +102,19 @@ class Compactor:
             log.error("compaction of branch %s crashed: %r", branch_id, task.exception())
 
     async def drain(self, timeout: float) -> None:
-        """On shutdown: let running jobs finish (their commits are fenced), then cancel the rest."""
+        """On shutdown: start no new summarizer call; let the calls in flight end and be recorded
+        (the upstream bills them whether or not anyone reads the answer) and the jobs commit (their
+        commits are fenced). After `timeout`, cancel what is left -- a call cut off is recorded all
+        the same, its usage unknown -- and wait for those jobs' records before the store closes."""
+        self._closing = True
         tasks = [t for t in self._jobs.values() if not t.done()]
         if not tasks:
             return
         _, pending = await asyncio.wait(tasks, timeout=timeout)
         for task in pending:
             task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5.0)
 
     def _fail(self, branch_id: str) -> None:
         _, failures = self._backoff.get(branch_id, (0.0, 0))
@@ -171,23 +163,29 @@ class Compactor:
 
     async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
-        released = set(plan.released_pins)  # summarized like other history: not shown as kept verbatim
-        pinned = [item for item in pinned_items(job.items, job.policy.pins) if item.seq not in released]
-        allowed = [message_text(item.message) for item in pinned] + [message_text(m) for m in job.prefix]
+        rolling = Rolling(job, self.summarizer, self.projector, self.recorder, lambda: self._closing)
         summary = job.previous.summary if job.previous else None
-        candidate = self._candidate(job, summary or "", 0, token)
+        through, error = 0, None
         try:
             for chunk in plan.chunks:
-                text, error = await self._summarize_chunk(job, summary, chunk, pinned, allowed)
+                text, error = await rolling.through(summary, chunk)
                 if text is None:
-                    await self.store.record_failed_checkpoint(candidate, error or "summary failed")
-                    log.warning("compaction of branch %s failed: %s", job.branch_id, error)
-                    self._fail(job.branch_id)
-                    return None
-                summary = text
-            assert summary is not None
-            checkpoint = next_checkpoint(_value(job.previous), plan, summary, self.projector.counter(job.model))
-            committed = await self.store.commit_checkpoint(self._candidate(job, summary, checkpoint.tokens, token))
+                    break
+                summary, through = text, chunk[-1].seq
+            if summary is None or not through:
+                # nothing summarized: the previous checkpoint stays active
+                candidate = self._candidate(job, summary or "", 0, token)
+                await self.store.record_failed_checkpoint(candidate, error or "summary failed")
+                log.warning("compaction of branch %s failed: %s", job.branch_id, error)
+                self._fail(job.branch_id)
+                return None
+            if error is not None:
+                # the chunks summarized so far still make a checkpoint: less than planned, more than before
+                log.warning("compaction of branch %s covers through e%s only: %s", job.branch_id, through, error)
+            counter = self.projector.counter(job.model)
+            checkpoint = next_checkpoint(_value(job.previous), plan, summary, counter, through)
+            candidate = self._candidate(job, summary, checkpoint.tokens, token, through)
+            committed = await self.store.commit_checkpoint(candidate)
         except ConversationGone:
             self._count("discarded")
             return None  # deleted while we worked: nothing may be written back
@@ -204,76 +202,21 @@ class Compactor:
         self._count("committed")
         return committed
 
-    def _candidate(self, job: CompactionJob, summary: str, tokens: int, token: int | None) -> CheckpointCandidate:
+    def _candidate(
+        self, job: CompactionJob, summary: str, tokens: int, token: int | None, through: int | None = None
+    ) -> CheckpointCandidate:
         plan = job.plan
+        covered = through or plan.through_seq
         return CheckpointCandidate(
             conversation_id=job.conversation_id,
             branch_id=job.branch_id,
             parent_generation=job.previous.generation if job.previous else 0,
             from_seq=plan.from_seq,
-            covered_through_seq=plan.through_seq,
-            source_hash=job.hashes[plan.through_seq - 1],
+            covered_through_seq=covered,
+            source_hash=job.hashes[covered - 1],
             summary=summary,
             tokens=tokens,
             model=job.policy.summarizer.model or job.model,
             format_version=FORMAT_VERSION,
             lease_token=token,
-        )
-
-    async def _summarize_chunk(
-        self,
-        job: CompactionJob,
-        previous: str | None,
-        chunk: tuple[Item, ...],
-        pinned: list[Item],
-        allowed: list[str],
-    ) -> tuple[str | None, str | None]:
-        cap = self.projector.summary_max_tokens(job.policy, job.model)
-        messages = build_summary_messages(previous, chunk, pinned, max_tokens=cap)
-        budget = self.projector.summarizer_budget(job.policy, job.model)
-        counter = self.projector.counter(job.policy.summarizer.model or job.model)
-        needed = budget.fixed_tokens + sum(counter(message) for message in messages)
-        if needed > budget.input_budget:
-            # The plan sized the chunk to fit; never send a summarizer request over its window.
-            return None, (
-                f"summarizer request of {needed:,} tokens exceeds the summarizer's input budget of "
-                f"{budget.input_budget:,} (window {budget.context_window:,} - reply {budget.max_output_tokens:,})"
-            )
-        error: str | None = None
-        attempts, attempt, asked_shorter = job.policy.summarizer.max_attempts, 0, False
-        while attempt < attempts:
-            attempt += 1
-            result = await self.summarizer.summarize(
-                job.wire, job.route, job.policy, job.model, messages, job.client_auth, budget.max_output_tokens
-            )
-            await self._record(job, result.model, result, chunk)
-            if result.text is None:
-                error = result.error
-                continue
-            size = counter.count_text(result.text)
-            if size > cap:
-                error = f"summary too long: {size:,} tokens > summary_max_tokens {cap:,}"
-                if asked_shorter:
-                    break  # asked once more, shorter, already: the previous checkpoint stays
-                asked_shorter, attempts = True, max(attempts, attempt + 1)
-                messages = build_summary_messages(previous, chunk, pinned, max_tokens=cap, too_long_tokens=size)
-                continue
-            problems = check_summary(result.text, chunk, previous_summary=previous, allowed_texts=allowed)
-            if not problems:
-                return result.text, None
-            error = "summary rejected: " + "; ".join(problems)
-        return None, error
-
-    async def _record(self, job: CompactionJob, model: str, result: SummaryResult, chunk: tuple[Item, ...]) -> None:
-        call = self.recorder.open(job.tenant, job.route, model, "summary", stream=False)
-        call.started_at -= result.latency_ms / 1000
-        call.conversation_id, call.branch_id = job.conversation_id, job.branch_id
-        call.status = "complete" if result.text is not None else "error"
-        call.upstream_status, call.error, call.latency_ms = result.upstream_status, result.error, result.latency_ms
-        call.response = {"role": "assistant", "content": result.text} if result.text is not None else None
-        call.usage_raw, call.usage = result.usage_raw, result.usage.to_dict()
-        call.projection = {"summarized_seqs": [chunk[0].seq, chunk[-1].seq] if chunk else []}
-        status = result.upstream_status
-        await self.recorder.finish(
-            call, job.wire.name, f"http_{status}" if status is not None and status >= 400 else None
         )

@@ -26,6 +26,7 @@ from .protocols import OPENAI_CHAT
 from .protocols.base import Wire
 from .types import Message
 from .upstream.base import Hop
+from .upstream.classify import Rejection, classify
 from .upstream.litellm import usage_from_litellm
 from .usage import Usage
 
@@ -39,6 +40,8 @@ class SummaryResult:
     upstream_status: int | None = None
     error: str | None = None
     latency_ms: float = 0.0
+    rejection: Rejection | None = None
+    """the upstream's error answer, classified (a context overflow says by how much)"""
 
 
 class Summarizer:
@@ -97,11 +100,16 @@ class Summarizer:
         except (UnicodeDecodeError, json.JSONDecodeError):
             parsed = None
         if response.status != 200 or not isinstance(parsed, dict):
+            caller = next(
+                (v.rsplit(" ", 1)[-1] for k, v in auth.items() if k.lower() in ("authorization", "x-api-key")), None
+            )
+            data = self.keys.redact(data, caller)  # an upstream that echoes the key it was sent
             return SummaryResult(
                 None,
                 model,
                 upstream_status=response.status,
                 error=f"summarizer answered {response.status}: {data[:500].decode(errors='replace')}",
+                rejection=classify(response.status, data) if response.status >= 400 else None,
             )
         text, usage_raw = wire.summary_text(parsed)
         usage = usage_from_litellm(usage_raw) if route.upstream.model else wire.usage(usage_raw)
