@@ -422,9 +422,10 @@ def test_a_correction_of_the_pinned_objective_survives_compaction(proxy, upstrea
 @pytest.mark.parametrize("late_trim", [None, 0.8])
 def test_a_conversation_goes_as_sent_while_it_fits(proxy, upstream, api_key, monkeypatch, late_trim):
     """By default (late_trim 1.0) every request that fits the input budget before the first
-    summary goes upstream with exactly the client's messages, over the trigger too; the first
-    one that does not fit is trimmed, and the conversation goes on within the window. With
-    late_trim at the trigger, trimming starts at the trigger instead."""
+    summary goes upstream with exactly the client's messages, over the trigger too, while its
+    summary is computed from the trigger on; the first one that does not fit gets it (or is
+    trimmed), and the conversation goes on within the window. With late_trim at the trigger,
+    trimming starts at the trigger instead."""
     model = f"gpt-rewrite-late-{late_trim}"
     monkeypatch.setitem(upstream.context_windows, model, WINDOW)
     policy: dict[str, Any] = {"context_window": WINDOW, "max_output_tokens": 500, "overflow_wait": 20}
@@ -455,12 +456,17 @@ def test_a_conversation_goes_as_sent_while_it_fits(proxy, upstream, api_key, mon
     calls = sorted(p.wait_calls(conv, 24), key=lambda c: c["started_at"])
     records = [c["projection"] for c in calls if c["purpose"] == "main"]
     assert len(sent) == len(records) == 24
-    line = records[0]["input_budget"] if late_trim is None else records[0]["trigger_tokens"]
-    first_over = next(k for k, r in enumerate(records) if r["client_tokens"] > line)
+    key = "input_budget" if late_trim is None else "trigger_tokens"
+    first_over = next(k for k, r in enumerate(records) if r["client_tokens"] > r[key])
     over_trigger = [k for k in range(first_over) if records[k]["client_tokens"] > records[k]["trigger_tokens"]]
     assert bool(over_trigger) is (late_trim is None)  # the default sent requests over the trigger as they were
-    for k in range(first_over):  # exactly the client's messages; nothing trimmed or planned
+    for k in range(first_over):  # exactly the client's messages; nothing trimmed
         assert sent[k]["messages"] == requests[k], k
-        assert records[k]["trimmed"] == 0 and records[k]["compaction"] is None, k
-    assert records[first_over]["trimmed"] > 0 and sent[first_over]["messages"] != requests[first_over]
+        assert records[k]["trimmed"] == 0 and records[k]["covered_through_seq"] == 0, k
+        # over the trigger, the summary is planned (or, once committed, waits) meanwhile
+        planned = records[k]["compaction"] is not None or records[k]["deferred_generation"] is not None
+        assert planned is (k in over_trigger), k
+    first = records[first_over]
+    assert first["trimmed"] > 0 or first["covered_through_seq"] > 0
+    assert sent[first_over]["messages"] != requests[first_over]
     assert all(r["sent_tokens"] <= r["input_budget"] for r in records)

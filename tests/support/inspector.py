@@ -39,6 +39,7 @@ POLICY = {
     "keep_recent_tokens": 1500,
     "summary_chunk_tokens": 2000,
     "overflow_wait": 20,
+    "late_trim": 0.8,  # trimmed from the trigger on: the demo shows every form an event can take
     "summarizer": {"timeout": 5, "max_attempts": 2},
     "tool_results": {"keep_recent_groups": 2, "old_max_chars": 300, "clear_at_least": 1},
     "recall": {"enabled": "auto"},
