@@ -6,7 +6,10 @@ answer is classified (`upstream.classify`); an overflow teaches the estimator
 (`Estimator.overflowed`), and the request is projected again with its budget lowered by the
 measured overshoot plus the margin and sent again, at most `RETRIES` times. The client sees one
 ordinary answer. A request ctxproxy passed through unchanged because it thought it fit is no
-exception: the retry is a projection.
+exception: the retry is a projection. A stream that fails before its answer begins (the
+Responses API reports an overflow as `response.failed` in a 200 stream) is read that far first
+(`opening`, the wire's `opening_failure`) and handled alike; otherwise it is relayed from its
+first byte, the opening replayed.
 
 Each refused attempt is a call record of purpose `overflow` (status error, the provider's own
 message, `attempt` in its projection record); the answered one is the `main` record with
@@ -17,7 +20,7 @@ answer, and an overflow on a route that does not rewrite, goes to the client as 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from . import record
@@ -26,12 +29,15 @@ from .errors import ProxyError
 from .estimate import Prediction
 from .protocols.base import Wire
 from .services import Services
+from .sse import SseSplitter
 from .store.base import CallRecord
 from .upstream.base import HeldResponse, UpstreamResponse
 from .upstream.classify import Rejection, classify, overshoot, window_of
 
 RETRIES = 2
 OVERFLOW_STATUSES = frozenset({400, 413})
+OPENING_LIMIT = 64 * 1024
+"""Bytes of a stream read, at most, to see whether it fails before its answer begins."""
 UNKNOWN_OVERSHOOT = 0.05
 """Share of the input limit cut when the provider's error gives no numbers (OpenAI Responses:
 "Your input exceeds the context window of this model"), per attempt."""
@@ -54,6 +60,53 @@ class Sent:
 Resend = Callable[[Sent], Awaitable[UpstreamResponse | None]]
 """Project the request again for `Sent.cut`, record it on `Sent.call`, send it; None when the
 client left meanwhile."""
+
+
+class Replayed(UpstreamResponse):
+    """A stream whose opening was read already (to see whether it failed before its answer): the
+    same response, its opening pieces first, then the rest as it comes; an error met while
+    reading the opening is raised where the relay reaches it."""
+
+    def __init__(
+        self, answer: UpstreamResponse, opening: list[bytes], rest: AsyncIterator[bytes], error: ProxyError | None
+    ) -> None:
+        super().__init__(answer.status, answer.headers, answer.content_type, answer.request_id, answer.started)
+        self._answer, self._opening, self._rest, self._error = answer, opening, rest, error
+
+    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        return b"".join([piece async for piece in self.pieces()])[:limit]
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        for piece in self._opening:
+            yield piece
+        if self._error is not None:
+            raise self._error
+        async for piece in self._rest:
+            yield piece
+
+    def close(self) -> None:
+        self._answer.close()
+
+
+async def opening(upstream: UpstreamResponse, wire: Wire) -> tuple[UpstreamResponse, bytes | None]:
+    """A stream's opening events read until its answer begins or it fails (at most
+    `OPENING_LIMIT` bytes): the stream to relay, replaying them, and the failure's JSON if it
+    failed before any of the answer."""
+    rest = upstream.pieces()
+    splitter = SseSplitter()
+    pieces: list[bytes] = []
+    size, failure, error = 0, None, None
+    try:
+        async for piece in rest:
+            pieces.append(piece)
+            size += len(piece)
+            verdict = next((v for v in map(wire.opening_failure, splitter.feed(piece)) if v is not None), None)
+            if verdict is not None or size > OPENING_LIMIT:
+                failure = verdict if isinstance(verdict, bytes) else None
+                break
+    except ProxyError as exc:
+        error = exc
+    return Replayed(upstream, pieces, rest, error), failure
 
 
 async def held(upstream: UpstreamResponse, redact: Callable[[bytes], bytes]) -> tuple[UpstreamResponse, Rejection]:
@@ -90,9 +143,20 @@ async def recover(
     redact: Callable[[bytes], bytes],
     rewriting: bool,
 ) -> tuple[UpstreamResponse | None, Sent]:
-    """`upstream`, or the answer to the last retry of a request it refused as too long."""
-    while upstream.status in OVERFLOW_STATUSES:
-        upstream, rejection = await held(upstream, redact)
+    """`upstream`, or the answer to the last retry of a request it refused as too long: by an
+    error status, or by a stream that failed before its answer began."""
+    while True:
+        failure: bytes | None = None
+        if upstream.status in OVERFLOW_STATUSES:
+            upstream, rejection = await held(upstream, redact)
+        elif wire.fails_in_stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
+            upstream, failure = await opening(upstream, wire)
+            if failure is None:
+                return upstream, sent
+            failure = redact(failure)
+            rejection = classify(400, failure)
+        else:
+            return upstream, sent
         if rejection.kind != "overflow":
             return upstream, sent
         if sent.prediction is not None:
@@ -103,22 +167,37 @@ async def recover(
             return upstream, sent
         services.metrics.observe_overflow(route.name, "main", "retried")
         retry = Sent(retry_call(services, route, sent.call), cut=lowered(sent, rejection), attempt=sent.attempt + 1)
-        await refused(services, wire, sent, upstream, rejection)
+        await refused(services, wire, sent, upstream, rejection, failure)
+        upstream.close()
         sent = retry
         answer = await resend(sent)
         if answer is None:
             return None, sent
         upstream = answer
-    return upstream, sent
 
 
-async def refused(services: Services, wire: Wire, sent: Sent, upstream: UpstreamResponse, rejection: Rejection) -> None:
-    """Record the refused attempt: purpose `overflow`, the provider's message and numbers."""
+async def refused(
+    services: Services,
+    wire: Wire,
+    sent: Sent,
+    upstream: UpstreamResponse,
+    rejection: Rejection,
+    failure: bytes | None = None,
+) -> None:
+    """Record the refused attempt: purpose `overflow`, the provider's message and numbers
+    (`failure`: the failed stream's error event, when the refusal came inside a stream)."""
     call = sent.call
-    data = upstream.in_memory() or b""
     call.upstream_status, call.request_id = upstream.status, upstream.request_id
     call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - upstream.started)
-    kind = record.answered(call, wire, upstream.status, data)
+    if failure is None:
+        kind = record.answered(call, wire, upstream.status, upstream.in_memory() or b"")
+    else:
+        call.status, call.error, call.usage = (
+            "error",
+            failure[:4000].decode("utf-8", "replace"),
+            wire.usage(None).to_dict(),
+        )
+        kind = "stream_error"
     call.purpose = "overflow"
     call.branch_id = None  # a refused call is no branch's last call
     call.projection = {**(call.projection or {}), "attempt": sent.attempt, "overflow": _numbers(rejection)}

@@ -100,6 +100,16 @@ class Wire(Protocol):
 
     def observer(self, body: Json) -> StreamObserver: ...
     def is_stream(self, content_type: str) -> bool: ...
+
+    fails_in_stream: bool
+    """Whether the API may refuse a request inside a 200 stream, before its answer (then the
+    stream's opening is read first: `opening_failure`)."""
+
+    def opening_failure(self, event: SseEvent) -> bytes | bool | None:
+        """One event of a stream's opening: None while it only opens the stream, False once the
+        answer has begun (or cannot fail inside the stream any more), the failure's JSON when the
+        stream fails before any of the answer (the Responses API reports an overflow so)."""
+
     def response(self, parsed: Json) -> tuple[Message | None, str | None, Any]:
         """From a non-streamed answer: the assistant message (common model), finish reason, raw usage."""
 
@@ -117,6 +127,8 @@ class Wire(Protocol):
 class BaseWire:
     """Defaults of the `Wire` members a wire may leave alone."""
 
+    fails_in_stream = False
+
     def rewrite_allowed(self, body: Json) -> bool:
         """Every request may be projected."""
         return True
@@ -126,6 +138,10 @@ class BaseWire:
 
     def is_stream(self, content_type: str) -> bool:
         return "text/event-stream" in content_type
+
+    def opening_failure(self, event: SseEvent) -> bytes | bool | None:
+        """These APIs answer a request they refuse with an error status, not inside a stream."""
+        return False
 
     def with_cache_point(
         self, body: Json, messages: list[Message], point: int | None, previous: int | None = None

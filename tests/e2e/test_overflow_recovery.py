@@ -240,3 +240,41 @@ def test_a_tool_rejection_marks_recall_until_the_mark_expires(servers, tmp_path)
     finally:
         server.responder = None
         p.stop()
+
+
+def test_a_stream_that_fails_with_an_overflow_before_its_answer_is_sent_again(servers, tmp_path):
+    """The Responses API may refuse an oversized streamed request inside a 200 stream:
+    `response.created`, then `response.failed` with `context_length_exceeded`. Nothing of it
+    reaches the client: the request is projected smaller and sent again, and the client's stream
+    is the retry's."""
+    server = servers["openai_responses"]
+    server.clear()
+    server.overflow_in_stream = True
+    p = start_proxy(servers, tmp_path, POLICY)
+    try:
+        client = openai.OpenAI(base_url=p.base_url, api_key=f"sk-{uuid.uuid4().hex}", max_retries=0)
+        items: list[dict[str, Any]] = [{"role": "user", "content": "Run the checks."}]
+        for i in range(5):
+            args = json.dumps({"cmd": f"check {i}"})
+            items.append({"type": "function_call", "call_id": f"call_{i}", "name": "bash", "arguments": args})
+            items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": f"{i}: {RESULT}"})
+        items.append({"role": "user", "content": "Summarize the results."})
+        kinds, text = [], ""
+        with client.responses.create(
+            model=MODELS["openai_responses"], input=items, max_output_tokens=1_000, store=False, stream=True
+        ) as stream:
+            for event in stream:
+                kinds.append(event.type)
+                if event.type == "response.output_text.delta":
+                    text += event.delta
+        assert text and kinds[-1] == "response.completed" and "response.failed" not in kinds
+        checked = main_requests(server, "openai_responses")
+        assert checked[0].over and not checked[-1].over
+        (conversation,) = p.admin_json("conversations")["data"]
+        records = calls(p, conversation["id"])
+        refused = [c for c in records if c["purpose"] == "overflow"]
+        assert refused and refused[0]["upstream_status"] == 200 and "context_length_exceeded" in refused[0]["error"]
+        assert [c["status"] for c in records if c["purpose"] == "main"] == ["complete"]
+    finally:
+        server.overflow_in_stream = False
+        p.stop()

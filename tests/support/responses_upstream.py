@@ -140,6 +140,8 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         self.context_windows = dict(context_windows or {})
         self.default_window = default_window
         self.meter = Meter(counting)  # how this server counts a request (window check and usage)
+        self.overflow_in_stream = False
+        """Answer a streamed request over the window with a 200 stream that fails (`response.failed`)."""
         self.rejections: list[dict[str, Any]] = []
         self.stored: dict[str, list[dict[str, Any]]] = {}
 
@@ -286,6 +288,10 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
             await self._json(send, 404, openai_error(f"Invalid URL ({scope['method']} {scope['path']})"))
             return
         checked, counted = self._check(body)
+        if isinstance(checked, dict) and self.overflow_in_stream and isinstance(body, dict) and body.get("stream"):
+            if checked.get("error", {}).get("code") == "context_length_exceeded":
+                await self._failed_stream(send, body, checked["error"])
+                return
         if isinstance(checked, dict) or not isinstance(body, dict):
             await self._json(send, 400, checked)
             return
@@ -294,6 +300,16 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
             await self._answer(reply, body, checked, send, receive, counted)
         finally:
             reply.done.set()
+
+    async def _failed_stream(self, send: Any, body: dict[str, Any], error: dict[str, Any]) -> None:
+        """A streamed request over the window, as the API may answer it: a 200 stream whose
+        `response.created` is followed by `response.failed` naming the overflow."""
+        response = {"id": "resp_" + secrets.token_hex(12), "object": "response", "model": body["model"], "output": []}
+        created = {"type": "response.created", "sequence_number": 0, "response": {**response, "status": "in_progress"}}
+        failure = {"code": error["code"], "message": error["message"]}
+        failed = {"type": "response.failed", "sequence_number": 1, "response": {**response, "status": "failed", "error": failure}}
+        data = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in (created, failed))
+        await self._send_body(send, 200, [(b"content-type", b"text/event-stream; charset=utf-8")], data)
 
     async def _json(self, send: Any, status: int, obj: Any) -> None:
         data = json.dumps(obj).encode()

@@ -11,6 +11,7 @@ from typing import Any
 
 from ... import codec
 from ...errors import ProxyError, openai_error_bytes
+from ...sse import SseEvent
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
 from ...usage import Usage, from_openai_responses
@@ -72,6 +73,24 @@ class ResponsesWire(BaseWire):
     def observer(self, body: Json) -> ResponsesObserver:
         return ResponsesObserver()
 
+    fails_in_stream = True
+
+    def opening_failure(self, event: SseEvent) -> bytes | bool | None:
+        """A stream may open (`response.created`, `in_progress`, `queued`) and then fail
+        (`response.failed`, `error`) before any output: an overflow is reported so, in a 200."""
+        kind = event.event
+        if kind is None and event.data is not None:
+            try:
+                data = codec.loads(event.data)
+            except codec.JsonRejected:
+                data = None
+            kind = str(data.get("type")) if isinstance(data, dict) else None
+        if kind in OPENING:
+            return None
+        if kind in ("response.failed", "error") and event.data is not None:
+            return event.data.encode("utf-8", errors="replace")
+        return False
+
     def response(self, parsed: Json) -> tuple[Message | None, str | None, Any]:
         message = output_message(parsed.get("output")) if parsed.get("status") != "failed" else None
         return message, finish_of(parsed), parsed.get("usage")
@@ -104,5 +123,7 @@ class ResponsesWire(BaseWire):
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]:
         return output_text(parsed), parsed.get("usage")
 
+
+OPENING = frozenset({"response.created", "response.in_progress", "response.queued"})
 
 WIRE = ResponsesWire()
