@@ -34,6 +34,7 @@ from .store.base import StoredCheckpoint
 from .summarizer import Summarizer, SummaryResult
 from .types import Message
 from .upstream.classify import window_of
+from .windows import summarizer_key
 
 SHUTTING_DOWN = "the proxy is shutting down: no new summarizer call"
 CUT_OFF = "cut off at shutdown while the summarizer was answering; the upstream may bill it (usage unknown)"
@@ -99,7 +100,7 @@ class Rolling:
         if needed > budget.input_budget:
             # the plan sized the chunk for a window the summarizer does not have (any more)
             return await self._halves(previous, chunk, depth, budget.input_budget, needed)
-        key = (job.route.name, name)
+        key = summarizer_key(policy, job.model, job.route.name)
         prediction = projector.estimator.predict(key, None, (), needed, budget.fixed_tokens, policy.safety_margin)
         error: str | None = None
         for _ in range(policy.summarizer.max_attempts):

@@ -114,7 +114,7 @@ class Windows:
             sized = Sized(own.tokens, "the request's own window; litellm does not know the model")
             if smallest is not None and smallest.tokens <= own.tokens:
                 sized = Sized(smallest.tokens, smallest.source + "; litellm does not know the model")
-        learned = self.estimator.window((route, settings.model)) if route else None
+        learned = self.estimator.window(summarizer_key(policy, model, route))
         if learned is not None and learned < sized.tokens:
             return Sized(learned, "the summarizer's overflow error")
         return sized
@@ -138,10 +138,10 @@ class Windows:
         divided by what the estimate is learned to miss on its (route, model)."""
         window = self.summarizer_window(policy, model, route, policy_name).tokens
         output = self.summarizer_output(policy, window).tokens
-        name = policy.summarizer.model or model
         limit = window - output
         if route is not None:
-            limit = max(1, min(limit, self.estimator.limit((route, name), None, 0, limit, margin)))
+            key = summarizer_key(policy, model, route)
+            limit = max(1, min(limit, self.estimator.limit(key, None, 0, limit, margin)))
         return Budget(context_window=output + limit, max_output_tokens=output, fixed_tokens=REPLY_PRIMING_TOKENS)
 
     def summary_max_tokens(self, policy: Policy, model: str, route: str | None = None, policy_name: str = "") -> int:
@@ -173,3 +173,12 @@ class Windows:
                 f"reply reserve {output.tokens:,} ({output.source})"
             )
         return f"policy {name!r}: " + "; ".join(parts)
+
+
+def summarizer_key(policy: Policy, model: str, route: str | None) -> Key:
+    """Whose counting and window a summarizer call has: a `summarizer.model` is an upstream of its
+    own, whichever route's conversation it summarizes (what one route's calls teach, all use);
+    else the route's own model."""
+    if policy.summarizer.model:
+        return ("summarizer", policy.summarizer.model)
+    return (route or "", model)
