@@ -1,22 +1,41 @@
-"""The continuity bench runs end to end: planted facts, a real proxy, the scripted model.
+"""The continuity bench runs end to end: planted facts, a real proxy, the scripted model, and
+upstreams that count tokens their own way (`tests.support.counting`).
 
-A small run (three episodes at an 8k window on the chat wire) must send nothing over the window,
-get no errors, and answer at least as many facts with recall as without; the reference run with
-the whole history answers every one.
+A small run (three episodes at an 8k window on the chat wire) in two counting modes, `exact` and
+`bias+5` (the upstream counts 5% more than `exact`), with a summarizer whose 16k window the proxy
+is not told and which overshoots its length instruction. In both, nothing may reach the upstream
+over its window (the summarizer's requests included), no error may reach the client, a summary
+must commit, every request that pruned must carry the marker, and recall must answer every fact
+the reference run with the whole history answers.
 """
 
 from __future__ import annotations
 
+from bench.continuity.__main__ import tables
 from bench.continuity.run import run
+
+OTHER = "bias+5"
 
 
 def test_small_continuity_run():
-    results = {r["mode"]: r for r in run([8000], ["chat"], episodes=3, steps=11, concurrency=3)}
+    rows = run([8000], ["chat"], episodes=3, steps=11, concurrency=3, countings=["exact", OTHER])
+    print("\n" + tables(rows))
+    results = {r["mode"]: r for r in rows if r["counting"] == "exact"}
     assert set(results) == {"recall", "plain", "whole"}
-    for r in results.values():
+    other = [r for r in rows if r["counting"] == OTHER]
+    assert [r["mode"] for r in other] == ["recall"]
+    for r in [*results.values(), *other]:
         assert r["errors"] == 0, r["first_errors"]
-        assert r["over_window"] == 0
+        assert r["upstream_overflows"] == 0 and r["over_window"] == 0, r["overflow_messages"]
+        assert r["summary_over_window"] == 0
+        assert r["marked_requests"] == (r.get("pruned_requests") or 0)
         assert r["facts_asked"] > 0
     assert results["whole"]["recall_rate"] == 1.0, results["whole"]["wrong"]
+    for r in (results["recall"], other[0]):
+        assert r["checkpoints_committed"] >= 1 and r["checkpoints_failed"] == 0
+        assert r["facts_correct"] == results["whole"]["facts_correct"], r["wrong"]
     assert results["recall"]["facts_correct"] >= results["plain"]["facts_correct"]
     assert results["recall"]["tokens_saved"] > 0.3
+    for r in (results["recall"], results["plain"]):
+        assert r["proxy_main_calls"] == r["requests"]  # the admin API saw the whole session
+        assert r["estimate_samples"] > 0 and r["estimate_error_p50"] is not None

@@ -9,12 +9,18 @@ what the projection (and recall) let it see.
 
 The summarizer is extractive and lossy on purpose: it keeps the goal, every user correction
 (its prompt asks for them) and only the newest few fact-like lines, so facts do fall out of the
-rolling summary as they would with a real model under a size limit.
+rolling summary as they would with a real model under a size limit. And like a real model it
+overshoots its length instruction ("Keep the whole summary under N tokens."): given the
+upstream's own token count it pads its answer to 1.1-1.3 x N with plausible content, verbose
+notes on the checks it read (never a planted fact: those stay under the rules above), within
+what the source holds.
 """
 
 from __future__ import annotations
 
 import re
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.continuity import script
@@ -25,6 +31,10 @@ _EVENT = re.compile(r'<event id="e(\d+)"[^>]*>(.*?)</event>', re.S)
 _PREVIOUS = re.compile(r"<previous_summary>(.*?)</previous_summary>", re.S)
 _FACT_LINE = re.compile(r"[^\n.]*(?: is | = |: )[^\n.]*\d[^\n.]*")
 _BULLET = re.compile(r"^- (.+)$", re.M)
+_LIMIT = re.compile(r"Keep the whole summary under ([\d,]+) tokens\.")
+_HISTORY = re.compile(r"<history[^>]*>(.*?)</history>", re.S)
+OVERSHOOT = (1.1, 1.3)
+"""the summary's size as a multiple of the limit asked for, by the upstream's count"""
 
 
 @dataclass
@@ -54,9 +64,11 @@ def _latest(pattern: str, texts: list[str]) -> str | None:
     return found
 
 
-def respond(view: View, steps: int) -> Action:
+def respond(view: View, steps: int, count: Callable[[str], int] | None = None) -> Action:
+    """The model's next action; `count`: the upstream's token count of a text, which the
+    summarizer overshoots its length instruction by."""
     if view.summary_request:
-        return Action(text=summarize(view.body_text))
+        return Action(text=summarize(view.body_text, count))
     asked = script.QUESTION.search(view.last_user)
     if asked:
         return _answer(view, script.fact_named(asked.group(1)))
@@ -84,10 +96,12 @@ def _answer(view: View, fact: script.Fact | None) -> Action:
     return Action(text="unknown")
 
 
-def summarize(body_text: str) -> str:
+def summarize(body_text: str, count: Callable[[str], int] | None = None) -> str:
+    """The summary of a summarizer request; with `count`, padded past its length instruction."""
     previous = _PREVIOUS.search(body_text)
     corrections: list[str] = []
     facts: list[str] = []
+    notes: list[str] = []
     if previous:
         old = previous.group(1)
         sections = re.split(r"^## ", old, flags=re.M)
@@ -97,6 +111,8 @@ def summarize(body_text: str) -> str:
                 corrections += bullets
             elif section.startswith("Key facts"):
                 facts += bullets
+            elif section.startswith("Decisions"):
+                notes += bullets
     for event_id, text in _EVENT.findall(body_text):
         for line in re.findall(r"Correction: [^\n]*?\.(?=\s|$)", text):
             corrections.append(f"{line[len('Correction: ') :]} [e{event_id}]")
@@ -106,10 +122,66 @@ def summarize(body_text: str) -> str:
                 facts.append(f"{line} [e{event_id}]")
     facts = list(dict.fromkeys(facts))[-KEY_FACTS_KEPT:]
     corrections = list(dict.fromkeys(corrections))
+    limit = _LIMIT.search(body_text)
+    decisions: list[str] = []
+    if limit is not None and count is not None:
+        target = int(limit.group(1).replace(",", "")) * _overshoot(body_text)
+        core = count(_render(corrections, [], facts))
+        room = int(0.8 * _source_chars(body_text))  # the proxy rejects a summary longer than its source
+        decisions = _padding(notes + _notes(body_text), target - core, count, room)
+    return _render(corrections, decisions, facts)
+
+
+def _render(corrections: list[str], decisions: list[str], facts: list[str]) -> str:
     return (
         f"## Goal\n{script.OBJECTIVE}\n## Constraints\nnone\n## Corrections\n"
         + ("\n".join(f"- {c}" for c in corrections) or "none")
-        + "\n## Decisions\nnone\n## Key facts\n"
+        + "\n## Decisions\n"
+        + ("\n".join(f"- {d}" for d in decisions) or "none")
+        + "\n## Key facts\n"
         + ("\n".join(f"- {f}" for f in facts) or "none")
         + "\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\nContinue with the next episode."
     )
+
+
+def _overshoot(body_text: str) -> float:
+    """Within `OVERSHOOT`, a function of the request (reproducible; a retry asking for a shorter
+    summary overshoots the same limit again); the last note added may pass the target by a few
+    tokens, so the draw stays 3% below the top."""
+    low, high = OVERSHOOT
+    return low + (high - 0.03 - low) * (zlib.crc32(body_text.encode()) / 0xFFFFFFFF)
+
+
+_PLANTED = re.compile("|".join(f.pattern for f in script.FACTS) + "|Correction|Question|Remember", re.I)
+
+
+def _notes(body_text: str) -> list[str]:
+    """Verbose notes on what the history shows (the checks run and what they printed), oldest
+    first, none of them a planted fact: a wordy model's filler, true to its source."""
+    out = []
+    for event_id, text in _EVENT.findall(body_text):
+        for line in text.splitlines():
+            line = line.strip()
+            if len(line) > 12 and not _PLANTED.search(line) and not line.startswith("[tool call"):
+                out.append(f"Reviewed in e{event_id}: {line}; nothing in it changes the plan. [e{event_id}]")
+    return out
+
+
+def _source_chars(body_text: str) -> int:
+    history = _HISTORY.search(body_text)
+    previous = _PREVIOUS.search(body_text)
+    return len(history.group(1) if history else "") + len(previous.group(1) if previous else "")
+
+
+def _padding(notes: list[str], tokens: float, count: Callable[[str], int], max_chars: int) -> list[str]:
+    """The newest notes, in order, until they add `tokens` (within `max_chars` of text: a summary
+    longer than its source is rejected as runaway, and a wordy model still writes less than it read)."""
+    picked: list[str] = []
+    added = chars = 0
+    for note in reversed(list(dict.fromkeys(notes))):
+        if added >= tokens or chars + len(note) > max_chars:
+            break
+        picked.append(note)
+        added += count(f"- {note}\n")
+        chars += len(note) + 3
+    return picked[::-1]
