@@ -10,6 +10,8 @@ from bench.active import section as active_section
 from bench.targets import row_where
 
 CLOSING_NOTE = Path(__file__).resolve().parent / "optimisations.md"
+CONTINUITY = Path(__file__).resolve().parent / "continuity" / "RESULTS.md"
+"""The last recorded `python -m bench.continuity --record` (a run of its own, not of `python -m bench`)."""
 
 
 def _f(v: Any, digits: int = 2) -> str:
@@ -308,6 +310,8 @@ def render(report: dict[str, Any]) -> str:
         lines += _table(native.get("top_symbols", []), [("name", "shared object and symbol"), ("pct", "% samples")])
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
+    if CONTINUITY.exists():
+        lines += ["", CONTINUITY.read_text().rstrip()]
     if CLOSING_NOTE.exists():  # what was optimised and what each step measured (hand-written)
         lines += ["", CLOSING_NOTE.read_text().rstrip()]
     return "\n".join(lines) + "\n"

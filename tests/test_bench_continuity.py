@@ -11,7 +11,7 @@ the reference run with the whole history answers.
 
 from __future__ import annotations
 
-from bench.continuity.__main__ import tables
+from bench.continuity.__main__ import record, summary, tables
 from bench.continuity.run import run
 
 OTHER = "bias+5"
@@ -20,6 +20,10 @@ OTHER = "bias+5"
 def test_small_continuity_run():
     rows = run([8000], ["chat"], episodes=3, steps=11, concurrency=3, countings=["exact", OTHER])
     print("\n" + tables(rows))
+    table = summary(rows).splitlines()
+    assert len(table) == 2 + 2 and table[2].startswith("| exact | 8,000 | 0 |")  # a row per mode and window
+    recorded = record(rows, 1.0, ["--windows", "8000"], ("an earlier tree", rows))
+    assert recorded.count("| bias+5 | 8,000 |") == 2 and "### counting bias+5, window 8,000" in recorded
     results = {r["mode"]: r for r in rows if r["counting"] == "exact"}
     assert set(results) == {"recall", "plain", "whole"}
     other = [r for r in rows if r["counting"] == OTHER]

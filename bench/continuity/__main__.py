@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -81,6 +83,81 @@ def tables(results: list[dict]) -> str:
     return "\n\n".join(out)
 
 
+RECORD = Path(__file__).resolve().parent / "RESULTS.md"
+"""The last recorded run (`--record`); `python -m bench` renders it into BENCHMARKS.md."""
+SUMMARY_HEAD = [
+    "counting",
+    "window",
+    "client errors",
+    "overflows / 100 upstream requests (main; summarizer; all)",
+    "checkpoints committed / failed",
+    "pruned events (requests marked / pruning)",
+    "facts right: recall / whole",
+    "tokens saved",
+    "estimate error p50 / p99",
+]
+
+
+def _total(rows: list[dict], key: str) -> int:
+    return sum(int(r.get(key) or 0) for r in rows)
+
+
+def summary(results: list[dict]) -> str:
+    """One row per counting mode and window, the three wires' recall runs together."""
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in results:
+        if r["mode"] == "recall":
+            groups.setdefault((r["counting"], r["window"]), []).append(r)
+    lines = ["| " + " | ".join(SUMMARY_HEAD) + " |", "|" + "---|" * len(SUMMARY_HEAD)]
+    for (counting, window), rows in groups.items():
+        total = functools.partial(_total, rows)
+        main = 100 * total("upstream_overflows") / max(1, total("upstream_requests"))
+        summaries = 100 * total("summary_overflows") / max(1, total("summary_requests"))
+        every = 100 * (total("upstream_overflows") + total("summary_overflows"))
+        every /= max(1, total("upstream_requests") + total("summary_requests"))
+        saved = [r["tokens_saved"] for r in rows]
+        p50 = max(r["estimate_error_p50"] or 0 for r in rows)
+        p99 = max(r["estimate_error_p99"] or 0 for r in rows)
+        cells = [
+            counting,
+            f"{window:,}",
+            str(total("errors")),
+            f"{main:.2f} ({total('upstream_overflows')}); {summaries:.2f} ({total('summary_overflows')}); "
+            f"all {every:.2f}",
+            f"{total('checkpoints_committed')} / {total('checkpoints_failed')}",
+            f"{total('pruned_events')} ({total('marked_requests')} / {total('pruned_requests')})",
+            f"{total('facts_correct')}/{total('facts_asked')} / {total('whole_correct')}/{total('facts_asked')}",
+            f"{100 * min(saved):.1f}-{100 * max(saved):.1f}%",
+            f"{100 * p50:.1f}% / {100 * p99:.1f}%",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def record(results: list[dict], took: float, argv: list[str], before: tuple[str, list[dict]] | None = None) -> str:
+    """The section BENCHMARKS.md shows: how it was run, the summary (and an earlier run's, to
+    compare: `before`, (what it ran, its rows)), every table."""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    requests = sum(r["requests"] for r in results)
+    return "\n\n".join(
+        [
+            "## Continuity against upstreams that count their own way (`python -m bench.continuity`)",
+            f"Run on {stamp} ({os.cpu_count()} CPUs): `{' '.join(['python -m bench.continuity', *argv])}`, "
+            f"{len(results)} runs, {requests:,} client requests, {took:.0f} s. Each run is one session of "
+            "30 episodes x 11 steps (about 245k tokens of history: 8-30x the window) through one proxy, "
+            "against scripted upstreams that count tokens their own way and a summarizer the proxy "
+            "knows nothing of (`openai/acme-summarizer`, 16k window, 10-30% over its length instruction). "
+            "The recall runs of the three wires, per counting mode and window (each cell sums or spans the "
+            "wires; estimate error: the worst wire's):",
+            summary(results),
+            *([f"The same bench on {before[0]}:", summary(before[1])] if before else []),
+            GOALS,
+            "Every run:",
+            tables(results),
+        ]
+    )
+
+
 def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm's bundled map
     ap = argparse.ArgumentParser(prog="python -m bench.continuity")
@@ -92,6 +169,10 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=6)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-whole", action="store_true", help="skip the reference runs with the whole history")
+    ap.add_argument("--record", action="store_true", help=f"write the results to {RECORD.name} (for BENCHMARKS.md)")
+    ap.add_argument(
+        "--before", nargs=2, metavar=("WHAT", "JSON"), help="with --record: an earlier run's --json to compare"
+    )
     a = ap.parse_args()
     windows = [int(w) for w in a.windows.split(",")]
     countings = [c.strip() for c in a.counting.split(",") if c.strip()]
@@ -109,6 +190,12 @@ def main() -> None:
     print(f"\n{len(results)} runs, {sum(r['requests'] for r in results):,} client requests in {took:.0f} s wall time")
     if a.json:
         a.json.write_text(json.dumps(results, indent=1))
+    if a.record:
+        before = (a.before[0], json.loads(Path(a.before[1]).read_text())) if a.before else None
+        argv = [arg for arg in sys.argv[1:] if arg != "--record"]
+        if a.before:
+            argv = argv[: argv.index("--before")] + argv[argv.index("--before") + 3 :]
+        RECORD.write_text(record(results, took, argv, before) + "\n")
 
 
 if __name__ == "__main__":
