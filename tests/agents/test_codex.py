@@ -137,3 +137,26 @@ def test_codex_exec_resumed(proxy, codex_upstream, tmp_path):
     _codex(p, tmp_path, *FLAGS, harness.PROMPT)
     _codex(p, tmp_path, "resume", "--last", *FLAGS, "Tell me the launch code once more.")
     _check(p, codex_upstream, "codex exec resume", 2)
+
+
+def test_codex_exec_to_an_upstream_that_counts_otherwise(proxy, tmp_path):
+    """The same session against an upstream that counts its own way (`claude-like`: another
+    encoding, other framing, 15% more) and enforces the 16k window with that count: no request
+    over it by the upstream's count (an overflow it refused anyway is sent again smaller, never
+    relayed to Codex), the summary commits, and the ledger is what the upstream billed."""
+    server = ResponsesServer(context_windows={MODEL: WINDOW}, counting="claude-like").start()
+    try:
+        p = _start(proxy, server)
+        _codex(p, tmp_path, *FLAGS, harness.PROMPT)
+        main = [m for m in server.measured if not harness.is_summary(m.request)]
+        refused = [m for m in main if m.over]
+        assert len(refused) <= 1, [(m.counted, m.max_tokens) for m in refused]
+        assert not any(m.over for m in server.measured if harness.is_summary(m.request))
+        got = harness.outcome(p, len(server.measured))
+        assert any(c["status"] == "active" for c in got.checkpoints), got.checkpoints
+        assert [c["purpose"] for c in got.calls].count("overflow") == len(refused)
+        billed = [r.usage for r in server.replies_sent if r.usage]
+        assert got.ledger["input_total"] == sum(u["input_tokens"] for u in billed)
+        print(harness.report("codex exec, claude-like upstream", got, len(server.measured)))
+    finally:
+        server.stop()
