@@ -87,6 +87,11 @@ class Budget:
     summary_max_tokens: int | None = None
     """the longest summary a compaction may commit (None: not known); planning keeps room for a
     summary this large, so the projection after the commit lands near `target`"""
+    nominal_input: int | None = None
+    """the input the model's window holds in its own tokens (window less the reply reserve), when
+    `input_budget` is in another unit (an estimate corrected for the upstream's count, which
+    moves as it is learned); it sizes what follows the window's size rather than fitting it (how
+    many recent groups keep their results whole), so learning never moves a trim boundary back"""
 
     def __post_init__(self) -> None:
         if self.context_window <= 0:
@@ -105,6 +110,11 @@ class Budget:
     def input_budget(self) -> int:
         """Tokens the request may use: the window minus the output reserved for the reply."""
         return self.context_window - self.max_output_tokens
+
+    @property
+    def sizing(self) -> int:
+        """What sizes window-dependent settings: `nominal_input`, else `input_budget`."""
+        return self.nominal_input or self.input_budget
 
 
 @dataclass(frozen=True)

@@ -217,9 +217,9 @@ def trim_tool_results(draft: Draft, ctx: StepContext) -> Draft:
 
 def trimmed(draft: Draft, ctx: StepContext) -> Draft:
     """`draft` with its tool results trimmed, whether or not it would go as sent."""
-    boundary = trim_boundary(len(ctx.groups), ctx.config.tool_results, ctx.budget.input_budget)
+    boundary = trim_boundary(len(ctx.groups), ctx.config.tool_results, ctx.budget.sizing)
     head, head_entries = trim_slots(draft.head, boundary, ctx)
     tail, tail_entries = trim_slots(draft.tail, boundary, ctx)
     trimmed = draft.trimmed + tuple(head_entries) + tuple(tail_entries)
-    previous = previous_boundary(boundary, ctx.config.tool_results, ctx.budget.input_budget)
+    previous = previous_boundary(boundary, ctx.config.tool_results, ctx.budget.sizing)
     return replace(draft, head=head, tail=tail, trimmed=trimmed, old_groups=boundary, previous_old_groups=previous)

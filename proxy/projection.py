@@ -176,6 +176,7 @@ class Projector:
             context_window=output + estimated,
             max_output_tokens=output,
             fixed_tokens=fixed,
+            nominal_input=window - output,
             summarizer=self.windows.summarizer_budget(policy, model, name, policy_name, policy.safety_margin),
             summary_max_tokens=self.windows.summary_max_tokens(policy, model, name, policy_name),
         )

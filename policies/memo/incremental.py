@@ -153,7 +153,7 @@ def project_incremental(
     keep, start = 0, first_uncovered
     if state is not None and not fresh:
         resume = state.stable_groups
-        boundary = trim_boundary(len(groups), config.tool_results, budget.input_budget) if state.trims else NO_TRIM
+        boundary = trim_boundary(len(groups), config.tool_results, budget.sizing) if state.trims else NO_TRIM
         if boundary != state.boundary and max(boundary, state.boundary) > first_uncovered:
             resume = min(resume, boundary, state.boundary)
         keep = bisect_left(state.slot_groups, resume)
@@ -169,7 +169,7 @@ def project_incremental(
             raw = render(first_uncovered)
         state = TailState(covered=covered, config=config, count=count, recall_tool=recall_tool, released=ctx.released)
         keep = 0
-    boundary = trim_boundary(len(groups), config.tool_results, budget.input_budget) if trims else NO_TRIM
+    boundary = trim_boundary(len(groups), config.tool_results, budget.sizing) if trims else NO_TRIM
     if trims:
         sent_head, head_entries = trim_slots(head, boundary, ctx)
     else:
@@ -216,7 +216,7 @@ def project_incremental(
     if any(type(message) is not dict for message in messages):
         messages = [message if type(message) is dict else clone(message) for message in messages]
     cache_point = _cache_point(state, len(messages), state.boundary)
-    previous = previous_boundary(state.boundary, config.tool_results, budget.input_budget)
+    previous = previous_boundary(state.boundary, config.tool_results, budget.sizing)
     previous_point = _cache_point(state, len(messages), previous)
     messages += state.body
     sent_seqs = (*head_seqs, *state.sent)

@@ -207,3 +207,23 @@ def test_pinned_tool_results_are_never_trimmed() -> None:
     assert draft.total > ctx.trigger_tokens
     out = trim_tool_results(draft, ctx)
     assert out.messages()[2]["content"] == "z" * 5000
+
+
+def test_the_recent_groups_follow_the_windows_size_not_a_learned_budget() -> None:
+    """The budget's unit is the proxy's estimate, corrected as the upstream's own count is learned,
+    so it moves between requests (23,488 upstream tokens read 21,353 with a 10% margin, 25,600
+    once the upstream is seen to count less). How many recent groups keep their results whole
+    follows the window itself (`Budget.nominal_input`): learning never moves the boundary back."""
+    from policies.projection import project
+
+    history = items(user("task"), *[m for k in range(12) for m in (calls(f"c{k}"), result(f"c{k}", "z" * 3_000))])
+    config = PolicyConfig(late_trim=0.05, trigger=0.05, target=0.01)
+    sent = {
+        estimate: project([], history, None, Budget(512 + estimate, 512, nominal_input=23_488), config, fake_count)
+        for estimate in (21_353, 25_600)
+    }
+    boundaries = {estimate: [e.seq for e in p.record.trimmed] for estimate, p in sent.items()}
+    assert boundaries[21_353] == boundaries[25_600] and boundaries[21_353]
+    # without it, the budget itself sizes them: 2 recent groups at 21,353, 3 at 25,600
+    plain = {e: project([], history, None, Budget(512 + e, 512), config, fake_count) for e in (21_353, 25_600)}
+    assert [e.seq for e in plain[21_353].record.trimmed] != [e.seq for e in plain[25_600].record.trimmed]
