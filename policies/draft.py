@@ -276,7 +276,7 @@ def layout(
     latest_user = index.last_user
     first = index.first_user if config.pins.first_user else None
     always = frozenset(seq for seq in (first, latest_user) if seq is not None)
-    pinned, released = release_pins(index.pinned(config.pins), always, index.tokens_of_one, budget.input_budget // 2)
+    pinned, released = release_pins(index.pinned(config.pins), always, index.tokens_of_one, budget.sizing // 2)
     covered = effective_boundary(groups, checkpoint)
     ctx = StepContext(
         items=items,
