@@ -20,7 +20,7 @@ answer, and an overflow on a route that does not rewrite, goes to the client as 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from . import record
@@ -31,7 +31,7 @@ from .protocols.base import Wire
 from .services import Services
 from .sse import SseSplitter
 from .store.base import CallRecord
-from .upstream.base import HeldResponse, UpstreamResponse
+from .upstream.base import HeldResponse, Replayed, UpstreamResponse
 from .upstream.classify import Rejection, classify, overshoot, window_of
 
 RETRIES = 2
@@ -60,32 +60,6 @@ class Sent:
 Resend = Callable[[Sent], Awaitable[UpstreamResponse | None]]
 """Project the request again for `Sent.cut`, record it on `Sent.call`, send it; None when the
 client left meanwhile."""
-
-
-class Replayed(UpstreamResponse):
-    """A stream whose opening was read already (to see whether it failed before its answer): the
-    same response, its opening pieces first, then the rest as it comes; an error met while
-    reading the opening is raised where the relay reaches it."""
-
-    def __init__(
-        self, answer: UpstreamResponse, opening: list[bytes], rest: AsyncIterator[bytes], error: ProxyError | None
-    ) -> None:
-        super().__init__(answer.status, answer.headers, answer.content_type, answer.request_id, answer.started)
-        self._answer, self._opening, self._rest, self._error = answer, opening, rest, error
-
-    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
-        return b"".join([piece async for piece in self.pieces()])[:limit]
-
-    async def pieces(self) -> AsyncIterator[bytes]:
-        for piece in self._opening:
-            yield piece
-        if self._error is not None:
-            raise self._error
-        async for piece in self._rest:
-            yield piece
-
-    def close(self) -> None:
-        self._answer.close()
 
 
 async def opening(upstream: UpstreamResponse, wire: Wire) -> tuple[UpstreamResponse, bytes | None]:

@@ -9,14 +9,13 @@ latency. A recall call after text that already went to the client is answered to
 follow-up continues the client's stream (`watch`, `splice`).
 
 An answer that called recall is recorded here with `purpose: recall`; any other answer is handed
-back to the orchestrator to relay as if it had never been looked at (`Buffered`, `Replayed`), a
+back to the orchestrator to relay as if it had never been looked at (`HeldResponse`, `Replayed`), a
 stream that started with text still watched for a later recall call (`watch.Watched`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from policies.text import tool_calls
@@ -30,48 +29,9 @@ from ..services import Services
 from ..sse import SseEvent, SseSplitter
 from ..store.base import CallRecord
 from ..types import Json, Message
-from ..upstream.base import UpstreamResponse
+from ..upstream.base import HeldResponse, Replayed, UpstreamResponse
 from .answer import recall_calls
 from .watch import Answer, Rounds, Watched, may_call, may_write
-
-
-class Buffered(UpstreamResponse):
-    """An upstream answer already read whole (to see whether it called recall)."""
-
-    def __init__(self, upstream: UpstreamResponse, data: bytes) -> None:
-        super().__init__(
-            upstream.status, upstream.headers, upstream.content_type, upstream.request_id, upstream.started
-        )
-        self.data = data
-
-    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
-        return self.data
-
-    def in_memory(self) -> bytes | None:
-        return self.data
-
-    def close(self) -> None:
-        return None
-
-
-class Replayed(UpstreamResponse):
-    """A stream read to its end to decide; its pieces are replayed."""
-
-    def __init__(self, upstream: UpstreamResponse, head: list[bytes]) -> None:
-        super().__init__(
-            upstream.status, upstream.headers, upstream.content_type, upstream.request_id, upstream.started
-        )
-        self.inner, self.head = upstream, head
-
-    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
-        raise NotImplementedError("a replayed stream is read by pieces")
-
-    async def pieces(self) -> AsyncIterator[bytes]:
-        for piece in self.head:
-            yield piece
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def relay_now(message: Message | None) -> bool:
@@ -103,7 +63,7 @@ async def read_whole(
     parsed = _json(data)
     message = wire.response(parsed)[0] if parsed is not None else None
     if not recall_calls(message, settings):
-        return Buffered(upstream, data), None
+        return HeldResponse(upstream, data), None
     call.purpose = "recall"
     call.upstream_status, call.request_id = upstream.status, upstream.request_id
     call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - t0)

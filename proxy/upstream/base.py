@@ -93,8 +93,8 @@ class UpstreamResponse:
 
 
 class HeldResponse(UpstreamResponse):
-    """An answer whose body was read already (to classify an error before relaying it): the
-    same status, headers and bytes, served from memory."""
+    """An answer whose body was read whole already (to classify an error, to see whether it
+    called recall): the same status, headers and bytes, served from memory."""
 
     def __init__(self, answer: UpstreamResponse, body: bytes) -> None:
         super().__init__(answer.status, answer.headers, answer.content_type, answer.request_id, answer.started)
@@ -111,6 +111,37 @@ class HeldResponse(UpstreamResponse):
 
     def close(self) -> None:
         return None
+
+
+class Replayed(UpstreamResponse):
+    """A stream whose first pieces were read already (to see what it begins with, or the whole of
+    it): the same response, those pieces first, then `rest` as it comes (None: they were all);
+    an error met while reading them (`error`) is raised where the relay reaches it."""
+
+    def __init__(
+        self,
+        answer: UpstreamResponse,
+        head: list[bytes],
+        rest: AsyncIterator[bytes] | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        super().__init__(answer.status, answer.headers, answer.content_type, answer.request_id, answer.started)
+        self._answer, self._head, self._rest, self._error = answer, head, rest, error
+
+    async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        return b"".join([piece async for piece in self.pieces()])[:limit]
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        for piece in self._head:
+            yield piece
+        if self._error is not None:
+            raise self._error
+        if self._rest is not None:
+            async for piece in self._rest:
+                yield piece
+
+    def close(self) -> None:
+        self._answer.close()
 
 
 class Hop(Protocol):
