@@ -19,18 +19,13 @@ answer, and an overflow on a route that does not rewrite, goes to the client as 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 
 from . import record
-from .config import Route
 from .errors import ProxyError
-from .estimate import Prediction
+from .exchange import Attempt, Exchange
 from .protocols.base import Wire
-from .services import Services
 from .sse import SseSplitter
-from .store.base import CallRecord
 from .upstream.base import HeldResponse, Replayed, UpstreamResponse
 from .upstream.classify import Rejection, classify, overshoot, window_of
 
@@ -44,22 +39,9 @@ UNKNOWN_OVERSHOOT = 0.05
 ERROR_BODY_LIMIT = 1024 * 1024
 
 
-@dataclass
-class Sent:
-    """One attempt: its call record, the prediction it was budgeted on, the upstream tokens its
-    input could use, and what it cost to budget it lower (`cut`, cumulative)."""
-
-    call: CallRecord
-    prediction: Prediction | None = None
-    limit: int | None = None
-    output: int | None = None
-    cut: int = 0
-    attempt: int = 1
-
-
-Resend = Callable[[Sent], Awaitable[UpstreamResponse | None]]
-"""Project the request again for `Sent.cut`, record it on `Sent.call`, send it; None when the
-client left meanwhile."""
+Resend = Callable[[], Awaitable[UpstreamResponse | None]]
+"""Project the request again for the attempt under way (`Exchange.attempt`, budgeted lower by its
+`cut`) and send it; None when the client left meanwhile."""
 
 
 async def opening(upstream: UpstreamResponse, wire: Wire) -> tuple[UpstreamResponse, bytes | None]:
@@ -96,86 +78,59 @@ async def held(upstream: UpstreamResponse, redact: Callable[[bytes], bytes]) -> 
     return HeldResponse(upstream, data), classify(upstream.status, data)
 
 
-def lowered(sent: Sent, rejection: Rejection) -> int:
+def lowered(attempt: Attempt, rejection: Rejection) -> int:
     """The next attempt's cut: the overshoot the provider measured (or a share of the limit when
     it gave no numbers, growing per attempt) plus the margin the refused attempt kept."""
-    prediction, limit = sent.prediction, sent.limit or 0
-    over = overshoot(rejection, sent.output)
+    prediction, limit = attempt.prediction, attempt.limit or 0
+    over = overshoot(rejection, attempt.output)
     if over is None:
-        over = int(UNKNOWN_OVERSHOOT * sent.attempt * limit)
+        over = int(UNKNOWN_OVERSHOOT * attempt.number * limit)
     margin = prediction.margin if prediction is not None else 0
-    return sent.cut + max(1, over) + margin
+    return attempt.cut + max(1, over) + margin
 
 
 async def recover(
-    services: Services,
-    wire: Wire,
-    route: Route,
-    sent: Sent,
-    upstream: UpstreamResponse,
-    resend: Resend,
-    redact: Callable[[bytes], bytes],
-    rewriting: bool,
-) -> tuple[UpstreamResponse | None, Sent]:
+    exchange: Exchange, upstream: UpstreamResponse, resend: Resend, rewriting: bool
+) -> UpstreamResponse | None:
     """`upstream`, or the answer to the last retry of a request it refused as too long: by an
     error status, or by a stream that failed before its answer began."""
+    services, wire, route = exchange.services, exchange.wire, exchange.route
     while True:
         failure: bytes | None = None
         if upstream.status in OVERFLOW_STATUSES:
-            upstream, rejection = await held(upstream, redact)
+            upstream, rejection = await held(upstream, exchange.redact)
         elif wire.fails_in_stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
             upstream, failure = await opening(upstream, wire)
             if failure is None:
-                return upstream, sent
-            failure = redact(failure)
+                return upstream
+            failure = exchange.redact(failure)
             rejection = classify(400, failure)
         else:
-            return upstream, sent
+            return upstream
         if rejection.kind != "overflow":
-            return upstream, sent
-        if sent.prediction is not None:
-            window = window_of(rejection, sent.output)
-            services.projector.estimator.overflowed(sent.prediction, rejection.input_tokens, window)
-        if not rewriting or sent.attempt > RETRIES:
+            return upstream
+        attempt = exchange.attempt
+        if attempt.prediction is not None:
+            window = window_of(rejection, attempt.output)
+            services.projector.estimator.overflowed(attempt.prediction, rejection.input_tokens, window)
+        if not rewriting or attempt.number > RETRIES:
             services.metrics.observe_overflow(route.name, "main", "relayed")
-            return upstream, sent
+            return upstream
         services.metrics.observe_overflow(route.name, "main", "retried")
-        retry = Sent(retry_call(services, route, sent.call), cut=lowered(sent, rejection), attempt=sent.attempt + 1)
-        await refused(services, wire, sent, upstream, rejection, failure)
+        call = attempt.call
+        if failure is None:
+            kind = record.consumed(call, wire, upstream, upstream.in_memory() or b"", exchange.t0, "overflow")
+        else:
+            kind = record.refused_in_stream(call, wire, upstream, failure, exchange.t0)
+        record.noted(call, attempt=attempt.number, overflow=_numbers(rejection))
         upstream.close()
-        sent = retry
-        answer = await resend(sent)
+        exchange.follow(cut=lowered(attempt, rejection), number=attempt.number + 1)
+        record.detach(call)  # a refused call is no branch's last call
+        await exchange.finish(call, kind)
+        answer = await resend()
         if answer is None:
-            return None, sent
+            return None
         upstream = answer
-
-
-async def refused(
-    services: Services,
-    wire: Wire,
-    sent: Sent,
-    upstream: UpstreamResponse,
-    rejection: Rejection,
-    failure: bytes | None = None,
-) -> None:
-    """Record the refused attempt: purpose `overflow`, the provider's message and numbers
-    (`failure`: the failed stream's error event, when the refusal came inside a stream)."""
-    call = sent.call
-    call.upstream_status, call.request_id = upstream.status, upstream.request_id
-    call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - upstream.started)
-    if failure is None:
-        kind = record.answered(call, wire, upstream.status, upstream.in_memory() or b"")
-    else:
-        call.status, call.error, call.usage = (
-            "error",
-            failure[:4000].decode("utf-8", "replace"),
-            wire.usage(None).to_dict(),
-        )
-        kind = "stream_error"
-    call.purpose = "overflow"
-    call.branch_id = None  # a refused call is no branch's last call
-    call.projection = {**(call.projection or {}), "attempt": sent.attempt, "overflow": _numbers(rejection)}
-    await services.recorder.finish(call, wire.name, kind)
 
 
 def _numbers(rejection: Rejection) -> Mapping[str, int | str | None]:
@@ -185,11 +140,3 @@ def _numbers(rejection: Rejection) -> Mapping[str, int | str | None]:
         "input_tokens": rejection.input_tokens,
         "message": rejection.message,
     }
-
-
-def retry_call(services: Services, route: Route, previous: CallRecord) -> CallRecord:
-    """A new main record for the next attempt, in the same conversation and branch."""
-    call = services.recorder.open(previous.tenant, route, previous.model, "main", previous.stream)
-    call.conversation_id, call.branch_id = previous.conversation_id, previous.branch_id
-    call.system_hash, call.tools_hash = previous.system_hash, previous.tools_hash
-    return call

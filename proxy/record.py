@@ -33,6 +33,7 @@ from .metrics import Metrics
 from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome
 from .store.base import CallRecord, Position, ResponseTurn, Store
+from .summarizer import SummaryResult
 from .upstream.base import UpstreamResponse
 from .upstream.litellm import usage_from_litellm
 
@@ -70,8 +71,81 @@ def client_left(call: CallRecord, t0: float) -> None:
     call.latency_ms = ms(time.monotonic() - t0)
 
 
-def answered(call: CallRecord, wire: Wire, status: int, data: bytes) -> str | None:
-    """Read a whole upstream answer into the record; returns the metrics error kind, if any."""
+def attach(
+    call: CallRecord,
+    conversation_id: str,
+    branch_id: str,
+    system_hash: str | None = None,
+    tools_hash: str | None = None,
+) -> None:
+    """The call belongs to this conversation and branch, and was sent with this prefix and tools."""
+    call.conversation_id, call.branch_id = conversation_id, branch_id
+    call.system_hash, call.tools_hash = system_hash, tools_hash
+
+
+def detach(call: CallRecord) -> None:
+    """The call got no answer its branch keeps: it is no branch's last call."""
+    call.branch_id = None
+
+
+def projected(call: CallRecord, projection: dict[str, Any]) -> None:
+    """What the projection of the call's request did (`Projected.summary`)."""
+    call.projection = projection
+
+
+def noted(call: CallRecord, **facts: Any) -> None:
+    """More about how the call's request was made, kept with its projection record."""
+    if call.projection is not None:
+        call.projection = {**call.projection, **facts}
+
+
+def arrived(call: CallRecord, upstream: UpstreamResponse, t0: float) -> None:
+    """The upstream's answer began: its status, its request id, the time to it."""
+    call.upstream_status, call.request_id = upstream.status, upstream.request_id
+    call.ttfb_ms = ms(time.monotonic() - t0)
+
+
+def consumed(call: CallRecord, wire: Wire, upstream: UpstreamResponse, data: bytes, t0: float, why: str) -> str | None:
+    """A whole answer the proxy kept from the client (`why`: recall called, or the request was
+    refused and is sent again): the record of purpose `recall` or `overflow`; the metrics error
+    kind, if any."""
+    arrived(call, upstream, t0)
+    call.latency_ms = call.ttfb_ms
+    kind = answered(call, wire, upstream.status, data)
+    call.purpose = why
+    return kind
+
+
+def refused_in_stream(call: CallRecord, wire: Wire, upstream: UpstreamResponse, failure: bytes, t0: float) -> str:
+    """A stream that failed before its answer began, kept from the client and sent again."""
+    arrived(call, upstream, t0)
+    call.latency_ms = call.ttfb_ms
+    call.status, call.error = "error", failure[:4000].decode("utf-8", "replace")
+    call.usage = wire.usage(None).to_dict()
+    call.purpose = "overflow"
+    return "stream_error"
+
+
+def explained(call: CallRecord, error: str) -> None:
+    """Why the call's answer was not the client's, in words."""
+    call.error = error
+
+
+def summarized(call: CallRecord, result: SummaryResult, first: int | None, last: int | None, estimated: int) -> None:
+    """A summarizer call's outcome: its text (the reply), usage, status and timing."""
+    call.started_at -= result.latency_ms / 1000
+    call.status = "complete" if result.text is not None else "error"
+    call.upstream_status, call.error, call.latency_ms = result.upstream_status, result.error, result.latency_ms
+    call.response = {"role": "assistant", "content": result.text} if result.text is not None else None
+    call.usage_raw, call.usage = result.usage_raw, result.usage.to_dict()
+    call.projection = {"summarized_seqs": [first, last] if first is not None else [], "sent_tokens": estimated}
+
+
+def answered(call: CallRecord, wire: Wire, status: int, data: bytes, t0: float | None = None) -> str | None:
+    """Read a whole upstream answer into the record (`t0`: when the call was sent, for its
+    latency); returns the metrics error kind, if any."""
+    if t0 is not None:
+        call.latency_ms = ms(time.monotonic() - t0)
     parsed = _json_object(data)
     if status == 200 and parsed is not None:
         call.response, call.finish_reason, call.usage_raw = wire.response(parsed)
@@ -91,9 +165,13 @@ def streamed(
     observer: StreamObserver,
     outcome: StreamOutcome,
     t0: float,
+    purpose: str | None = None,
 ) -> str | None:
-    """Read a relayed stream's outcome into the record; returns the metrics error kind, if any."""
+    """Read a relayed stream's outcome into the record (`purpose`: what the answer turned out to
+    be for, when not what the record was opened as); returns the metrics error kind, if any."""
     chunks = observer.chunks
+    if purpose is not None:
+        call.purpose = purpose
     call.upstream_status = upstream.status
     call.request_id = upstream.request_id
     call.ttfb_ms = ms(outcome.first_byte_at - t0) if outcome.first_byte_at else None
@@ -159,6 +237,23 @@ class Recorder:
             purpose=purpose,
             stream=stream,
             started_at=time.time() if started is None else started,
+        )
+
+    def follow(self, previous: CallRecord, purpose: str = "main") -> CallRecord:
+        """The record of another call for the same request: its tenant, route, model, stream,
+        conversation, branch, prefix and tools."""
+        return CallRecord(
+            id=new_call_id(),
+            tenant=previous.tenant,
+            route=previous.route,
+            model=previous.model,
+            purpose=purpose,
+            stream=previous.stream,
+            started_at=time.time(),
+            conversation_id=previous.conversation_id,
+            branch_id=previous.branch_id,
+            system_hash=previous.system_hash,
+            tools_hash=previous.tools_hash,
         )
 
     async def blob(self, value: Any, digest: str | None = None) -> str | None:

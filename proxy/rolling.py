@@ -26,6 +26,7 @@ from policies.summary_prompt import build_summary_messages, check_summary, fit_s
 from policies.summary_tail import split_chunk
 from policies.text import message_text
 
+from . import record
 from .config import Policy, Route
 from .projection import Projector
 from .protocols.base import Wire
@@ -165,13 +166,8 @@ class Rolling:
     async def _record(self, result: SummaryResult, chunk: tuple[Item, ...], estimated: int) -> None:
         job = self.job
         call = self.recorder.open(job.tenant, job.route, result.model, "summary", stream=False)
-        call.started_at -= result.latency_ms / 1000
-        call.conversation_id, call.branch_id = job.conversation_id, job.branch_id
-        call.status = "complete" if result.text is not None else "error"
-        call.upstream_status, call.error, call.latency_ms = result.upstream_status, result.error, result.latency_ms
-        call.response = {"role": "assistant", "content": result.text} if result.text is not None else None
-        call.usage_raw, call.usage = result.usage_raw, result.usage.to_dict()
-        call.projection = {"summarized_seqs": [chunk[0].seq, chunk[-1].seq] if chunk else [], "sent_tokens": estimated}
+        record.attach(call, job.conversation_id, job.branch_id)
+        record.summarized(call, result, chunk[0].seq if chunk else None, chunk[-1].seq if chunk else None, estimated)
         status = result.upstream_status
         await self.recorder.finish(
             call, job.wire.name, f"http_{status}" if status is not None and status >= 400 else None

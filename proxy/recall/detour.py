@@ -22,13 +22,9 @@ record saying why.
 from __future__ import annotations
 
 import json
-import time
 
 from .. import record
-from ..config import Policy, Route
-from ..errors import ProxyError
-from ..protocols.base import Wire
-from ..services import Services
+from ..exchange import Exchange
 from ..store.base import CallRecord
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
@@ -46,20 +42,10 @@ REJECTED = "upstream rejected the request carrying the recall tool (HTTP 400): {
 class Detour:
     """One request's recall rounds: the follow-up messages so far and how many rounds ran."""
 
-    def __init__(
-        self,
-        services: Services,
-        wire: Wire,
-        route: Route,
-        policy: Policy,
-        body: Json,
-        messages: list[Message],
-        headers: dict[str, str],
-        call: CallRecord,
-    ) -> None:
-        self.services, self.wire, self.route, self.body = services, wire, route, body
-        self.settings = policy.recall
-        self.messages, self.headers = messages, headers
+    def __init__(self, exchange: Exchange, body: Json, messages: list[Message]) -> None:
+        self.exchange, self.body, self.messages = exchange, body, messages
+        self.settings = exchange.policy.recall
+        call = exchange.call
         self.branch, self.model = call.branch_id or "", call.model or ""
         self.rounds = 0
         projection = call.projection or {}
@@ -72,12 +58,13 @@ class Detour:
 
     async def follow_up(self, message: Message) -> bytes | None:
         """The next request: this one plus `message`'s recall calls and their results."""
+        services, wire = self.exchange.services, self.exchange.wire
         self.rounds += 1
-        self.services.metrics.observe_recall(self.route.name, "round")
-        events = await self.services.store.lineage_events(self.branch, 0, 1 << 30)
-        count = self.services.projector.counter(self.model).count_text
+        services.metrics.observe_recall(self.exchange.route.name, "round")
+        events = await services.store.lineage_events(self.branch, 0, 1 << 30)
+        count = services.projector.counter(self.model).count_text
         calls = recall_calls(message, self.settings)
-        turn = intermediate_turn(self.wire.name, message, self.settings)
+        turn = intermediate_turn(wire.name, message, self.settings)
         limit = None
         if self.room is not None:
             self.room -= count(json.dumps(turn, ensure_ascii=False)) + FRAMING_TOKENS * len(calls)
@@ -87,112 +74,73 @@ class Detour:
             self.room -= sum(count(str(r["content"])) for r in results)
         self.messages = [*self.messages, turn, *results]
         body = self.body if self.more() else without_tool(self.body, self.settings)
-        payload, _ = self.wire.encode(body, self.messages, bool(self.body.get("stream")), None)
+        payload, _ = wire.encode(body, self.messages, bool(self.body.get("stream")), None)
         return payload
 
     async def next_answer(self, message: Message) -> UpstreamResponse:
         """For a stream already relaying: the follow-up's answer (its record is the relay's)."""
-        payload = await self.follow_up(message)
-        return await self.services.upstream.send(self.route, "POST", self.wire.upstream_path, payload, self.headers)
+        return await self.exchange.open(await self.follow_up(message))
 
 
 async def detour(
-    services: Services,
-    wire: Wire,
-    route: Route,
-    policy: Policy,
-    body: Json,
-    messages: list[Message],
-    call: CallRecord,
-    upstream: UpstreamResponse,
-    headers: dict[str, str],
-    t0: float,
-) -> tuple[UpstreamResponse, CallRecord, float]:
-    """Answer the model's recall calls until it answers otherwise (bounded); returns the upstream
-    answer to relay, its call record and when it was sent. Raises ProxyError as `send` does."""
+    exchange: Exchange, body: Json, messages: list[Message], upstream: UpstreamResponse
+) -> UpstreamResponse | None:
+    """Answer the model's recall calls until it answers otherwise (bounded); the upstream answer
+    to relay (its record: `exchange.call`), None when the client left. Raises ProxyError as
+    `Exchange.send` does."""
+    wire = exchange.wire
     if upstream.status == 400:
         data = upstream.in_memory()
         if data is not None and classify(400, data).kind == "overflow":
-            return upstream, call, t0  # retried as far as it goes (`proxy.overflow`): relayed
-        return await _without_tool(services, wire, route, policy, body, messages, call, upstream, headers, t0)
-    rounds = Detour(services, wire, route, policy, body, messages, headers, call)
+            return upstream  # retried as far as it goes (`proxy.overflow`): relayed
+        return await _without_tool(exchange, body, messages, upstream)
+    rounds = Detour(exchange, body, messages)
     stream = bool(body.get("stream"))
     while upstream.status == 200 and rounds.more():
         if stream and wire.is_stream(upstream.content_type):
-            relay, message = await read_stream(services, wire, body, route, call, upstream, t0, rounds)
+            relay, message = await read_stream(exchange, body, upstream, rounds)
         elif stream:
-            return upstream, call, t0
+            return upstream
         else:
-            relay, message = await read_whole(services, wire, call, upstream, t0, policy.recall)
+            relay, message = await read_whole(exchange, upstream)
         if relay is not None or message is None:
-            return relay or upstream, call, t0
+            return relay or upstream
         payload = await rounds.follow_up(message)
-        call = _follow_up(services, route, call, rounds.rounds)
-        t0 = time.monotonic()
-        upstream = await _send(services, wire, route, call, payload, headers, t0)
-    return upstream, call, t0
+        previous = exchange.call
+        _carried(exchange.follow(), previous, recall_rounds=rounds.rounds)
+        answer = await exchange.send(payload)
+        if answer is None:
+            return None
+        upstream = answer
+    return upstream
+
+
+def _carried(call: CallRecord, previous: CallRecord, **facts: object) -> None:
+    """The follow-up carries the request's projection record, with how it came (`recall_rounds`:
+    the estimate learns nothing from a request the projection did not build)."""
+    if previous.projection is not None:
+        record.projected(call, {**previous.projection, **facts})
 
 
 async def _without_tool(
-    services: Services,
-    wire: Wire,
-    route: Route,
-    policy: Policy,
-    body: Json,
-    messages: list[Message],
-    call: CallRecord,
-    upstream: UpstreamResponse,
-    headers: dict[str, str],
-    t0: float,
-) -> tuple[UpstreamResponse, CallRecord, float]:
+    exchange: Exchange, body: Json, messages: list[Message], upstream: UpstreamResponse
+) -> UpstreamResponse | None:
     """The upstream answered 400 to the request carrying the tool: record that, send the request
     once more without the tool, and remember the route and model when that one is accepted (a
     400 again means the tool was not the reason: it is relayed, nothing is remembered)."""
-    data = await read_recorded(services, wire, call, upstream, t0)
+    services, wire, route, settings = exchange.services, exchange.wire, exchange.route, exchange.policy.recall
+    data = await read_recorded(exchange, upstream)
     rejection = classify(upstream.status, data)
-    call.purpose = "recall"
-    call.upstream_status, call.request_id = upstream.status, upstream.request_id
-    call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - t0)
-    kind = record.answered(call, wire, upstream.status, data)
-    call.error = REJECTED.format(detail=data[:2000].decode("utf-8", errors="replace"))
-    await services.recorder.finish(call, wire.name, kind)
-    stream = bool(body.get("stream"))
-    payload, _ = wire.encode(without_tool(body, policy.recall), messages, stream, None)
-    retry = _follow_up(services, route, call, 0)
-    if retry.projection is not None:
-        retry.projection = {**retry.projection, "recall_tool": "rejected"}
-    t1 = time.monotonic()
-    answer = await _send(services, wire, route, retry, payload, headers, t1)
-    if answer.status != 400:
+    rejected = exchange.call
+    kind = record.consumed(rejected, wire, upstream, data, exchange.t0, "recall")
+    record.explained(rejected, REJECTED.format(detail=data[:2000].decode("utf-8", errors="replace")))
+    payload, _ = wire.encode(without_tool(body, settings), messages, bool(body.get("stream")), None)
+    _carried(exchange.follow(), rejected, recall_rounds=0, recall_tool="rejected")
+    await exchange.finish(rejected, kind)
+    answer = await exchange.send(payload)
+    if answer is not None and answer.status != 400:
         how = "a tool or schema rejection" if rejection.kind == "tool" else "accepted without the tool"
         reason = f"{how}: {rejection.message}"
-        services.recalls_rejected.remember(route.name, call.model or "", reason, policy.recall.rejected_seconds)
+        services.recalls_rejected.remember(route.name, rejected.model or "", reason, settings.rejected_seconds)
         services.metrics.observe_recall(route.name, "tool_rejected")
-    return answer, retry, t1
-
-
-async def _send(
-    services: Services,
-    wire: Wire,
-    route: Route,
-    call: CallRecord,
-    payload: bytes | None,
-    headers: dict[str, str],
-    t0: float,
-) -> UpstreamResponse:
-    try:
-        return await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
-    except ProxyError as exc:
-        record.failed(call, exc, t0)
-        await services.recorder.finish(call, wire.name, record.error_kind(exc))
-        raise
-
-
-def _follow_up(services: Services, route: Route, previous: CallRecord, rounds: int) -> CallRecord:
-    call = services.recorder.open(previous.tenant, route, previous.model, "main", previous.stream)
-    call.conversation_id, call.branch_id = previous.conversation_id, previous.branch_id
-    call.system_hash, call.tools_hash = previous.system_hash, previous.tools_hash
-    if previous.projection is not None:
-        # Marked, so the estimate is not calibrated with a request the projection did not build.
-        call.projection = {**previous.projection, "recall_rounds": rounds}
-    return call
+    return answer

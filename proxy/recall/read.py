@@ -21,13 +21,10 @@ from typing import Any
 from policies.text import tool_calls
 
 from .. import codec, record
-from ..config import Recall, Route
 from ..errors import ProxyError
-from ..protocols.base import Wire
+from ..exchange import Exchange
 from ..relay import StreamOutcome
-from ..services import Services
 from ..sse import SseEvent, SseSplitter
-from ..store.base import CallRecord
 from ..types import Json, Message
 from ..upstream.base import HeldResponse, Replayed, UpstreamResponse
 from .answer import recall_calls
@@ -39,53 +36,40 @@ def relay_now(message: Message | None) -> bool:
     return message is not None and not tool_calls(message) and bool(message.get("content"))
 
 
-async def read_recorded(
-    services: Services, wire: Wire, call: CallRecord, upstream: UpstreamResponse, t0: float
-) -> bytes:
-    """The whole answer, the connection released; a failure to read it finishes the call's
-    record as failed (answering) and is raised."""
+async def read_recorded(exchange: Exchange, upstream: UpstreamResponse) -> bytes:
+    """The whole answer, the connection released; a failure to read it ends the request
+    (`Exchange.fail`) and is raised."""
     try:
         return await upstream.read()
     except ProxyError as exc:
-        record.failed(call, exc, t0)
-        await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
+        await exchange.fail(exc, answering=True)
         raise
     finally:
         upstream.close()
 
 
-async def read_whole(
-    services: Services, wire: Wire, call: CallRecord, upstream: UpstreamResponse, t0: float, settings: Recall
-) -> tuple[UpstreamResponse | None, Message | None]:
+async def read_whole(exchange: Exchange, upstream: UpstreamResponse) -> tuple[UpstreamResponse | None, Message | None]:
     """A whole answer: (the answer to relay, None), or (None, its message) when it called recall
     (then it is recorded as a recall call)."""
-    data = await read_recorded(services, wire, call, upstream, t0)
+    wire = exchange.wire
+    data = await read_recorded(exchange, upstream)
     parsed = _json(data)
     message = wire.response(parsed)[0] if parsed is not None else None
-    if not recall_calls(message, settings):
+    if not recall_calls(message, exchange.policy.recall):
         return HeldResponse(upstream, data), None
-    call.purpose = "recall"
-    call.upstream_status, call.request_id = upstream.status, upstream.request_id
-    call.ttfb_ms = call.latency_ms = record.ms(time.monotonic() - t0)
-    await services.recorder.finish(call, wire.name, record.answered(call, wire, 200, data))
+    call = exchange.call
+    await exchange.finish(call, record.consumed(call, wire, upstream, data, exchange.t0, "recall"))
     return None, message
 
 
 async def read_stream(
-    services: Services,
-    wire: Wire,
-    body: Json,
-    route: Route,
-    call: CallRecord,
-    upstream: UpstreamResponse,
-    t0: float,
-    rounds: Rounds,
+    exchange: Exchange, body: Json, upstream: UpstreamResponse, rounds: Rounds
 ) -> tuple[UpstreamResponse | None, Message | None]:
     """A stream, buffered until it is clear whether it calls recall: (a response that relays the
     buffered events and goes on, still watched for a recall call after its text, None), or
     (None, its message) once it was read whole and called recall (then it is recorded as a
     recall call)."""
-    settings = rounds.settings
+    wire, call, t0 = exchange.wire, exchange.call, exchange.t0
     answer = Answer(upstream, aiter(upstream.pieces()), wire.observer(body), SseSplitter(), t0)
     head: list[SseEvent] = []
     outcome = StreamOutcome()
@@ -102,21 +86,19 @@ async def read_stream(
                 message = answer.observer.message()
                 calling = bool(message and tool_calls(message))
                 if relay_now(message):
-                    return Watched(services, wire, body, route, call, rounds, answer, head, events[i + 1 :]), None
+                    return Watched(exchange, body, rounds, answer, head, events[i + 1 :]), None
     except ProxyError as exc:
         upstream.close()
-        record.failed(call, exc, t0)
-        await services.recorder.finish(call, wire.name, record.error_kind(exc, answering=True))
+        await exchange.fail(exc, answering=True)
         raise
     message = answer.observer.message()
-    if not (answer.observer.done and recall_calls(message, settings)):
+    if not (answer.observer.done and recall_calls(message, rounds.settings)):
         rest = answer.splitter.rest()
         return Replayed(upstream, [e.raw for e in head] + ([rest] if rest else [])), None
     upstream.close()
     outcome.ended_at, outcome.upstream_finished = time.monotonic(), True
-    call.purpose = "recall"
-    kind = record.streamed(call, wire, upstream, answer.observer, outcome, t0)
-    await services.recorder.finish(call, wire.name, kind)
+    kind = record.streamed(call, wire, upstream, answer.observer, outcome, t0, purpose="recall")
+    await exchange.finish(call, kind)
     return None, message
 
 

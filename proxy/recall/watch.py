@@ -19,13 +19,12 @@ from typing import Protocol
 from policies.text import tool_calls
 
 from .. import record
-from ..config import Recall, Route
+from ..config import Recall
 from ..errors import UpstreamError
+from ..exchange import Exchange
 from ..protocols.base import StreamObserver, Wire
 from ..relay import StreamOutcome
-from ..services import Services
 from ..sse import SseEvent, SseSplitter
-from ..store.base import CallRecord
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
 from .answer import recall_calls
@@ -74,11 +73,8 @@ class Answer:
 class Watched(UpstreamResponse):
     def __init__(
         self,
-        services: Services,
-        wire: Wire,
+        exchange: Exchange,
         body: Json,
-        route: Route,
-        call: CallRecord,
         rounds: Rounds,
         answer: Answer,
         head: list[SseEvent],
@@ -86,7 +82,7 @@ class Watched(UpstreamResponse):
     ) -> None:
         first = answer.upstream
         super().__init__(first.status, first.headers, first.content_type, first.request_id, first.started)
-        self.services, self.wire, self.body, self.route, self.call = services, wire, body, route, call
+        self.exchange, self.wire, self.body, self.call = exchange, exchange.wire, body, exchange.call
         self.rounds, self.settings = rounds, rounds.settings
         self.answer, self.head, self.pending = answer, head, pending
         """`head` was observed and is relayed as it is; `pending` arrived with it, not yet observed."""
@@ -139,18 +135,13 @@ class Watched(UpstreamResponse):
 
     async def _consumed(self, answer: Answer) -> None:
         """Record the answer that called recall after its text went out; mark the main record."""
-        consumed = self.services.recorder.open(
-            self.call.tenant, self.route, self.call.model, "recall", self.call.stream
-        )
-        consumed.conversation_id, consumed.branch_id = self.call.conversation_id, self.call.branch_id
-        consumed.system_hash, consumed.tools_hash = self.call.system_hash, self.call.tools_hash
+        consumed = self.exchange.services.recorder.follow(self.call, "recall")
         outcome = StreamOutcome(first_byte_at=answer.first_byte_at, ended_at=time.monotonic(), upstream_finished=True)
         kind = record.streamed(consumed, self.wire, answer.upstream, answer.observer, outcome, answer.sent_at)
-        await self.services.recorder.finish(consumed, self.wire.name, kind)
-        if self.call.projection is not None:
-            # the rounds of this request so far: the ones before the relay started, plus this one
-            before = int(self.call.projection.get("recall_rounds") or 0)
-            self.call.projection = {**self.call.projection, "recall_rounds": before + 1, "recall_spliced": True}
+        await self.exchange.finish(consumed, kind)
+        # the rounds of this request so far: the ones before the relay started, plus this one
+        before = int((self.call.projection or {}).get("recall_rounds") or 0)
+        record.noted(self.call, recall_rounds=before + 1, recall_spliced=True)
 
 
 async def _events(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[SseEvent]:

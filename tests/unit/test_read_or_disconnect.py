@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from proxy.recall.read import Buffered
 from proxy.relay import read_or_disconnect
-from proxy.upstream.base import UpstreamResponse
+from proxy.upstream.base import HeldResponse, UpstreamResponse
 
 
 class Slow(UpstreamResponse):
@@ -32,7 +31,7 @@ async def never_called() -> dict[str, Any]:
 
 
 async def test_an_answer_in_memory_is_read_without_a_watch() -> None:
-    held = Buffered(Slow(), b'{"ok":true}')
+    held = HeldResponse(Slow(), b'{"ok":true}')
     before = asyncio.all_tasks()
     assert await read_or_disconnect(never_called, held) == b'{"ok":true}'
     assert asyncio.all_tasks() == before  # no watcher task, not even a cancelled one

@@ -1,0 +1,112 @@
+"""What one client request sends upstream (DESIGN step 4, project), made again for each attempt.
+
+`Outgoing.prepare` turns the request into the bytes of the attempt under way
+(`Exchange.attempt`): the client's own bytes when nothing needs rewriting, else its projection
+(`Projector.project_request`) within the budget less the attempt's `cut` (an overflow's measured
+overshoot), encoded by the wire. The projection may start a compaction (`Compactor.request`), and
+waits for it (bounded, `overflow_wait`) only when the request could not be served without
+dropping history. What the projection did goes to the attempt's call record; the prediction of
+the upstream's count to the attempt, which the answer's bill is compared with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from policies.base import Projection
+
+from . import record
+from .exchange import Exchange
+from .projection import Projected
+from .rolling import CompactionJob
+from .types import Message
+
+
+class Outgoing:
+    def __init__(
+        self,
+        exchange: Exchange,
+        model: str,
+        body: dict[str, Any],
+        messages: list[Message],
+        raw: bytes,
+        credentials: dict[str, str] | None,
+        recalling: bool,
+    ) -> None:
+        """`model`: the one the window and prices are looked up for (a litellm route's provider
+        model, whatever the client calls it); `credentials`: how a summarizer call of a
+        compaction reaches the upstream, None when the request is not rewritten."""
+        self.exchange, self.model, self.body, self.messages, self.raw = exchange, model, body, messages, raw
+        self.credentials, self.recalling = credentials, recalling
+        self.sent: list[Message] = messages
+        """the messages of the last attempt prepared (the recall detour appends to them)"""
+
+    async def prepare(self) -> bytes:
+        """The bytes of the attempt under way: the client's own, or the projection."""
+        exchange = self.exchange
+        wire, ingested, attempt = exchange.wire, exchange.ingested, exchange.attempt
+        self.sent = self.messages
+        if self.credentials is not None:
+            projected = await self.project(attempt.cut)
+            projection = projected.projection
+            attempt.prediction, attempt.limit, attempt.output = projected.prediction, projected.limit, projected.output
+            record.projected(attempt.call, projected.summary())
+            if attempt.number > 1:
+                record.noted(attempt.call, attempt=attempt.number, overflow_cut=attempt.cut)
+            if rewritten(projection) or attempt.cut:
+                self.sent = wire.with_cache_point(
+                    self.body, projection.messages, projection.cache_point, projection.previous_point
+                )
+        known = ingested.known.encoded if ingested.known else None
+        outgoing = self.sent if self.recalling or self.sent is not self.messages else None
+        stream = bool(self.body.get("stream"))
+        encoded, ingested.remembered.encoded = wire.encode(self.body, outgoing, stream, known)
+        return self.raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
+
+    async def project(self, cut: int) -> Projected:
+        """Project with the active checkpoint; start a compaction when the plan asks for one, and
+        wait for it (bounded) only when the request could not be served without dropping history."""
+        exchange = self.exchange
+        services, ingested, policy = exchange.services, exchange.ingested, exchange.policy
+        identity, projector = ingested.identity, services.projector
+        checkpoint = await services.store.active_checkpoint(identity.branch_id)
+        items = projector.items(
+            ingested.history, ingested.hashes, projector.counter(self.model), ingested.known, ingested.remembered
+        )
+        args = (policy, self.model, self.body, ingested.prefix, items)
+        branch, remembered, route = identity.branch_id, ingested.remembered, exchange.route
+        projected = projector.project_request(*args, checkpoint, branch, remembered, route=route, cut=cut)
+        plan = projected.projection.record.compaction
+        if plan is None:
+            return projected
+        job = CompactionJob(
+            tenant=identity.tenant,
+            conversation_id=identity.conversation_id,
+            branch_id=branch,
+            route=route,
+            policy=policy,
+            model=self.model,
+            prefix=ingested.prefix,
+            items=items,
+            hashes=ingested.hashes,
+            plan=plan,
+            previous=checkpoint,
+            client_auth=self.credentials or {},
+            wire=exchange.wire,
+        )
+        task = services.compactor.request(job)
+        if task is None or not projected.projection.record.pruned_seqs or policy.on_overflow != "wait":
+            return projected
+        try:
+            committed = await asyncio.wait_for(asyncio.shield(task), policy.overflow_wait)
+        except TimeoutError:
+            committed = None
+        if committed is None:
+            return projected
+        return projector.project_request(*args, committed, branch, remembered, route=route, cut=cut)
+
+
+def rewritten(projection: Projection) -> bool:
+    done = projection.record
+    return bool(done.covered_through_seq or done.trimmed or done.pruned_seqs or done.orphan_seqs or done.repaired)
