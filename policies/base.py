@@ -26,9 +26,11 @@ from typing import Any
 Message = Mapping[str, Any]
 """An OpenAI chat-completions message dict (role system/developer/user/assistant/tool)."""
 
-STEP_NAMES: tuple[str, ...] = ("trim_tool_results", "summary_tail", "prune_groups")
-"""Pipeline steps `PolicyConfig.order` may name; `prune_groups` must come last (it is the one
-step that guarantees the budget)."""
+DEFAULT_ORDER: tuple[str, ...] = ("trim_tool_results", "summary_tail", "prune_groups")
+"""The pipeline `PolicyConfig.order` names by default. The steps are registered in one place,
+`policies.projection.STEPS`, which checks the names (`check_order`); `LAST_STEP` must come last."""
+LAST_STEP = "prune_groups"
+"""The one step that guarantees the budget: every order ends with it."""
 
 KNOWN_ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool", "function")
 
@@ -184,7 +186,7 @@ class PolicyConfig:
     tool_results: ToolResultsConfig = field(default_factory=ToolResultsConfig)
     pins: PinsConfig = field(default_factory=PinsConfig)
     summary_chunk_tokens: int = 24000
-    order: tuple[str, ...] = STEP_NAMES
+    order: tuple[str, ...] = DEFAULT_ORDER
     late_trim: float = 1.0
     """A request whose history has not been summarized yet goes as sent (no trim) up to this
     share of the input budget, not only up to the trigger; the default, the whole budget: a
@@ -212,14 +214,11 @@ class PolicyConfig:
             raise SettingError(
                 "summary_chunk_tokens", f"summary_chunk_tokens must be >= 256, got {self.summary_chunk_tokens}"
             )
-        unknown = [name for name in self.order if name not in STEP_NAMES]
-        if unknown:
-            raise SettingError("order", f"order: unknown steps {unknown}; known steps are {STEP_NAMES}")
         if len(set(self.order)) != len(self.order):
             raise SettingError("order", f"order: steps must not repeat, got {self.order}")
-        if not self.order or self.order[-1] != "prune_groups":
+        if not self.order or self.order[-1] != LAST_STEP:
             raise SettingError(
-                "order", f"order must end with 'prune_groups' (the step that enforces the budget), got {self.order}"
+                "order", f"order must end with {LAST_STEP!r} (the step that enforces the budget), got {self.order}"
             )
 
 
@@ -332,6 +331,10 @@ class ProjectionRecord:
     of them were released (`pins.release_pins`)"""
     deferred_generation: int | None = None
     """a committed checkpoint not applied yet: the history still fits as sent (`late_trim`)"""
+    rewritten: bool = False
+    """what is sent differs from the client's history (a checkpoint applied, results trimmed or
+    cut, groups pruned, orphans dropped, calls repaired, or a step that marked its draft): the
+    proxy sends the projection; else the client's own bytes"""
     sent_ranges: tuple[tuple[int, ...], tuple[tuple[int, int], ...]] | None = field(
         default=None, compare=False, repr=False
     )

@@ -123,6 +123,9 @@ class Draft:
     """groups trimmed as old: index below `trim_tool_results`' boundary (0: none)"""
     previous_old_groups: int = 0
     """the boundary one quantum back: where it stood before its last move (0: none)"""
+    rewritten: bool = False
+    """a step changed what is sent in a way the record does not list otherwise (a registered
+    step that rewrites sets it; the record adds trims, prunes, the checkpoint and repairs)"""
     marker: tuple[Message, ...] = ()
     """the message that stands where `prune_groups` dropped groups (empty: none dropped)"""
     marker_tokens: int = 0

@@ -39,9 +39,9 @@ Example: prefix [system], items 1..40, checkpoint covering through 30, pins = fi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
-from policies.base import Budget, Checkpoint, ContextOverflow, Item, Message, PolicyConfig, Projection
+from policies.base import Budget, Checkpoint, ContextOverflow, Item, Message, PolicyConfig, Projection, SettingError
 from policies.draft import CountFn, Draft, StepContext, build_draft
 from policies.prune_groups import prune_groups
 from policies.record import make_record
@@ -50,18 +50,30 @@ from policies.trim_tool_results import trim_tool_results
 
 Step = Callable[[Draft, StepContext], Draft]
 
-STEPS: Mapping[str, Step] = {
+STEPS: dict[str, Step] = {
     "trim_tool_results": trim_tool_results,
     "summary_tail": summary_tail,
     "prune_groups": prune_groups,
 }
-"""Registered pipeline steps; every one of them is run through the invariant checkers."""
+"""The one registry of pipeline steps, by the name `PolicyConfig.order` gives them. A step added
+here is run by `project`, put through the invariant checkers by the property tests, and computed
+through this pipeline by the branch memo, which reproduces only the steps it lists
+(`policies.memo.incremental.INCREMENTAL`). A step that changes what is sent marks the draft
+`rewritten` (the proxy then sends the projection, not the client's bytes)."""
+
+
+def check_order(order: Sequence[str]) -> None:
+    """`order` names registered steps only (`SettingError` naming the others)."""
+    unknown = [name for name in order if name not in STEPS]
+    if unknown:
+        raise SettingError("order", f"order: unknown steps {unknown}; known steps are {tuple(STEPS)}")
 
 
 def run_steps(draft: Draft, ctx: StepContext) -> Projection:
     """Run the configured steps over a first draft (`draft.build_draft`) and record the result.
 
     Raises `ContextOverflow` when even the irreducible request does not fit."""
+    check_order(ctx.config.order)
     for name in ctx.config.order:
         draft = STEPS[name](draft, ctx)
     budget = ctx.budget

@@ -41,6 +41,7 @@ def projection_record(
     plan: CompactionPlan | None = None,
     sent_ranges: tuple[tuple[int, int], ...] | None = None,
     cut_to_fit: tuple[int, ...] = (),
+    rewritten: bool = False,
 ) -> ProjectionRecord:
     """The record of a projection that sent `sent_seqs` (ascending) for `sent_tokens` in total.
     `sent_ranges`: those seqs as inclusive ranges, when the caller already has them."""
@@ -49,6 +50,8 @@ def projection_record(
     budget = ctx.budget
     orphans = index.orphan_seqs
     trigger = ctx.trigger_tokens
+    dropped = tuple(orphans[bisect_right(orphans, covered) :])
+    rewritten = rewritten or bool(covered or trimmed or pruned_seqs or dropped or repaired or cut_to_fit)
     return ProjectionRecord(
         client_tokens=budget.fixed_tokens + prefix_tokens + index.total_tokens,
         sent_tokens=sent_tokens,
@@ -60,7 +63,7 @@ def projection_record(
         compaction=plan,
         sent_seqs=sent_seqs,
         pinned_seqs=sent_seqs[: bisect_right(sent_seqs, covered)],
-        orphan_seqs=tuple(orphans[bisect_right(orphans, covered) :]),
+        orphan_seqs=dropped,
         repaired=repaired,
         input_budget=budget.input_budget,
         trigger_tokens=trigger,
@@ -68,6 +71,7 @@ def projection_record(
         cut_to_fit=cut_to_fit,
         released_pins=ctx.released,
         deferred_generation=ctx.deferred.generation if ctx.deferred is not None else None,
+        rewritten=rewritten,
     )
 
 
@@ -91,6 +95,7 @@ def make_record(draft: Draft, ctx: StepContext) -> ProjectionRecord:
         over_trigger=draft.over_trigger,
         plan=draft.plan,
         cut_to_fit=draft.cut_to_fit,
+        rewritten=draft.rewritten,
     )
 
 

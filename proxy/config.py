@@ -20,6 +20,7 @@ from pydantic.dataclasses import dataclass as validated_dataclass
 from pydantic_core import ErrorDetails
 
 from policies.base import PolicyConfig, SettingError
+from policies.projection import check_order
 
 from .errors import ConfigError
 
@@ -177,6 +178,7 @@ class Policy(PolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_order(self.order)
         if self.context_window and self.max_output_tokens and self.max_output_tokens >= self.context_window:
             raise ValueError("max_output_tokens must be smaller than context_window")
 

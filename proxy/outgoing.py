@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from policies.base import Projection
-
 from . import record
 from .exchange import Exchange
 from .projection import Projected
@@ -54,7 +52,7 @@ class Outgoing:
             record.projected(attempt.call, projected.summary())
             if attempt.number > 1:
                 record.noted(attempt.call, attempt=attempt.number, overflow_cut=attempt.cut)
-            if rewritten(projection) or attempt.cut:
+            if projection.record.rewritten or attempt.cut:
                 self.sent = wire.with_cache_point(
                     self.body, projection.messages, projection.cache_point, projection.previous_point
                 )
@@ -105,8 +103,3 @@ class Outgoing:
         if committed is None:
             return projected
         return projector.project_request(*args, committed, branch, remembered, route=route, cut=cut)
-
-
-def rewritten(projection: Projection) -> bool:
-    done = projection.record
-    return bool(done.covered_through_seq or done.trimmed or done.pruned_seqs or done.orphan_seqs or done.repaired)

@@ -77,7 +77,9 @@ def project_cached(
 
     Raises `ContextOverflow` when even the irreducible request does not fit."""
     index = cache.index(items, shared)
-    fast = project_incremental(prefix, items, index, checkpoint, budget, config, count, cache, recall_tool)
+    fast = None
+    if INCREMENTAL.issuperset(config.order):
+        fast = project_incremental(prefix, items, index, checkpoint, budget, config, count, cache, recall_tool)
     if fast is not None:
         cache.incremental += 1
         return fast
@@ -85,6 +87,11 @@ def project_cached(
         prefix, items, checkpoint, budget, config, count, index=index, renderer=cache.renderer, recall_tool=recall_tool
     )
     return run_steps(draft, ctx)
+
+
+INCREMENTAL = frozenset({"trim_tool_results", "summary_tail", "prune_groups"})
+"""The steps the fast path reproduces (it knows what each does to a draft); a config that names
+any other step is projected by the full pipeline, whatever the step does."""
 
 
 def seq_ranges(seqs: Sequence[int]) -> list[tuple[int, int]]:

@@ -14,6 +14,7 @@ from policies.base import (
     PinsConfig,
     PolicyConfig,
     ProjectionRecord,
+    SettingError,
     ToolResultsConfig,
     TrimEntry,
 )
@@ -45,7 +46,7 @@ def test_budget_validation(kwargs: dict[str, int], message: str) -> None:
         ({"target": 0.0}, "target must be > 0"),
         ({"keep_recent_tokens": -1}, "keep_recent_tokens"),
         ({"summary_chunk_tokens": 10}, "summary_chunk_tokens"),
-        ({"order": ("trim_tool_results", "shrink")}, "unknown steps"),
+        ({"order": ("trim_tool_results", "shrink")}, "must end with 'prune_groups'"),
         ({"order": ("prune_groups", "prune_groups")}, "must not repeat"),
         ({"order": ("prune_groups", "trim_tool_results")}, "must end with 'prune_groups'"),
     ],
@@ -114,3 +115,17 @@ def test_context_overflow_message_names_every_number() -> None:
         "context length exceeded: even after dropping all unpinned history the request needs 21,000 "
         "tokens; the model allows 14,000 input tokens (window 16,000 − max output 2,000)."
     )
+
+
+def test_step_names_are_checked_against_the_one_registry() -> None:
+    """`PolicyConfig` checks the order's shape; the names are the registry's (`STEPS`), checked
+    when a config is loaded (`proxy.config.Policy`) and before a pipeline runs."""
+    from policies.projection import check_order, project
+    from proxy.config import Policy
+
+    with pytest.raises(ValueError, match=r"unknown steps \['shrink'\]"):
+        Policy(order=("shrink", "prune_groups"))
+    check_order(PolicyConfig().order)
+    bogus = PolicyConfig(order=("shrink", "prune_groups"))
+    with pytest.raises(SettingError, match="unknown steps"):
+        project([], [], None, Budget(8_000, 1_000), bogus, len)

@@ -270,3 +270,52 @@ def test_the_cache_point_ends_the_old_results_and_its_prefix_survives_each_bound
         points.append(point)
         previous = projection
     assert moves >= 3 and points[0] is None and points[-1] is not None
+
+
+def stamp(draft: Any, ctx: Any) -> Any:
+    """A step the memo does not know: every tool result of the tail is sent with a prefix."""
+    tail = []
+    for slot in draft.tail:
+        for position, message in enumerate(slot.messages):
+            if message.get("role") == "tool":
+                stamped = {**message, "content": "[stamped] " + str(message.get("content") or "")}
+                slot = slot.with_message(position, stamped, ctx.count(stamped))
+        tail.append(slot)
+    return replace(draft, tail=tuple(tail), rewritten=True)
+
+
+@SETTINGS
+@given(prefixes, st.one_of(ROOMY, budgets()), configs(), st.data())
+def test_a_step_the_memo_does_not_know_is_computed_by_the_pipeline(
+    prefix: list[Any], budget: Budget, config: PolicyConfig, data: st.DataObject
+) -> None:
+    """Adding a step is registering it (`STEPS`): the memo reproduces only the steps it lists and
+    projects a config naming any other one through the full pipeline, so the result is the same
+    as without a cache, turn after turn; the step's rewriting marks the record `rewritten`."""
+    from policies.projection import STEPS
+
+    order = (*config.order[:-1], "stamp", config.order[-1])
+    config = replace(config, order=order)
+    STEPS["stamp"] = stamp
+    try:
+        messages: list[dict[str, Any]] = [data.draw(user_message(0))]
+        cache = ProjectionCache()
+        for turn in range(1, data.draw(st.integers(2, 8))):
+            messages += data.draw(group_of(data.draw(st.sampled_from(("user", "tools", "assistant"))), turn))
+            case = Case(prefix, messages, items(*messages), None, budget, config)
+            got = outcome(case, case.items, None, cache)
+            want = outcome(case, case.items, None, None)
+            assert got == want
+            if got[0] != "overflow" and "[stamped] " in got[0]:
+                event("stamped")
+                assert got[2].rewritten
+    finally:
+        del STEPS["stamp"]
+
+
+def test_an_order_naming_an_unregistered_step_is_refused() -> None:
+    from policies.base import SettingError
+    from policies.projection import check_order
+
+    with pytest.raises(SettingError, match=r"unknown steps \['stamp'\]"):
+        check_order(("trim_tool_results", "stamp", "prune_groups"))
