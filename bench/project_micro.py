@@ -138,10 +138,13 @@ def measure(package: str, runs: int) -> dict[str, float]:
         memo = importlib.import_module(f"{package}.memo")
         cache_class = memo.ProjectionCache
         cached = memo.project_cached
+        inputs = getattr(importlib.import_module(f"{package}.draft"), "Inputs", None)  # None: before `Inputs`
 
         def project(*args: Any) -> Any:
             """`project(prefix, items, checkpoint, budget, config, count[, cache])`"""
-            return pure(*args) if len(args) == 6 or args[6] is None else cached(args[6], *args[:6])
+            if len(args) == 6 or args[6] is None:
+                return pure(*args[:6])
+            return cached(args[6], inputs(*args[:6])) if inputs is not None else cached(args[6], *args[:6])
 
     except (ModuleNotFoundError, AttributeError):
         try:  # a package from before `policies.memo`: `project(..., cache=)`

@@ -64,6 +64,21 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class Inputs:
+    """What one projection is made from: the system/developer prefix, the branch's items, the
+    active checkpoint, the budget, the policy, how messages are counted, and the recall tool the
+    request offers (None: not offered)."""
+
+    prefix: Sequence[Message]
+    items: Sequence[Item]
+    checkpoint: Checkpoint | None
+    budget: Budget
+    config: PolicyConfig
+    count: CountFn
+    recall_tool: str | None = None
+
+
+@dataclass(frozen=True)
 class StepContext:
     """Everything a step may read besides the draft; built once per projection."""
 
@@ -256,21 +271,12 @@ class Layout:
     first_uncovered: int
 
 
-def layout(
-    items: Sequence[Item],
-    index: HistoryIndex,
-    checkpoint: Checkpoint | None,
-    budget: Budget,
-    config: PolicyConfig,
-    count: CountFn,
-    renderer: Renderer,
-    recall_tool: str | None = None,
-    prefix_tokens: int = 0,
-) -> Layout:
+def layout(inputs: Inputs, index: HistoryIndex, renderer: Renderer, prefix_tokens: int = 0) -> Layout:
     """The setup `build_draft` and the memo's incremental path share. With `late_trim` above the
     trigger, a checkpoint is deferred (`StepContext.deferred`) while the whole history, as sent,
     is within `pass_through_tokens`: a summary computed early is used late, when the request
     first stops fitting."""
+    checkpoint, budget, config = inputs.checkpoint, inputs.budget, inputs.config
     deferred = None
     as_sent = budget.fixed_tokens + prefix_tokens + index.total_tokens
     if checkpoint is not None and config.late_trim > config.trigger and as_sent <= pass_through_tokens(config, budget):
@@ -282,19 +288,19 @@ def layout(
     pinned, released = release_pins(index.pinned(config.pins), always, index.tokens_of_one, budget.sizing // 2)
     covered = effective_boundary(groups, checkpoint)
     ctx = StepContext(
-        items=items,
+        items=inputs.items,
         groups=groups,
         checkpoint=checkpoint,
         budget=budget,
         config=config,
-        count=count,
+        count=inputs.count,
         pinned=pinned,
         latest_user=latest_user,
         covered_through=covered,
         index=index,
         renderer=renderer,
         released=released,
-        recall_tool=recall_tool,
+        recall_tool=inputs.recall_tool,
         deferred=deferred,
     )
     last = last_index(groups)
@@ -304,16 +310,7 @@ def layout(
 
 
 def build_draft(
-    prefix: Sequence[Message],
-    items: Sequence[Item],
-    checkpoint: Checkpoint | None,
-    budget: Budget,
-    config: PolicyConfig,
-    count: CountFn,
-    *,
-    index: HistoryIndex | None = None,
-    renderer: Renderer | None = None,
-    recall_tool: str | None = None,
+    inputs: Inputs, *, index: HistoryIndex | None = None, renderer: Renderer | None = None
 ) -> tuple[Draft, StepContext]:
     """Groups, pins and the checkpoint applied; no step run yet.
 
@@ -321,11 +318,12 @@ def build_draft(
     `index` — this call's index of `items`, when the caller has it — did not resume): covered
     groups are skipped by bisection, only the kept ones (pinned, newest user message) are
     looked up."""
+    prefix, count, recall_tool = inputs.prefix, inputs.count, inputs.recall_tool
     if index is None:
-        index = index_items(items)
+        index = index_items(inputs.items)
     renderer = renderer if renderer is not None else PLAIN
     prefix_tokens = sum(count(message) for message in prefix)
-    shape = layout(items, index, checkpoint, budget, config, count, renderer, recall_tool, prefix_tokens)
+    shape = layout(inputs, index, renderer, prefix_tokens)
     ctx, groups, covered = shape.ctx, index.groups, shape.ctx.covered_through
     checkpoint = ctx.checkpoint
     last, latest_group, keep_groups, first_uncovered = shape.last, shape.latest_group, shape.keep, shape.first_uncovered
@@ -347,7 +345,7 @@ def build_draft(
     draft = Draft(
         prefix=tuple(prefix),
         prefix_tokens=prefix_tokens,
-        fixed_tokens=budget.fixed_tokens,
+        fixed_tokens=inputs.budget.fixed_tokens,
         head=tuple(head),
         summary=summary,
         summary_tokens=summary_tokens,

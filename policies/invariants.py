@@ -1,8 +1,8 @@
 """Named checkers for DESIGN's invariants 1-5; each returns a list of violations (empty = ok).
 
 Problem: every policy, and every combination of them, must keep the request valid. The checks
-live here once, are used by the tests on every generated projection, and are cheap enough for
-the proxy to run in a debug mode.
+live here once and are used by the tests, on every projection they generate (the proxy itself
+does not run them).
 
 1. `tool_pairing` — an assistant message with `tool_calls` is followed by results for exactly
    those ids before the next non-tool message; no orphan results. A trailing tool group may be

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, Message, PolicyConfig, Projection, SettingError
-from policies.draft import CountFn, Draft, StepContext, build_draft
+from policies.draft import CountFn, Draft, Inputs, StepContext, build_draft
 from policies.prune_groups import prune_groups
 from policies.record import make_record
 from policies.summary_tail import summary_tail
@@ -102,4 +102,4 @@ def project(
     block then say it can fetch what they stand for); None when it is not offered.
 
     Raises `ContextOverflow` when even the irreducible request does not fit."""
-    return run_steps(*build_draft(prefix, items, checkpoint, budget, config, count, recall_tool=recall_tool))
+    return run_steps(*build_draft(Inputs(prefix, items, checkpoint, budget, config, count, recall_tool)))

@@ -163,7 +163,7 @@ def count_tools(tools: Sequence[Mapping[str, Any]] | None, enc: tiktoken.Encodin
     """What tool definitions add to a request, by each API's published rendering.
 
     - OpenAI (chat `{"type": "function", "function": {...}}`, Responses flat function tools and
-      `namespace` tools with their nested tools, ~2,300 tokens in Codex 0.17x): the TypeScript
+      `namespace` tools with their nested tools, as Codex sends them): the TypeScript
       namespaces OpenAI's harmony renderer writes (`policies.tool_render`), in their developer
       message (`TOOLS_FRAMING`).
     - Anthropic (`input_schema` tools, server tools such as `bash_20250124`): each tool's JSON

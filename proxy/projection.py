@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, Projection
+from policies.draft import Inputs
 from policies.history import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
 from policies.projection import project
@@ -252,9 +253,8 @@ class Projector:
                 if memo is None:
                     return project(prefix, items, active, budget, policy, counter, recall_tool=tool)
                 with memo.lock:
-                    return project_cached(
-                        memo.cache, prefix, items, active, budget, policy, counter, recall_tool=tool, shared=shared
-                    )
+                    inputs = Inputs(prefix, items, active, budget, policy, counter, tool)
+                    return project_cached(memo.cache, inputs, shared)
             except ContextOverflow as exc:
                 window = self.windows.window(policy, model, (route.name, model) if route else None).tokens
                 raise ContextLengthExceeded(overflow_message(exc, window), param="messages") from None

@@ -1,7 +1,7 @@
 """Memoization of the pure projection, per branch: same result, less work.
 
 `policies.projection.project` is a pure function of (prefix, items, checkpoint, budget, config,
-count) and knows nothing of this package. `project_cached(cache, ...)` returns exactly what it
+count) and knows nothing of this package. `project_cached(cache, inputs)` returns exactly what it
 returns (byte-identical, property-tested) while reusing what the branch's `ProjectionCache`
 remembers from earlier calls:
 

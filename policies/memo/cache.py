@@ -16,8 +16,8 @@ Not thread-safe, and holds no lock: the owner serializes calls on one cache (the
 Example::
 
     cache = ProjectionCache()
-    project_cached(cache, prefix, items, None, budget, config, counter)        # builds
-    project_cached(cache, prefix, [*items, new], None, budget, config, counter)  # resumes
+    project_cached(cache, Inputs(prefix, items, None, budget, config, counter))          # builds
+    project_cached(cache, Inputs(prefix, [*items, new], None, budget, config, counter))  # resumes
 """
 
 from __future__ import annotations

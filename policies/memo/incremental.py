@@ -46,8 +46,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
-from policies.base import Budget, Checkpoint, Item, Message, PolicyConfig, Projection, TrimEntry
-from policies.draft import CountFn, Slot, build_draft, layout
+from policies.base import Message, Projection, TrimEntry
+from policies.draft import Inputs, Slot, build_draft, layout
 from policies.history import HistoryIndex, SharedPrefix
 from policies.memo.cache import ProjectionCache
 from policies.memo.tail import NO_TRIM, TailState
@@ -57,36 +57,21 @@ from policies.text import clone
 from policies.trim_tool_results import previous_boundary, trim_boundary, trim_slots
 
 
-def project_cached(
-    cache: ProjectionCache,
-    prefix: Sequence[Message],
-    items: Sequence[Item],
-    checkpoint: Checkpoint | None,
-    budget: Budget,
-    config: PolicyConfig,
-    count: CountFn,
-    *,
-    recall_tool: str | None = None,
-    shared: SharedPrefix | None = None,
-) -> Projection:
-    """`policies.projection.project(prefix, items, checkpoint, budget, config, count,
-    recall_tool=recall_tool)`, byte for byte, doing only the work `cache` (this branch's, from
-    its previous calls) has not done. `shared`, when the caller built `items` from an earlier
-    list, says so (`policies.history.SharedPrefix`): resuming then costs no walk over the shared
-    items.
+def project_cached(cache: ProjectionCache, inputs: Inputs, shared: SharedPrefix | None = None) -> Projection:
+    """`policies.projection.project` of `inputs`, byte for byte, doing only the work `cache` (this
+    branch's, from its previous calls) has not done. `shared`, when the caller built the items
+    from an earlier list, says so (`policies.history.SharedPrefix`): resuming then costs no walk
+    over the shared items.
 
     Raises `ContextOverflow` when even the irreducible request does not fit."""
-    index = cache.index(items, shared)
+    index = cache.index(inputs.items, shared)
     fast = None
-    if INCREMENTAL.issuperset(config.order):
-        fast = project_incremental(prefix, items, index, checkpoint, budget, config, count, cache, recall_tool)
+    if INCREMENTAL.issuperset(inputs.config.order):
+        fast = project_incremental(inputs, index, cache)
     if fast is not None:
         cache.incremental += 1
         return fast
-    draft, ctx = build_draft(
-        prefix, items, checkpoint, budget, config, count, index=index, renderer=cache.renderer, recall_tool=recall_tool
-    )
-    return run_steps(draft, ctx)
+    return run_steps(*build_draft(inputs, index=index, renderer=cache.renderer))
 
 
 INCREMENTAL = frozenset({"trim_tool_results", "summary_tail", "prune_groups"})
@@ -105,22 +90,14 @@ def seq_ranges(seqs: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def project_incremental(
-    prefix: Sequence[Message],
-    items: Sequence[Item],
-    index: HistoryIndex,
-    checkpoint: Checkpoint | None,
-    budget: Budget,
-    config: PolicyConfig,
-    count: CountFn,
-    cache: ProjectionCache,
-    recall_tool: str | None = None,
-) -> Projection | None:
+def project_incremental(inputs: Inputs, index: HistoryIndex, cache: ProjectionCache) -> Projection | None:
     """`project()`'s result from the cached tail, or None when a step would change the draft
     (then the caller runs the full pipeline). `index` is `cache.index(items)` of this call."""
+    prefix, budget, config, count = inputs.prefix, inputs.budget, inputs.config, inputs.count
+    recall_tool = inputs.recall_tool
     renderer = cache.renderer
     prefix_tokens = sum(count(message) for message in prefix)
-    shape = layout(items, index, checkpoint, budget, config, count, renderer, recall_tool, prefix_tokens)
+    shape = layout(inputs, index, renderer, prefix_tokens)
     ctx, groups, covered = shape.ctx, index.groups, shape.ctx.covered_through
     checkpoint = ctx.checkpoint
     last, latest_group, keep_groups, first_uncovered = shape.last, shape.latest_group, shape.keep, shape.first_uncovered

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from policies.base import Checkpoint, ContextOverflow, Item, Projection
+from policies.draft import Inputs
 from policies.memo import ProjectionCache, project_cached
 
 from ..projection import recall_tool
@@ -194,9 +195,8 @@ class Rebuilder:
             else None
         )
         try:
-            projection = project_cached(
-                log.cache, prefix, items, active, budget, policy, counter, recall_tool=recall_tool(policy, body)
-            )
+            inputs = Inputs(prefix, items, active, budget, policy, counter, recall_tool(policy, body))
+            projection = project_cached(log.cache, inputs)
         except ContextOverflow as exc:
             return None, [f"the rebuilt projection overflows: {exc}"]
         rebuilt = json.loads(json.dumps(projection.record.summary_dict()))

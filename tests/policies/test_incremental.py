@@ -12,6 +12,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, Item, Message, PolicyConfig, ProjectionRecord, ToolResultsConfig
+from policies.draft import Inputs
 from policies.history import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
 from policies.projection import project
@@ -122,7 +123,7 @@ def test_a_growing_branch_projects_as_without_a_cache(
 def _project(history: list[Item], cache: ProjectionCache | None, config: PolicyConfig | None = None) -> Any:
     config = config if config is not None else PolicyConfig()
     args = ([], history, None, Budget(200_000, 4_000, 100), config, fake_count)
-    return project(*args) if cache is None else project_cached(cache, *args)
+    return project(*args) if cache is None else project_cached(cache, Inputs(*args))
 
 
 TRIMMING = PolicyConfig(
@@ -193,7 +194,7 @@ def test_over_the_trigger_falls_back_to_the_full_pipeline() -> None:
     history = items(user("go"), *[assistant("x" * 4000) for _ in range(10)], user("next"))
     small = Budget(8_000, 1_000, 0)
     cache = ProjectionCache()
-    cached = project_cached(cache, [], history, None, small, PolicyConfig(), fake_count)
+    cached = project_cached(cache, Inputs([], history, None, small, PolicyConfig(), fake_count))
     fresh = project([], history, None, small, PolicyConfig(), fake_count)
     assert cached.record.pruned_seqs and cached.record == fresh.record
     assert cache.incremental == 0 and cache.tail is not None  # the state is kept for later calls
@@ -221,7 +222,7 @@ def test_non_dict_messages_are_sent_as_dicts_on_both_paths() -> None:
     cache = ProjectionCache()
     for n in (2, 4, 6):
         cached = project_cached(
-            cache, prefix, history[:n], None, Budget(200_000, 4_000, 100), PolicyConfig(), fake_count
+            cache, Inputs(prefix, history[:n], None, Budget(200_000, 4_000, 100), PolicyConfig(), fake_count)
         )
         fresh = project(prefix, history[:n], None, Budget(200_000, 4_000, 100), PolicyConfig(), fake_count)
         assert all(type(m) is dict for m in cached.messages)

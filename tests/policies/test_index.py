@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, PinsConfig, PolicyConfig, Projection
+from policies.draft import Inputs
 from policies.groups import group_index_of, group_items
 from policies.history import SharedPrefix, index_items
 from policies.memo import ProjectionCache, project_cached
@@ -35,7 +36,7 @@ def outcome(
         if cache is None:
             projection = project(*args, recall_tool=recall_tool)
         else:
-            projection = project_cached(cache, *args, recall_tool=recall_tool, shared=shared)
+            projection = project_cached(cache, Inputs(*args, recall_tool=recall_tool), shared)
     except ContextOverflow as exc:
         return ("overflow", str(exc))
     return fingerprint(projection)
@@ -81,14 +82,14 @@ def test_a_cache_never_changes_the_result(case: Case, data: st.DataObject) -> No
 def test_cache_resumes_from_the_stable_point_and_rechecks_identity() -> None:
     history = items(user("go"), calls("a"), result("a", "x" * 5000), assistant("ok"), user("more"), calls("b"))
     cache = ProjectionCache()
-    first = project_cached(cache, [], history[:4], None, BIG, PolicyConfig(), fake_count)
-    second = project_cached(cache, [], history, None, BIG, PolicyConfig(), fake_count)
+    first = project_cached(cache, Inputs([], history[:4], None, BIG, PolicyConfig(), fake_count))
+    second = project_cached(cache, Inputs([], history, None, BIG, PolicyConfig(), fake_count))
     assert (cache.rebuilt, cache.reused) == (1, 1)
     assert second.messages[: len(first.messages)] == first.messages
     # an equal message with another key order at a stable position: not reused, its bytes are sent
     edited = list(history)
     edited[0] = Item(1, {"content": "go", "role": "user"}, history[0].tokens)
-    third = project_cached(cache, [], edited, None, BIG, PolicyConfig(), fake_count)
+    third = project_cached(cache, Inputs([], edited, None, BIG, PolicyConfig(), fake_count))
     assert cache.rebuilt == 2
     assert third.messages[0] is edited[0].message
     assert json.dumps(third.messages) == json.dumps(project([], edited, None, BIG, PolicyConfig(), fake_count).messages)
@@ -151,8 +152,8 @@ def test_trimmed_results_are_shared_between_projections_through_the_cache() -> N
     )
     cache = ProjectionCache()
     config = PolicyConfig(trigger=0.03, target=0.01, late_trim=0.03)  # over the trigger as sent, under it trimmed
-    first = project_cached(cache, [], history, None, BIG, config, fake_count)
-    second = project_cached(cache, [], history, None, BIG, config, fake_count)
+    first = project_cached(cache, Inputs([], history, None, BIG, config, fake_count))
+    second = project_cached(cache, Inputs([], history, None, BIG, config, fake_count))
     assert first.record.trimmed and first.record == second.record
     assert all(a is b for a, b in zip(first.messages, second.messages, strict=True))
     fresh = project([], history, None, BIG, config, fake_count)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, ContextOverflow, PolicyConfig, Projection
 from policies.compaction import fold_summaries, next_checkpoint
-from policies.draft import build_draft
+from policies.draft import Inputs, build_draft
 from policies.groups import Group, group_items, normalize_boundary
 from policies.invariants import check_all, coverage, latest_turn_verbatim, prefix_pinned, tool_pairing
 from policies.pins import pinned_seqs
@@ -158,7 +158,7 @@ def _last_group(case: Case) -> Group:
 @SETTINGS
 @given(cases(), st.sampled_from(sorted(STEPS)))
 def test_every_registered_step_keeps_invariants(case: Case, name: str) -> None:
-    draft, ctx = build_draft(case.prefix, case.items, case.checkpoint, case.budget, case.config, fake_count)
+    draft, ctx = build_draft(Inputs(case.prefix, case.items, case.checkpoint, case.budget, case.config, fake_count))
     try:
         stepped = STEPS[name](draft, ctx)
     except ContextOverflow:

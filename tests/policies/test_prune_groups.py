@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies.base import Budget, ContextOverflow, PinsConfig, PolicyConfig
-from policies.draft import build_draft
+from policies.draft import Inputs, build_draft
 from policies.invariants import check_all
 from policies.projection import project
 from policies.prune_groups import PRUNED_MARKER_START, prune_groups, pruned_marker
@@ -39,7 +39,7 @@ def test_drops_oldest_unpinned_groups_until_within_budget() -> None:
 
 def test_no_pruning_when_it_fits() -> None:
     history = items(*turns(2, size=10))
-    draft, ctx = build_draft(SYSTEM, history, None, Budget(100_000, 1_000), PolicyConfig(), fake_count)
+    draft, ctx = build_draft(Inputs(SYSTEM, history, None, Budget(100_000, 1_000), PolicyConfig(), fake_count))
     assert prune_groups(draft, ctx) is draft
 
 

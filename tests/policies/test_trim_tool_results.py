@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from policies.base import Budget, Item, PinsConfig, PolicyConfig, ToolResultsConfig
-from policies.draft import Draft, StepContext, build_draft
+from policies.draft import Draft, Inputs, StepContext, build_draft
 from policies.memo import ProjectionCache, project_cached
 from policies.projection import project
 from policies.trim_tool_results import trim_boundary, trim_message, trim_tool_results
@@ -96,7 +96,7 @@ def test_small_results_and_useless_trims_are_left_alone() -> None:
 
 
 def _draft(history: Sequence[Item], config: PolicyConfig) -> tuple[Draft, StepContext]:
-    return build_draft([], history, None, Budget(200_000, 1000), config, fake_count)
+    return build_draft(Inputs([], history, None, Budget(200_000, 1000), config, fake_count))
 
 
 def test_old_trimmed_recent_capped_excluded_and_latest_untouched() -> None:
@@ -155,9 +155,9 @@ def test_a_request_goes_as_sent_up_to_late_trim() -> None:
         grown = history[:n]
         for cache in (None, ProjectionCache()):
             if cache is not None:
-                project_cached(cache, [], grown[:-2], None, Budget(200_000, 1000), config, fake_count)
+                project_cached(cache, Inputs([], grown[:-2], None, Budget(200_000, 1000), config, fake_count))
             args = ([], grown, None, Budget(200_000, 1000), config, fake_count)
-            out = project(*args) if cache is None else project_cached(cache, *args)
+            out = project(*args) if cache is None else project_cached(cache, Inputs(*args))
             assert out.record.over_trigger and bool(out.record.trimmed) is trims, (n, cache)
             assert out.record.compaction is not None
             if not trims:
@@ -180,13 +180,13 @@ def test_by_default_a_request_that_fits_goes_as_sent() -> None:
         assert config.trigger * budget.input_budget < sizes[n - 1] <= budget.input_budget < sizes[n + 1]
         for cache in (None, ProjectionCache()):
             args = ([], history[:n], None, budget, config, fake_count)
-            as_sent = project(*args) if cache is None else project_cached(cache, *args)
+            as_sent = project(*args) if cache is None else project_cached(cache, Inputs(*args))
             assert not as_sent.record.trimmed, n
             early = project([], history[:n], None, budget, PolicyConfig(late_trim=config.trigger), fake_count)
             assert (as_sent.record.compaction is not None) is (early.record.compaction is not None), n
             assert as_sent.messages == [i.message for i in history[:n]]
             args = ([], history[: n + 2], None, budget, config, fake_count)  # the next call and result
-            over = project(*args) if cache is None else project_cached(cache, *args)
+            over = project(*args) if cache is None else project_cached(cache, Inputs(*args))
             assert over.record.trimmed, n  # and compaction planned only if still over the trigger
             assert (over.record.compaction is not None) is (over.record.sent_tokens > over.record.trigger_tokens)
 
