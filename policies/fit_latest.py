@@ -27,7 +27,7 @@ tokens -> a cap of about 19,800 chars: head 9,900 + marker + tail 9,900, about 5
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from policies.base import Message, TrimEntry
 from policies.draft import CountFn, Draft, Slot, StepContext
@@ -37,22 +37,26 @@ from policies.trim_tool_results import recall_hint
 FIT_MARKER_START = "[trimmed to fit the context window: "
 
 
-def fit_marker(
-    tool_name: str,
-    tokens: int,
-    chars: int,
-    head: int,
-    tail: int,
-    seq: int,
-    dropped: int = 0,
-    recall_tool: str | None = None,
-) -> str:
-    """The marker of a result of the newest turn cut to fit (`tokens`, `chars`: its original size)."""
-    extra = f"; {dropped} non-text part(s) dropped" if dropped else ""
-    return (
-        f"{FIT_MARKER_START}tool result of {tool_name}, {tokens:,} tokens ({chars:,} chars); "
-        f"first {head:,} and last {tail:,} chars kept; event {seq}{extra}{recall_hint(recall_tool)}]"
-    )
+@dataclass(frozen=True)
+class Cut:
+    """A result of the newest turn cut to fit: its tool, original size (`tokens`, `chars`), what
+    was kept (`head`, `tail` chars), its event, the non-text parts dropped."""
+
+    tool_name: str
+    tokens: int
+    chars: int
+    head: int
+    tail: int
+    seq: int
+    dropped: int = 0
+
+    def marker(self, recall_tool: str | None = None) -> str:
+        """The line that stands for the cut part (naming the recall tool when it is offered)."""
+        extra = f"; {self.dropped} non-text part(s) dropped" if self.dropped else ""
+        return (
+            f"{FIT_MARKER_START}tool result of {self.tool_name}, {self.tokens:,} tokens ({self.chars:,} chars); "
+            f"first {self.head:,} and last {self.tail:,} chars kept; event {self.seq}{extra}{recall_hint(recall_tool)}]"
+        )
 
 
 def cut_result(
@@ -70,7 +74,7 @@ def cut_result(
     content = message.get("content")
     text = content_text(content)
     head, tail = cut_text(text, min(max_chars, len(text)), head_ratio)
-    marker = fit_marker(tool_name, tokens, len(text), len(head), len(tail), seq, non_text_parts(content), recall_tool)
+    marker = Cut(tool_name, tokens, len(text), len(head), len(tail), seq, non_text_parts(content)).marker(recall_tool)
     return with_content(message, "\n".join(part for part in (head, marker, tail) if part)), len(head) + len(tail)
 
 

@@ -62,16 +62,8 @@ def _restore_originals(slot: Slot) -> Slot:
 
 
 def _cut(slot: Slot, ctx: StepContext) -> tuple[Slot, list[TrimEntry]]:
-    config = ctx.config.tool_results
-    return cap_slot(
-        _restore_originals(slot),
-        max_chars=config.old_max_chars,
-        head_ratio=config.head_ratio,
-        exclude=(),
-        pinned=ctx.pinned,
-        count=ctx.count,
-        recall_tool=ctx.recall_tool,
-    )
+    # the last resort: the excluded tools' results are cut too
+    return cap_slot(_restore_originals(slot), ctx.config.tool_results.old_max_chars, ctx, exclude=())
 
 
 def prune_groups(draft: Draft, ctx: StepContext) -> Draft:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from itertools import chain
 from operator import attrgetter, is_not
 
-from policies.base import CompactionPlan, ProjectionRecord, TrimEntry
+from policies.base import ProjectionRecord, TrimEntry
 from policies.draft import Draft, Slot, StepContext
 from policies.history import index_items
 
@@ -28,46 +29,51 @@ _SEQS = attrgetter("seqs")
 _NOT_NONE = partial(is_not, None)
 
 
-def projection_record(
-    ctx: StepContext,
-    *,
-    prefix_tokens: int,
-    sent_tokens: int,
-    sent_seqs: tuple[int, ...],
-    trimmed: tuple[TrimEntry, ...],
-    repaired: tuple[tuple[int, str], ...],
-    pruned_seqs: tuple[int, ...] = (),
-    over_trigger: bool = False,
-    plan: CompactionPlan | None = None,
-    sent_ranges: tuple[tuple[int, int], ...] | None = None,
-    cut_to_fit: tuple[int, ...] = (),
-    rewritten: bool = False,
-) -> ProjectionRecord:
-    """The record of a projection that sent `sent_seqs` (ascending) for `sent_tokens` in total.
-    `sent_ranges`: those seqs as inclusive ranges, when the caller already has them."""
+@dataclass(frozen=True)
+class Sent:
+    """What a projection sends, as its record states it: the prefix's and the whole request's
+    tokens, the item seqs sent (ascending; `ranges`: them as inclusive ranges, when the caller
+    has them), the results trimmed and the calls repaired."""
+
+    prefix_tokens: int
+    tokens: int
+    seqs: tuple[int, ...]
+    trimmed: tuple[TrimEntry, ...]
+    repaired: tuple[tuple[int, str], ...]
+    ranges: tuple[tuple[int, int], ...] | None = None
+
+
+def projection_record(ctx: StepContext, sent: Sent, draft: Draft | None = None) -> ProjectionRecord:
+    """The record of a projection that sent `sent`; `draft`: the finished draft when the steps
+    ran (what they pruned, planned, cut or marked rewritten), None when nothing but trimming
+    changed it (the memo's fast path)."""
     index = ctx.index if ctx.index is not None else index_items(ctx.items)
     covered = ctx.covered_through
     budget = ctx.budget
     orphans = index.orphan_seqs
     trigger = ctx.trigger_tokens
     dropped = tuple(orphans[bisect_right(orphans, covered) :])
-    rewritten = rewritten or bool(covered or trimmed or pruned_seqs or dropped or repaired or cut_to_fit)
+    pruned = draft.pruned_seqs if draft is not None else ()
+    cut_to_fit = draft.cut_to_fit if draft is not None else ()
+    marked = draft.rewritten if draft is not None else False
+    rewritten = marked or bool(covered or sent.trimmed or pruned or dropped or sent.repaired or cut_to_fit)
+    seqs = sent.seqs
     return ProjectionRecord(
-        client_tokens=budget.fixed_tokens + prefix_tokens + index.total_tokens,
-        sent_tokens=sent_tokens,
+        client_tokens=budget.fixed_tokens + sent.prefix_tokens + index.total_tokens,
+        sent_tokens=sent.tokens,
         checkpoint_generation=ctx.checkpoint.generation if ctx.checkpoint and covered else None,
         covered_through_seq=covered,
-        trimmed=trimmed,
-        pruned_seqs=pruned_seqs,
-        over_trigger=over_trigger or sent_tokens > trigger,
-        compaction=plan,
-        sent_seqs=sent_seqs,
-        pinned_seqs=sent_seqs[: bisect_right(sent_seqs, covered)],
+        trimmed=sent.trimmed,
+        pruned_seqs=pruned,
+        over_trigger=(draft is not None and draft.over_trigger) or sent.tokens > trigger,
+        compaction=draft.plan if draft is not None else None,
+        sent_seqs=seqs,
+        pinned_seqs=seqs[: bisect_right(seqs, covered)],
         orphan_seqs=dropped,
-        repaired=repaired,
+        repaired=sent.repaired,
         input_budget=budget.input_budget,
         trigger_tokens=trigger,
-        sent_ranges=(sent_seqs, sent_ranges) if sent_ranges is not None else None,
+        sent_ranges=(seqs, sent.ranges) if sent.ranges is not None else None,
         cut_to_fit=cut_to_fit,
         released_pins=ctx.released,
         deferred_generation=ctx.deferred.generation if ctx.deferred is not None else None,
@@ -84,19 +90,7 @@ def make_record(draft: Draft, ctx: StepContext) -> ProjectionRecord:
         by_seq: dict[int, TrimEntry] = {entry.seq: entry for entry in draft.trimmed}
         sent_set = set(sent)
         trimmed = tuple(by_seq[seq] for seq in sorted(by_seq) if seq in sent_set)
-    return projection_record(
-        ctx,
-        prefix_tokens=draft.prefix_tokens,
-        sent_tokens=draft.total,
-        sent_seqs=sent,
-        trimmed=trimmed,
-        repaired=repaired_calls(slots),
-        pruned_seqs=draft.pruned_seqs,
-        over_trigger=draft.over_trigger,
-        plan=draft.plan,
-        cut_to_fit=draft.cut_to_fit,
-        rewritten=draft.rewritten,
-    )
+    return projection_record(ctx, Sent(draft.prefix_tokens, draft.total, sent, trimmed, repaired_calls(slots)), draft)
 
 
 def repaired_calls(slots: Sequence[Slot]) -> tuple[tuple[int, str], ...]:

@@ -49,11 +49,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from operator import attrgetter
 
-from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig
-from policies.draft import CountFn, Draft, StepContext
+from policies.base import Budget, CompactionPlan, Item, Message, PolicyConfig
+from policies.draft import CountFn, Draft, Inputs, StepContext
 from policies.groups import Group, effective_boundary, group_items, last_index, normalize_boundary
 from policies.pins import pinned_seqs
 from policies.summary_prompt import (
@@ -75,6 +75,7 @@ __all__ = [
     "build_summary_messages",
     "check_summary",
     "chunk_limit",
+    "Standing",
     "plan_compaction",
     "summary_block",
     "summary_tail",
@@ -238,33 +239,34 @@ def split_chunk(chunk: Sequence[Item], count: CountFn) -> tuple[tuple[Item, ...]
     )
 
 
-def plan_compaction(
-    items: Sequence[Item],
-    checkpoint: Checkpoint | None,
-    budget: Budget,
-    config: PolicyConfig,
-    *,
-    projected_tokens: int,
-    overhead_tokens: int,
-    count: CountFn,
-    sent_tokens: Mapping[int, int] | None = None,
-    groups: Sequence[Group] | None = None,
-    pinned: frozenset[int] | None = None,
-    summary_budget: Budget | None = None,
-    pinned_tokens: int | None = None,
-) -> CompactionPlan | None:
-    """The next compaction to run, or None (under the trigger, or nothing left to summarize).
+@dataclass(frozen=True)
+class Standing:
+    """Where the projection that plans stands: its total (`projected`), the part of it that is not
+    raw tail (`overhead`: fixed + prefix + kept groups + current summary), and what each seq
+    costs as currently sent (`sent`: 0 for kept groups; None: each item's own tokens)."""
 
-    `projected_tokens`: the current projection's total; `overhead_tokens`: the part of it that is
-    not raw tail (fixed + prefix + kept groups + current summary); `sent_tokens`: what each seq
-    costs as currently sent, 0 for kept groups (defaults to `item.tokens`); `summary_budget`: the summarizer model's
-    budget when it differs from the main model's (default: `budget.summarizer`);
-    `pinned_tokens`: the tokens of the pinned items, when the caller knows them (else summed over
-    `items`)."""
+    projected: int
+    overhead: int
+    sent: Mapping[int, int] | None = None
+
+
+def plan_compaction(inputs: Inputs, standing: Standing, ctx: StepContext | None = None) -> CompactionPlan | None:
+    """The next compaction to run, or None (under the trigger, or nothing left to summarize).
+    `ctx`: the projection's context, when the caller has it (its groups, pins and index spare
+    finding them again). The summarizer's limits are `Budget.summarizer`'s (the budget's own
+    when None)."""
+    items, checkpoint, budget, config, count = (
+        inputs.items,
+        inputs.checkpoint,
+        inputs.budget,
+        inputs.config,
+        inputs.count,
+    )
+    projected_tokens, overhead_tokens, sent_tokens = standing.projected, standing.overhead, standing.sent
     trigger_tokens = int(config.trigger * budget.input_budget)
     if projected_tokens <= trigger_tokens:
         return None
-    groups = list(groups) if groups is not None else group_items(items)
+    groups = list(ctx.groups) if ctx is not None else group_items(items)
     covered = effective_boundary(groups, checkpoint)
     # groups' first seqs increase strictly, and no group straddles `covered`
     uncovered = groups[bisect_right(groups, covered, key=_FIRST_SEQ) :]
@@ -299,10 +301,12 @@ def plan_compaction(
     if budget.summary_max_tokens and sum(map(cost, summarize)) <= growth:
         return None  # futile: a summary as long as allowed would not be shorter than what it replaces
 
-    if pinned_tokens is None:
-        pinned = pinned if pinned is not None else pinned_seqs(items, config.pins)
+    if ctx is not None and ctx.index is not None:
+        pinned_tokens = ctx.index.tokens_of(ctx.pinned)
+    else:
+        pinned = ctx.pinned if ctx is not None else pinned_seqs(items, config.pins)
         pinned_tokens = sum(item.tokens for item in items if item.seq in pinned)
-    summary_budget = summary_budget or budget.summarizer
+    summary_budget = budget.summarizer
     limit = chunk_limit(
         summary_budget or budget,
         config,
@@ -352,19 +356,8 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
             if seq is not None:
                 sent[seq] = 0 if slot.keep else tokens
     tail_tokens = sum(slot.total for slot in sized.tail if not slot.keep)
-    plan = plan_compaction(
-        ctx.items,
-        ctx.checkpoint,
-        ctx.budget,
-        ctx.config,
-        projected_tokens=sized.total,
-        overhead_tokens=sized.total - tail_tokens,
-        count=ctx.count,
-        sent_tokens=sent,
-        groups=ctx.groups,
-        pinned=ctx.pinned,
-        pinned_tokens=ctx.index.tokens_of(ctx.pinned) if ctx.index is not None else None,
-    )
+    inputs = Inputs((), ctx.items, ctx.checkpoint, ctx.budget, ctx.config, ctx.count)
+    plan = plan_compaction(inputs, Standing(sized.total, sized.total - tail_tokens, sent), ctx)
     if plan is not None and ctx.released:
         plan = replace(plan, released_pins=ctx.released)
     return replace(draft, over_trigger=True, plan=plan)

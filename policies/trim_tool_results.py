@@ -107,20 +107,23 @@ def trim_message(
 
 def cap_slot(
     slot: Slot,
-    *,
     max_chars: int,
-    head_ratio: float,
-    exclude: tuple[str, ...],
-    pinned: frozenset[int],
-    count: CountFn,
+    ctx: StepContext,
     trim_one: TrimOne | None = None,
-    recall_tool: str | None = None,
+    *,
+    exclude: tuple[str, ...] | None = None,
 ) -> tuple[Slot, list[TrimEntry]]:
-    """Cap every eligible tool result of `slot` at `max_chars` (pinned / excluded untouched).
+    """Cap every eligible tool result of `slot` at `max_chars` (pinned ones and those of the
+    `exclude` tools untouched; default: the policy's `exclude_tools`), head + tail by the
+    policy's `head_ratio`, with markers naming the recall tool the request offers (a `CapSlot`:
+    what a `Renderer` trims with).
 
     `trim_one`: how one result's trimmed form is found (e.g. remembered between projections);
     it must return what `trim_one` below does. None: computed here, skipping the tool-name
     lookup for results that fit (the hot path on long histories)."""
+    config = ctx.config.tool_results
+    head_ratio, pinned, count, recall_tool = config.head_ratio, ctx.pinned, ctx.count, ctx.recall_tool
+    exclude = config.exclude_tools if exclude is None else exclude
     entries: list[TrimEntry] = []
     messages: list[Message] | None = None
     counts: list[int] | None = None
@@ -173,21 +176,6 @@ def trim_one(
     return tool_name, result, count(result[0]) if result is not None else 0
 
 
-def cap(slot: Slot, max_chars: int, ctx: StepContext, trim: TrimOne | None) -> tuple[Slot, list[TrimEntry]]:
-    """`cap_slot` with the context's settings (a `CapSlot`, what a `Renderer` trims with)."""
-    config = ctx.config.tool_results
-    return cap_slot(
-        slot,
-        max_chars=max_chars,
-        head_ratio=config.head_ratio,
-        exclude=config.exclude_tools,
-        pinned=ctx.pinned,
-        count=ctx.count,
-        trim_one=trim,
-        recall_tool=ctx.recall_tool,
-    )
-
-
 def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[tuple[Slot, ...], list[TrimEntry]]:
     """`slots` with the results of tool-call groups capped: old ones (index below `boundary`)
     at `old_max_chars`, the rest at `recent_max_chars`; protected slots untouched."""
@@ -200,7 +188,7 @@ def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[
             out.append(slot)
             continue
         max_chars = config.old_max_chars if slot.index < boundary else config.recent_max_chars
-        new_slot, new_entries = renderer.trimmed_slot(slot, max_chars, ctx, cap)
+        new_slot, new_entries = renderer.trimmed_slot(slot, max_chars, ctx, cap_slot)
         out.append(new_slot)
         entries.extend(new_entries)
     return tuple(out), entries

@@ -52,7 +52,7 @@ from policies.history import HistoryIndex, SharedPrefix
 from policies.memo.cache import ProjectionCache
 from policies.memo.tail import NO_TRIM, TailState
 from policies.projection import run_steps
-from policies.record import projection_record
+from policies.record import Sent, projection_record
 from policies.text import clone
 from policies.trim_tool_results import previous_boundary, trim_boundary, trim_slots
 
@@ -211,15 +211,8 @@ def project_incremental(inputs: Inputs, index: HistoryIndex, cache: ProjectionCa
         ranges.extend(tail_ranges[1:])
     else:
         ranges.extend(tail_ranges)
-    record = projection_record(
-        ctx,
-        prefix_tokens=prefix_tokens,
-        sent_tokens=total,
-        sent_seqs=sent_seqs,
-        trimmed=(*head_entries, *state.entries),
-        repaired=(*repaired, *state.repaired),
-        sent_ranges=tuple(ranges),
-    )
+    entries, repairs = (*head_entries, *state.entries), (*repaired, *state.repaired)
+    record = projection_record(ctx, Sent(prefix_tokens, total, sent_seqs, entries, repairs, tuple(ranges)))
     return Projection(messages=messages, record=record, cache_point=cache_point, previous_point=previous_point)
 
 

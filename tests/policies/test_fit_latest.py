@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.base import Budget, ContextOverflow, PolicyConfig, ToolResultsConfig
-from policies.fit_latest import fit_marker
+from policies.fit_latest import Cut
 from policies.invariants import check_all, is_cut_to_fit, tool_pairing
 from policies.projection import project
 from tests.policies.helpers import assistant, calls, items, result, user
@@ -46,8 +46,8 @@ def test_a_60k_token_result_in_the_newest_turn_is_cut_head_and_tail_and_fits() -
     head, marker, tail = content.split("\n[trimmed to fit")[0], content[content.index("[trimmed to fit") :], ""
     marker, _, tail = marker.partition("]\n")
     assert HUGE.startswith(head) and HUGE.endswith(tail) and len(head) > 1_000 and len(tail) > 1_000
-    assert marker + "]" == fit_marker(
-        "bash", history[-1].tokens, len(HUGE), len(head), len(tail), seq, 0, "ctxproxy_recall"
+    assert marker + "]" == Cut("bash", history[-1].tokens, len(HUGE), len(head), len(tail), seq).marker(
+        "ctxproxy_recall"
     )
     assert re.fullmatch(
         r"\[trimmed to fit the context window: tool result of bash, [\d,]+ tokens \(240,000 chars\); "

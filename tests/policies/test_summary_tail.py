@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from policies.base import Budget, Checkpoint, Item, PolicyConfig
+from policies.draft import Inputs
 from policies.groups import group_items
-from policies.summary_tail import chunk_limit, cut_message, make_chunks, plan_compaction
+from policies.summary_tail import Standing, chunk_limit, cut_message, make_chunks, plan_compaction
 from tests.policies.helpers import calls, items, result, user
 from tests.policies.strategies import fake_count
 
@@ -22,15 +23,8 @@ def history(turns: int, size: int = 4000) -> list[Item]:
 
 def plan(history_: list[Item], config: PolicyConfig, checkpoint: Checkpoint | None = None, **kw: int):  # type: ignore[no-untyped-def]
     total = sum(i.tokens for i in history_)
-    return plan_compaction(
-        history_,
-        checkpoint,
-        BUDGET,
-        config,
-        projected_tokens=kw.get("projected", total),
-        overhead_tokens=kw.get("overhead", 0),
-        count=fake_count,
-    )
+    inputs = Inputs((), history_, checkpoint, BUDGET, config, fake_count)
+    return plan_compaction(inputs, Standing(kw.get("projected", total), kw.get("overhead", 0)))
 
 
 def test_no_plan_below_the_trigger() -> None:
@@ -61,9 +55,7 @@ def test_the_room_reserves_the_longest_summary_the_commit_may_bring() -> None:
     h = history(20)
     total = sum(i.tokens for i in h)
     budget = Budget(16_000, 2_000, 0, summary_max_tokens=1_500)
-    p = plan_compaction(
-        h, None, budget, PolicyConfig(), projected_tokens=total, overhead_tokens=2_000, count=fake_count
-    )
+    p = plan_compaction(Inputs((), h, None, budget, PolicyConfig(), fake_count), Standing(total, 2_000))
     assert p is not None
     tail_tokens = sum(i.tokens for i in h if i.seq > p.through_seq)
     assert 3_500 - 1_100 < tail_tokens <= 3_500  # 7,000 - 2,000 overhead - 1,500 for the summary
@@ -98,16 +90,7 @@ def test_a_compaction_that_would_not_shrink_the_projection_is_not_planned() -> N
         total = sum(i.tokens for i in h)
         sent = {i.seq: 0 if i.seq == 1 else i.tokens for i in h}  # the pinned task stays: overhead
         config = PolicyConfig(keep_recent_tokens=0)
-        return plan_compaction(
-            h,
-            None,
-            budget,
-            config,
-            projected_tokens=total,
-            overhead_tokens=overhead,
-            count=fake_count,
-            sent_tokens=sent,
-        )
+        return plan_compaction(Inputs((), h, None, budget, config, fake_count), Standing(total, overhead, sent))
 
     assert total > 11_200 and planned(small) is None
     # groups worth more than the longest summary: planned
@@ -153,9 +136,7 @@ def test_chunks_reserve_the_longest_accepted_summary_not_the_whole_reply() -> No
     def largest_chunk(summary_max_tokens: int | None) -> int:
         budget = Budget(16_000, 2_000, 0, summarizer=summarizer, summary_max_tokens=summary_max_tokens)
         total = sum(i.tokens for i in h)
-        p = plan_compaction(
-            h, None, budget, PolicyConfig(), projected_tokens=total, overhead_tokens=0, count=fake_count
-        )
+        p = plan_compaction(Inputs((), h, None, budget, PolicyConfig(), fake_count), Standing(total, 0))
         assert p is not None
         return max(sum(i.tokens + 16 for i in chunk) for chunk in p.chunks)
 
