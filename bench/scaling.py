@@ -73,9 +73,9 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     from proxy.compaction import Compactor
     from proxy.config import Policy, Route, Upstream
     from proxy.history_cache import HistoryCache
-    from proxy.ingest import ingest
+    from proxy.ingest import Arrival, ingest
     from proxy.metrics import Metrics
-    from proxy.projection import Projector
+    from proxy.projection import Asked, Projector
     from proxy.protocols import OPENAI_CHAT
     from proxy.record import Recorder
     from proxy.rolling import CompactionJob
@@ -114,7 +114,7 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
             session = generated_session(turns)
             messages = session["messages"][:-1]
             tenant = f"t_compaction_{window}"
-            ingested = await ingest(store, HistoryCache(), OPENAI_CHAT, tenant, messages, None, 0)
+            ingested = await ingest(store, HistoryCache(), OPENAI_CHAT, Arrival(tenant, messages))
             prefix, history = ingested.prefix, ingested.history
             hashes = ingested.hashes
             branch = ingested.identity.branch_id
@@ -126,9 +126,8 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
                     continue
                 checkpoint = await store.active_checkpoint(branch)
                 items = projector.items(history[:index], hashes[:index], counter)
-                projection = projector.project_request(
-                    policy, model, body, prefix, items, checkpoint, branch
-                ).projection
+                asked = Asked(policy, model, body, prefix, items, branch)
+                projection = projector.project_request(asked, checkpoint).projection
                 plan = projection.record.compaction
                 if plan is None:
                     continue

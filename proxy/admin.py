@@ -24,6 +24,7 @@ from policies.search import Hit, parse_query, search
 from .errors import BadRequest, Conflict, NotFound
 from .http import RawResponse, json_response, require_token
 from .ledger import GROUP_BY, summarize
+from .projection import Asked
 from .services import Services
 from .store.base import Conversation, UsageQuery
 
@@ -193,9 +194,8 @@ async def get_projection(request: Request) -> RawResponse:
     counter = state.projector.counter(last.model)
     items = state.projector.items([e.message for e in events], [e.chain_hash for e in events], counter)
     prefix = json.loads(prefix_blob) if prefix_blob else []
-    projection = state.projector.project_request(
-        policy, last.model, body, prefix, items, checkpoint, branch_id, route=route
-    ).projection
+    asked = Asked(policy, last.model, body, prefix, items, branch_id, route=route)
+    projection = state.projector.project_request(asked, checkpoint).projection
     return json_response(
         {
             "conversation_id": conversation.id,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from . import auth, identify, record, routing
@@ -22,7 +23,7 @@ from .endpoints import relay_unchanged
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
 from .http import Incoming, RawResponse, client_api_key, read_body
-from .ingest import Ingested, answer_stored, ingest, response_turn
+from .ingest import Arrival, Ingested, answer_stored, ingest, response_turn
 from .outgoing import Outgoing
 from .overflow import recover
 from .protocols.base import Wire
@@ -53,12 +54,12 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     memo.commit()
     tenant = caller.tenant
     header = config.conversation_header
+    drop = frozenset({header.lower()})
     ingested: Ingested | None = None
     try:
         session = identify.session_of(config.session_headers, request.headers, body.get("tools"))
-        ingested = await ingest(
-            services.store, services.history, wire, tenant, messages, request.headers.get(header), len(raw), session
-        )
+        arrival = Arrival(tenant, messages, request.headers.get(header), len(raw), session)
+        ingested = await ingest(services.store, services.history, wire, arrival)
         services.metrics.observe_identity(ingested.lookup)
         # from here on every answer, errors included, names the conversation
         request.conversation = (header, _conversation_of(ingested))
@@ -75,13 +76,13 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
             raise
-        return await _passthrough(services, wire, route, request, raw, body, stream, exc, caller)
+        headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
+        return await _passthrough(services, Unstored(wire, route, headers, raw, body, stream), exc)
     except ProxyError:
         if ingested is not None:  # refused by the proxy itself (an impossible budget): nothing stays
             await retract(services, ingested)
         raise
     echo = [(header, _conversation_of(ingested))]
-    drop = frozenset({header.lower()})
     exchange.headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
 
     async def resend() -> UpstreamResponse | None:
@@ -177,26 +178,27 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
         services.projector.estimator.observe(prediction, call.usage.get("input_total"))
 
 
-async def _passthrough(
-    services: Services,
-    wire: Wire,
-    route: Route,
-    request: Incoming,
-    raw: bytes,
-    body: dict[str, Any],
-    stream: bool,
-    exc: StoreError,
-    caller: auth.Caller,
-) -> Any:
+@dataclass(frozen=True)
+class Unstored:
+    """A request relayed while the store is down: where it goes and what it is."""
+
+    wire: Wire
+    route: Route
+    headers: dict[str, str]
+    raw: bytes
+    body: dict[str, Any]
+    stream: bool
+
+
+async def _passthrough(services: Services, request: Unstored, exc: StoreError) -> Any:
     """`store_failure: passthrough`: the store is down, so relay the client's request unrewritten,
     record nothing, and say so in a response header."""
+    wire, route, body, stream, headers = request.wire, request.route, request.body, request.stream, request.headers
     log.warning("store unavailable on %s (route %s); relaying unrewritten: %s", wire.path, route.name, exc)
     services.metrics.observe_store_passthrough(route.name)
     encoded, _ = wire.encode(body, None, stream, None)
-    drop = frozenset({services.config.conversation_header.lower()})
-    headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
     degraded = [(DEGRADED_HEADER, "store-unavailable")]
-    payload = raw if encoded is None else encoded
+    payload = request.raw if encoded is None else encoded
     upstream = await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         return StreamRelay(upstream, wire.observer(body), _unrecorded, degraded)

@@ -94,27 +94,32 @@ class Ingested:
     `stale` (that head was refused, so looked up) or `lookup` (no remembered head to continue)."""
 
 
-async def ingest(
-    store: Store,
-    cache: HistoryCache,
-    wire: Wire,
-    tenant: str,
-    messages: list[Message],
-    explicit: str | None,
-    body_size: int,
-    session: identify.Session | None = None,
-) -> Ingested:
-    """Validate what is new in `messages`, resolve the conversation and append the new events."""
+@dataclass(frozen=True)
+class Arrival:
+    """A request as it arrives: whose it is (`tenant`), its messages (common model), the
+    conversation it names (`explicit`: the client's own id, None: found by its history), the
+    size of its body (what its remembered history may cost), its agent session."""
+
+    tenant: str
+    messages: list[Message]
+    explicit: str | None = None
+    body_size: int = 0
+    session: identify.Session | None = None
+
+
+async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival) -> Ingested:
+    """Validate what is new in the arrival's messages, resolve the conversation and append the
+    new events."""
+    tenant, messages = arrival.tenant, arrival.messages
     prefix, history = identify.split_prefix(messages)
     known = cache.lookup(tenant, history)
     wire.validate(messages, 0, len(prefix))
     wire.validate(messages, len(prefix) + (len(known.messages) if known else 0))
     hashes = cache.hashes(tenant, history, known)
     system_hash = cache.prefix_hash(prefix, known)
-    remembered = Remembered(history, hashes, 2 * body_size, prefix=prefix, system_hash=system_hash)
+    remembered = Remembered(history, hashes, 2 * arrival.body_size, prefix=prefix, system_hash=system_hash)
     head = _continued(known, hashes)
-    args = (store, tenant, system_hash, history, hashes, explicit, session, head)
-    position, identity, lookup = await _append_request(*args)
+    position, identity, lookup = await _append_request(store, arrival, system_hash, history, hashes, head)
     if hashes:  # until `answer_stored` moves it to the answer (a next request may come first)
         remembered.head = Head(position, hashes[-1], len(hashes))
     cache.remember(tenant, remembered)
@@ -132,15 +137,9 @@ def _continued(known: Remembered | None, hashes: list[str]) -> Head | None:
 
 
 async def _append_request(
-    store: Store,
-    tenant: str,
-    system_hash: str,
-    history: list[Message],
-    hashes: list[str],
-    explicit: str | None,
-    session: identify.Session | None,
-    head: Head | None,
+    store: Store, arrival: Arrival, system_hash: str, history: list[Message], hashes: list[str], head: Head | None
 ) -> tuple[Position, Identity, str]:
+    tenant, explicit, session = arrival.tenant, arrival.explicit, arrival.session
     created = False
     lookup = "lookup"
     if explicit is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import record
 from .exchange import Exchange
-from .projection import Projected
+from .projection import Asked, Projected
 from .rolling import CompactionJob
 from .types import Message
 
@@ -72,9 +72,9 @@ class Outgoing:
         items = projector.items(
             ingested.history, ingested.hashes, projector.counter(self.model), ingested.known, ingested.remembered
         )
-        args = (policy, self.model, self.body, ingested.prefix, items)
-        branch, remembered, route = identity.branch_id, ingested.remembered, exchange.route
-        projected = projector.project_request(*args, checkpoint, branch, remembered, route=route, cut=cut)
+        branch, route = identity.branch_id, exchange.route
+        asked = Asked(policy, self.model, self.body, ingested.prefix, items, branch, ingested.remembered, route)
+        projected = projector.project_request(asked, checkpoint, cut)
         plan = projected.projection.record.compaction
         if plan is None:
             return projected
@@ -102,4 +102,4 @@ class Outgoing:
             committed = None
         if committed is None:
             return projected
-        return projector.project_request(*args, committed, branch, remembered, route=route, cut=cut)
+        return projector.project_request(asked, committed, cut)

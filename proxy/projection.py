@@ -46,6 +46,24 @@ from .windows import REPLY_PRIMING_TOKENS, Windows
 
 
 @dataclass(frozen=True)
+class Asked:
+    """One request as its projection sees it: the policy, the model whose window and tokenizer
+    it is budgeted for, its body (tools, max_tokens), the system prefix, the branch's items and
+    id, the history cache entry the items came from (`remembered`: its proof of what they share
+    with the previous request's spares the memo a walk over them), and the route (None: an
+    operator's preview, which predicts nothing)."""
+
+    policy: Policy
+    model: str
+    body: Json
+    prefix: list[Message]
+    items: list[Item]
+    branch_id: str | None
+    remembered: Remembered | None = None
+    route: Route | None = None
+
+
+@dataclass(frozen=True)
 class Projected:
     """A projection and what the upstream is predicted to count for it (None: no route, as in
     an operator's preview); `limit`: the upstream tokens its input may use; `output`: the reply
@@ -217,26 +235,13 @@ class Projector:
                 remember.shared[name] = SharedPrefix(reused, shared)
         return items
 
-    def project_request(
-        self,
-        policy: Policy,
-        model: str,
-        body: Json,
-        prefix: list[Message],
-        items: list[Item],
-        checkpoint: StoredCheckpoint | None,
-        branch_id: str | None,
-        remembered: Remembered | None = None,
-        *,
-        route: Route | None = None,
-        cut: int = 0,
-    ) -> Projected:
+    def project_request(self, asked: Asked, checkpoint: StoredCheckpoint | None, cut: int = 0) -> Projected:
         """The projection of one request: budget resolved, the stored checkpoint applied when it
         fits the items, the branch's memo used (same result as the pure `project`), and the
-        upstream's count of it predicted. `remembered`: the request's history cache entry, when
-        `items` are the ones `items()` kept in it (its proof of what they share with the
-        previous request's spares the memo a walk over them). `cut`: upstream tokens to keep
-        free beyond the margin (an overflow's measured overshoot, on a retry)."""
+        upstream's count of it predicted. `cut`: upstream tokens to keep free beyond the margin
+        (an overflow's measured overshoot, on a retry)."""
+        policy, model, body, prefix, items = asked.policy, asked.model, asked.body, asked.prefix, asked.items
+        branch_id, remembered, route = asked.branch_id, asked.remembered, asked.route
         counter = self.counter(model)
         name = counter.encoding.name
         shared = remembered.shared.get(name) if remembered is not None and remembered.items.get(name) is items else None

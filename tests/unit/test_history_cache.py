@@ -11,7 +11,7 @@ from proxy import codec, identify
 from proxy.catalog import ModelCatalog
 from proxy.config import Policy
 from proxy.history_cache import HistoryCache, Remembered
-from proxy.projection import Projector
+from proxy.projection import Asked, Projector
 from proxy.protocols.openai_chat.encode import encode_body
 from proxy.types import SentBody
 
@@ -123,22 +123,22 @@ def test_remembered_items_prove_what_they_share_and_the_branch_memo_resumes_on_i
     entry = Remembered(first, identify.chain("t", first), 10)
     sent = projector.items(first, entry.hashes, counter, None, entry)
     assert entry.items[name] is sent and entry.shared == {}  # nothing remembered to share
-    projector.project_request(policy, "gpt-4o", {}, [], sent, None, "b", entry)
+    projector.project_request(Asked(policy, "gpt-4o", {}, [], sent, "b", entry), None)
     second = json.loads(json.dumps(history(4)))  # the next request: equal content, new objects
     later = Remembered(second, identify.chain("t", second), 10)
     grown = projector.items(second, later.hashes, counter, entry, later)
     proof = later.shared[name]
     assert proof.base is sent and proof.length == 6 and all(a is b for a, b in zip(grown, sent, strict=False))
-    projection = projector.project_request(policy, "gpt-4o", {}, [], grown, None, "b", later).projection
+    projection = projector.project_request(Asked(policy, "gpt-4o", {}, [], grown, "b", later), None).projection
     memo = projector.branch_memo("b")
     assert memo is not None and (memo.cache.rebuilt, memo.cache.reused) == (1, 1)
     assert memo.cache.last_index is not None and memo.cache.last_index.items is grown
-    alone = Projector(ModelCatalog()).project_request(policy, "gpt-4o", {}, [], grown, None, None).projection
+    alone = Projector(ModelCatalog()).project_request(Asked(policy, "gpt-4o", {}, [], grown, None), None).projection
     assert json.dumps(projection.messages) == json.dumps(alone.messages) and projection.record == alone.record
     # items that are not the ones remembered carry no proof: the memo compares them itself (and
     # finds items 7 and 8 are other objects than `grown`'s)
     again = projector.items(second, later.hashes, counter, entry)
-    projector.project_request(policy, "gpt-4o", {}, [], again, None, "b", later)
+    projector.project_request(Asked(policy, "gpt-4o", {}, [], again, "b", later), None)
     assert (memo.cache.rebuilt, memo.cache.reused) == (2, 1)
 
 
