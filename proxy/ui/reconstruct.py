@@ -101,6 +101,28 @@ class BranchLog:
     cache: ProjectionCache = field(default_factory=ProjectionCache)
 
 
+@dataclass(frozen=True)
+class Stored:
+    """What one call is rebuilt from: its record, its branch's log up to the record's head, its
+    prefix blob, its checkpoint, and the counter of the model its route sends to."""
+
+    record: dict[str, Any]
+    log: BranchLog
+    head: int
+    prefix: list[Message]
+    checkpoint: StoredCheckpoint | None
+    model: str
+    counter: Any
+
+    @property
+    def items(self) -> list[Item]:
+        return self.log.items[: self.head]
+
+    @property
+    def events(self) -> list[StoredEvent]:
+        return self.log.events[: self.head]
+
+
 class Rebuilder:
     """Rebuilds calls of one conversation; loads each branch's log once."""
 
@@ -154,10 +176,10 @@ class Rebuilder:
         model = (route.upstream.model if route else None) or call.model
         log = await self._log(call.branch_id, model)
         head = min(head_seq(record), len(log.items))
-        items = log.items[:head]
         prefix = await self._blob(call.system_hash) or []
         tools = await self._blob(call.tools_hash)
         checkpoint = self._checkpoint(call, record)
+        stored = Stored(record, log, head, prefix, checkpoint, model, self.services.projector.counter(model))
         projection = None
         mismatches = ["no route serves this call's model any more"] if route is None else []
         if route is not None:
@@ -166,26 +188,15 @@ class Rebuilder:
             if policy.recall.enabled:  # the call may have carried the recall tool, in its wire's shape
                 bodies += [with_tool(bodies[0], wire, policy.recall) for wire in RECALL_WIRES]
             for body in bodies:
-                projection, mismatches = self._project(policy, model, body, prefix, items, checkpoint, record, log)
+                projection, mismatches = self._project(policy, body, stored)
                 if not mismatches:
                     break
-        rows = _rows(record, log.events[:head], items, prefix, projection, checkpoint, self.services, model)
+        rows = _rows(stored, projection)
         return CallView(call, head, rows, checkpoint, projection is not None and not mismatches, mismatches)
 
-    def _project(
-        self,
-        policy: Any,
-        model: str,
-        body: dict[str, Any],
-        prefix: list[Message],
-        items: list[Item],
-        checkpoint: StoredCheckpoint | None,
-        record: dict[str, Any],
-        log: BranchLog,
-    ) -> tuple[Projection | None, list[str]]:
-        projector = self.services.projector
-        counter = projector.counter(model)
-        budget, _ = projector.budget(policy, model, body, counter)
+    def _project(self, policy: Any, body: dict[str, Any], stored: Stored) -> tuple[Projection | None, list[str]]:
+        record, checkpoint = stored.record, stored.checkpoint
+        budget, _ = self.services.projector.budget(policy, stored.model, body, stored.counter)
         recorded = record.get("input_budget")
         if isinstance(recorded, int) and recorded > 0:  # the live call's, in the estimate's units
             budget = replace(budget, context_window=budget.max_output_tokens + recorded)
@@ -195,30 +206,29 @@ class Rebuilder:
             else None
         )
         try:
-            inputs = Inputs(prefix, items, active, budget, policy, counter, recall_tool(policy, body))
-            projection = project_cached(log.cache, inputs)
+            inputs = Inputs(
+                stored.prefix, stored.items, active, budget, policy, stored.counter, recall_tool(policy, body)
+            )
+            projection = project_cached(stored.log.cache, inputs)
         except ContextOverflow as exc:
             return None, [f"the rebuilt projection overflows: {exc}"]
         rebuilt = json.loads(json.dumps(projection.record.summary_dict()))
-        stored = json.loads(json.dumps(record))
+        kept = json.loads(json.dumps(record))
         return projection, [
-            f"{name}: stored {stored.get(name)!r}, rebuilt {rebuilt.get(name)!r}"
+            f"{name}: stored {kept.get(name)!r}, rebuilt {rebuilt.get(name)!r}"
             for name in COMPARED
-            if stored.get(name) != rebuilt.get(name)
+            if kept.get(name) != rebuilt.get(name)
         ]
 
 
-def _rows(
-    record: dict[str, Any],
-    events: list[StoredEvent],
-    items: list[Item],
-    prefix: list[Message],
-    projection: Projection | None,
-    checkpoint: StoredCheckpoint | None,
-    services: Services,
-    model: str,
-) -> list[Row]:
-    counter = services.projector.counter(model)
+def _rows(stored: Stored, projection: Projection | None) -> list[Row]:
+    record, items, prefix, checkpoint, counter = (
+        stored.record,
+        stored.items,
+        stored.prefix,
+        stored.checkpoint,
+        stored.counter,
+    )
     covered = int(record.get("covered_through_seq") or 0)
     pinned = set(record.get("pinned_seqs") or [])
     pruned = _expand(record.get("pruned_seqs") or [])
@@ -230,7 +240,7 @@ def _rows(
     results = {m.get("tool_call_id"): m for m in rewritten if m.get("role") == "tool"}
     rows = [Row("prefix", None, m, m, counter(m), counter(m)) for m in prefix]
     summary_at = None
-    for event, item in zip(events, items, strict=True):
+    for event, item in zip(stored.events, items, strict=True):
         seq, message = event.seq, item.message
         if seq <= covered and seq not in pinned:
             rows.append(
