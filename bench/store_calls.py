@@ -10,7 +10,7 @@ thread: both counted).
 
 Variants, interleaved round by round, each a fresh database:
 - shipped: the two transactions as the proxy makes them;
-- one transaction: the same statements (`_extend`, `_record_answered`) in one `BEGIN IMMEDIATE`,
+- one transaction: the same statements (`extend_head`, `insert_answered`) in one `BEGIN IMMEDIATE`,
   what "one store transaction per request" could save at most;
 - no WAL checkpoints: the checkpoint thread stopped and `wal_autocheckpoint=0`, what the
   checkpoints cost (the WAL then grows without bound: a bound, not a setting);
@@ -32,7 +32,7 @@ from bench.bodies import agent_body
 from proxy import identify
 from proxy.store.base import CallRecord, NewEvent, Position, ResponseTurn
 from proxy.store.sqlite import SqliteStore
-from proxy.store.sqlite.history import _extend, _record_answered
+from proxy.store.sqlite.history import extend_head, insert_answered
 
 BESIDE = "beside 10,000 compacted conversations"
 VARIANTS = ("shipped", "one transaction", "no WAL checkpoints", "in memory", BESIDE)
@@ -94,10 +94,13 @@ def _compacted_conversations(db: Any, n: int) -> None:
 
 
 def _in_one_transaction(db: Any, i: int, head: Position, head_hash: str, event: NewEvent, reply: NewEvent) -> Any:
-    """The statements of `Store.extend` and `Store.record_answered` in the caller's one transaction."""
-    end = _extend(db, head, head_hash, [event], time.time())
+    """The statements of `Store.extend` and `Store.record_answered` in one transaction of their own."""
+    db.execute("BEGIN IMMEDIATE")
+    end = extend_head(db, head, head_hash, [event], time.time())
     assert end is not None, "the benchmark's chain must extend its head"
-    return _record_answered(db, _call(i, end, reply.message), ResponseTurn(end, "sys", reply), time.time())
+    position = insert_answered(db, _call(i, end, reply.message), ResponseTurn(end, "sys", reply), time.time())
+    db.execute("COMMIT")
+    return position
 
 
 async def _round(variant: str, path: Path, turns: int) -> float:
@@ -106,8 +109,7 @@ async def _round(variant: str, path: Path, turns: int) -> float:
     store = SqliteStore(":memory:" if variant == "in memory" else str(path))
     await store.open()
     if variant == "no WAL checkpoints":
-        if store._checkpointer is not None:
-            store._checkpointer.stop()
+        store.stop_wal_checkpoints()
         store.db.execute("PRAGMA wal_autocheckpoint=0")
     if variant == BESIDE:
         _compacted_conversations(store.db, OTHERS)
@@ -128,7 +130,7 @@ async def _round(variant: str, path: Path, turns: int) -> float:
             t0 = time.process_time()
             await store.active_checkpoint(head.branch_id)
             if variant == "one transaction":
-                position = store._write(_in_one_transaction, n, head, head_hash, event, reply)
+                position = _in_one_transaction(store.db, n, head, head_hash, event, reply)
             else:
                 end = await store.extend(head, head_hash, [event])
                 assert end is not None, "the benchmark's chain must extend its head"

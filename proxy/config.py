@@ -23,6 +23,7 @@ from policies.base import PolicyConfig, SettingError
 from policies.projection import check_order
 
 from .errors import ConfigError
+from .store.urls import FORMS, scheme_of
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -272,11 +273,8 @@ class Config(_Frozen):
     @field_validator("store")
     @classmethod
     def _store_url(cls, value: str) -> str:
-        if not (
-            value.startswith("sqlite:///")
-            or value.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://"))
-        ):
-            raise ValueError("must be sqlite:///PATH, redis://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]")
+        if scheme_of(value) is None:
+            raise ValueError(f"must be {FORMS}")
         return value
 
     @model_validator(mode="after")

@@ -23,10 +23,10 @@ PACKAGES = ("proxy", "policies")
 MAX_LINES = 500
 
 
-def _modules() -> dict[str, Path]:
-    """Dotted module name -> file, for every module of the product packages."""
+def _modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of `packages` (the product's by default)."""
     found: dict[str, Path] = {}
-    for package in PACKAGES:
+    for package in packages:
         for path in sorted((REPO / package).rglob("*.py")):
             parts = list(path.relative_to(REPO).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -36,10 +36,12 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+BENCH = _modules(("bench",))
+SOURCES = {**MODULES, **BENCH}  # every module `imports` reads
 
 
 def _is_package(name: str) -> bool:
-    return MODULES[name].name == "__init__.py"
+    return SOURCES[name].name == "__init__.py"
 
 
 def _absolute(module: str, node: ast.ImportFrom) -> str:
@@ -56,7 +58,7 @@ def _absolute(module: str, node: ast.ImportFrom) -> str:
 def imports(module: str) -> list[tuple[str, str, int]]:
     """(imported module, imported name or "", line) for every import statement in `module`,
     wherever it is (top level, `if TYPE_CHECKING:`, inside functions)."""
-    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    tree = ast.parse(SOURCES[module].read_text(encoding="utf-8"))
     found: list[tuple[str, str, int]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -65,7 +67,7 @@ def imports(module: str) -> list[tuple[str, str, int]]:
             target = _absolute(module, node)
             for alias in node.names:
                 submodule = f"{target}.{alias.name}"
-                if submodule in MODULES:
+                if submodule in SOURCES:
                     found.append((submodule, "", node.lineno))  # `from . import identify`
                 else:
                     found.append((target, alias.name, node.lineno))
@@ -131,12 +133,41 @@ def test_the_pure_core_does_not_know_its_memo_or_the_proxy() -> None:
     assert offenders == []
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_attributes(source: str) -> list[str]:
+    """`line: expression` for every `x._name` in `source` whose `x` is not `self` or `cls`."""
+    return [
+        f"{node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and _private(node.attr)
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+
+
+def test_the_private_attribute_finder_finds_them() -> None:
+    source = "store._write(f)\nstore._checkpointer.stop()\nself._db\ncls._cache\nobj.__class__\nstore.db\n"
+    assert private_attributes(source) == ["1: store._write", "2: store._checkpointer"]
+
+
 def test_whole_tree_no_private_names_imported_from_other_modules() -> None:
     offenders = [
-        f"{MODULES[module].relative_to(REPO)}:{line}: {name} from {target}"
-        for module in MODULES
+        f"{SOURCES[module].relative_to(REPO)}:{line}: {name} from {target}"
+        for module in SOURCES
         for target, name, line in imports(module)
-        if target.split(".")[0] in PACKAGES and name.startswith("_") and not name.startswith("__") and target != module
+        if target.split(".")[0] in (*PACKAGES, "bench") and _private(name) and target != module
+    ]
+    assert offenders == []
+
+
+def test_bench_reaches_no_private_attribute() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}:{found}"
+        for path in BENCH.values()
+        for found in private_attributes(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
 

@@ -1,23 +1,23 @@
-"""Storage backends behind the `Store` protocol; `make_store` picks one by URL."""
+"""Storage backends behind the `Store` protocol; `make_store` picks one by URL (urls.py)."""
 
 from __future__ import annotations
 
 from ..errors import StoreError
 from .base import Store
+from .urls import FORMS, scheme_of
 
 
 def make_store(url: str) -> Store:
-    if url.startswith("sqlite:///"):
+    scheme = scheme_of(url)
+    if scheme is not None and scheme.backend == "sqlite":
         from .sqlite import SqliteStore
 
         return SqliteStore.from_url(url)
-    if url.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")):
+    if scheme is not None and scheme.backend == "redis":
         from .redis import RedisStore  # imports the redis client only when it is used
 
         return RedisStore.from_url(url)
-    raise StoreError(
-        f"unsupported store URL scheme in {url.split('://', 1)[0]!r}; use sqlite:///PATH, redis://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]"
-    )
+    raise StoreError(f"unsupported store URL scheme in {url.split('://', 1)[0]!r}; use {FORMS}")
 
 
 __all__ = ["Store", "make_store"]

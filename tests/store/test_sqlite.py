@@ -12,8 +12,8 @@ import pytest
 from proxy import identify
 from proxy.errors import StoreError, StoreUnavailable
 from proxy.store.base import CallRecord, CheckpointCandidate, NewEvent, Position, UsageQuery
-from proxy.store.migrations import MIGRATIONS
 from proxy.store.sqlite import SqliteStore
+from proxy.store.sqlite.migrations import MIGRATIONS
 
 
 def _file_bytes(path: Path) -> bytes:

@@ -42,6 +42,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...errors import StoreError
+from ..urls import scheme_of
 
 try:  # redis-py 7+: no CLIENT MAINT_NOTIFICATIONS handshake on every new connection (a managed-
     # service feature Redis 7 does not have): one round trip less, one race less in a failover
@@ -57,7 +58,6 @@ DEFAULT_PREFIX = "ctxproxy:"
 SOCKET_TIMEOUT = 1.5
 CONNECT_TIMEOUT = 1.5
 BATCH = 1000
-CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 FAILOVER_WAIT_MS = 10_000
 _FAILOVER_ERRORS = (
     RedisConnectionError,
@@ -109,7 +109,7 @@ class RedisConnection:
         except ValueError as exc:
             raise StoreError(str(exc)) from exc
         self.prefix = prefix
-        self.cluster = urlsplit(url).scheme in CLUSTER_SCHEMES
+        self.cluster = _is_cluster(url)
         self.socket_timeout = socket_timeout
         self.connect_timeout = connect_timeout
         self.wait_replicas = wait_replicas
@@ -335,7 +335,13 @@ def _cluster_client(url: str, common: dict[str, Any]) -> RedisCluster:
         if not host or not port.isdigit():
             raise ValueError(f"cluster seed {seed!r} is not HOST:PORT")
         nodes.append(ClusterNode(host.strip("[]"), int(port)))
-    return RedisCluster(startup_nodes=nodes, ssl=parts.scheme == "rediss+cluster", **_auth(url), **common)
+    scheme = scheme_of(url)
+    return RedisCluster(startup_nodes=nodes, ssl=scheme is not None and scheme.tls, **_auth(url), **common)
+
+
+def _is_cluster(url: str) -> bool:
+    scheme = scheme_of(url)
+    return scheme is not None and scheme.cluster
 
 
 def _auth(url: str) -> dict[str, Any]:
@@ -350,7 +356,7 @@ def _redacted(url: str) -> str:
     """The URL without credentials or query, for error messages and logs."""
     try:
         parts = urlsplit(url)
-        if parts.scheme in CLUSTER_SCHEMES:
+        if _is_cluster(url):
             return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
         return f"{parts.scheme}://{parts.hostname or 'localhost'}:{parts.port or 6379}{parts.path or ''}"
     except ValueError:

@@ -2,11 +2,14 @@
 
 One class, `SqliteStore`, assembled from one module per concern over a shared connection:
 
-    connection.py   the file, its pragmas and migrations (../migrations.py), and `_read`/`_write`:
-                    the one boundary where sqlite3's errors become StoreError
+    connection.py   the file, its pragmas and migrations, and `_read`/`_write`: the one boundary
+                    where sqlite3's errors become StoreError
     history.py      conversations, branches, events, blobs; identity lookups; deletes
     checkpoints.py  checkpoint commits (compare-and-set) and compaction leases
     calls.py        call records and the ledger's SQL aggregation
+
+and beside them: migrations.py (the schema, as ordered named steps), wal.py (the WAL's checkpoints
+on a thread of their own), rows.py (rows read by column name).
 """
 
 from __future__ import annotations

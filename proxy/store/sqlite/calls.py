@@ -9,16 +9,63 @@ from ...errors import ConversationGone
 from ...usage import TOKEN_FIELDS
 from ..base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
 from .connection import Db, SqliteConnection
+from .rows import Select
 
-# CallRecord's fields in column order; `usage` is stored as one column per token field.
-_RECORD_COLS = (
-    "id, tenant, route, model, purpose, stream, started_at, conversation_id, branch_id, status, upstream_status, "
-    "error, latency_ms, ttfb_ms, response, finish_reason, usage_raw, "
-    + ", ".join(TOKEN_FIELDS)
-    + ", request_id, system_hash, tools_hash, projection, cost_usd"
-)
-_CALL_COLS = _RECORD_COLS + ", tokens_saved"  # derived, for the ledger
-_USAGE_AT = slice(17, 17 + len(TOKEN_FIELDS))
+
+def _record(
+    id: str,
+    tenant: str,
+    route: str,
+    model: str | None,
+    purpose: str,
+    stream: int,
+    started_at: float,
+    conversation_id: str | None,
+    branch_id: str | None,
+    status: str,
+    upstream_status: int | None,
+    error: str | None,
+    latency_ms: float | None,
+    ttfb_ms: float | None,
+    response: str | None,
+    finish_reason: str | None,
+    usage_raw: str | None,
+    request_id: str | None,
+    system_hash: str | None,
+    tools_hash: str | None,
+    projection: str | None,
+    cost_usd: float | None,
+    *usage: int | None,
+) -> CallRecord:
+    return CallRecord(
+        id=id,
+        tenant=tenant,
+        route=route,
+        model=model,
+        purpose=purpose,
+        stream=bool(stream),
+        started_at=started_at,
+        conversation_id=conversation_id,
+        branch_id=branch_id,
+        status=status,
+        upstream_status=upstream_status,
+        error=error,
+        latency_ms=latency_ms,
+        ttfb_ms=ttfb_ms,
+        response=_loads(response),
+        finish_reason=finish_reason,
+        usage_raw=_loads(usage_raw),
+        usage=dict(zip(TOKEN_FIELDS, usage, strict=True)),
+        request_id=request_id,
+        system_hash=system_hash,
+        tools_hash=tools_hash,
+        projection=_loads(projection),
+        cost_usd=cost_usd,
+    )
+
+
+# A CallRecord's columns: its fields, with `usage` stored as one column per token field.
+_RECORD = Select(_record, rest=TOKEN_FIELDS)
 
 
 class Calls(SqliteConnection):
@@ -28,22 +75,22 @@ class Calls(SqliteConnection):
     async def list_calls(self, conversation_id: str, limit: int, offset: int) -> list[CallRecord]:
         rows = self._read(
             lambda db: db.execute(
-                f"SELECT {_RECORD_COLS} FROM calls WHERE conversation_id = ? ORDER BY started_at, rowid "
+                f"SELECT {_RECORD.sql} FROM calls WHERE conversation_id = ? ORDER BY started_at, rowid "
                 "LIMIT ? OFFSET ?",
                 (conversation_id, limit, offset),
             ).fetchall()
         )
-        return [_call(r) for r in rows]
+        return _RECORD.all(rows)
 
     async def last_call(self, branch_id: str, purpose: str) -> CallRecord | None:
         row = self._read(
             lambda db: db.execute(
-                f"SELECT {_RECORD_COLS} FROM calls WHERE branch_id = ? AND purpose = ? "
+                f"SELECT {_RECORD.sql} FROM calls WHERE branch_id = ? AND purpose = ? "
                 "ORDER BY started_at DESC, rowid DESC LIMIT 1",
                 (branch_id, purpose),
             ).fetchone()
         )
-        return _call(row) if row else None
+        return _RECORD.one(row)
 
     async def usage_cells(self, query: UsageQuery) -> list[UsageCell]:
         return self._read(_usage_cells, query)
@@ -59,60 +106,35 @@ def insert_call(db: Db, call: CallRecord) -> None:
         and db.execute("SELECT 1 FROM tombstones WHERE conversation_id = ?", (call.conversation_id,)).fetchone()
     ):
         raise ConversationGone(f"conversation {call.conversation_id} was deleted")
-    row = (
-        call.id,
-        call.tenant,
-        call.route,
-        call.model,
-        call.purpose,
-        int(call.stream),
-        call.started_at,
-        call.conversation_id,
-        call.branch_id,
-        call.status,
-        call.upstream_status,
-        call.error,
-        call.latency_ms,
-        call.ttfb_ms,
-        _dumps(call.response),
-        call.finish_reason,
-        _dumps(call.usage_raw),
-        *(call.usage.get(k) for k in TOKEN_FIELDS),
-        call.request_id,
-        call.system_hash,
-        call.tools_hash,
-        _dumps(call.projection),
-        call.cost_usd,
-        tokens_saved(call.purpose, call.projection),
-    )
-    db.execute(f"INSERT OR REPLACE INTO calls ({_CALL_COLS}) VALUES ({', '.join('?' * len(row))})", row)
-
-
-def _call(r: Any) -> CallRecord:
-    return CallRecord(
-        id=r[0],
-        tenant=r[1],
-        route=r[2],
-        model=r[3],
-        purpose=r[4],
-        stream=bool(r[5]),
-        started_at=r[6],
-        conversation_id=r[7],
-        branch_id=r[8],
-        status=r[9],
-        upstream_status=r[10],
-        error=r[11],
-        latency_ms=r[12],
-        ttfb_ms=r[13],
-        response=_loads(r[14]),
-        finish_reason=r[15],
-        usage_raw=_loads(r[16]),
-        usage=dict(zip(TOKEN_FIELDS, r[_USAGE_AT], strict=True)),
-        request_id=r[23],
-        system_hash=r[24],
-        tools_hash=r[25],
-        projection=_loads(r[26]),
-        cost_usd=r[27],
+    values = {
+        "id": call.id,
+        "tenant": call.tenant,
+        "route": call.route,
+        "model": call.model,
+        "purpose": call.purpose,
+        "stream": int(call.stream),
+        "started_at": call.started_at,
+        "conversation_id": call.conversation_id,
+        "branch_id": call.branch_id,
+        "status": call.status,
+        "upstream_status": call.upstream_status,
+        "error": call.error,
+        "latency_ms": call.latency_ms,
+        "ttfb_ms": call.ttfb_ms,
+        "response": _dumps(call.response),
+        "finish_reason": call.finish_reason,
+        "usage_raw": _dumps(call.usage_raw),
+        **{field: call.usage.get(field) for field in TOKEN_FIELDS},  # one column per token field
+        "request_id": call.request_id,
+        "system_hash": call.system_hash,
+        "tools_hash": call.tools_hash,
+        "projection": _dumps(call.projection),
+        "cost_usd": call.cost_usd,
+        "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
+    }
+    db.execute(
+        f"INSERT OR REPLACE INTO calls ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+        tuple(values.values()),
     )
 
 
@@ -143,11 +165,10 @@ def _usage_cells(db: Db, query: UsageQuery) -> list[UsageCell]:
         args,
     ).fetchall()
     cells = []
-    for row in rows:
-        values = row[4:]
+    for key_value, purpose, status, calls, *values in rows:
         sums = {f: values[2 * i] for i, f in enumerate(LEDGER_FIELDS)}
         known = {f: values[2 * i + 1] for i, f in enumerate(LEDGER_FIELDS)}
-        cells.append(UsageCell(row[0], row[1], row[2], row[3], sums, known))
+        cells.append(UsageCell(key_value, purpose, status, calls, sums, known))
     return cells
 
 

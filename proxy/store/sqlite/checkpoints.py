@@ -8,11 +8,9 @@ from typing import Any
 from ...errors import ConversationGone
 from ..base import CheckpointCandidate, StoredCheckpoint, new_id
 from .connection import Db, SqliteConnection
+from .rows import Select
 
-_CP_COLS = (
-    "id, conversation_id, branch_id, generation, from_seq, covered_through_seq, source_hash, summary, tokens, "
-    "model, format_version, status, created_at, error"
-)
+_CHECKPOINT = Select(StoredCheckpoint)
 
 
 class Checkpoints(SqliteConnection):
@@ -34,11 +32,11 @@ class Checkpoints(SqliteConnection):
     async def list_checkpoints(self, conversation_id: str) -> list[StoredCheckpoint]:
         rows = self._read(
             lambda db: db.execute(
-                f"SELECT {_CP_COLS} FROM checkpoints WHERE conversation_id = ? ORDER BY created_at, rowid",
+                f"SELECT {_CHECKPOINT.sql} FROM checkpoints WHERE conversation_id = ? ORDER BY created_at, rowid",
                 (conversation_id,),
             ).fetchall()
         )
-        return [StoredCheckpoint(*r) for r in rows]
+        return _CHECKPOINT.all(rows)
 
     async def purge_checkpoints(self, before: float) -> int:
         return self._write(
@@ -82,25 +80,31 @@ def _require_conversation(db: Db, conversation_id: str) -> None:
 
 
 def _active(db: Db, branch_id: str) -> StoredCheckpoint | None:
-    row = db.execute(
-        f"SELECT {_CP_COLS} FROM checkpoints WHERE branch_id = ? AND status = 'active'", (branch_id,)
-    ).fetchone()
-    if row is not None:
-        return StoredCheckpoint(*row)
+    own = _CHECKPOINT.one(
+        db.execute(
+            f"SELECT {_CHECKPOINT.sql} FROM checkpoints WHERE branch_id = ? AND status = 'active'", (branch_id,)
+        ).fetchone()
+    )
+    if own is not None:
+        return own
     # A branch without its own summary inherits the newest ancestor summary that stops at or
     # before the fork point: a summary of events the branch does not share would be wrong.
     current = db.execute("SELECT parent_id, fork_seq FROM branches WHERE id = ?", (branch_id,)).fetchone()
     limit = None
-    while current is not None and current[0] is not None:
+    while current is not None:
         parent, fork_seq = current
+        if parent is None:
+            break
         limit = fork_seq if limit is None else min(limit, fork_seq)
-        row = db.execute(
-            f"SELECT {_CP_COLS} FROM checkpoints WHERE branch_id = ? AND status IN ('active', 'superseded') "
-            "AND covered_through_seq <= ? ORDER BY generation DESC LIMIT 1",
-            (parent, limit),
-        ).fetchone()
-        if row is not None:
-            return StoredCheckpoint(*row)
+        inherited = _CHECKPOINT.one(
+            db.execute(
+                f"SELECT {_CHECKPOINT.sql} FROM checkpoints WHERE branch_id = ? AND status IN ('active', 'superseded') "
+                "AND covered_through_seq <= ? ORDER BY generation DESC LIMIT 1",
+                (parent, limit),
+            ).fetchone()
+        )
+        if inherited is not None:
+            return inherited
         current = db.execute("SELECT parent_id, fork_seq FROM branches WHERE id = ?", (parent,)).fetchone()
     return None
 
@@ -112,18 +116,21 @@ def _lineage_hash(db: Db, branch_id: str, seq: int) -> str | None:
         row = db.execute("SELECT chain_hash FROM events WHERE branch_id = ? AND seq = ?", (current, seq)).fetchone()
         if row is not None:
             return str(row[0])
-        parent = db.execute("SELECT parent_id, fork_seq FROM branches WHERE id = ?", (current,)).fetchone()
-        if parent is None or parent[1] < seq:
+        branch = db.execute("SELECT parent_id, fork_seq FROM branches WHERE id = ?", (current,)).fetchone()
+        if branch is None:
             return None
-        current = parent[0]
+        parent_id, fork_seq = branch
+        if fork_seq < seq:
+            return None
+        current = parent_id
     return None
 
 
 def _commit(db: Db, candidate: CheckpointCandidate, now: float) -> StoredCheckpoint | None:
     _require_conversation(db, candidate.conversation_id)
     if candidate.lease_token is not None:
-        row = db.execute("SELECT token FROM leases WHERE branch_id = ?", (candidate.branch_id,)).fetchone()
-        if row is None or row[0] != candidate.lease_token:
+        lease = db.execute("SELECT token FROM leases WHERE branch_id = ?", (candidate.branch_id,)).fetchone()
+        if lease is None or lease[0] != candidate.lease_token:
             return None
     active = _active(db, candidate.branch_id)
     if (active.generation if active else 0) != candidate.parent_generation:
@@ -140,10 +147,12 @@ def _commit(db: Db, candidate: CheckpointCandidate, now: float) -> StoredCheckpo
 
 
 def _insert(db: Db, cp: StoredCheckpoint) -> None:
-    row: list[Any] = [getattr(cp, name) for name in _CP_COLS.split(", ")]
+    values: dict[str, Any] = {name: getattr(cp, name) for name in _CHECKPOINT.names}
     if cp.status == "failed":
-        row[3] = None  # a failed candidate holds no generation (the unique index is on live ones)
-    db.execute(f"INSERT INTO checkpoints ({_CP_COLS}) VALUES ({', '.join('?' * len(row))})", row)
+        values["generation"] = None  # a failed candidate holds no generation (the unique index is on live ones)
+    db.execute(
+        f"INSERT INTO checkpoints ({_CHECKPOINT.sql}) VALUES ({', '.join('?' * len(values))})", tuple(values.values())
+    )
 
 
 def _acquire(db: Db, branch_id: str, owner: str, ttl: float) -> int | None:
@@ -151,10 +160,13 @@ def _acquire(db: Db, branch_id: str, owner: str, ttl: float) -> int | None:
     branch = db.execute("SELECT conversation_id FROM branches WHERE id = ?", (branch_id,)).fetchone()
     if branch is None:
         return None
-    row = db.execute("SELECT owner, token, expires_at FROM leases WHERE branch_id = ?", (branch_id,)).fetchone()
-    if row is not None and row[0] is not None and row[0] != owner and row[2] > now:
-        return None
-    token = (row[1] if row is not None else 0) + 1
+    held = db.execute("SELECT owner, token, expires_at FROM leases WHERE branch_id = ?", (branch_id,)).fetchone()
+    last_token = 0
+    if held is not None:
+        holder, last_token, expires_at = held
+        if holder is not None and holder != owner and expires_at > now:
+            return None
+    token = last_token + 1
     db.execute(
         "INSERT OR REPLACE INTO leases (branch_id, conversation_id, owner, token, expires_at) VALUES (?, ?, ?, ?, ?)",
         (branch_id, branch[0], owner, token, now + ttl),

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from ...errors import StoreError
-from ..migrations import migrate
+from .migrations import migrate
 from .wal import FALLBACK_PAGES, Checkpointer
 
 P = ParamSpec("P")
@@ -59,6 +59,14 @@ class SqliteConnection:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
             self._db = None
+
+    def stop_wal_checkpoints(self) -> None:
+        """Stop the thread that checkpoints the WAL (wal.py), for measurement: what the checkpoints
+        cost (bench.store_calls). The serving connection's own fallback checkpoint still bounds the
+        WAL; `close` works as before."""
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
 
     @property
     def db(self) -> Db:

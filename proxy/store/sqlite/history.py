@@ -21,9 +21,25 @@ from ..base import (
 )
 from .calls import insert_call
 from .connection import Db, SqliteConnection
+from .rows import Select
 
-_CONV_COLS = "id, tenant, external_id, created_at, updated_at, main_branch_id"
-_BRANCH_COLS = "id, conversation_id, parent_id, fork_seq, head_seq, created_at, updated_at"
+
+def _event(
+    branch_id: str,
+    seq: int,
+    role: str,
+    message: str,
+    chain_hash: str,
+    source: str,
+    tokens: int | None,
+    created_at: float,
+) -> StoredEvent:
+    return StoredEvent(branch_id, seq, role, codec.loads(message), chain_hash, source, tokens, created_at)
+
+
+_CONVERSATION = Select(Conversation)
+_BRANCH = Select(Branch)
+_EVENT = Select(_event)
 
 
 class History(SqliteConnection):
@@ -41,21 +57,21 @@ class History(SqliteConnection):
     async def find_conversation(self, tenant: str, ref: str) -> Conversation | None:
         row = self._read(
             lambda db: db.execute(
-                f"SELECT {_CONV_COLS} FROM conversations WHERE tenant = ? AND (id = ? OR external_id = ?) "
+                f"SELECT {_CONVERSATION.sql} FROM conversations WHERE tenant = ? AND (id = ? OR external_id = ?) "
                 "ORDER BY id = ? DESC LIMIT 1",
                 (tenant, ref, ref, ref),
             ).fetchone()
         )
-        return Conversation(*row) if row else None
+        return _CONVERSATION.one(row)
 
     async def conversations_with_external_id(self, external_id: str) -> list[Conversation]:
         rows = self._read(
             lambda db: db.execute(
-                f"SELECT {_CONV_COLS} FROM conversations WHERE external_id = ? ORDER BY created_at, id",
+                f"SELECT {_CONVERSATION.sql} FROM conversations WHERE external_id = ? ORDER BY created_at, id",
                 (external_id,),
             ).fetchall()
         )
-        return [Conversation(*r) for r in rows]
+        return _CONVERSATION.all(rows)
 
     async def create_conversation(self, tenant: str, external_id: str | None) -> Conversation:
         now = time.time()
@@ -92,13 +108,13 @@ class History(SqliteConnection):
     async def extend(self, head: Position, head_hash: str, events: list[NewEvent]) -> Position | None:
         if not events:
             return None
-        return self._write(_extend, head, head_hash, events, time.time())
+        return self._write(extend_head, head, head_hash, events, time.time())
 
     async def retract(self, end: Position, hashes: list[str]) -> bool:
         return bool(hashes) and self._write(_retract, end, hashes)
 
     async def record_answered(self, call: CallRecord, turn: ResponseTurn) -> Position | StoreError | None:
-        return self._write(_record_answered, call, turn, time.time())
+        return self._write(insert_answered, call, turn, time.time())
 
     # -- blobs -------------------------------------------------------------------------------
     async def put_blob(self, digest: str, data: str) -> None:
@@ -110,29 +126,31 @@ class History(SqliteConnection):
 
     # -- admin -------------------------------------------------------------------------------
     async def list_conversations(self, limit: int, before: float | None) -> list[Conversation]:
-        sql = f"SELECT {_CONV_COLS} FROM conversations"
+        sql = f"SELECT {_CONVERSATION.sql} FROM conversations"
         params: list[Any] = []
         if before is not None:
             sql += " WHERE updated_at < ?"
             params.append(before)
         sql += " ORDER BY updated_at DESC LIMIT ?"
         params.append(limit)
-        return [Conversation(*r) for r in self._read(lambda db: db.execute(sql, params).fetchall())]
+        return _CONVERSATION.all(self._read(lambda db: db.execute(sql, params).fetchall()))
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         row = self._read(
-            lambda db: db.execute(f"SELECT {_CONV_COLS} FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            lambda db: db.execute(
+                f"SELECT {_CONVERSATION.sql} FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
         )
-        return Conversation(*row) if row else None
+        return _CONVERSATION.one(row)
 
     async def list_branches(self, conversation_id: str) -> list[Branch]:
         rows = self._read(
             lambda db: db.execute(
-                f"SELECT {_BRANCH_COLS} FROM branches WHERE conversation_id = ? ORDER BY created_at, rowid",
+                f"SELECT {_BRANCH.sql} FROM branches WHERE conversation_id = ? ORDER BY created_at, rowid",
                 (conversation_id,),
             ).fetchall()
         )
-        return [Branch(*r) for r in rows]
+        return _BRANCH.all(rows)
 
     async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
         return self._read(_lineage_events, branch_id, after_seq, limit)
@@ -155,7 +173,7 @@ class History(SqliteConnection):
 
 def _find(db: Db, hashes: list[str], offset: int, tenant: str, conversation_id: str | None) -> HashMatch | None:
     index = {h: i for i, h in enumerate(hashes)}
-    best: tuple[int, float, Any] | None = None
+    best: tuple[int, float, str, str, int, str | None] | None = None  # index, updated_at, the match
     for start in range(0, len(hashes), 900):
         batch = hashes[start : start + 900]
         marks = ",".join("?" * len(batch))
@@ -169,14 +187,13 @@ def _find(db: Db, hashes: list[str], offset: int, tenant: str, conversation_id: 
         if conversation_id is not None:
             sql += " AND e.conversation_id = ?"
             params.append(conversation_id)
-        for row in db.execute(sql, params):
-            key = (index[row[0]], row[4], row)
-            if best is None or key[:2] > best[:2]:
-                best = key
+        for chain_hash, conv_id, branch_id, seq, updated_at, system_hash in db.execute(sql, params):
+            if best is None or (index[chain_hash], updated_at) > best[:2]:
+                best = (index[chain_hash], updated_at, conv_id, branch_id, seq, system_hash)
     if best is None:
         return None
-    row = best[2]
-    return HashMatch(Position(row[1], row[2], row[3]), offset + best[0] + 1, row[5])
+    found, _, conv_id, branch_id, seq, system_hash = best
+    return HashMatch(Position(conv_id, branch_id, seq), offset + found + 1, system_hash)
 
 
 def _append(
@@ -200,14 +217,15 @@ def _append(
             (event.chain_hash, conversation),
         ).fetchone()
         if row is not None:
-            branch, seq = row[0], row[1]
+            branch, seq = row
             continue
         head = heads.get(branch)
         if head is None:
             row = db.execute("SELECT head_seq FROM branches WHERE id = ?", (branch,)).fetchone()
             if row is None:  # retracted meanwhile: the fork a rejected request created, now empty
                 raise StoreError(f"append refused: branch {branch} no longer exists")
-            head = heads[branch] = row[0]
+            (head,) = row
+            heads[branch] = head
         if seq != head:
             child = new_id("b")
             db.execute(
@@ -255,7 +273,9 @@ def _append(
     return Position(conversation, branch, seq)
 
 
-def _extend(db: Db, head: Position, head_hash: str, events: list[NewEvent], now: float) -> Position | None:
+def extend_head(db: Db, head: Position, head_hash: str, events: list[NewEvent], now: float) -> Position | None:
+    """The statements of `Store.extend`, in the caller's transaction on `db` (`History.extend`
+    gives them one of their own; bench.store_calls shares one with `insert_answered`)."""
     # One indexed probe proves what `find_longest` + `append` would find: the head's hash stored
     # once (chain hashes are tenant-rooted, so nowhere else in the tenant), at a branch head, and
     # the first new hash nowhere (a stored later one would imply it: events are stored in chains).
@@ -269,7 +289,8 @@ def _extend(db: Db, head: Position, head_hash: str, events: list[NewEvent], now:
     return _append(db, head, events, None, now, stamp=False)
 
 
-def _record_answered(db: Db, call: CallRecord, turn: ResponseTurn, now: float) -> Position | StoreError | None:
+def insert_answered(db: Db, call: CallRecord, turn: ResponseTurn, now: float) -> Position | StoreError | None:
+    """The statements of `Store.record_answered`, in the caller's transaction on `db`."""
     insert_call(db, call)  # refused (a deleted conversation): nothing is written, the turn neither
     # The turn in a savepoint of its own: when it is refused, only it is undone.
     db.execute("SAVEPOINT turn")
@@ -285,18 +306,21 @@ def _record_answered(db: Db, call: CallRecord, turn: ResponseTurn, now: float) -
 
 def _retract(db: Db, end: Position, hashes: list[str]) -> bool:
     row = db.execute("SELECT head_seq, fork_seq, parent_id FROM branches WHERE id = ?", (end.branch_id,)).fetchone()
-    if row is None or row[0] != end.seq or row[0] - row[1] < len(hashes):
+    if row is None:
+        return False
+    head_seq, fork_seq, parent_id = row
+    if head_seq != end.seq or head_seq - fork_seq < len(hashes):
         return False
     cut = end.seq - len(hashes)
     stored = db.execute(
         "SELECT chain_hash FROM events WHERE branch_id = ? AND seq > ? ORDER BY seq", (end.branch_id, cut)
     ).fetchall()
-    if [r[0] for r in stored] != hashes:
+    if [chain_hash for (chain_hash,) in stored] != hashes:
         return False
     if db.execute("SELECT 1 FROM branches WHERE parent_id = ? AND fork_seq > ?", (end.branch_id, cut)).fetchone():
         return False
     db.execute("DELETE FROM events WHERE branch_id = ? AND seq > ?", (end.branch_id, cut))
-    if cut == row[1] and row[2] is not None:
+    if cut == fork_seq and parent_id is not None:
         db.execute("DELETE FROM branches WHERE id = ?", (end.branch_id,))
         db.execute("DELETE FROM checkpoints WHERE branch_id = ?", (end.branch_id,))
         db.execute("DELETE FROM leases WHERE branch_id = ?", (end.branch_id,))
@@ -315,16 +339,14 @@ def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[
         if row is None:
             break
         segments.append((current, upto))
-        upto = row[1]
-        current = row[0]
+        current, upto = row
     out: list[StoredEvent] = []
     for seg_branch, seg_upto in reversed(segments):
         rows = db.execute(
-            "SELECT branch_id, seq, role, message, chain_hash, source, tokens, created_at FROM events "
-            "WHERE branch_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            f"SELECT {_EVENT.sql} FROM events WHERE branch_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
             (seg_branch, after_seq, seg_upto, limit - len(out)),
         )
-        out.extend(StoredEvent(r[0], r[1], r[2], codec.loads(r[3]), r[4], r[5], r[6], r[7]) for r in rows)
+        out.extend(_EVENT.all(rows))
         if len(out) >= limit:
             break
     return out
