@@ -75,6 +75,7 @@ class BodyMemo:
         for seen in self._cache.bodies(self._partition):
             extended = extend(seen, raw, key)
             if isinstance(extended, tuple):
+                body: Json
                 body, self._seen = extended
                 self._extended = seen
                 self._cache.body_hits += 1

@@ -9,6 +9,8 @@ from .responses import WIRE as OPENAI_RESPONSES
 
 WIRES: tuple[Wire, ...] = (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC)
 
+__all__ = ["ANTHROPIC", "OPENAI_CHAT", "OPENAI_RESPONSES", "WIRES", "Wire", "wire_for_path"]
+
 
 def wire_for_path(path: str) -> Wire | None:
     """The API a path belongs to (its own paths and the ones below them, such as Anthropic's

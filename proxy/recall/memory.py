@@ -74,7 +74,7 @@ class RejectedTool:
         return len(self._marks)
 
     def __contains__(self, pair: object) -> bool:
-        mark = self._marks.get(pair) if isinstance(pair, tuple) else None  # type: ignore[call-overload]
+        mark = self._marks.get(pair) if isinstance(pair, tuple) else None
         if mark is None:
             return False
         if mark.until <= self.clock():

@@ -157,7 +157,7 @@ class Detail:
         by_id = {b.id: b for b in self.branches}
         chain = [branch]
         while chain[-1].parent_id in by_id:
-            chain.append(by_id[chain[-1].parent_id])  # type: ignore[index]
+            chain.append(by_id[chain[-1].parent_id])
         return chain
 
 
@@ -180,7 +180,9 @@ async def events(store: Store, branch: Branch, after: int, limit: int) -> list[S
     return await store.lineage_events(branch.id, after, limit)
 
 
-def export(detail: Detail, events_by_branch: dict[str, list[StoredEvent]], prefix: list[Any], tools: Any) -> dict:
+def export(
+    detail: Detail, events_by_branch: dict[str, list[StoredEvent]], prefix: list[Any], tools: Any
+) -> dict[str, Any]:
     """The download: `messages`/`tools` of the newest branch (what `ctxproxy replay` reads), then
     everything stored: branches with their events, calls, checkpoints."""
     newest = newest_branch(detail.branches)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from typing import Any
 
 from starlette.requests import Request
 
@@ -75,7 +76,7 @@ def _before(request: Request) -> float | None:
         raise BadRequest("Query parameter 'before' must be a timestamp.", param="before") from None
 
 
-async def rows_for(request: Request, ctx: Ctx) -> tuple[list[data.ConversationRow], float | None, dict[int, list]]:
+async def rows_for(request: Request, ctx: Ctx) -> tuple[list[data.ConversationRow], float | None, dict[int, list[Any]]]:
     """The list's rows: an id search (`q`), a text search (`text`) or a page (`before`, `limit`)."""
     store = ctx.services.store
     limit = _limit(request)

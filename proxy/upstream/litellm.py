@@ -151,7 +151,7 @@ def _clean(value: Any) -> Any:
 
 def _completion_json(response: Any) -> dict[str, Any]:
     data = response.model_dump() if hasattr(response, "model_dump") else dict(response)
-    out = _clean(data)
+    out: dict[str, Any] = _clean(data)
     for choice in out.get("choices") or ():
         message = choice.get("message")
         if isinstance(message, dict):
@@ -163,7 +163,7 @@ def _completion_json(response: Any) -> dict[str, Any]:
 
 def _chunk_json(chunk: Any) -> dict[str, Any]:
     data = chunk.model_dump() if hasattr(chunk, "model_dump") else dict(chunk)
-    out = _clean(data)
+    out: dict[str, Any] = _clean(data)
     for choice in out.get("choices") or ():
         choice.setdefault("delta", {})
         choice.setdefault("finish_reason", None)

@@ -307,7 +307,11 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         response = {"id": "resp_" + secrets.token_hex(12), "object": "response", "model": body["model"], "output": []}
         created = {"type": "response.created", "sequence_number": 0, "response": {**response, "status": "in_progress"}}
         failure = {"code": error["code"], "message": error["message"]}
-        failed = {"type": "response.failed", "sequence_number": 1, "response": {**response, "status": "failed", "error": failure}}
+        failed = {
+            "type": "response.failed",
+            "sequence_number": 1,
+            "response": {**response, "status": "failed", "error": failure},
+        }
         data = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in (created, failed))
         await self._send_body(send, 200, [(b"content-type", b"text/event-stream; charset=utf-8")], data)
 
