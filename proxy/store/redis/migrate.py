@@ -16,6 +16,7 @@ stay, so ids clients hold (X-Conversation-Id echoes) keep working.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from .connection import RedisConnection
@@ -78,10 +79,11 @@ async def _conversation(conn: RedisConnection, cid: str) -> None:
             pipe.set(keys.ext(tenant, conv["external_id"]), cid)
             owned.add(old("ext", scoped(tenant, conv["external_id"])))
         pipe.zadd(shard["convs"], {cid: float(conv["updated_at"])})
+        move = _Move(conn, pipe, cid, tenant, rename, k, owned)
         for bid in branch_ids:
-            await _branch(conn, pipe, cid, bid, rename, k, tenant, owned)
-        await _checkpoints(conn, pipe, cid, rename, k, shard["cks-retired"], owned)
-        await _calls(conn, pipe, cid, rename, k, shard["call-index"], owned)
+            await move.branch(bid)
+        await move.checkpoints(shard["cks-retired"])
+        await move.calls(shard["call-index"])
         for key in owned:
             pipe.unlink(key)
         pipe.zrem(old("convs"), cid)
@@ -92,81 +94,85 @@ def _new_branch_id(cid: str, bid: str, main: bool) -> str:
     return main_branch_id(cid) if main else f"{main_branch_id(cid)}_{bid[2:].lower()}"
 
 
-async def _branch(
-    conn: RedisConnection,
-    pipe: Any,
-    cid: str,
-    bid: str,
-    rename: dict[str, str],
-    k: dict[str, str],
-    tenant: str,
-    owned: set[str],
-) -> None:
-    r, old, new = conn.r, conn.keys.plain, rename[bid]
-    row = await r.hgetall(old("branch", bid))
-    events = await r.lrange(old("events", bid), 0, -1)
-    chain = await r.lrange(old("chain", bid), 0, -1)
-    token = await r.get(old("lease-token", bid))
-    owned |= {old(kind, bid) for kind in ("branch", "events", "chain", "branch-cks", "lease", "lease-token")}
-    fields = {"fork": row["fork_seq"], "head": row["head_seq"], "created": row["created_at"]}
-    fields |= {"updated": row["updated_at"]}
-    if row.get("parent_id"):
-        fields["parent"] = rename[row["parent_id"]]
-    if row.get("system_hash"):
-        fields["sys"] = row["system_hash"]
-    if row.get("active_ck"):
-        fields["active"] = row["active_ck"]
-    pipe.hset(k["branches"], mapping={f"{new}:{name}": value for name, value in fields.items()})
-    pipe.rpush(k["blist"], new)
-    fork = int(row["fork_seq"])
-    for n, (payload, h) in enumerate(zip(events, chain, strict=True)):
-        at = f"{new}:{fork + n + 1}"
-        pipe.hset(k["events"], at, payload)
-        pipe.hset(k["chain"], mapping={at: h, f"h:{h}": f"{new} {fork + n + 1}"})
-        pipe.sadd(conn.keys.identity(tenant, h), cid)
-    if token is not None:
-        pipe.hset(k["leases"], f"token:{new}", token)
+@dataclass
+class _Move:
+    """One conversation's conversion, written into its MULTI (`pipe`): its layout-2 keys (`k`), its
+    branches' new ids (`rename`), and the layout-1 keys it owns, deleted in the same transaction."""
 
+    conn: RedisConnection
+    pipe: Any
+    cid: str
+    tenant: str
+    rename: dict[str, str]
+    k: dict[str, str]
+    owned: set[str]
 
-async def _checkpoints(
-    conn: RedisConnection, pipe: Any, cid: str, rename: dict[str, str], k: dict[str, str], retired: str, owned: set[str]
-) -> None:
-    r, old = conn.r, conn.keys.plain
-    for ckid in await r.lrange(old("conv-cks", cid), 0, -1):
-        ck = await r.hgetall(old("ck", ckid))
-        owned.add(old("ck", ckid))
-        if not ck:
-            continue
-        record = json.loads(ck["json"])
-        record["branch_id"] = rename.get(record["branch_id"], record["branch_id"])
-        fields = {ckid: json.dumps(record), f"{ckid}:status": ck["status"], f"{ckid}:covered": ck["covered"]}
-        fields |= {f"{ckid}:branch": rename.get(ck["branch"], ck["branch"]), f"{ckid}:created": record["created_at"]}
-        if ck.get("generation"):
-            fields[f"{ckid}:gen"] = ck["generation"]
-        pipe.hset(k["cks"], mapping=fields)
-        pipe.rpush(k["cklist"], ckid)
-        if ck["status"] != "active":
-            pipe.zadd(retired, {f"{cid}|{ckid}": float(record["created_at"])})
+    async def branch(self, bid: str) -> None:
+        conn, pipe, k = self.conn, self.pipe, self.k
+        r, old, new = conn.r, conn.keys.plain, self.rename[bid]
+        row = await r.hgetall(old("branch", bid))
+        events = await r.lrange(old("events", bid), 0, -1)
+        chain = await r.lrange(old("chain", bid), 0, -1)
+        token = await r.get(old("lease-token", bid))
+        self.owned |= {old(kind, bid) for kind in ("branch", "events", "chain", "branch-cks", "lease", "lease-token")}
+        fields = {"fork": row["fork_seq"], "head": row["head_seq"], "created": row["created_at"]}
+        fields |= {"updated": row["updated_at"]}
+        if row.get("parent_id"):
+            fields["parent"] = self.rename[row["parent_id"]]
+        if row.get("system_hash"):
+            fields["sys"] = row["system_hash"]
+        if row.get("active_ck"):
+            fields["active"] = row["active_ck"]
+        pipe.hset(k["branches"], mapping={f"{new}:{name}": value for name, value in fields.items()})
+        pipe.rpush(k["blist"], new)
+        fork = int(row["fork_seq"])
+        for n, (payload, h) in enumerate(zip(events, chain, strict=True)):
+            at = f"{new}:{fork + n + 1}"
+            pipe.hset(k["events"], at, payload)
+            pipe.hset(k["chain"], mapping={at: h, f"h:{h}": f"{new} {fork + n + 1}"})
+            pipe.sadd(conn.keys.identity(self.tenant, h), self.cid)
+        if token is not None:
+            pipe.hset(k["leases"], f"token:{new}", token)
 
+    async def checkpoints(self, retired: str) -> None:
+        pipe, k, rename, cid = self.pipe, self.k, self.rename, self.cid
+        r, old = self.conn.r, self.conn.keys.plain
+        for ckid in await r.lrange(old("conv-cks", cid), 0, -1):
+            ck = await r.hgetall(old("ck", ckid))
+            self.owned.add(old("ck", ckid))
+            if not ck:
+                continue
+            record = json.loads(ck["json"])
+            record["branch_id"] = rename.get(record["branch_id"], record["branch_id"])
+            fields = {ckid: json.dumps(record), f"{ckid}:status": ck["status"], f"{ckid}:covered": ck["covered"]}
+            fields |= {
+                f"{ckid}:branch": rename.get(ck["branch"], ck["branch"]),
+                f"{ckid}:created": record["created_at"],
+            }
+            if ck.get("generation"):
+                fields[f"{ckid}:gen"] = ck["generation"]
+            pipe.hset(k["cks"], mapping=fields)
+            pipe.rpush(k["cklist"], ckid)
+            if ck["status"] != "active":
+                pipe.zadd(retired, {f"{cid}|{ckid}": float(record["created_at"])})
 
-async def _calls(
-    conn: RedisConnection, pipe: Any, cid: str, rename: dict[str, str], k: dict[str, str], index: str, owned: set[str]
-) -> None:
-    r, old = conn.r, conn.keys.plain
-    last: dict[str, tuple[float, str]] = {}
-    for call_id, started in await r.zrange(old("conv-calls", cid), 0, -1, withscores=True):
-        payload = await r.get(old("call", call_id))
-        owned.add(old("call", call_id))
-        if payload is None:
-            continue
-        record = json.loads(payload)
-        if record.get("branch_id") in rename:
-            record["branch_id"] = rename[record["branch_id"]]
-            field = f"{record['branch_id']}|{record['purpose']}"
-            if field not in last or last[field][0] <= started:
-                last[field] = (started, call_id)
-        pipe.hset(k["records"], call_id, json.dumps(record))
-        pipe.zadd(k["calls"], {call_id: started})
-        pipe.zadd(index, {f"{cid}|{call_id}": started})
-    for field, (started, call_id) in last.items():
-        pipe.hset(k["last"], field, f"{started!r} {call_id}")
+    async def calls(self, index: str) -> None:
+        pipe, k, rename, cid = self.pipe, self.k, self.rename, self.cid
+        r, old = self.conn.r, self.conn.keys.plain
+        last: dict[str, tuple[float, str]] = {}
+        for call_id, started in await r.zrange(old("conv-calls", cid), 0, -1, withscores=True):
+            payload = await r.get(old("call", call_id))
+            self.owned.add(old("call", call_id))
+            if payload is None:
+                continue
+            record = json.loads(payload)
+            if record.get("branch_id") in rename:
+                record["branch_id"] = rename[record["branch_id"]]
+                field = f"{record['branch_id']}|{record['purpose']}"
+                if field not in last or last[field][0] <= started:
+                    last[field] = (started, call_id)
+            pipe.hset(k["records"], call_id, json.dumps(record))
+            pipe.zadd(k["calls"], {call_id: started})
+            pipe.zadd(index, {f"{cid}|{call_id}": started})
+        for field, (started, call_id) in last.items():
+            pipe.hset(k["last"], field, f"{started!r} {call_id}")
