@@ -7,7 +7,7 @@ A team's proxy serves many more. Here 16 clients each take K conversations in tu
 round. Each cell runs on a fresh ctxproxy (so one cell's conversations never sit in the next
 one's caches); CPU per request from /proc over the timed requests, RSS at the cell's end.
 
-Settings: the defaults, and caches sized for the largest cell by README's rule (histories
+Settings: the defaults, and caches sized for the largest cell by the rule in docs/operations.md (histories
 about 5x the body bytes of every active conversation, a projection memo and the token counts of
 every active branch's messages, each with a quarter to spare for the conversations that were in
 use before). What a request costs when its conversation fell out of a
@@ -40,7 +40,7 @@ ONE_KEY = 64
 
 
 def sized(conversations: int, body_bytes: int, events: int) -> dict[str, int]:
-    """The `caches:` README gives for `conversations` active at once of `body_bytes` / `events`."""
+    """The `caches:` docs/operations.md gives for `conversations` active at once of `body_bytes` / `events`."""
     return {
         "history_mb": max(64, -(-5 * conversations * body_bytes // 2**20)),
         "projection_branches": max(256, conversations + conversations // 4),

@@ -1,8 +1,8 @@
 """Model metadata (context window, max output, prices) from litellm's bundled model map.
 
-The JSON file ships inside the litellm package; reading it directly costs ~20 ms once and needs
-neither the network (litellm would fetch a fresh map at import unless told not to) nor
-`import litellm` (~2.4 s). Lookups try the name as given, without a provider prefix, and without a
+The JSON file ships inside the litellm package; reading it directly is cheap, done once, and
+needs neither the network (litellm would fetch a fresh map at import unless told not to) nor
+`import litellm`, which takes seconds. Lookups try the name as given, without a provider prefix, and without a
 trailing date stamp (`gpt-4o-2024-08-06` -> `gpt-4o`).
 """
 

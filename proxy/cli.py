@@ -1,4 +1,5 @@
-"""`ctxproxy serve` and `ctxproxy check-config`."""
+"""The `ctxproxy` command: `serve` runs the proxy, `check-config` validates a config file and prints
+the resolved routes, `replay` runs saved conversations through a policy offline (`proxy.replay`)."""
 
 from __future__ import annotations
 

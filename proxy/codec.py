@@ -1,22 +1,23 @@
 """JSON on the hot path: orjson, with the limits that keep hostile JSON a clear 400.
 
 Every proxied request decodes a body of tens to hundreds of kilobytes and encodes what goes
-upstream and into the store; with the standard library that was the largest single cost of a
-request (a 74 kB agent body: `json.loads` 300 us, `json.dumps` 460 us; orjson 100 us each).
+upstream and into the store; with the standard library that is the largest single cost of a
+request, and orjson does it several times faster (`bench/optimisations.md` has the numbers).
 
 Limits, the same on every path (the client's body, the upstream's answer):
 
 * **depth**: at most `MAX_DEPTH` nested arrays/objects. Deeper input is refused here instead of
   failing later in code that recurses (the standard library's decoder and encoder, canonical
-  hashing): a body nested 100,000 deep was a `RecursionError`, i.e. a 500.
+  hashing): a deeply nested body would otherwise be a `RecursionError`, i.e. a 500.
 * **integers** must fit in 64 bits (-2**63 .. 2**64-1). Bigger ones are refused: orjson would turn
   them into floats (a silent change), and Python refuses to read integers of more than 4,300
-  digits at all (a `max_tokens` of 5,000 digits was a `ValueError`, i.e. a 500).
+  digits at all (a `max_tokens` of 5,000 digits would otherwise be a `ValueError`, i.e. a 500).
 
 What orjson refuses but the standard library accepts (a lone surrogate escape `"\\ud800"`, `NaN`)
-is decoded by the standard library, under the same limits, so nothing accepted before is refused
-now; a run of 20 digits anywhere in the bytes (a possible out-of-range integer, or just digits in a
-string) takes that exact path too. `dumps` falls back the same way for values orjson cannot write.
+is decoded by the standard library, under the same limits, so nothing the standard library
+accepts within them is refused; a run of 20 digits anywhere in the bytes (a possible out-of-range
+integer, or just digits in a string) takes that exact path too. `dumps` falls back the same way
+for values orjson cannot write.
 
 Encoding is compact (no spaces) and UTF-8 (no `\\uXXXX` escapes): the same value gives the same
 bytes on every call, which keeps the projection's prefix byte-stable for prompt caches. The bytes

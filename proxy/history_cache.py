@@ -30,10 +30,9 @@ message array ends (`Seen`, read by `tail_parse`: a body that extends one of the
 is parsed only in its new tail). Their bytes count in the same budget, and they go first when it
 is exceeded, from the credential least recently stored to: a history saves more work per byte
 (hashing, counting and the branch memo's resume, against one parse). Once the histories alone
-fill the budget, each body goes as soon as the next is stored. (One least-recently-stored order
-for both was measured and dropped: it halves the conversations whose histories fit, and with
-more conversations in use than fit, an LRU hits nothing: 256 conversations of 500 messages cost
-13 ms a request against 2.)
+fill the budget, each body goes as soon as the next is stored. (Not one least-recently-stored
+order for both: it would halve the conversations whose histories fit, and with more
+conversations in use than fit, an LRU hits nothing.)
 """
 
 from __future__ import annotations
@@ -152,8 +151,8 @@ class HistoryCache:
         """Where the candidates for `history` are kept. A hit is confirmed by comparing the
         messages themselves, so the key need only be cheap and equal for equal first messages:
         Python's hash of the first message's text (its repr when the content is not a string),
-        not the chain hash, which serializes the message (a 20 kB task prompt cost 0.17 ms,
-        twice per request)."""
+        not the chain hash, which would serialize the message, a long task prompt included,
+        twice per request."""
         if not history or not isinstance(history[0], dict):
             return None
         first = history[0]
@@ -185,7 +184,8 @@ class HistoryCache:
     @staticmethod
     def prefix_hash(prefix: list[Message], known: Remembered | None) -> str:
         """`identify.prefix_hash(prefix)`, the remembered one when `known` had an equal prefix
-        (agents send the same system prompt every turn: a 5 kB one costs 44 us to hash)."""
+        (agents send the same system prompt every turn; hashing it again would cost on every
+        request)."""
         if known is not None and known.system_hash is not None and prefix == known.prefix:
             return known.system_hash
         return identify.prefix_hash(prefix)

@@ -1,7 +1,8 @@
 """Prometheus metrics, in process, rendered by hand in text exposition format 0.0.4.
 
-Updated once per call where its record is finalized (`pipeline._record`, `Compactor._record`) and
-once per compaction outcome. Each update is a few dict operations on the event loop's thread, so
+A call's metrics are updated once, where its record is completed (`Recorder.finish` in
+record.py); the others where their event happens (a compaction's outcome, a request's identity, a
+recall round, an overflow, a store passthrough). Each update is a few dict operations on the event loop's thread, so
 there are no locks. Summary calls (purpose `summary`) count in the token and cost counters (they
 are spent money) but not in the request counters and histograms, which describe client requests.
 

@@ -1,12 +1,12 @@
 """The request head, guarded below the ASGI app: a read deadline, size and count limits, and
 unambiguous framing, on both of uvicorn's HTTP/1.1 implementations.
 
-uvicorn enforces none of these. Measured against it before this module: a client sending its head
-one byte every 2 s stayed connected past 65 s (its keep-alive timer is reset by every byte), a
-head ending in bare CRs stayed open, a 100 KB header line and 200 headers of 500 bytes were
-served (h11's 64 KiB limit applies only to a head arriving in pieces; httptools has none), and a
-request with both `Transfer-Encoding: chunked` and `Content-Length` was served on a connection
-kept open, so a second request hidden in its body reached the upstream (request smuggling).
+uvicorn enforces none of these. Without this module a client sending its head one byte every
+2 s stays connected indefinitely (uvicorn's keep-alive timer is reset by every byte), a head
+ending in bare CRs stays open, a 100 KB header line or 200 headers of 500 bytes are served (h11's
+64 KiB limit applies only to a head arriving in pieces; httptools has none), and a request with
+both `Transfer-Encoding: chunked` and `Content-Length` is served on a connection kept open, so a
+second request hidden in its body reaches the upstream (request smuggling).
 
 The rules, the same for h11 and httptools:
 - the head (request line and headers) must be complete within `limits.header_timeout` seconds

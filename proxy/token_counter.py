@@ -14,14 +14,14 @@ Example::
     counter.count({"role": "user", "content": "hi"}, key="sha256:...")   # 5, then cached
     counter({"role": "tool", "tool_call_id": "c1", "content": "..."})     # keyed by its JSON
 
-Tool definitions are counted once too: an agent sends the same tools on every request (the
-SWE-agent schema is ~2,000 tokens, rendered and encoded in about 0.2 ms), so their count is
-cached under the digest of their JSON. Keys are only ever compared with keys of this cache, so
-they are orjson's sorted JSON (`codec.dumps_sorted`), several times cheaper than the standard
-library's.
+Tool definitions are counted once too: an agent sends the same tools on every request, and
+rendering and encoding a schema of a few thousand tokens on each would be a fixed cost per
+request, so their count is cached under the digest of their JSON. Keys are only ever compared
+with keys of this cache, so they are orjson's sorted JSON (`codec.dumps_sorted`), several times
+cheaper than the standard library's.
 
-The system prefix is counted through the same call on every request (a 5 kB prompt's sorted
-JSON and digest: ~9 us, two or three times per request); `tail_parse` hands an agent's
+The system prefix is counted through the same call on every request, two or three times, and
+even its key (sorted JSON and a digest) costs something each time; `tail_parse` hands an agent's
 re-sent prompt back as the very object of the previous request, so the last `RECENT_OBJECTS`
 objects counted that way are answered by identity first (the object is held, so its id
 cannot be reused while it is remembered).

@@ -4,10 +4,13 @@
   `if TYPE_CHECKING:` included (a cycle closed only for the type checker is still a cycle in the
   design);
 - the pure core of `policies/` never imports its memo (`policies.memo`), nor anything of the proxy;
-- no product module imports a `_private` name from another module, and no module of `proxy/` or
-  `policies/` is longer than 500 lines (STYLE: "rarely over 500");
-- every `proxy/...` and `policies/...` path README.md names exists (its architecture walk-through
-  is how a newcomer finds the code).
+- no module of the product or of `bench/` imports a `_private` name from another module, and
+  `bench/` reaches no `_private` attribute of another object either (it measures the product
+  through its public entry points); no module of `proxy/` or `policies/` is longer than 500 lines
+  (STYLE: "rarely over 500");
+- every repository path README.md and `docs/*.md` name in backquotes exists, and every relative
+  link between them reaches a file and, with a `#fragment`, a heading of it (the walk-through in
+  docs/request-flow.md is how a newcomer finds the code).
 """
 
 from __future__ import annotations
@@ -178,8 +181,79 @@ def test_whole_tree_modules_stay_small(module: str) -> None:
     assert lines <= MAX_LINES, f"{MODULES[module].relative_to(REPO)} has {lines} lines (> {MAX_LINES}): split it"
 
 
-def test_every_path_readme_names_exists() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    named = sorted(set(re.findall(r"`((?:proxy|policies)/[A-Za-z0-9_./]*)`", readme)))
-    assert named, "README.md names no proxy/ or policies/ path"
-    assert [path for path in named if not (REPO / path).exists()] == []
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+TOP_DIRS = ("proxy", "policies", "tests", "bench", "deploy", "docs", ".ci")
+NOT_IN_CHECKOUT = {"tests/agents/node_modules"}  # installed by `npm ci --prefix tests/agents`
+
+
+def named_paths(text: str) -> set[str]:
+    """The repository paths a page names in backquotes: anything under a top-level directory of the
+    repository (`proxy/relay.py`, `tests/e2e/`), and top-level files (`config.example.yaml`)."""
+    found = set()
+    for span in re.findall(r"`([^`\n]+)`", text):
+        if " " in span:
+            continue
+        if "/" in span and span.split("/")[0] in TOP_DIRS:
+            found.add(span)
+        elif re.fullmatch(r"[A-Za-z0-9_.-]+\.(?:md|yaml|yml|toml)|Dockerfile", span):
+            found.add(span)
+    return found - NOT_IN_CHECKOUT
+
+
+def _exists(path: str) -> bool:
+    return any(REPO.glob(path)) if "*" in path else (REPO / path).exists()
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    return {anchor(line.lstrip("#")) for line in text.splitlines() if re.match(r"#{1,6} ", line)}
+
+
+def test_anchor_matches_github() -> None:
+    assert anchor("The inspector (/ui/)") == "the-inspector-ui"
+    assert anchor("Last resort: pruning") == "last-resort-pruning"
+
+
+def test_the_docs_name_repository_paths() -> None:
+    named = set().union(*(named_paths(page.read_text(encoding="utf-8")) for page in DOCS))
+    assert any(path.startswith(("proxy/", "policies/")) for path in named), "the docs name no proxy/ or policies/ path"
+    assert named_paths("`proxy/relay.py`, `config.example.yaml`, `redis/lua/`, `~/.codex/config.toml`") == {
+        "proxy/relay.py",
+        "config.example.yaml",
+    }
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda page: str(page.relative_to(REPO)))
+def test_every_path_the_docs_name_exists(page: Path) -> None:
+    named = named_paths(page.read_text(encoding="utf-8"))
+    assert sorted(path for path in named if not _exists(path)) == []
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda page: str(page.relative_to(REPO)))
+def test_every_link_in_the_docs_resolves(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        path, _, fragment = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.is_relative_to(REPO) or not file.exists():
+            broken.append(target)
+        elif fragment and (file.suffix != ".md" or fragment not in anchors(file)):
+            broken.append(target)
+    assert broken == []
+
+
+def test_operations_lists_every_metric() -> None:
+    from proxy.metrics import Metrics
+
+    rendered = re.findall(r"^# HELP (\S+) ", Metrics().render().decode(), flags=re.M)
+    assert len(rendered) > 10
+    documented = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert [name for name in rendered if f"`{name}" not in documented] == []

@@ -61,8 +61,8 @@ class ProjectionCache:
     def renderer(self) -> MemoRenderer:
         """A renderer consulting this cache, new on each access: a cache holding its own renderer
         (which holds the cache) would be a reference cycle, and an evicted branch's cache (its
-        index, groups and slots: ~1,100 objects, ~130 kB for 100 messages) would then wait for a
-        full collection instead of being freed at once by its reference counts."""
+        index, groups and slots) would then wait for a full collection instead of being freed at
+        once by its reference counts."""
         return MemoRenderer(self)
 
     def index(self, items: Sequence[Item], shared: SharedPrefix | None = None) -> HistoryIndex:

@@ -2,8 +2,8 @@
 
 Problem: before the first compaction (history under the trigger) every group of the branch is
 sent, so `build_draft`, trimming, `Draft.messages` and `make_record` each walked the whole
-history on every request — 2,000 events cost ~30x what 50 did, though the previous request had
-already rendered all but the newest turn exactly the same way.
+history on every request, so a request cost what the whole history did, though the previous
+request had already rendered all but the newest turn exactly the same way.
 
 `ProjectionCache.tail` (a `TailState`) keeps the previous call's rendered uncovered groups
 ("the tail", before pruning): per slot the messages sent (trimmed, repaired), their seqs, trim

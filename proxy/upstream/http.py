@@ -1,9 +1,9 @@
 """The hop to OpenAI-compatible upstreams: raw HTTP over one shared aiohttp session.
 
-aiohttp, not httpx: on this workload httpx's AsyncClient adds ~1.4 ms per request and collapses
-under concurrency (httpx #3215); aiohttp adds ~0.55 ms. The upstream URL comes only from the
-operator's config -- no request field or header can point the proxy at another host (litellm's
-CVE-2024-6587 sent provider keys to a client-chosen `api_base`).
+aiohttp, not httpx: on this workload httpx's AsyncClient adds a multiple of aiohttp's
+per-request overhead and collapses under concurrency (httpx #3215). The upstream URL comes only
+from the operator's config -- no request field or header can point the proxy at another host
+(litellm's CVE-2024-6587 sent provider keys to a client-chosen `api_base`).
 
 Deadlines are separate: `connect`, `first_byte` (until response headers), `idle` (between two
 body pieces) and `total`. aiohttp errors are translated into the proxy's error tree here and

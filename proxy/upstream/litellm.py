@@ -13,8 +13,8 @@ SSRF (litellm's CVE-2024-6587): only an allow-list of OpenAI sampling fields is 
 request body; the provider, host, key, retries, callbacks and every other litellm knob come from
 the operator's config alone.
 
-litellm is imported lazily (~2.5 s) with its bundled price map (no network at import), in a
-worker thread started at start-up when a route uses it.
+litellm is imported lazily (the import takes seconds) with its bundled price map (no network at
+import), in a worker thread started at start-up when a route uses it.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ _STEP = re.compile(r"step (\d+) row")
 
 
 def install_hint(cli: str) -> str:
-    return f"{BIN / cli} is missing: run `npm ci --prefix tests/agents` (README, 'Tests')"
+    return f"{BIN / cli} is missing: run `npm ci --prefix tests/agents` (README, 'Run the whole test suite')"
 
 
 def write_workspace(cwd: Path) -> None:

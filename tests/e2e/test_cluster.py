@@ -18,7 +18,7 @@ A conversation's second turn is sent once its first answer is stored (`answer_st
 answer and the stamp land after the client has the answer, and a second turn that reaches the
 other replica before them matches one unstamped message; it waits for the stamp, but only
 `ingest.FIRST_ANSWER_WAIT` (a commit on this loaded machine may take longer), and then founds a
-new conversation (README, Storage and durability). Later turns need no wait: they match two or
+new conversation (docs/storage.md, Storage and durability). Later turns need no wait: they match two or
 more messages.
 """
 

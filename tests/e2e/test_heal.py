@@ -1,4 +1,4 @@
-"""An answered turn whose store write is lost heals from the client's next request (README,
+"""An answered turn whose store write is lost heals from the client's next request (docs/storage.md,
 "Storage and durability").
 
 The proxy stores a turn's response, its stamp and its call record after the client has the

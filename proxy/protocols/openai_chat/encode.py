@@ -10,9 +10,8 @@ other fields, compact UTF-8 JSON (`codec.dumps`).
 
 Everything stays bytes and the body is built by one `join`: reading the previous encodings of
 a hundred messages from their own objects scattered over the heap, and copying the result twice
-(once joined, once wrapped), cost ~1 us per message plus ~60 us for a 100 kB body in a proxy
-under load (the objects are cold by the next request of their conversation); one contiguous
-slice costs a `memcpy`.
+(once joined, once wrapped), costs per message and per byte in a proxy under load (the objects
+are cold by the next request of their conversation); one contiguous slice costs a `memcpy`.
 """
 
 from __future__ import annotations

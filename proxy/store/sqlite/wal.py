@@ -2,12 +2,11 @@
 
 Problem: every write transaction appends its pages to the WAL, and SQLite's automatic checkpoint
 copies them back into the database file inside whichever commit crosses 1,000 pages, with an
-fsync before and after. The proxy writes about 22 pages per request, so one request in ~45 blocked
-the event loop for the whole checkpoint (8-11 ms here, every request in flight waiting with it):
-in-process, 1,600 requests of the benchmark's agent loop, wall time per request p99 8.7-10.4 ms
-against 0.9-1.4 ms with the checkpoints here, and 20% less wall time in all for the same CPU.
-Every `INTERVAL`, not more often: each checkpoint costs its fsyncs, and at 0.1 s the proxy's CPU
-per request rose ~5% (at 0.5 s it is within the noise of the A/B runs, 0.97-1.09x).
+fsync before and after. A request writes a few dozen pages, so every few dozen requests one
+commit blocked the event loop for the whole checkpoint, every request in flight waiting with it:
+the tail of the request latency was those checkpoints. Every `INTERVAL`, not more often: each
+checkpoint costs its fsyncs, which a shorter interval pays in CPU per request (the measurements:
+bench/optimisations.md, "Moved from docstrings").
 
 So a thread of its own with a connection of its own runs a PASSIVE checkpoint every `INTERVAL`
 seconds (sqlite3 releases the GIL while SQLite works, the fsyncs included). PASSIVE never waits for
@@ -25,7 +24,7 @@ import threading
 log = logging.getLogger("ctxproxy")
 
 INTERVAL = 0.5
-"""seconds between checkpoints: the WAL holds at most this long's writes (~90 kB a request)"""
+"""seconds between checkpoints: the WAL holds at most this long's writes"""
 FALLBACK_PAGES = 10_000
 """the serving connection's own automatic checkpoint (40 MB of 4 kB pages), should this fall behind"""
 
