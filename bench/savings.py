@@ -66,7 +66,7 @@ def run_savings(
 ) -> dict[str, Any]:
     from proxy.catalog import ModelCatalog
     from proxy.config import Policy
-    from proxy.projection import Projector
+    from proxy.projector import Projector
     from proxy.replay import load_transcript, replay
 
     projector = Projector(ModelCatalog())

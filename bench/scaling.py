@@ -75,7 +75,7 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     from proxy.history_cache import HistoryCache
     from proxy.ingest import Arrival, ingest
     from proxy.metrics import Metrics
-    from proxy.projection import Asked, Projector
+    from proxy.projector import Asked, Projector
     from proxy.protocols import OPENAI_CHAT
     from proxy.record import Recorder
     from proxy.rolling import CompactionJob

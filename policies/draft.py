@@ -30,7 +30,7 @@ from typing import Any
 
 from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig, TrimEntry
 from policies.groups import Group, effective_boundary, last_index, synthetic_result
-from policies.history import HistoryIndex, index_items
+from policies.history_index import HistoryIndex, index_items
 from policies.pins import release_pins
 from policies.summary_prompt import summary_block
 from policies.text import clone

@@ -1,7 +1,7 @@
 """project(): the messages actually sent upstream, as a pure function of the stored branch.
 
 This is the pure core of DESIGN step 4 ("project"). Its edge in the proxy is
-`proxy.projection.Projector`, which turns a request and its stored rows into this function's
+`proxy.projector.Projector`, which turns a request and its stored rows into this function's
 arguments (items, checkpoint, budget) and keeps the per-branch memo (`policies.memo`).
 
 Problem: the raw history is the truth; what the model sees must be bounded, protocol-valid,
@@ -43,8 +43,8 @@ from collections.abc import Callable, Sequence
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, Message, PolicyConfig, Projection, SettingError
 from policies.draft import CountFn, Draft, Inputs, StepContext, build_draft
+from policies.projection_record import make_record
 from policies.prune_groups import prune_groups
-from policies.record import make_record
 from policies.summary_tail import summary_tail
 from policies.trim_tool_results import trim_tool_results
 

@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import identify
+from .asgi import client_api_key
 from .config import Config, Route
+from .credentials import Keys
 from .errors import Forbidden, Unauthorized
-from .http import client_api_key
-from .keys import Keys
 
 
 @dataclass(frozen=True)

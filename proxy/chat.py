@@ -18,18 +18,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import auth, identify, record, routing
+from .asgi import Incoming, RawResponse, client_api_key, read_body
 from .config import Route
-from .endpoints import relay_unchanged
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
-from .http import Incoming, RawResponse, client_api_key, read_body
 from .ingest import Arrival, Ingested, answer_stored, ingest, response_turn
 from .outgoing import Outgoing
 from .overflow import recover
 from .protocols.base import Wire
 from .recall.detour import detour
 from .recall.tool import offered, with_tool
-from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect
+from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect, relay_unchanged
 from .services import Services
 from .store.base import CallRecord
 from .tail_parse import BodyMemo

@@ -9,8 +9,8 @@ import logging
 import sys
 
 from .config import Client, Config, Route, load_config
+from .credentials import resolve_keys
 from .errors import ConfigError
-from .keys import resolve_keys
 
 
 def _target(route: Route) -> str:
@@ -70,9 +70,9 @@ def check_config(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .app import create_app
-    from .server import run, run_workers
-    from .workers import prepare as prepare_workers
+    from .serving.app import create_app
+    from .serving.server import run, run_workers
+    from .serving.workers import prepare as prepare_workers
 
     config = _load(args.config)
     if config is None:
@@ -96,7 +96,7 @@ def replay_command(args: argparse.Namespace) -> int:
     import json
 
     from .catalog import ModelCatalog
-    from .projection import Projector
+    from .projector import Projector
     from .replay import load_transcript, render_report, replay
 
     config = _load(args.config, secrets=False)

@@ -36,7 +36,7 @@ from policies.base import Checkpoint
 from policies.compaction import next_checkpoint
 
 from .errors import ConversationGone, StoreError
-from .projection import Projector
+from .projector import Projector
 from .record import Recorder
 from .rolling import CompactionJob, Rolling
 from .store.base import CheckpointCandidate, Store, StoredCheckpoint

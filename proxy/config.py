@@ -185,7 +185,7 @@ class Policy(PolicyConfig):
 
 
 class Limits(_Frozen):
-    """What a client may send (proxy/request_head.py enforces the head, proxy/http.py the body)."""
+    """What a client may send (proxy/serving/request_head.py enforces the head, proxy/asgi.py the body)."""
 
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
     receive_timeout: float = Field(60.0, gt=0)
@@ -224,7 +224,7 @@ class Caches(_Frozen):
     token_counts: int = Field(100_000, gt=0)
     """Token counts per tokenizer encoding, by event hash (proxy/token_counter.py)."""
     projection_branches: int = Field(256, gt=0)
-    """Branches whose projection memo is kept (proxy/projection.py): the most recently used."""
+    """Branches whose projection memo is kept (proxy/projector.py): the most recently used."""
     projection_memo_entries: int = Field(4096, gt=0)
     """Derived renderings memoized per branch (cleared when full)."""
     calibrations: int = Field(10_000, gt=0)
@@ -233,7 +233,7 @@ class Caches(_Frozen):
 
 
 class Server(_Frozen):
-    """How `ctxproxy serve` listens, caps and drains (proxy/server.py, proxy/edge.py)."""
+    """How `ctxproxy serve` listens, caps and drains (proxy/serving/server.py, proxy/serving/gate.py)."""
 
     host: str = "127.0.0.1"
     port: int = Field(8787, ge=0, le=65535)

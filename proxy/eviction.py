@@ -17,7 +17,7 @@ same choices however fast it runs.
 
 Used by the history cache (`proxy/history_cache.py`: its histories, and the histories and bodies
 it indexes under one first message or one credential) and the branch memos
-(`proxy/projection.py`); the owner serializes calls (each holds its own lock).
+(`proxy/projector.py`); the owner serializes calls (each holds its own lock).
 
 Example::
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import record
+from .asgi import Incoming, client_api_key
 from .config import Policy, Route
 from .errors import ProxyError, StoreError
 from .estimate import Prediction
-from .http import Incoming, client_api_key
 from .ingest import Ingested, reject
 from .protocols.base import Wire
 from .relay import or_disconnect

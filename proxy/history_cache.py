@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from policies.base import Item
-from policies.history import SharedPrefix
+from policies.history_index import SharedPrefix
 
 from . import identify
 from .eviction import Eviction

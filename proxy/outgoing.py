@@ -16,7 +16,7 @@ from typing import Any
 
 from . import record
 from .exchange import Exchange
-from .projection import Asked, Projected
+from .projector import Asked, Projected
 from .rolling import CompactionJob
 from .types import Message
 

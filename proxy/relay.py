@@ -28,7 +28,8 @@ from typing import TypeVar
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from .edge import SHUTDOWN_KEY
+from .asgi import SHUTDOWN_KEY, RawResponse
+from .credentials import Keys
 from .errors import Overloaded, ProxyError, UpstreamError
 from .protocols.base import StreamObserver
 from .sse import SseSplitter
@@ -174,3 +175,17 @@ class StreamRelay:
             # In the client API's own stream vocabulary (Anthropic `event: error`, Responses, chat).
             await send({"type": "http.response.body", "body": self.observer.error_event(exc), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def relay_unchanged(
+    keys: Keys, upstream: UpstreamResponse, extra_headers: list[tuple[str, str]] | None = None
+) -> RawResponse:
+    """The upstream's whole answer as it came: status, headers, body -- an error's with the
+    operator's secrets redacted (`Keys.redact`)."""
+    try:
+        body = await upstream.read()
+    finally:
+        upstream.close()
+    if upstream.status >= 400:
+        body = keys.redact(body)
+    return RawResponse(body, upstream.status, [*keys.redact_headers(upstream.headers), *(extra_headers or [])])

@@ -37,7 +37,7 @@ from policies.text import message_text
 
 from . import identify
 from .config import Policy
-from .projection import Projector
+from .projector import Projector
 from .types import Message
 
 Summarize = Callable[[str | None, Sequence[Item]], str]

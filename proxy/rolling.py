@@ -28,7 +28,7 @@ from policies.text import message_text
 
 from . import record
 from .config import Policy, Route
-from .projection import Projector
+from .projector import Projector
 from .protocols.base import Wire
 from .record import Recorder
 from .store.base import StoredCheckpoint

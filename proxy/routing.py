@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .asgi import client_api_key
 from .auth import Caller
 from .config import Config, Policy, Route
+from .credentials import Keys
 from .errors import NotFound, Unauthorized
-from .http import client_api_key
-from .keys import Keys
 from .protocols.base import Wire
 from .upstream.base import CREDENTIAL_HEADERS, upstream_request_headers
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from .compaction import Compactor
 from .config import Caches, Config, Route
+from .credentials import Keys
 from .history_cache import HistoryCache
-from .keys import Keys
 from .metrics import Metrics
-from .projection import Projector
+from .projector import Projector
 from .recall.memory import RejectedTool
 from .record import Recorder
 from .store.base import Store

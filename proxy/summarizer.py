@@ -20,8 +20,8 @@ from typing import Any
 
 from .config import Policy, Route, Timeouts, Upstream
 from .config import Summarizer as SummarizerSettings
+from .credentials import Keys
 from .errors import ProxyError
-from .keys import Keys
 from .protocols import OPENAI_CHAT
 from .protocols.base import Wire
 from .types import Message

@@ -14,7 +14,7 @@ from bench.money import PRICES, Request, chain, price_requests, with_summarizer_
 from bench.savings import money_of
 from proxy.catalog import ModelCatalog
 from proxy.config import Policy
-from proxy.projection import Projector
+from proxy.projector import Projector
 from proxy.replay import load_transcript, replay
 
 

@@ -4,6 +4,7 @@
   `if TYPE_CHECKING:` included (a cycle closed only for the type checker is still a cycle in the
   design);
 - the pure core of `policies/` never imports its memo (`policies.memo`), nor anything of the proxy;
+- the serving edge (`proxy/serving/`) sits on top: only the `ctxproxy` command imports it;
 - no module of the product or of `bench/` imports a `_private` name from another module, and
   `bench/` reaches no `_private` attribute of another object either (it measures the product
   through its public entry points); no module of `proxy/` or `policies/` is longer than 500 lines
@@ -132,6 +133,17 @@ def test_the_pure_core_does_not_know_its_memo_or_the_proxy() -> None:
         if module.startswith("policies") and not module.startswith("policies.memo")
         for target, _, _ in imports(module)
         if target.startswith(("policies.memo", "proxy"))
+    ]
+    assert offenders == []
+
+
+def test_only_the_command_imports_the_serving_edge() -> None:
+    offenders = [
+        f"{module} imports {target}"
+        for module in MODULES
+        if not module.startswith("proxy.serving") and module != "proxy.cli"
+        for target, _, _ in imports(module)
+        if target.startswith("proxy.serving")
     ]
     assert offenders == []
 

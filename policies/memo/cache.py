@@ -28,7 +28,7 @@ from typing import Any
 from policies.base import Item, Message, TrimEntry
 from policies.draft import CapSlot, CountFn, Renderer, Slot, StepContext, render_slot
 from policies.groups import Group
-from policies.history import HistoryIndex, SharedPrefix, index_items
+from policies.history_index import HistoryIndex, SharedPrefix, index_items
 from policies.memo.tail import TailState
 from policies.trim_tool_results import trim_one
 
@@ -68,7 +68,7 @@ class ProjectionCache:
     def index(self, items: Sequence[Item], shared: SharedPrefix | None = None) -> HistoryIndex:
         """`index_items(items)`, resuming from the previous call's index when it applies
         (`shared`: the caller's proof of what `items` share with an earlier list, see
-        `policies.history.SharedPrefix`).
+        `policies.history_index.SharedPrefix`).
 
         The index is the cache's own, valid until the next call: that call gives it up to
         `index_items(..., take=True)`, which extends its lists in place when it resumes."""

@@ -48,11 +48,11 @@ from typing import Any
 
 from policies.base import Message, Projection, TrimEntry
 from policies.draft import Inputs, Slot, build_draft, layout
-from policies.history import HistoryIndex, SharedPrefix
+from policies.history_index import HistoryIndex, SharedPrefix
 from policies.memo.cache import ProjectionCache
 from policies.memo.tail import NO_TRIM, TailState
 from policies.projection import run_steps
-from policies.record import Sent, projection_record
+from policies.projection_record import Sent, projection_record
 from policies.text import clone
 from policies.trim_tool_results import previous_boundary, trim_boundary, trim_slots
 
@@ -60,7 +60,7 @@ from policies.trim_tool_results import previous_boundary, trim_boundary, trim_sl
 def project_cached(cache: ProjectionCache, inputs: Inputs, shared: SharedPrefix | None = None) -> Projection:
     """`policies.projection.project` of `inputs`, byte for byte, doing only the work `cache` (this
     branch's, from its previous calls) has not done. `shared`, when the caller built the items
-    from an earlier list, says so (`policies.history.SharedPrefix`): resuming then costs no walk
+    from an earlier list, says so (`policies.history_index.SharedPrefix`): resuming then costs no walk
     over the shared items.
 
     Raises `ContextOverflow` when even the irreducible request does not fit."""

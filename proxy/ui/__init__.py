@@ -1,6 +1,6 @@
 """The inspector at /ui/: server-rendered pages over the stored log, behind the admin token.
 
-`routes` is mounted by `proxy.app`. Modules: `access` (token, session cookie, CSRF, security
+`routes` is mounted by `proxy.serving.app`. Modules: `access` (token, session cookie, CSRF, security
 headers), `guard` (the gate around every handler), `data` (reads through the store), `reconstruct`
 (what a past call sent, rebuilt from the log), `charts` (inline SVG), `html` (the page frame), and
 the pages: `pages` (login, list, usage), `conversation`, `call_page` (the diff, where the tokens
@@ -14,8 +14,8 @@ from importlib import resources
 from starlette.requests import Request
 from starlette.routing import Route
 
+from ..asgi import RawResponse
 from ..errors import NotFound
-from ..http import RawResponse
 from . import access, call_page, conversation, pages
 from .access import SECURITY_HEADERS
 from .guard import api, page

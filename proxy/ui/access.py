@@ -30,8 +30,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import Request
 
+from ..asgi import bearer_token
 from ..errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, Unauthorized
-from ..http import bearer_token
 
 COOKIE = "ctxproxy_ui"
 SESSION_SECONDS = 12 * 3600

@@ -9,8 +9,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ..asgi import RawResponse
 from ..errors import BadRequest, NotFound
-from ..http import RawResponse
 from . import data
 from .conversation import event_link
 from .guard import Ctx

@@ -12,8 +12,8 @@ from starlette.requests import Request
 from policies.search import parse_query, search
 
 from .. import codec
+from ..asgi import RawResponse
 from ..errors import BadRequest, NotFound
-from ..http import RawResponse
 from ..store.base import Branch, CallRecord
 from . import access, charts, data
 from .access import SECURITY_HEADERS

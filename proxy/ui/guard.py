@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from ..asgi import RawResponse, bearer_token
 from ..errors import ProxyError, Unauthorized
-from ..http import RawResponse, bearer_token
 from ..services import Services
 from . import access
 from .access import SECURITY_HEADERS, Credentials

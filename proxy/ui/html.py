@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
-from ..http import RawResponse
+from ..asgi import RawResponse
 from .access import SECURITY_HEADERS, Credentials
 
 NAV = (("/ui/", "Conversations"), ("/ui/usage", "Usage"))

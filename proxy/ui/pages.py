@@ -8,8 +8,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from ..asgi import RawResponse
 from ..errors import BadRequest, Forbidden, Unauthorized
-from ..http import RawResponse
 from ..ledger import GROUP_BY, summarize
 from ..store.base import UsageQuery
 from . import access, charts, data

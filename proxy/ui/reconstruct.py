@@ -30,7 +30,7 @@ from policies.base import Checkpoint, ContextOverflow, Item, Projection
 from policies.draft import Inputs
 from policies.memo import ProjectionCache, project_cached
 
-from ..projection import recall_tool
+from ..projector import recall_tool
 from ..recall.tool import with_tool
 from ..services import Services
 from ..store.base import Branch, CallRecord, StoredCheckpoint, StoredEvent

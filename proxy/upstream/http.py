@@ -110,7 +110,7 @@ def _forget(exc: BaseException) -> None:
     in a local of one of its frames (`last_exc`; aiohappyeyeballs' list of the connect attempts'
     errors), or on the response's `StreamReader`, which the reading frame (ours) holds. Each is
     a reference cycle through the request's frames, its body and client request included, that
-    would wait for a collection (rare in `ctxproxy serve`, `proxy/heap.py`). Only the message
+    would wait for a collection (rare in `ctxproxy serve`, `proxy/serving/heap.py`). Only the message
     and type of these errors are used."""
     todo, seen = [exc], set()
     while todo:

@@ -29,9 +29,9 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from .. import codec
+from ..asgi import client_api_key
 from ..config import Route
 from ..errors import UpstreamError, UpstreamTimeout
-from ..http import client_api_key
 from ..usage import Usage, from_openai_chat
 from .base import UpstreamResponse, within_deadlines
 

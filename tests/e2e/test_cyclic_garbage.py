@@ -1,13 +1,13 @@
 """No request leaves a reference cycle of the proxy's own objects, or one holding a large buffer.
 
-`ctxproxy serve` runs young collections rarely (`proxy/heap.py`, threshold 20,000): what a
+`ctxproxy serve` runs young collections rarely (`proxy/serving/heap.py`, threshold 20,000): what a
 request leaves in a reference cycle outlives it until a collection, and whatever is promoted
 first waits for a full one. A cycle that holds a request body, a parsed history or a branch's
 projection memo (a `ProjectionCache` once referenced its own renderer: every memo evicted from
 the Projector's LRU, ~130 kB for a 100-message branch, waited for a full collection) raises the
 resident set by that much per request.
 
-The real proxy (`tests.support.gc_probe`: `proxy.server.run` with two extra paths) turns
+The real proxy (`tests.support.gc_probe`: `proxy.serving.server.run` with two extra paths) turns
 automatic collection off, serves chat and Anthropic requests, streamed and not, on new
 conversations (more than `caches.projection_branches`, so memos are evicted), and two failures
 (an upstream refusing the connection, a stream cut off), and after their records are written

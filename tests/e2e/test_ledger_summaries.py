@@ -12,7 +12,7 @@ a reply the upstream sent counts as billed.
   bill, call for call.
 - `test_summary_in_flight_at_shutdown_is_in_the_ledger` (fails today): a replica gets SIGTERM
   while its compaction's summarizer call is in flight. `Compactor.drain` (proxy/compaction.py)
-  waits 10 s (proxy/app.py), then cancels the job: the call the upstream goes on to answer and
+  waits 10 s (proxy/serving/app.py), then cancels the job: the call the upstream goes on to answer and
   bill leaves no call record at all, not even one with unknown usage.
 - `test_summary_retry_started_during_shutdown_is_in_the_ledger` (fails today): the first
   summarizer call is refused (400, context overflow) *during* the drain; the job goes on with

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from proxy.app import create_app
 from proxy.config import parse_config
+from proxy.serving.app import create_app
 from tests.support.e2e import user
 from tests.support.proxy_process import ADMIN_TOKEN
 

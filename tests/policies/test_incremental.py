@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from policies.base import Budget, Checkpoint, Item, Message, PolicyConfig, ProjectionRecord, ToolResultsConfig
 from policies.draft import Inputs
-from policies.history import SharedPrefix
+from policies.history_index import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
 from policies.projection import project
 from policies.summary_prompt import summary_block

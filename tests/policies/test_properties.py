@@ -18,7 +18,7 @@ from policies.groups import Group, group_items, normalize_boundary
 from policies.invariants import check_all, coverage, latest_turn_verbatim, prefix_pinned, tool_pairing
 from policies.pins import pinned_seqs
 from policies.projection import STEPS, project
-from policies.record import make_record
+from policies.projection_record import make_record
 from policies.summary_prompt import PINNED_MAX_CHARS, SUMMARY_PROMPT_TOKENS, summary_block
 from policies.summary_tail import MIN_CHUNK_TOKENS, chunk_limit
 from policies.trim_tool_results import trim_boundary

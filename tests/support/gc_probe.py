@@ -1,7 +1,7 @@
 """The real proxy served with a window on its garbage collector, for tests of reference cycles.
 
 ``python -m tests.support.gc_probe serve --config FILE --host H --port P`` serves exactly what
-``ctxproxy serve`` serves (`proxy.server.run`: the young-GC threshold, the edge, the app from
+``ctxproxy serve`` serves (`proxy.serving.server.run`: the young-GC threshold, the edge, the app from
 `create_app`), plus two paths this wrapper answers itself, before the edge:
 
 - ``POST /_gc/start``: a full collection, then automatic collection off and
@@ -105,8 +105,8 @@ async def _answer(send: Any, obj: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from proxy.app import create_app
-    from proxy.server import run
+    from proxy.serving.app import create_app
+    from proxy.serving.server import run
 
     p = argparse.ArgumentParser(prog="python -m tests.support.gc_probe")
     p.add_argument("command", choices=["serve"])

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from policies.base import Item, PinsConfig
-from policies.history import index_items
+from policies.history_index import index_items
 from policies.pins import pinned_seqs
 from proxy.errors import BadRequest
 from proxy.identify import canonical, chain, split_prefix

@@ -9,8 +9,8 @@ import pytest
 
 from proxy.auth import authenticate
 from proxy.config import parse_config
+from proxy.credentials import resolve_keys
 from proxy.errors import ConfigError, Forbidden, Unauthorized
-from proxy.keys import resolve_keys
 
 SALT = b"s" * 32
 OPERATOR = "sk-operator-key-123456"

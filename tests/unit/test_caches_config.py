@@ -9,7 +9,7 @@ import pytest
 from proxy.catalog import ModelCatalog
 from proxy.config import Caches, parse_config
 from proxy.errors import ConfigError
-from proxy.projection import Projector
+from proxy.projector import Projector
 from proxy.services import history_cache
 
 ROUTES = [{"name": "r", "match": {"model": "*"}, "upstream": {"base_url": "https://api.example.test/v1"}}]

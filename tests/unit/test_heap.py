@@ -1,4 +1,4 @@
-"""The serving process's collector tuning (`proxy/heap.py`): fewer young collections, cycles
+"""The serving process's collector tuning (`proxy/serving/heap.py`): fewer young collections, cycles
 still collected without anyone calling `gc.collect`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy import heap
+from proxy.serving import heap
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from proxy import codec, identify
 from proxy.catalog import ModelCatalog
 from proxy.config import Policy
 from proxy.history_cache import HistoryCache, Remembered
-from proxy.projection import Asked, Projector
+from proxy.projector import Asked, Projector
 from proxy.protocols.openai_chat.encode import encode_body
 from proxy.types import SentBody
 

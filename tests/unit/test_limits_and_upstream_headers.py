@@ -10,9 +10,9 @@ from multidict import CIMultiDict
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
+from proxy.asgi import read_body
 from proxy.config import Limits
 from proxy.errors import BadRequest, PayloadTooLarge, RequestTimeout
-from proxy.http import read_body
 from proxy.upstream.base import relayed_response_headers, upstream_request_headers
 from proxy.upstream.http import _is_json
 

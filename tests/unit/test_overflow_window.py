@@ -4,7 +4,7 @@ reported as 13,766 once the budget had been shrunk for the upstream's own count)
 from __future__ import annotations
 
 from policies.base import ContextOverflow
-from proxy.projection import overflow_message
+from proxy.projector import overflow_message
 
 
 def test_names_the_window_and_the_budget_after_the_margin() -> None:

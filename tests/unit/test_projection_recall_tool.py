@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.config import Policy, Recall
-from proxy.projection import recall_tool
+from proxy.projector import recall_tool
 
 CHAT = {"type": "function", "function": {"name": "ctxproxy_recall", "parameters": {}}}
 ANTHROPIC = {"name": "ctxproxy_recall", "input_schema": {"type": "object"}}

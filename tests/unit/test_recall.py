@@ -110,7 +110,7 @@ def test_intermediate_turn_keeps_only_recall_calls_per_wire():
 
 def test_the_tool_counts_in_the_budget_on_every_wire():
     from proxy.catalog import ModelCatalog
-    from proxy.projection import Projector
+    from proxy.projector import Projector
 
     projector = Projector(ModelCatalog())
     policy = Policy(context_window=20000, max_output_tokens=1000)

@@ -24,10 +24,14 @@ from .config import Limits
 from .errors import BadRequest, NotFound, PayloadTooLarge, ProxyError, RequestTimeout, Unauthorized, openai_error_bytes
 from .protocols.base import Wire
 
+SHUTDOWN_KEY = "ctxproxy.shutdown"
+"""Scope key of the event set when in-flight calls must end (proxy/relay.py ends its stream with
+the API's error event)."""
+
 
 class Incoming:
     """A model call's request as the handlers read it, straight from the ASGI scope (no
-    starlette `Request`: the model endpoints bypass starlette's router, `proxy/app.py`).
+    starlette `Request`: the model endpoints bypass starlette's router, `proxy/serving/app.py`).
     `conversation` is set once the request's conversation is known, so that every answer from
     then on, errors included, names it."""
 

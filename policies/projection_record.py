@@ -23,7 +23,7 @@ from operator import attrgetter, is_not
 
 from policies.base import ProjectionRecord, TrimEntry
 from policies.draft import Draft, Slot, StepContext
-from policies.history import index_items
+from policies.history_index import index_items
 
 _SEQS = attrgetter("seqs")
 _NOT_NONE = partial(is_not, None)

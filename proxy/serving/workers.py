@@ -19,17 +19,17 @@ import asyncio
 import logging
 import os
 
+from ..config import Config, load_config
+from ..credentials import resolve_keys
+from ..errors import ConfigError
+from ..store import make_store
 from . import heap
-from .config import Config, load_config
-from .edge import Edge, Gate
-from .errors import ConfigError
-from .keys import resolve_keys
+from .gate import Edge, Gate
 from .request_head import protocol_class
-from .store import make_store
 
 CONFIG_ENV = "CTXPROXY_WORKER_CONFIG"
 LOG_LEVEL_ENV = "CTXPROXY_WORKER_LOG_LEVEL"
-FACTORY = "proxy.workers:app"
+FACTORY = "proxy.serving.workers:app"
 
 
 def prepare(config_path: str, config: Config, log_level: str) -> str:
@@ -66,7 +66,7 @@ def app() -> Edge:
 
 
 def __getattr__(name: str) -> type[asyncio.Protocol]:
-    """`proxy.workers:WorkerH11` and `:WorkerHttpTools`: a worker's guarded HTTP protocol, with
+    """`proxy.serving.workers:WorkerH11` and `:WorkerHttpTools`: a worker's guarded HTTP protocol, with
     the limits of the worker's config file (uvicorn imports it by name in each worker)."""
     kinds = {"WorkerH11": "h11", "WorkerHttpTools": "httptools"}
     if name not in kinds:

@@ -6,30 +6,15 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from . import auth, routing
-from .errors import NotFound
-from .http import RawResponse, json_response, read_body, require_token
-from .keys import Keys
-from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .protocols.anthropic import WIRE as ANTHROPIC
-from .protocols.anthropic.validate import parse_body, require_model
-from .services import Services
-from .upstream.base import CREDENTIAL_HEADERS, UpstreamResponse, upstream_request_headers
-
-
-async def relay_unchanged(
-    keys: Keys, upstream: UpstreamResponse, extra_headers: list[tuple[str, str]] | None = None
-) -> RawResponse:
-    """The upstream's whole answer as it came: status, headers, body -- an error's with the
-    operator's secrets redacted (`Keys.redact`)."""
-    try:
-        body = await upstream.read()
-    finally:
-        upstream.close()
-    if upstream.status >= 400:
-        body = keys.redact(body)
-    return RawResponse(body, upstream.status, [*keys.redact_headers(upstream.headers), *(extra_headers or [])])
-
+from .. import auth, routing
+from ..asgi import RawResponse, json_response, read_body, require_token
+from ..errors import NotFound
+from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ..protocols.anthropic import WIRE as ANTHROPIC
+from ..protocols.anthropic.validate import parse_body, require_model
+from ..relay import relay_unchanged
+from ..services import Services
+from ..upstream.base import CREDENTIAL_HEADERS, upstream_request_headers
 
 ROOT_HINT = {
     "service": "ctxproxy",

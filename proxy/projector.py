@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from policies.base import Budget, Checkpoint, ContextOverflow, Item, Projection
 from policies.draft import Inputs
-from policies.history import SharedPrefix
+from policies.history_index import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
 from policies.projection import project
 from policies.tokens import encoding_name_for_model

@@ -19,13 +19,13 @@ from types import FrameType
 
 import uvicorn
 
+from ..config import Config
 from . import heap
-from .config import Config
-from .edge import Edge, Gate
+from .gate import Edge, Gate
 from .request_head import protocol_class, resolved_kind
 
 log = logging.getLogger("ctxproxy")
-WORKER_PROTOCOLS = {"h11": "proxy.workers:WorkerH11", "httptools": "proxy.workers:WorkerHttpTools"}
+WORKER_PROTOCOLS = {"h11": "proxy.serving.workers:WorkerH11", "httptools": "proxy.serving.workers:WorkerHttpTools"}
 
 
 class DrainingServer(uvicorn.Server):

@@ -4,7 +4,7 @@
   once; a stream counts until its last byte. One more is answered at once with 503
   `service_unavailable` / `overloaded` and `Retry-After`, in the shape of the API called, rather
   than queued behind the others until its client times out.
-- **Draining** (`Gate.drain`, called by proxy/server.py on SIGTERM): from that moment `/readyz`
+- **Draining** (`Gate.drain`, called by proxy/serving/server.py on SIGTERM): from that moment `/readyz`
   and `/healthz` answer 503 `{"status": "draining"}`, so a load balancer stops sending; a new
   model call or admin request is answered 503 `shutting_down` with `Retry-After` and
   `Connection: close`; the calls already running go on until they end (the server waits up to
@@ -23,15 +23,12 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .config import Server
-from .errors import Overloaded
-from .http import error_response, json_response
-from .protocols import wire_for_path
+from ..asgi import SHUTDOWN_KEY, error_response, json_response
+from ..config import Server
+from ..errors import Overloaded
+from ..protocols import wire_for_path
 
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
-SHUTDOWN_KEY = "ctxproxy.shutdown"
-"""Scope key of the event set when in-flight calls must end (proxy/relay.py ends its stream with
-the API's error event)."""
 
 
 class Gate:

@@ -28,8 +28,8 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from .config import Limits
-from .errors import BadRequest, ProxyError, RequestTimeout, openai_error_bytes
+from ..config import Limits
+from ..errors import BadRequest, ProxyError, RequestTimeout, openai_error_bytes
 
 LINGER_SECONDS = 1.0
 

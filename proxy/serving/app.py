@@ -24,23 +24,24 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from . import admin, endpoints, retention, ui
-from .catalog import ModelCatalog
-from .chat import handle
-from .compaction import Compactor
-from .config import Config
-from .errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable
-from .http import Incoming, RawResponse, error_response
-from .keys import resolve_keys
-from .metrics import Metrics
-from .projection import Projector
-from .protocols import WIRES, wire_for_path
-from .protocols.base import Wire
-from .record import Recorder
-from .services import Services, history_cache
-from .store import make_store
-from .summarizer import Summarizer
-from .upstream import RoutedUpstream, uses_litellm
+from .. import retention, ui
+from ..asgi import Incoming, RawResponse, error_response
+from ..catalog import ModelCatalog
+from ..chat import handle
+from ..compaction import Compactor
+from ..config import Config
+from ..credentials import resolve_keys
+from ..errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable
+from ..metrics import Metrics
+from ..projector import Projector
+from ..protocols import WIRES, wire_for_path
+from ..protocols.base import Wire
+from ..record import Recorder
+from ..services import Services, history_cache
+from ..store import make_store
+from ..summarizer import Summarizer
+from ..upstream import RoutedUpstream, uses_litellm
+from . import admin, endpoints
 
 log = logging.getLogger("ctxproxy")
 

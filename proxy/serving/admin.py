@@ -21,12 +21,12 @@ from starlette.routing import Route
 from policies.base import KNOWN_ROLES
 from policies.search import Hit, parse_query, search
 
-from .errors import BadRequest, Conflict, NotFound
-from .http import RawResponse, json_response, require_token
-from .ledger import GROUP_BY, summarize
-from .projection import Asked
-from .services import Services
-from .store.base import Conversation, UsageQuery
+from ..asgi import RawResponse, json_response, require_token
+from ..errors import BadRequest, Conflict, NotFound
+from ..ledger import GROUP_BY, summarize
+from ..projector import Asked
+from ..services import Services
+from ..store.base import Conversation, UsageQuery
 
 
 def _state(request: Request) -> Services:
