@@ -30,10 +30,38 @@ from typing import Any
 
 import pytest
 
+from tests.support import lanes
 from tests.support.ports import free_port
 from tests.support.proxy_process import ProxyProcess, deep_merge, default_config, subprocess_env
 from tests.support.redis_server import redis_cluster  # noqa: F401 -- the session's Redis Cluster, started on first use
 from tests.support.upstream_server import UpstreamServer
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--lane",
+        choices=lanes.LANES,
+        default="full",
+        help="full: every test, properties at their own example counts; quick: no slow, agents, "
+        "browser, cluster or soak tests, properties capped (tests/support/lanes.py)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in lanes.MARKS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+    lanes.load(config.getoption("lane"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("lane") != "quick":
+        return
+    keep, long = [], []
+    for item in items:
+        (long if lanes.long_marks({m.name for m in item.iter_markers()}) else keep).append(item)
+    if long:
+        config.hook.pytest_deselected(items=long)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,12 @@ the reference run with the whole history answers.
 
 from __future__ import annotations
 
+import pytest
+
 from bench.continuity.__main__ import record, summary, tables
 from bench.continuity.run import run
+
+pytestmark = pytest.mark.soak
 
 OTHER = "bias+5"
 

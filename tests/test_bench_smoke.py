@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.soak
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -32,6 +32,8 @@ import pytest
 from tests.agents import harness
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
 
+pytestmark = pytest.mark.agents
+
 MODEL = "claude-agent-test"
 WINDOW = 24_000  # Claude Code's prefix is ~11,400 tokens; 4,096 reserved for the answer
 MAX_OUTPUT = 4096

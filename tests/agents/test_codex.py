@@ -24,6 +24,8 @@ from tests.agents import harness
 from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 
+pytestmark = pytest.mark.agents
+
 MODEL = "resp-codex"
 WINDOW = 16_000
 POLICY = {

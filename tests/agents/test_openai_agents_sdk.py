@@ -39,6 +39,8 @@ from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fc
 from tests.support.upstream_server import Reply, tool_call
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.agents
+
 CHAT_MODEL = "gpt-agent-sdk"  # the default gpt-* route to the session's chat upstream
 RESPONSES_MODEL = "resp-agent-sdk"
 WINDOW = 16_000

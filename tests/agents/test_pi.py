@@ -24,6 +24,8 @@ from tests.support.anthropic_upstream import Reply as AnthropicReply
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 from tests.support.upstream_server import Reply, tool_call
 
+pytestmark = pytest.mark.agents
+
 MODEL = "gpt-agent-pi"  # chat: the default gpt-* route to the session's chat upstream
 RESPONSES_MODEL = "resp-agent-pi"
 ANTHROPIC_MODEL = "claude-agent-pi"

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from tests.support.e2e import assert_openai_error, user
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
 
 ENDPOINTS = ["", "/events", "/calls", "/search?q=question", "/projection", "/checkpoints"]
 

@@ -20,6 +20,8 @@ import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
 
+pytestmark = pytest.mark.slow
+
 MODEL = "claude-cache-1"
 CC = {"type": "ephemeral"}
 SYSTEM = [{"type": "text", "text": "You are a careful coding agent. " * 40, "cache_control": CC}]

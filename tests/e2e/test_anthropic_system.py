@@ -16,9 +16,12 @@ from typing import Any
 
 import anthropic
 import httpx
+import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
 
 MODEL = "claude-system-1"
 ENVIRONMENT = "# Environment\nPrimary working directory: /srv/app\nToday's date is 2026-12-01."

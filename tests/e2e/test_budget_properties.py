@@ -36,6 +36,8 @@ from tests.support.proxy_process import UPSTREAM_KEY, ProxyProcess, subprocess_e
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 from tests.support.upstream_server import Reply, UpstreamServer, count_text_tokens, tool_call
 
+pytestmark = pytest.mark.soak
+
 WINDOWS = (4_000, 8_000, 16_000, 32_000)
 WIRES = ("chat", "anthropic", "responses")
 MODES = ("exact", "cl100k", "framing", "bias+5", "bias-5", "jitter8")

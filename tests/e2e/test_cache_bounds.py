@@ -6,8 +6,11 @@ from __future__ import annotations
 import uuid
 
 import httpx
+import pytest
 
 from tests.support.resilience import counter
+
+pytestmark = pytest.mark.slow
 
 BOUNDS = {"projection_branches": 4, "token_counts": 50, "calibrations": 4, "projection_memo_entries": 8}
 CONVERSATIONS = 16

@@ -45,6 +45,8 @@ from tests.e2e.test_rewriting import SMALL_POLICY, WINDOW
 from tests.support.redis_server import RedisCluster, RedisServer
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.cluster
+
 RETRY_FOR = 60.0  # a client gives up on a turn after this long of 503s
 
 

@@ -15,12 +15,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.e2e.test_rewriting import SMALL_POLICY, SUMMARY, WINDOW, is_summary_request
 from tests.support import proxy_process
 from tests.support.e2e import user
 from tests.support.measure import profile, report
 from tests.support.upstream_server import Reply
+
+pytestmark = pytest.mark.soak
 
 WORKERS = 3
 """Independent proxies (own database, own conversation) crashed side by side: a restart costs

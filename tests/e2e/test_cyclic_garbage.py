@@ -33,6 +33,8 @@ from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.proxy_process import ProxyProcess, deep_merge, default_config, subprocess_env
 from tests.support.upstream_server import Reply, UpstreamServer
 
+pytestmark = pytest.mark.slow
+
 CONVERSATIONS = 6
 """new conversations per kind of request, each of two turns: more than the memo's 2 branches"""
 FILLER = "The build step finished; the next command lists the changed files and their sizes. " * 150

@@ -17,6 +17,8 @@ import pytest
 from tests.support.e2e import user
 from tests.support.measure import report
 
+pytestmark = pytest.mark.slow
+
 HEAD_TIMEOUT = 2.0
 
 

@@ -9,10 +9,13 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from tests.support.e2e import assert_openai_error, json_chunks, sse_payloads, user
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
 
 
 def hold_stream(p, api_key: str, upstream, text: str) -> tuple[threading.Event, Reply, dict]:

@@ -20,6 +20,8 @@ from tests.support.e2e import user
 from tests.support.fault_upstream import Fault, FaultUpstream
 from tests.support.measure import report
 
+pytestmark = pytest.mark.slow
+
 FIRST_BYTE, IDLE, TOTAL = 1.0, 1.0, 4.0
 APIS = ("chat", "responses", "anthropic")
 MODELS = {"chat": "fault-gpt", "responses": "fault-resp", "anthropic": "fault-claude"}

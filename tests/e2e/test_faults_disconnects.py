@@ -12,11 +12,14 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from tests.e2e.test_faults import APIS, PATHS, fault_routes, request_body
 from tests.support.fault_upstream import Fault
 from tests.support.measure import profile, report
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.soak
 
 
 def load(p) -> dict[str, int]:

@@ -18,6 +18,8 @@ from tests.e2e.test_rewriting import OBJECTIVE, SYSTEM, is_summary_request, summ
 from tests.support import transcripts
 from tests.support.upstream_server import Reply, UpstreamServer, count_prompt_tokens, count_text_tokens, tool_call
 
+pytestmark = pytest.mark.slow
+
 
 def summary_text(words: int) -> str:
     """A structured summary of about `words` words of facts (no URLs, no invented quotes)."""

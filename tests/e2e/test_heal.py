@@ -16,8 +16,12 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import pytest
+
 from tests.support import proxy_process
 from tests.support.e2e import user
+
+pytestmark = pytest.mark.slow
 
 MODEL = "gpt-heal"
 HOLD = "[hold the store]"

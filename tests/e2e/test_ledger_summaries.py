@@ -43,6 +43,8 @@ from tests.support.redis_server import RedisServer
 from tests.support.upstream_server import Reply, count_prompt_tokens, tool_call
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 
 def filler(conv: int, turn: int) -> str:
     """~250 tokens of user text."""

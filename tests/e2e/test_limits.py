@@ -6,8 +6,12 @@ import socket
 import time
 import uuid
 
+import pytest
+
 from tests.support.e2e import assert_openai_error, user
 from tests.support.proxy_process import UPSTREAM_KEY
+
+pytestmark = pytest.mark.slow
 
 
 def test_slow_body_hits_receive_timeout(proxy, api_key):

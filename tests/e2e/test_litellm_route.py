@@ -25,6 +25,8 @@ from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 ANTHROPIC_USAGE = {
     "input_tokens": 50,
     "output_tokens": 9,

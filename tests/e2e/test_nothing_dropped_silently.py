@@ -7,10 +7,13 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.e2e.test_rewriting import OBJECTIVE, SMALL_POLICY, SUMMARY, SYSTEM, agent_requests, drive, is_summary_request
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
 
 
 def pruned_events_metric(p: Any) -> float:

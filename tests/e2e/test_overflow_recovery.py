@@ -27,6 +27,8 @@ from tests.support.proxy_process import UPSTREAM_KEY, ProxyProcess, subprocess_e
 from tests.support.responses_upstream import ResponsesServer
 from tests.support.upstream_server import Reply, UpstreamServer
 
+pytestmark = pytest.mark.slow
+
 WINDOW = 8_000
 MODELS = {"openai_chat": "gpt-4o-own", "anthropic": "claude-own", "openai_responses": "resp-own"}
 POLICY = {"context_window": WINDOW, "max_output_tokens": 1_000, "overflow_wait": 5}

@@ -32,6 +32,8 @@ from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 from tests.support.upstream_server import Reply, UpstreamServer, count_prompt_tokens, tool_call
 
+pytestmark = pytest.mark.slow
+
 FACT = "listen_port = 48443"
 ANSWER = "The config sets port 48443."
 RECALL = "ctxproxy_recall"

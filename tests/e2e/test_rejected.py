@@ -18,6 +18,8 @@ import pytest
 from tests.support.responses_upstream import ResponsesServer
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
 
 
@@ -146,6 +148,7 @@ def test_a_rejected_request_leaves_the_history_byte_identical(
 
 @pytest.mark.parametrize("explicit", [False, True], ids=["implicit", "explicit-id"])
 @pytest.mark.parametrize("wire", list(WIRES))
+@pytest.mark.cluster
 def test_a_rejected_request_leaves_no_trace_on_a_redis_cluster(
     p_cluster, upstream, claude_server, responses_server, api_key, wire, explicit
 ):

@@ -22,6 +22,8 @@ from tests.support.redis_server import RedisServer
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 MODEL = "gpt-remembered-head"
 
 

@@ -28,6 +28,8 @@ from tests.support.redis_server import RedisServer
 from tests.support.upstream_server import Reply, UpstreamServer
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 MODEL = "gpt-replicas"
 
 

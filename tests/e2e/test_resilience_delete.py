@@ -39,6 +39,8 @@ from tests.support.resilience import (
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 MODEL = "gpt-delete-race"
 TRIALS = profile(10, 50)
 RACERS = 4

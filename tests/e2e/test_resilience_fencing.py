@@ -29,6 +29,8 @@ from tests.support.resilience import counter, redis_prefix
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 MODEL_A, MODEL_B = "gpt-fence-a", "gpt-fence-b"
 STALE = SUMMARY.replace("Continue the migration.", "Continue the migration (stale replica A).")
 FRESH = SUMMARY.replace("Continue the migration.", "Continue the migration (replica B).")

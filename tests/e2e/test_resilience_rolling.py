@@ -23,6 +23,8 @@ from tests.support.tcp_balancer import TcpBalancer
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 MODEL = "gpt-rolling"
 ROUNDS = profile(1, 5)
 CLIENTS = 4

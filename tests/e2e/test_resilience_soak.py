@@ -28,6 +28,8 @@ from tests.support.resilience import counter, profile, redis_prefix
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.soak
+
 MODEL = "gpt-soak"
 REQUESTS = profile(1500, 5000)
 WARM_UP = 400

@@ -3,9 +3,13 @@ whole idle conversations disappear on their own."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.e2e import user
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
 
 
 def test_retention_task_purges_calls_then_idle_conversations(proxy, upstream, api_key):

@@ -18,6 +18,8 @@ from tests.support import transcripts
 from tests.support.upstream_server import Reply, UpstreamServer, tool_call
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 WINDOW = 6000
 SMALL_POLICY = {
     "context_window": WINDOW,

@@ -17,6 +17,8 @@ import pytest
 from tests.support.e2e import user
 from tests.support.upstream_server import Reply
 
+pytestmark = pytest.mark.slow
+
 TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 60}
 
 

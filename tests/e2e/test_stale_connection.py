@@ -20,6 +20,8 @@ import threading
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ANSWER = {
     "id": "chatcmpl-stale",
     "object": "chat.completion",

@@ -19,6 +19,8 @@ from tests.support.e2e import assert_openai_error, user
 from tests.support.redis_server import RedisServer
 from tests.support.upstream_server import Reply
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def redis_proc() -> Iterator[RedisServer]:

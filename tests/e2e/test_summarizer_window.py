@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.e2e.test_fit import run_session, summary_limit, summary_text
 from tests.e2e.test_rewriting import is_summary_request, wait_checkpoints
 from tests.support.upstream_server import Reply, tool_call
+
+pytestmark = pytest.mark.slow
 
 SUMMARIZER = "acme-summarizer"
 SUMMARIZER_WINDOW = 16_000

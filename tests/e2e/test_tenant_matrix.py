@@ -19,11 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 
 from proxy.config import parse_config
 from proxy.serving.app import create_app
 from tests.support.e2e import user
 from tests.support.proxy_process import ADMIN_TOKEN
+
+pytestmark = pytest.mark.slow
 
 ALICE, MALLORY = "ck-matrix-alice-" + "1" * 20, "ck-matrix-mallory-" + "2" * 20
 CLIENTS = [

@@ -34,6 +34,8 @@ from tests.support.inspector import (
 from tests.support.proxy_process import ADMIN_TOKEN
 from tests.support.upstream_server import UpstreamServer
 
+pytestmark = pytest.mark.browser
+
 
 @pytest.fixture(scope="module")
 def scenario(

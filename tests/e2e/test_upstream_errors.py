@@ -12,6 +12,8 @@ import pytest
 from tests.support.e2e import assert_openai_error, stream_raw, user
 from tests.support.upstream_server import Reply
 
+pytestmark = pytest.mark.slow
+
 HOP_BY_HOP = ("keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "upgrade")
 
 

@@ -18,6 +18,8 @@ from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 from tests.unit.test_ledger import parse_metrics
 
+pytestmark = pytest.mark.slow
+
 FIELDS = ("input_total", "input_uncached", "cache_read", "cache_write", "output", "reasoning")
 
 

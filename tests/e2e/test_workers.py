@@ -20,6 +20,8 @@ from tests.support.proxy_process import ProxyProcess, deep_merge, default_config
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow
+
 MODEL = "gpt-workers"
 
 

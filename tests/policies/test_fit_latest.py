@@ -15,6 +15,7 @@ from policies.invariants import check_all, is_cut_to_fit, tool_pairing
 from policies.projection import project
 from tests.policies.helpers import assistant, calls, items, result, user
 from tests.policies.strategies import fake_count, make_text
+from tests.support.lanes import examples
 
 SYSTEM = [{"role": "system", "content": "be brief"}]
 BUDGET = Budget(8_000, 1_000)
@@ -99,7 +100,7 @@ def test_overflow_when_even_the_markers_do_not_fit() -> None:
     assert "system/developer 6,9" in info.value.detail
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(st.sampled_from((0, 50, 4_000, 30_000, 120_000)), min_size=1, max_size=4),
     st.sampled_from((2_000, 4_000, 8_000, 16_000)),

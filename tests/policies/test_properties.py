@@ -34,9 +34,10 @@ from tests.policies.strategies import (
     mandatory_tokens,
     to_items,
 )
+from tests.support.lanes import examples
 
 SETTINGS = settings(
-    max_examples=int(os.environ.get("POLICY_MAX_EXAMPLES", "150")),  # raise it for a soak run
+    max_examples=examples(int(os.environ.get("POLICY_MAX_EXAMPLES", "150"))),  # raise it for a soak run
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

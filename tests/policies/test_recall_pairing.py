@@ -27,6 +27,7 @@ from proxy.recall.answer import recall_calls
 from proxy.recall.tool import with_tool
 from proxy.recall.turns import intermediate_turn, tool_result
 from tests.support.anthropic_upstream import AnthropicUpstream, sign
+from tests.support.lanes import examples
 from tests.support.responses_upstream import ResponsesServer
 from tests.support.upstream_server import UpstreamServer
 
@@ -209,7 +210,7 @@ def problem(wire: str, body: dict[str, Any]) -> Any:
     return checked if isinstance(checked, dict) else None
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(wire=st.sampled_from(sorted(WIRES)), plan=plans)
 def test_follow_ups_keep_tool_pairing(wire: str, plan: dict[str, Any]) -> None:
     codec = WIRES[wire]

@@ -105,7 +105,9 @@ class Stores:
         return await self.open(name)
 
 
-@pytest.fixture(params=list(BACKENDS))
+@pytest.fixture(
+    params=[pytest.param(name, marks=[pytest.mark.cluster] if name == "redis-cluster" else []) for name in BACKENDS]
+)
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
     if request.param in _SERVER_FIXTURE:
         request.getfixturevalue(_SERVER_FIXTURE[request.param])

@@ -22,6 +22,8 @@ from proxy.store.redis import RedisStore
 from proxy.store.redis.keys import Layout
 from tests.support.redis_server import RedisCluster, dump
 
+pytestmark = pytest.mark.cluster
+
 T1 = "t_tenant_one"
 REPO = Path(__file__).resolve().parent.parent.parent
 

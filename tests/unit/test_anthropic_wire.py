@@ -19,6 +19,7 @@ from proxy.protocols.anthropic.convert import OMITTED_TEXT, to_common, to_native
 from proxy.protocols.anthropic.stream import MessageStream
 from proxy.sse import SseSplitter
 from proxy.usage import from_anthropic
+from tests.support.lanes import examples
 
 CC = {"type": "ephemeral"}
 
@@ -135,7 +136,7 @@ def without_markers(value: Any) -> Any:
 # --------------------------------------------------------------------------- round trips
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(conversations())
 def test_native_common_native_is_identity(body):
     original = copy.deepcopy(body)
@@ -149,7 +150,7 @@ def test_native_common_native_is_identity(body):
     assert json.loads(encoded) == body
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(conversations())
 def test_identity_ignores_moving_cache_breakpoints(body):
     moved = without_markers(body)
@@ -158,7 +159,7 @@ def test_identity_ignores_moving_cache_breakpoints(body):
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(conversations())
 def test_common_messages_are_protocol_valid(body):
     """Tool results follow their call; every tool_use is a tool call, every result a tool message."""

@@ -22,8 +22,9 @@ from proxy.protocols import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
 from proxy.protocols.base import Wire
 from proxy.sse import SseSplitter
 from proxy.usage import from_anthropic, from_openai_chat, from_openai_responses
+from tests.support.lanes import examples
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 WORDS = [
     "role", "content", "type", "text", "name", "id", "tool_calls", "tool_call_id", "function", "arguments",

@@ -14,6 +14,7 @@ from proxy.history_cache import HistoryCache, Remembered
 from proxy.projector import Asked, Projector
 from proxy.protocols.openai_chat.encode import encode_body
 from proxy.types import SentBody
+from tests.support.lanes import examples
 
 
 def turn(i: int) -> list[dict]:
@@ -94,7 +95,7 @@ def test_encode_body_equals_plain_json_and_reuses_known_encodings() -> None:
     assert json.loads(encode_body({"messages": [], "n": 1}, [], known)[0]) == {"messages": [], "n": 1}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["keep", "new", "drop", "move"]), st.integers(0, 30)), max_size=30))
 def test_encode_body_after_any_edit_equals_the_plain_encoding(edits: list[tuple[str, int]]) -> None:
     """However the next list reuses, drops, reorders or adds messages, the bytes are the plain ones."""

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from proxy import identify
 from proxy.identify import canonical, chain, message_hash, root_hash, split_prefix, tenant_of
+from tests.support.lanes import examples
 
 PARENT = root_hash("t_tenant")
 
@@ -307,7 +308,7 @@ _message = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(history=st.lists(_message, max_size=8), k=st.integers(0, 8), tenant=st.text(max_size=6))
 def test_chain_prefix_property(history: list[dict[str, Any]], k: int, tenant: str) -> None:
     assert chain(tenant, history)[:k] == chain(tenant, history[:k])
@@ -382,7 +383,7 @@ def test_tenant_without_key_is_anonymous() -> None:
     assert tenant_of("", SALT_A) == "anonymous"
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(key=st.text(min_size=1, max_size=60))
 def test_tenant_never_contains_key(key: str) -> None:
     t = tenant_of(key, SALT_A)

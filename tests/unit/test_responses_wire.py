@@ -21,6 +21,7 @@ from proxy.protocols.responses.output import output_message
 from proxy.protocols.responses.stream import ResponsesObserver
 from proxy.sse import SseSplitter
 from proxy.usage import Usage, from_openai_responses
+from tests.support.lanes import examples
 
 
 def encode(body: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -114,7 +115,7 @@ bodies = st.builds(
 # --------------------------------------------------------------------------- round trips
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(bodies)
 def test_round_trip_is_byte_exact(body: dict[str, Any]) -> None:
     messages = request_messages(body)
@@ -126,7 +127,7 @@ def test_round_trip_is_byte_exact(body: dict[str, Any]) -> None:
     assert WIRE.rewrite_allowed(body)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(bodies)
 def test_every_item_lands_in_exactly_one_message(body: dict[str, Any]) -> None:
     messages = [m for m in request_messages(body) if not m[PRIVATE].get("instructions")]

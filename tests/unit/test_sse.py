@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.sse import SseEvent, SseSplitter, parse_event
+from tests.support.lanes import examples
 
 
 def feed_all(pieces: list[bytes]) -> tuple[list[SseEvent], bytes]:
@@ -153,7 +154,7 @@ _line = st.one_of(
 _event_lines = st.lists(_line, min_size=1, max_size=4)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     events=st.lists(_event_lines, min_size=0, max_size=6),
     newline=st.sampled_from(["\n", "\r\n", "\r"]),

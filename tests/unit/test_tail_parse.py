@@ -19,10 +19,11 @@ from proxy.protocols import ANTHROPIC
 from proxy.protocols.anthropic.validate import parse_body as anthropic_parse
 from proxy.protocols.openai_chat.validate import parse_body
 from proxy.tail_parse import BodyMemo
+from tests.support.lanes import examples
 
 PARTITION = hashlib.sha256(b"sk-test").digest()
 
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 TRICKY = [
     '"messages":[',

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.upstream.classify import MAX_BODY, MAX_MESSAGE, Rejection, classify, overshoot
+from tests.support.lanes import examples
 
 
 def _j(value: object) -> bytes:
@@ -724,7 +725,7 @@ BODIES = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(), BODIES)
 def test_classify_never_raises(status: int, body: bytes) -> None:
     r = classify(status, body)
