@@ -31,7 +31,7 @@ from typing import Any
 from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig, TrimEntry
 from policies.groups import Group, effective_boundary, last_index, synthetic_result
 from policies.history_index import HistoryIndex, index_items
-from policies.pins import release_pins
+from policies.pins import provider_state, release_pins
 from policies.summary_prompt import summary_block
 from policies.text import clone
 
@@ -284,8 +284,9 @@ def layout(inputs: Inputs, index: HistoryIndex, renderer: Renderer, prefix_token
     groups = index.groups
     latest_user = index.last_user
     first = index.first_user if config.pins.first_user else None
-    always = frozenset(seq for seq in (first, latest_user) if seq is not None)
-    pinned, released = release_pins(index.pinned(config.pins), always, index.tokens_of_one, budget.sizing // 2)
+    ruled = index.pinned(config.pins)
+    always = frozenset(seq for seq in (first, latest_user) if seq is not None) | provider_state(ruled, index.message_of)
+    pinned, released = release_pins(ruled, always, index.tokens_of_one, budget.sizing // 2)
     covered = effective_boundary(groups, checkpoint)
     ctx = StepContext(
         items=inputs.items,

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from operator import is_not
 
-from policies.base import Item, PinsConfig
+from policies.base import Item, Message, PinsConfig
 from policies.groups import Group, extend_groups, group_index_of
 from policies.pins import matches_rules, pinned_roles
 
@@ -119,6 +119,11 @@ class HistoryIndex:
         if index < 0:
             return None
         return next((item for item in self.groups[index].items if item.seq == seq), None)
+
+    def message_of(self, seq: int) -> Message | None:
+        """The message of item `seq` (None if none)."""
+        item = self.item_of(seq)
+        return item.message if item is not None else None
 
     def tokens_of_one(self, seq: int) -> int:
         """`item.tokens` of the item `seq` (0 if none)."""

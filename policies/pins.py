@@ -11,6 +11,10 @@ Rules (PinsConfig):
 - always: a system or developer message inside the history (Anthropic's and OpenAI's
   mid-conversation system messages, Claude Code's environment turn). It is an instruction like the
   prefix (invariant 2): never summarized into data, never dropped.
+- always, and never released: a message carrying the provider's own compaction of the history
+  (`PROVIDER_STATE`, set by the wire: a Responses `compaction` item, an Anthropic `compaction`
+  block). It is the client's checkpoint: opaque, to be sent back verbatim, and what it replaced
+  is gone upstream, so ctxproxy never trims, summarizes or prunes it.
 
 Invariant: pinning is per message, keeping is per group — the projection keeps the whole group
 of a pinned message (a pinned tool result without its call would break the protocol), but only
@@ -35,6 +39,8 @@ from collections.abc import Callable, Sequence
 from policies.base import Item, Message, PinsConfig
 from policies.text import message_text
 
+PROVIDER_STATE = "_provider_state"
+"""Common-message key a wire sets (True) on a message carrying the provider's compaction."""
 PATTERN_ROLES = ("user", "system", "developer")
 INSTRUCTION_ROLES = ("system", "developer")
 """Roles pinned wherever they appear in the history, whatever the config says."""
@@ -80,14 +86,25 @@ def release_pins(
 
 
 def matches_rules(message: Message, roles: set[str], compiled: Sequence[re.Pattern[str]]) -> bool:
-    """Whether `message` is pinned by a role or pattern rule (`first_user` aside)."""
+    """Whether `message` is pinned by a role or pattern rule, or carries the provider's compaction
+    (`first_user` aside)."""
     role = message.get("role")
-    if role in roles:
+    if role in roles or message.get(PROVIDER_STATE):
         return True
     if compiled and role in PATTERN_ROLES:
         text = message_text(message)
         return any(pattern.search(text) for pattern in compiled)
     return False
+
+
+def provider_state(pinned: frozenset[int], message_of: Callable[[int], Message | None]) -> frozenset[int]:
+    """The pinned seqs that carry the provider's compaction (never released)."""
+    found = set()
+    for seq in pinned:
+        message = message_of(seq)
+        if message is not None and message.get(PROVIDER_STATE):
+            found.add(seq)
+    return frozenset(found)
 
 
 def latest_user_seq(items: Sequence[Item]) -> int | None:

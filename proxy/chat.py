@@ -64,7 +64,8 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         request.conversation = (header, _conversation_of(ingested))
         call = await _open_call(services, route, model, stream, body, ingested, started)
         exchange = Exchange(services, wire, route, policy, request, ingested, call)
-        rewriting = policy.rewrite and wire.rewrite_allowed(body)
+        deferred = policy.provider_context == "defer" and wire.provider_managed(body)
+        rewriting = policy.rewrite and wire.rewrite_allowed(body) and not deferred
         recalling = rewriting and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
         if recalling:
             body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget

@@ -174,6 +174,11 @@ class Policy(PolicyConfig):
     store_failure: Literal["fail", "passthrough"] = "fail"
     """When the store fails while identifying, ingesting or projecting a request: answer 503
     (`fail`), or relay it unrewritten and unrecorded with `X-Ctxproxy-Degraded` (`passthrough`)."""
+    provider_context: Literal["defer", "combine"] = "defer"
+    """A request that asks the provider to manage its context (`context_management` on the
+    Responses and Anthropic wires): `defer` forwards it as sent (recorded and accounted, never
+    trimmed or summarized: two compactors on one window would undo each other); `combine`
+    projects it as any other request and the provider's edits apply to what ctxproxy sends."""
     summarizer: Summarizer = Summarizer()
     recall: Recall = Recall()
 

@@ -82,6 +82,10 @@ class Wire(Protocol):
         """False: forward the request without projecting it (it is still recorded), e.g. when
         the upstream owns the conversation state (Responses `previous_response_id`)."""
 
+    def provider_managed(self, body: Json) -> bool:
+        """Whether the request asks the provider to manage its context (its own compaction or
+        context editing): the policy's `provider_context` decides whether ctxproxy still projects it."""
+
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         """Validate messages[start:stop]; the rest equals an earlier accepted request."""
 
@@ -132,6 +136,11 @@ class BaseWire:
     def rewrite_allowed(self, body: Json) -> bool:
         """Every request may be projected."""
         return True
+
+    def provider_managed(self, body: Json) -> bool:
+        """`context_management`, the field of the Responses and Anthropic APIs (a Chat Completions
+        body carrying it is deferred alike: its upstream answers for the field)."""
+        return body.get("context_management") is not None
 
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         """Nothing left to check: the native messages were validated while converting (`messages`)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from policies.base import Budget, PinsConfig, PolicyConfig
-from policies.pins import latest_user_seq, pinned_seqs, pinned_texts, release_pins
+from policies.pins import PROVIDER_STATE, latest_user_seq, pinned_seqs, pinned_texts, release_pins
 from policies.projection import project
 from tests.policies.helpers import assistant, calls, items, result, user
 from tests.policies.strategies import fake_count
@@ -64,3 +64,18 @@ def test_released_pins_are_summarized_like_other_history_and_the_record_says_so(
     assert plan is not None  # released pins are summarized like other history
     assert plan.released_pins == record.released_pins
     assert set(record.released_pins) <= {item.seq for chunk in plan.chunks for item in chunk}
+
+
+def test_the_providers_compaction_is_pinned_never_released_and_sent_verbatim() -> None:
+    """A message the wire marked PROVIDER_STATE (the provider's own compaction, sent back by the
+    client) is the client's checkpoint: kept as it is however tight the budget, never released to
+    the summarizer, while the tool results around it are trimmed, summarized or pruned."""
+    checkpoint = {**assistant("[compacted]"), PROVIDER_STATE: True}
+    big = "line of output " * 400  # about 1,200 tokens each
+    turns = [m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", f"{i}: {big}"))]
+    history = items(user("the objective"), checkpoint, user("go on"), *turns, user("next?"))
+    assert 2 in pinned_seqs(history, PinsConfig(first_user=False))
+    projection = project([], history, None, Budget(6_000, 1_000), PolicyConfig(), fake_count)
+    assert checkpoint in projection.messages
+    assert 2 not in projection.record.released_pins
+    assert projection.record.sent_tokens <= 5_000

@@ -128,6 +128,9 @@ class ScriptedServer(Generic[R]):
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=1,
+            # The providers' front ends keep an idle connection for a minute or more; uvicorn's
+            # 5 s would race the proxy's pool (kept 30 s) whenever a test pauses between calls.
+            timeout_keep_alive=75,
             http="h11",
             interface="asgi3",
         )

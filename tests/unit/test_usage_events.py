@@ -71,3 +71,59 @@ def test_anthropic_message_delta_is_cumulative_and_replaces() -> None:
     assert usage.output == 30
     assert (usage.input_total, usage.input_uncached, usage.cache_read, usage.cache_write) == (1250, 50, 1000, 200)
     assert stream.done and stream.finish_reason() == "end_turn"
+
+
+def test_anthropic_compaction_iterations_are_booked_once() -> None:
+    """The server-side compaction's iteration is billed but not in the top-level fields (the SDK's
+    `BetaIterationsUsage`); the `message` iterations are the top level itself."""
+    raw = {
+        "input_tokens": 900,
+        "cache_read_input_tokens": 100,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": 40,
+        "iterations": [
+            {
+                "type": "compaction",
+                "input_tokens": 150_000,
+                "output_tokens": 2_000,
+                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": 50,
+            },
+            {
+                "type": "message",
+                "input_tokens": 900,
+                "output_tokens": 40,
+                "cache_read_input_tokens": 100,
+                "cache_creation_input_tokens": 0,
+            },
+        ],
+    }
+    usage = from_anthropic(raw)
+    assert (usage.input_uncached, usage.cache_read, usage.cache_write, usage.output) == (150_900, 100, 50, 2_040)
+    assert usage.input_total == 150_900 + 100 + 50
+    assert from_anthropic({**raw, "iterations": None}) == from_anthropic(
+        {k: v for k, v in raw.items() if k != "iterations"}
+    )
+    unknown = from_anthropic({"output_tokens": 3, "iterations": raw["iterations"]})
+    assert unknown.input_total is None and unknown.output == 2_003  # unknown input stays unknown
+
+
+def test_anthropic_streamed_compaction_usage_is_booked_once() -> None:
+    stream = MessageStream()
+    start = {
+        "type": "message_start",
+        "message": {"id": "m", "role": "assistant", "content": [], "usage": {"input_tokens": 900, "output_tokens": 1}},
+    }
+    stream(parse_event(sse(start, "message_start")))
+    iterations = [
+        {"type": "compaction", "input_tokens": 1_000, "output_tokens": 200},
+        {"type": "message", "input_tokens": 900, "output_tokens": 40},
+    ]
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "compaction"},
+        "usage": {"output_tokens": 40, "iterations": iterations},
+    }
+    stream(parse_event(sse(delta, "message_delta")))
+    usage = from_anthropic(stream.usage_raw())
+    assert (usage.input_total, usage.output) == (1_900, 240)

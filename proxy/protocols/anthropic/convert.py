@@ -19,6 +19,9 @@ Native -> common (what is hashed, stored and projected):
   `[{"type": "text", "text": P, "cache_control": ...}]` and the string `P` are the same message to
   identity (Claude Code sends its newest prompt as the first and re-sends it as the second).
   A user message with a string content stays as it is.
+* an assistant message holding a `compaction` block (the API's own compaction, sent back
+  verbatim) is marked `PROVIDER_STATE`: pinned, never released, so no policy trims, summarizes
+  or prunes it.
 * a mid-conversation `{"role": "system"}` message (the API's, after a user turn) -> the same
   common system message at its place in the history (markers taken off like a user message's):
   part of the chain, not of the pinned prefix, and pinned by the policies' default `pins.roles`.
@@ -55,6 +58,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from policies.pins import PROVIDER_STATE
 
 from ...types import Json, Message
 from .cache_control import MARKERS, message_markers, pop_marker, pop_markers, restore_markers
@@ -108,6 +113,8 @@ def assistant_to_common(native: Json) -> Message:
     out[PRIVATE] = private
     if markers:
         out[MARKERS] = markers
+    if any(isinstance(block, dict) and block.get("type") == "compaction" for block in content):
+        out[PROVIDER_STATE] = True  # the API's own compaction: the policies never touch it
     return out
 
 

@@ -16,7 +16,8 @@ Conversion of a request (`instructions` + `input`) to common messages:
   give the same message.
 * `function_call_output` -> a tool message (`tool_call_id` = `call_id`, content = output).
 * `compaction` items (opaque, from `/responses/compact`) ride along with the next message (the
-  previous one when they come last).
+  previous one when they come last), which is marked `PROVIDER_STATE`: the client's own
+  checkpoint, pinned and never released, so no policy trims, summarizes or prunes it.
 * anything else (`item_reference`, computer/shell/custom tool calls and their outputs, MCP
   approvals: items that pair with others in ways the policies cannot see) also rides along, but
   then the request is not rewritable (`rewrite_allowed` is False): it is forwarded as is and
@@ -39,6 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from policies.pins import PROVIDER_STATE
 
 from ... import identify
 from ...types import Json, Message
@@ -146,6 +149,9 @@ def items_to_messages(items: Iterable[Json]) -> list[Message]:
             out[-1][PRIVATE]["items"].extend(canonical_item(i) for i in pending)
         else:
             out.append({"role": "user", "content": None, PRIVATE: {"items": [canonical_item(i) for i in pending]}})
+    for message in out:
+        if any(i.get("type") == "compaction" for i in message[PRIVATE]["items"]):
+            message[PROVIDER_STATE] = True  # the client's own checkpoint: the policies never touch it
     return out
 
 

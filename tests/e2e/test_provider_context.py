@@ -1,0 +1,192 @@
+"""The providers' own context management through the real proxy, with the real SDKs and raw HTTP,
+against the scripted Responses and Anthropic upstreams.
+
+- A request carrying `context_management` asks the provider to manage its context. Under the
+  policy's default `provider_context: defer` it reaches the upstream byte for byte even when
+  ctxproxy would have trimmed it (two compactors on one window undo each other), and is still
+  recorded; under `combine` ctxproxy projects it and the field goes along.
+- The provider's compaction that a client sends back (a Responses `compaction` item, an Anthropic
+  `compaction` block) is the client's checkpoint: when ctxproxy rewrites the history around it,
+  the item arrives upstream unmodified.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.anthropic_upstream import AnthropicUpstream
+from tests.support.anthropic_upstream import Reply as AnthropicReply
+from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
+
+pytestmark = pytest.mark.slow
+
+RESPONSES_MODEL = "resp-ctx-1"
+CLAUDE_MODEL = "claude-ctx-1"
+POLICY = {"context_window": 8000, "max_output_tokens": 500, "keep_recent_tokens": 1500}
+TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
+OBJECTIVE = "Objective: migrate billing to the new queue. Never touch config/prod.yaml."
+COMPACTION = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA" + "Zm9v" * 40}
+ANTHROPIC_COMPACTION = {
+    "type": "compaction",
+    "content": "Earlier: read the queue code.",
+    "encrypted_content": "EqQB" * 20,
+}
+CONTEXT_MANAGEMENT = [{"type": "compaction", "compact_threshold": 200000}]
+ANTHROPIC_CONTEXT = {"edits": [{"type": "clear_tool_uses_20250919"}]}
+BETA = "context-management-2025-06-27"
+
+
+@pytest.fixture(scope="module")
+def responses_server() -> Iterator[ResponsesServer]:
+    server = ResponsesServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def rup(responses_server: ResponsesServer) -> Iterator[ResponsesServer]:
+    responses_server.clear()
+    yield responses_server
+    responses_server.clear()
+
+
+def _proxy(proxy: Any, rup: ResponsesServer, claude: AnthropicUpstream, provider_context: str) -> Any:
+    routes = [
+        {
+            "name": "responses",
+            "match": {"model": "resp-*"},
+            "upstream": {"base_url": rup.base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": TIMEOUTS},
+            "policy": "ctx",
+        },
+        {
+            "name": "claude",
+            "match": {"model": "claude-*", "path": "/v1/messages"},
+            "upstream": {"base_url": claude.url, "api_key_env": "UPSTREAM_KEY", "timeouts": TIMEOUTS},
+            "policy": "ctx",
+        },
+    ]
+    return proxy(routes=routes, policies={"ctx": {**POLICY, "provider_context": provider_context}})
+
+
+def _summary(body: dict[str, Any]) -> bool:
+    """A summarizer call of ctxproxy's own (its system prompt), not the agent's request."""
+    system = body.get("instructions") or body.get("system") or ""
+    return isinstance(system, str) and system.startswith("You compress the history")
+
+
+def _output(step: int) -> str:
+    return "".join(f"step {step} line {k}: the quick brown fox jumps over the lazy dog\n" for k in range(40))
+
+
+def _responses_input(rounds: int, compaction: bool = False) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [{"role": "user", "content": OBJECTIVE}]
+    if compaction:
+        items.append(dict(COMPACTION))
+    for step in range(rounds):
+        call = {"type": "function_call", **fcall("bash", {"command": f"cat part{step}.txt"}, f"call_{step}")}
+        items += [call, {"type": "function_call_output", "call_id": f"call_{step}", "output": _output(step)}]
+    return items
+
+
+def _anthropic_messages(rounds: int, compaction: bool = False) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": OBJECTIVE}]
+    if compaction:
+        messages.append({"role": "assistant", "content": [dict(ANTHROPIC_COMPACTION)]})
+        messages.append({"role": "user", "content": "Go on."})
+    for step in range(rounds):
+        use = {"type": "tool_use", "id": f"toolu_{step}", "name": "bash", "input": {"cmd": f"cat part{step}.txt"}}
+        messages.append({"role": "assistant", "content": [use]})
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{step}", "content": _output(step)}
+        messages.append({"role": "user", "content": [result]})
+    return messages
+
+
+def _post(url: str, api_key: str, raw: bytes, **headers: str) -> httpx.Response:
+    base = {"Authorization": f"Bearer {api_key}", "x-api-key": api_key, "Content-Type": "application/json"}
+    return httpx.post(url, content=raw, timeout=60, headers={**base, **headers})
+
+
+def _responses_body(rounds: int, **extra: Any) -> bytes:
+    tools = [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}]
+    body = {"model": RESPONSES_MODEL, "input": _responses_input(rounds), "tools": tools, **extra}
+    return json.dumps(body).encode()
+
+
+def _anthropic_body(rounds: int, **extra: Any) -> bytes:
+    tools = [{"name": "bash", "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
+    body = {"model": CLAUDE_MODEL, "max_tokens": 300, "messages": _anthropic_messages(rounds), "tools": tools, **extra}
+    return json.dumps(body).encode()
+
+
+def test_context_management_is_deferred_to_the_provider_and_recorded(proxy, rup, anthropic_upstream, api_key):
+    p = _proxy(proxy, rup, anthropic_upstream, "defer")
+    rup.push(ResponsesReply(text="done"))
+    raw = _responses_body(14, context_management=CONTEXT_MANAGEMENT)
+    answer = _post(f"{p.base_url}/responses", api_key, raw)
+    assert answer.status_code == 200, answer.text
+    assert rup.last.raw == raw  # byte for byte: not trimmed, no recall tool added
+    calls = p.wait_calls(answer.headers["x-conversation-id"], 1)
+    assert calls[0]["status"] == "complete" and calls[0]["usage"]["input_total"] == rup.last_reply.usage["input_tokens"]
+
+    anthropic_upstream.push(AnthropicReply(text="done"))
+    raw = _anthropic_body(14, context_management=ANTHROPIC_CONTEXT)
+    answer = _post(f"{p.base_url}/messages", api_key, raw, **{"anthropic-beta": BETA})
+    assert answer.status_code == 200, answer.text
+    sent = anthropic_upstream.message_requests[-1]
+    assert sent.raw == raw and sent.headers["anthropic-beta"] == BETA
+    assert p.wait_calls(answer.headers["x-conversation-id"], 1)[0]["status"] == "complete"
+
+    # The same history without the field is rewritten: the deferral is what kept it whole.
+    rup.push(ResponsesReply(text="done"))
+    answer = _post(f"{p.base_url}/responses", api_key, _responses_body(14))
+    assert answer.status_code == 200, answer.text
+    assert len(rup.last.raw) < len(_responses_body(14))
+
+
+def test_combine_projects_the_request_and_keeps_the_field(proxy, rup, anthropic_upstream, api_key):
+    p = _proxy(proxy, rup, anthropic_upstream, "combine")
+    rup.push(ResponsesReply(text="done"))
+    raw = _responses_body(14, context_management=CONTEXT_MANAGEMENT)
+    answer = _post(f"{p.base_url}/responses", api_key, raw)
+    assert answer.status_code == 200, answer.text
+    assert len(rup.last.raw) < len(raw) and rup.last.body["context_management"] == CONTEXT_MANAGEMENT
+
+    anthropic_upstream.push(AnthropicReply(text="done"))
+    raw = _anthropic_body(14, context_management=ANTHROPIC_CONTEXT)
+    answer = _post(f"{p.base_url}/messages", api_key, raw, **{"anthropic-beta": BETA})
+    assert answer.status_code == 200, answer.text
+    sent = anthropic_upstream.message_requests[-1]
+    assert len(sent.raw) < len(raw) and sent.body["context_management"] == ANTHROPIC_CONTEXT
+
+
+def test_a_compaction_item_sent_back_survives_every_rewrite(proxy, rup, anthropic_upstream, api_key):
+    """Over the window, the old tool results are trimmed, summarized or pruned; the compaction
+    item and the block the client sent back reach the upstream exactly as the provider made them."""
+    p = _proxy(proxy, rup, anthropic_upstream, "defer")
+    for rounds in (14, 30):
+        rup.push(ResponsesReply(text="done"))
+        tools = [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}]
+        body = {"model": RESPONSES_MODEL, "input": _responses_input(rounds, compaction=True), "tools": tools}
+        raw = json.dumps(body).encode()
+        answer = _post(f"{p.base_url}/responses", api_key, raw)
+        assert answer.status_code == 200, answer.text
+        sent = [b for b in rup.bodies if not _summary(b)][-1]
+        assert len(json.dumps(sent)) < len(raw)  # rewritten
+        assert [i for i in sent["input"] if i.get("type") == "compaction"] == [COMPACTION]
+
+        anthropic_upstream.push(AnthropicReply(text="done"))
+        tools = [{"name": "bash", "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
+        messages = _anthropic_messages(rounds, compaction=True)
+        body = {"model": CLAUDE_MODEL, "max_tokens": 300, "messages": messages, "tools": tools}
+        raw = json.dumps(body).encode()
+        answer = _post(f"{p.base_url}/messages", api_key, raw)
+        assert answer.status_code == 200, answer.text
+        sent = [r.body for r in anthropic_upstream.message_requests if not _summary(r.body)][-1]
+        assert len(json.dumps(sent)) < len(raw)
+        blocks = [b for m in sent["messages"] if isinstance(m["content"], list) for b in m["content"]]
+        assert [b for b in blocks if b.get("type") == "compaction"] == [ANTHROPIC_COMPACTION]
