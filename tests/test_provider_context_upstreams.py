@@ -1,7 +1,8 @@
 """The scripted upstreams speak the providers' own context management, checked through the real
-`openai` SDK: OpenAI's ``/v1/responses/compact``, compaction items, ``context_management``
-thresholds, ``compaction_trigger`` and ``/v1/responses/input_tokens``
-(tests/support/responses_context.py)."""
+`openai` and `anthropic` SDKs: OpenAI's ``/v1/responses/compact``, compaction items,
+``context_management`` thresholds, ``compaction_trigger`` and ``/v1/responses/input_tokens``
+(tests/support/responses_context.py); Anthropic's ``context_management`` edits, compaction
+blocks, ``usage.iterations`` and ``count_tokens`` (tests/support/anthropic_context.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
-from tests.support import responses_context
+from tests.support import anthropic_context, responses_context
+from tests.support.anthropic_upstream import AnthropicUpstream, Reply, estimate_tokens, sign
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, count_input_tokens
 
 MODEL = "gpt-5"
+CLAUDE = "claude-test-1"
+CM = "context-management-2025-06-27"
+COMPACT = "compact-2026-01-12"
 LONG = "the quick brown fox jumps over the lazy dog " * 40
 
 
@@ -35,6 +41,24 @@ def oai_up(responses_server: ResponsesServer) -> Iterator[ResponsesServer]:
 @pytest.fixture
 def oai(oai_up: ResponsesServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=oai_up.base_url, api_key="sk-test", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def anthropic_server() -> Iterator[AnthropicUpstream]:
+    with AnthropicUpstream() as server:
+        yield server
+
+
+@pytest.fixture
+def claude_up(anthropic_server: AnthropicUpstream) -> Iterator[AnthropicUpstream]:
+    anthropic_server.clear()
+    yield anthropic_server
+    anthropic_server.clear()
+
+
+@pytest.fixture
+def claude(claude_up: AnthropicUpstream) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=claude_up.url, api_key="sk-ant-test", max_retries=0)
 
 
 def _user(text: str) -> Any:
@@ -198,3 +222,285 @@ def test_input_tokens_counts_like_the_create_request_bills(oai: openai.OpenAI, o
     with pytest.raises(openai.BadRequestError):
         bogus: Any = {**item, "encrypted_content": "bogus"}
         oai.responses.input_tokens.count(input=[bogus, _user("next")])
+
+
+# ---- Anthropic Messages
+
+
+def _tool_conversation(n: int, result: str = LONG) -> Any:
+    messages: list[dict[str, Any]] = [_user("read the files")]
+    for k in range(n):
+        use = {"type": "tool_use", "id": f"toolu_{k}", "name": "grep" if k % 2 else "read", "input": {"k": k}}
+        messages.append({"role": "assistant", "content": [use]})
+        messages.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": result}]}
+        )
+    messages[-1]["content"].append({"type": "text", "text": "what now?"})
+    return messages
+
+
+def _bad(call: Any) -> dict[str, Any]:
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        call()
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+def test_context_management_without_its_beta_header_is_refused(
+    claude: anthropic.Anthropic, claude_up: AnthropicUpstream
+) -> None:
+    edits = {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    error = _bad(
+        lambda: claude.messages.create(
+            model=CLAUDE, max_tokens=64, messages=[_user("hi")], extra_body={"context_management": edits}
+        )
+    )
+    assert error == {"type": "invalid_request_error", "message": "context_management: Extra inputs are not permitted"}
+    assert claude_up.rejections[-1][1]["error"] == error
+
+
+def test_unknown_or_unlicensed_edits_are_refused(claude: anthropic.Anthropic) -> None:
+    def create(betas: Any, *edits: Any) -> Any:
+        return lambda: claude.beta.messages.create(
+            model=CLAUDE,
+            max_tokens=64,
+            messages=[_user("hi")],
+            betas=betas,
+            context_management={"edits": list(edits)},
+        )
+
+    unknown = _bad(create([CM, COMPACT], {"type": "clear_everything_20990101"}))
+    assert unknown["message"] == (
+        "context_management.edits.0: Input tag 'clear_everything_20990101' found using 'type' does not match any "
+        "of the expected tags: 'clear_tool_uses_20250919', 'clear_thinking_20251015', 'compact_20260112'"
+    )
+    compact_without_beta = _bad(create([CM], {"type": "compact_20260112"}))
+    assert "Input tag 'compact_20260112'" in compact_without_beta["message"]
+    clearing_without_beta = _bad(create([COMPACT], {"type": "clear_tool_uses_20250919"}))
+    assert "Input tag 'clear_tool_uses_20250919'" in clearing_without_beta["message"]
+    thinking_second = _bad(create([CM], {"type": "clear_tool_uses_20250919"}, {"type": "clear_thinking_20251015"}))
+    assert thinking_second["message"].startswith("context_management.edits.1: `clear_thinking_20251015` must be")
+
+
+def test_clear_tool_uses_clears_the_oldest_results_and_reports_it(
+    claude: anthropic.Anthropic, claude_up: AnthropicUpstream
+) -> None:
+    messages = _tool_conversation(5)
+    edit: Any = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "input_tokens", "value": 1000},
+        "keep": {"type": "tool_uses", "value": 2},
+    }
+    full = estimate_tokens({"messages": messages})
+    answer = claude.beta.messages.create(
+        model=CLAUDE,
+        max_tokens=64,
+        messages=messages,
+        betas=[CM],
+        context_management={"edits": [edit]},
+    )
+    assert answer.context_management is not None
+    (applied,) = answer.context_management.applied_edits
+    assert applied.type == "clear_tool_uses_20250919" and applied.cleared_tool_uses == 3
+    assert answer.usage.input_tokens == full - applied.cleared_input_tokens
+    # the edit is applied to what the model sees: the client's messages and the recorded request are untouched
+    assert [m["content"][0]["content"] for m in messages[2::2]] == [LONG] * 5
+    assert json.loads(claude_up.message_requests[-1].raw)["messages"] == messages
+    counted = claude.beta.messages.count_tokens(
+        model=CLAUDE,
+        messages=messages,
+        betas=[CM],
+        context_management={"edits": [edit]},
+    )
+    assert counted.input_tokens == answer.usage.input_tokens
+    assert counted.context_management is not None and counted.context_management.original_input_tokens == full
+
+
+def test_clear_tool_uses_respects_trigger_exclusions_inputs_and_clear_at_least(
+    claude: anthropic.Anthropic, claude_up: AnthropicUpstream
+) -> None:
+    messages = _tool_conversation(4)
+
+    def applied(**edit: Any) -> list[Any]:
+        management: Any = {"edits": [{"type": "clear_tool_uses_20250919", **edit}]}
+        answer = claude.beta.messages.create(
+            model=CLAUDE,
+            max_tokens=64,
+            messages=messages,
+            betas=[CM],
+            context_management=management,
+        )
+        assert answer.context_management is not None
+        return list(answer.context_management.applied_edits)
+
+    assert applied() == []  # the default trigger: 100,000 input tokens
+    assert applied(trigger={"type": "tool_uses", "value": 4}) == []
+    (some,) = applied(trigger={"type": "tool_uses", "value": 3}, keep={"type": "tool_uses", "value": 1})
+    assert some.cleared_tool_uses == 3
+    (reads,) = applied(
+        trigger={"type": "tool_uses", "value": 1}, keep={"type": "tool_uses", "value": 0}, exclude_tools=["grep"]
+    )
+    assert reads.cleared_tool_uses == 2
+    (inputs,) = applied(
+        trigger={"type": "tool_uses", "value": 1}, keep={"type": "tool_uses", "value": 0}, clear_tool_inputs=True
+    )
+    assert inputs.cleared_input_tokens > some.cleared_input_tokens
+    floor = {"type": "input_tokens", "value": 10 * reads.cleared_input_tokens}
+    assert applied(trigger={"type": "tool_uses", "value": 1}, clear_at_least=floor) == []
+
+
+def test_clear_thinking_keeps_the_most_recent_thinking_turns(claude: anthropic.Anthropic) -> None:
+    def turn(k: int) -> dict[str, Any]:
+        thought = f"thinking about step {k} " * 20
+        return {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": thought, "signature": sign(thought)},
+                {"type": "text", "text": f"step {k}"},
+            ],
+        }
+
+    messages = [_user("go"), turn(1), _user("more"), turn(2), _user("more"), turn(3), _user("and?")]
+    answer = claude.beta.messages.create(
+        model=CLAUDE,
+        max_tokens=2048,
+        messages=messages,
+        betas=[CM],
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        context_management={
+            "edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}]
+        },
+    )
+    assert answer.context_management is not None
+    (applied,) = answer.context_management.applied_edits
+    assert applied.type == "clear_thinking_20251015" and applied.cleared_thinking_turns == 2
+    assert applied.cleared_input_tokens > 0
+
+
+def _compacting(trigger: int, pause: bool = False) -> Any:
+    return {
+        "edits": [
+            {
+                "type": "compact_20260112",
+                "trigger": {"type": "input_tokens", "value": trigger},
+                "pause_after_compaction": pause,
+            }
+        ]
+    }
+
+
+def test_compaction_paused_answers_the_block_alone_with_iterations(
+    claude: anthropic.Anthropic, claude_up: AnthropicUpstream
+) -> None:
+    messages = [_user(LONG)]
+    full = estimate_tokens({"messages": messages})
+    claude_up.push(Reply(compaction_summary="the user pasted a fox story"))
+    answer = claude.beta.messages.create(
+        model=CLAUDE,
+        max_tokens=64,
+        messages=messages,
+        betas=[COMPACT],
+        context_management=_compacting(100, pause=True),
+    )
+    assert answer.stop_reason == "compaction"
+    (block,) = answer.content
+    assert block.type == "compaction" and block.content == "the user pasted a fox story"
+    assert block.encrypted_content and "fox" not in block.encrypted_content
+    (iteration,) = answer.usage.iterations or []
+    assert iteration.type == "compaction" and iteration.input_tokens == full
+    # the compaction iteration is not in the top-level usage
+    assert (answer.usage.input_tokens, answer.usage.output_tokens) == (0, 0)
+    assert answer.context_management is not None and answer.context_management.applied_edits == []
+
+
+def test_compaction_below_the_trigger_reports_one_message_iteration(claude: anthropic.Anthropic) -> None:
+    answer = claude.beta.messages.create(
+        model=CLAUDE,
+        max_tokens=64,
+        messages=[_user("hi")],
+        betas=[COMPACT],
+        context_management=_compacting(50_000),
+    )
+    assert [b.type for b in answer.content] == ["text"]
+    (iteration,) = answer.usage.iterations or []
+    assert iteration.type == "message" and iteration.input_tokens == answer.usage.input_tokens
+
+
+def test_compaction_streams_the_block_then_the_answer(
+    claude: anthropic.Anthropic, claude_up: AnthropicUpstream
+) -> None:
+    claude_up.push(Reply(text="continuing", compaction_summary="summary of the fox"))
+    with claude.beta.messages.stream(
+        model=CLAUDE,
+        max_tokens=64,
+        messages=[_user(LONG)],
+        betas=[COMPACT],
+        context_management=_compacting(100),
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "end_turn"
+    assert [b.type for b in final.content] == ["compaction", "text"]
+    block = final.content[0]
+    assert block.type == "compaction" and block.content == "summary of the fox"
+    compaction, message = final.usage.iterations or []
+    assert (compaction.type, message.type) == ("compaction", "message")
+    assert final.usage.input_tokens == message.input_tokens < compaction.input_tokens
+    events = [e.decode().split("\n", 2) for e in claude_up.replies_sent[-1].sent_events]
+    data = {name[len("event: ") :]: [] for name, _, _ in events}  # type: dict[str, list[Any]]
+    for name, line, _ in events:
+        data[name[len("event: ") :]].append(json.loads(line[len("data: ") :]))
+    assert data["content_block_start"][0]["content_block"] == {
+        "type": "compaction",
+        "content": None,
+        "encrypted_content": None,
+    }
+    (delta,) = [d["delta"] for d in data["content_block_delta"] if d["index"] == 0]
+    assert delta == {"type": "compaction_delta", "content": block.content, "encrypted_content": block.encrypted_content}
+    (ending,) = data["message_delta"]
+    assert ending["usage"]["iterations"] == [i.model_dump(exclude_none=True) for i in final.usage.iterations or []]
+    assert ending["context_management"] == {"applied_edits": []}
+
+
+def test_a_compaction_block_sent_back_drops_what_came_before_it(
+    claude: anthropic.Anthropic, claude_up: AnthropicUpstream
+) -> None:
+    claude_up.push(Reply(compaction_summary="fox summary"))
+    paused = claude.beta.messages.create(
+        model=CLAUDE,
+        max_tokens=64,
+        messages=[_user(LONG)],
+        betas=[COMPACT],
+        context_management=_compacting(100, pause=True),
+    )
+    block = paused.content[0].model_dump(exclude_none=True)
+    history = [_user(LONG), {"role": "assistant", "content": [block]}, _user("go on")]
+    answer = claude.beta.messages.create(model=CLAUDE, max_tokens=64, messages=history, betas=[COMPACT])
+    seen = {"messages": [{"role": "assistant", "content": [block]}, _user("go on")]}
+    assert answer.usage.input_tokens == estimate_tokens(seen)
+    counted = claude.beta.messages.count_tokens(model=CLAUDE, messages=history, betas=[COMPACT])
+    assert counted.input_tokens == estimate_tokens(seen)
+
+    altered = [
+        _user(LONG),
+        {"role": "assistant", "content": [{**block, "content": "a different summary"}]},
+        _user("go on"),
+    ]
+    error = _bad(lambda: claude.beta.messages.create(model=CLAUDE, max_tokens=64, messages=altered, betas=[COMPACT]))
+    assert error["message"] == "messages.1.content.0: Invalid `encrypted_content` in `compaction` block"
+    # a failed compaction (content null) is a no-op: nothing is dropped
+    failed = [
+        _user("before"),
+        {"role": "assistant", "content": [{"type": "compaction", "content": None}]},
+        _user("go on"),
+    ]
+    kept = claude.beta.messages.create(model=CLAUDE, max_tokens=64, messages=failed, betas=[COMPACT])
+    assert kept.usage.input_tokens == estimate_tokens({"messages": [_user("before"), _user("go on")]})
+
+
+def test_compaction_blocks_verify_against_the_server_key() -> None:
+    block = anthropic_context.compaction_block("summary")
+    assert anthropic_context.request_problem({"messages": [{"role": "assistant", "content": [block]}]}, {}) is None
+    forged = {**block, "encrypted_content": responses_context.compaction_item("summary", [], 0)["encrypted_content"]}
+    assert anthropic_context.request_problem({"messages": [{"role": "assistant", "content": [forged]}]}, {}) is not None
