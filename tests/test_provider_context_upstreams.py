@@ -504,3 +504,39 @@ def test_compaction_blocks_verify_against_the_server_key() -> None:
     assert anthropic_context.request_problem({"messages": [{"role": "assistant", "content": [block]}]}, {}) is None
     forged = {**block, "encrypted_content": responses_context.compaction_item("summary", [], 0)["encrypted_content"]}
     assert anthropic_context.request_problem({"messages": [{"role": "assistant", "content": [forged]}]}, {}) is not None
+
+
+def test_compacted_keeps_the_compaction_iteration_out_of_the_top_level() -> None:
+    block = anthropic_context.compaction_block("summary")
+    answer = {"input_tokens": 9, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 400}
+    summarizing = {"input_tokens": 180_000, "output_tokens": 3_000}
+    text = [{"type": "text", "text": "a"}]
+    content, usage, stop = anthropic_context.compacted(text, answer, block, summarizing, 3_200, paused=False)
+    assert stop is None and content == [block, *text]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (3_200, 400)
+    assert [(i["type"], i["input_tokens"], i["output_tokens"]) for i in usage["iterations"]] == [
+        ("compaction", 180_000, 3_000),
+        ("message", 3_200, 400),
+    ]
+    content, usage, stop = anthropic_context.compacted(text, answer, block, summarizing, 3_200, paused=True)
+    assert (content, stop) == ([block], "compaction")
+    assert [i["type"] for i in usage["iterations"]] == ["compaction"] and usage["input_tokens"] == 0
+
+
+def test_plan_never_mutates_the_request() -> None:
+    block = anthropic_context.compaction_block("summary")
+    messages = [*_tool_conversation(4), {"role": "assistant", "content": [{"type": "text", "text": "x"}, block]}]
+    messages.append(_user("go on"))
+    clear_all = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "tool_uses", "value": 0},
+        "keep": {"type": "tool_uses", "value": 0},
+    }
+    body = {"messages": _tool_conversation(4), "context_management": {"edits": [clear_all]}}
+    for request in (body, {**body, "messages": messages}):
+        before = json.dumps(request, sort_keys=True)
+        anthropic_context.plan(request, estimate_tokens)
+        assert json.dumps(request, sort_keys=True) == before
+    seen = anthropic_context.plan({**body, "messages": messages}, estimate_tokens)
+    assert seen.body["messages"] == [{"role": "assistant", "content": [block]}, _user("go on")]
+    assert anthropic_context.plan(body, estimate_tokens).applied_edits[0]["cleared_tool_uses"] == 4

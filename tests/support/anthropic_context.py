@@ -55,8 +55,10 @@ __all__ = [
     "COMPACTION_BETA",
     "CONTEXT_MANAGEMENT_BETA",
     "Plan",
+    "compacted",
     "compaction_block",
     "default_summary",
+    "iteration",
     "plan",
     "request_problem",
 ]
@@ -281,3 +283,46 @@ def plan(body: dict[str, Any], count: Count) -> Plan:
             seen = done["body"]
             applied.append(done["edit"])
     return Plan(seen, original, applied, compact, config is not None)
+
+
+def iteration(kind: str, usage: dict[str, Any]) -> dict[str, Any]:
+    """One entry of ``usage.iterations`` (``BetaMessageIterationUsage`` for ``"message"``,
+    ``BetaCompactionIterationUsage`` for ``"compaction"``)."""
+    return {
+        "type": kind,
+        "input_tokens": usage["input_tokens"],
+        "output_tokens": usage["output_tokens"],
+        "cache_creation_input_tokens": usage.get("cache_creation_input_tokens", 0),
+        "cache_read_input_tokens": usage.get("cache_read_input_tokens", 0),
+    }
+
+
+def compacted(
+    content: list[dict[str, Any]],
+    usage: dict[str, Any],
+    block: dict[str, Any],
+    summarizing: dict[str, Any],
+    resumed: int,
+    paused: bool,
+) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+    """The answer to a request whose compaction fired: (content, usage, stop reason or None for
+    the reply's own). `summarizing` is the compaction call's usage (the closed context in, the
+    summary out), `resumed` the prompt the model answers from afterwards (the summary), `usage`
+    the answer's. As ``beta_iterations_usage.py`` documents, the compaction entry's tokens are
+    not in the top-level fields: paused, they are all 0.
+
+    Example: a 180,000-token prompt summarized in 3,000 tokens, then answered from 3,200 with
+    400 tokens out: iterations ``[compaction 180,000/3,000, message 3,200/400]``, top level
+    ``input_tokens`` 3,200 and ``output_tokens`` 400.
+    """
+    first = iteration("compaction", summarizing)
+    if paused:
+        top = {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 0}
+        return [block], {**top, "iterations": [first]}, "compaction"
+    top = {
+        "input_tokens": resumed,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": usage["output_tokens"],
+    }
+    return [block, *content], {**top, "iterations": [first, iteration("message", top)]}, None

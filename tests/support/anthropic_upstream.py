@@ -519,22 +519,19 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         usage: dict[str, Any],
         factor: float,
     ) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
-        """Content, usage and stop reason (None: the reply's own) of a request with context
-        management: with a due compaction, the compaction block first (alone, when paused) and
-        ``usage.iterations``; the top level counts the message iteration only."""
+        """Content, usage and stop reason (None: the reply's own) of a request with a
+        ``compact_20260112`` edit: counted and summarized here, assembled by
+        :func:`anthropic_context.compacted`."""
         if plan.compact is None:
             return content, usage, None
         scaled = self.counting.scaled
         prompt = scaled(estimate_tokens(body, self.counting), factor)
         if prompt < plan.compaction_trigger():
-            return content, {**usage, "iterations": [self._iteration("message", usage)]}, None
+            return content, {**usage, "iterations": [context.iteration("message", usage)]}, None
         summary = reply.compaction_summary
         if summary is None:
-            summary = (
-                self.compactor(body["messages"])
-                if self.compactor is not None
-                else context.default_summary(body["messages"])
-            )
+            messages = body["messages"]
+            summary = self.compactor(messages) if self.compactor is not None else context.default_summary(messages)
         block = context.compaction_block(summary)
         paused = bool(plan.compact.get("pause_after_compaction"))
         with self._lock:
@@ -547,36 +544,11 @@ class AnthropicUpstream(ScriptedServer[Reply]):
                     "instructions": plan.compact.get("instructions"),
                 }
             )
-        compaction = {"input_tokens": prompt, "output_tokens": max(1, self.counting.text(summary))}
-        if paused:
-            top = {
-                "input_tokens": 0,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
-                "output_tokens": 0,
-            }
-            return [block], {**top, "iterations": [self._iteration("compaction", compaction)]}, "compaction"
+        summarizing = {"input_tokens": prompt, "output_tokens": max(1, self.counting.text(summary))}
         # the model goes on from the summary alone
         after = {**body, "messages": [{"role": "assistant", "content": [block]}]}
-        top = {
-            "input_tokens": scaled(estimate_tokens(after, self.counting), factor),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-            "output_tokens": usage["output_tokens"],
-        }
-        iterations = [self._iteration("compaction", compaction), self._iteration("message", top)]
-        return [block, *content], {**top, "iterations": iterations}, None
-
-    @staticmethod
-    def _iteration(kind: str, usage: dict[str, Any]) -> dict[str, Any]:
-        """One entry of ``usage.iterations`` (BetaMessageIterationUsage / BetaCompactionIterationUsage)."""
-        return {
-            "type": kind,
-            "input_tokens": usage["input_tokens"],
-            "output_tokens": usage["output_tokens"],
-            "cache_creation_input_tokens": usage.get("cache_creation_input_tokens", 0),
-            "cache_read_input_tokens": usage.get("cache_read_input_tokens", 0),
-        }
+        resumed = scaled(estimate_tokens(after, self.counting), factor)
+        return context.compacted(content, usage, block, summarizing, resumed, paused)
 
     async def _answer(
         self,
