@@ -8,7 +8,14 @@ Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thre
   (``thinking_delta`` + ``signature_delta``, ``text_delta``, ``input_json_delta``) /
   ``content_block_stop``, ``message_delta`` with cumulative usage and ``stop_reason``,
   ``message_stop``), each as ``event: NAME\\ndata: JSON\\n\\n``.
-- ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``.
+- ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}`` (with ``context_management``, the
+  count after its edits and ``context_management.original_input_tokens``).
+- Context management (:mod:`tests.support.anthropic_context`): ``context_management`` edits
+  (``clear_tool_uses_20250919``, ``clear_thinking_20251015``, ``compact_20260112``) behind their
+  ``anthropic-beta`` values, applied to what the model sees and reported in
+  ``context_management.applied_edits``; a due compaction answers a ``compaction`` block (streamed
+  as one ``compaction_delta``) with ``usage.iterations``; a compaction block sent back drops what
+  precedes it. :attr:`AnthropicUpstream.compactions` records each compaction.
 - Validation, with the real API's error shape and wording: first message must be a user
   message; a mid-conversation ``{"role": "system"}`` message (text only) must immediately follow
   a user message; every ``tool_use`` of an assistant turn needs its ``tool_result`` in the next user
@@ -42,8 +49,10 @@ import hmac
 import json
 import secrets
 import threading
+from collections.abc import Callable
 from typing import Any
 
+from tests.support import anthropic_context as context
 from tests.support.counting import EXACT, Counting, Meter
 from tests.support.overflow import Measured, anthropic_overflow
 from tests.support.scripted_server import RecordedRequest, ScriptedServer
@@ -80,6 +89,8 @@ def _block_text(block: Any) -> str:
         if isinstance(content, list):
             return "\n".join(_block_text(b) for b in content)
         return str(content or "")
+    if kind == "compaction":  # the summary is what the model sees (encrypted_content is not)
+        return str(block.get("content") or "")
     if kind in ("image", "redacted_thinking"):
         return ""
     return json.dumps(block)
@@ -132,6 +143,8 @@ class Reply:
     error_after_events      stream: after k events send an ``error`` event and close.
     drop_after_events       stream: close the connection after k events (no message_stop).
     hold / hold_after_events  stream: wait for the Event before sending event k.
+    compaction_summary  what a compaction during this reply summarizes to (else the server's
+                    ``compactor``, else ``anthropic_context.default_summary``).
     """
 
     text: str | None = None
@@ -151,6 +164,7 @@ class Reply:
     drop_after_events: int | None = None
     hold: threading.Event | None = None
     hold_after_events: int = 1
+    compaction_summary: str | None = None
 
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     disconnected: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -183,6 +197,11 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         self.meter = Meter(counting)  # how this server counts a request (window check and usage)
         self.rejections: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self._cache: set[str] = set()
+        # Context management (tests.support.anthropic_context):
+        self.compactor: Callable[[list[dict[str, Any]]], str] | None = None
+        """messages (as the model sees them) -> the summary of a compaction (None: the default)."""
+        self.compactions: list[dict[str, Any]] = []
+        """Every compaction made: block, summary, input_tokens (the closed context), paused, instructions."""
 
     @property
     def counting(self) -> Counting:
@@ -194,6 +213,7 @@ class AnthropicUpstream(ScriptedServer[Reply]):
     def _reset(self) -> None:
         self.rejections.clear()
         self._cache.clear()
+        self.compactions.clear()
 
     @property
     def message_requests(self) -> list[RecordedRequest]:
@@ -205,15 +225,16 @@ class AnthropicUpstream(ScriptedServer[Reply]):
     def validate(self, body: Any) -> dict[str, Any] | None:
         return self._check(body)[0]
 
-    def _check(self, body: Any) -> tuple[dict[str, Any] | None, float]:
+    def _check(self, body: Any, seen: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, float]:
         """(the 400 body, or None) and this request's counting factor (bias and jitter, drawn
-        once: the window check and usage both use it)."""
+        once: the window check and usage both use it). `seen` is the request as the model sees
+        it (context management applied; default `body`): what the window check counts."""
         problem = self._shape(body)
         if problem is not None:
             return problem, 1.0
         factor = self.meter.factor()
         window = self.context_windows.get(body["model"], self.default_context_window)
-        prompt = self.counting.scaled(estimate_tokens(body, self.counting), factor)
+        prompt = self.counting.scaled(estimate_tokens(seen or body, self.counting), factor)
         problem = anthropic_overflow(window=window, prompt=prompt, max_tokens=body["max_tokens"])
         self._measured(Measured(body["model"], prompt, body["max_tokens"], window, body, problem))
         return problem, factor
@@ -413,18 +434,30 @@ class AnthropicUpstream(ScriptedServer[Reply]):
                 error_body("invalid_request_error", "There was an error parsing the body of your request as JSON."),
             )
             return
-        if path == "/v1/messages/count_tokens":
-            await self._json(send, 200, {"input_tokens": self.meter.measure(lambda c: estimate_tokens(body, c))})
-            return
-        problem, factor = self._check(body)
+        problem = context.request_problem(body, headers) if isinstance(body, dict) else None
         if problem is not None:
+            with self._lock:
+                self.rejections.append((body, problem))
+            await self._json(send, 400, problem)
+            return
+        seen = context.plan(body, lambda b: estimate_tokens(b, self.counting)) if isinstance(body, dict) else None
+        if path == "/v1/messages/count_tokens":
+            target = seen.body if seen is not None else body
+            counted: dict[str, Any] = {"input_tokens": self.meter.measure(lambda c: estimate_tokens(target, c))}
+            if seen is not None and seen.managed:
+                counted["context_management"] = {"original_input_tokens": seen.original_tokens}
+            await self._json(send, 200, counted)
+            return
+        problem, factor = self._check(body, seen.body if seen is not None else None)
+        if problem is not None or seen is None:
+            assert problem is not None  # a body that is not an object fails `_shape`
             with self._lock:
                 self.rejections.append((body, problem))
             await self._json(send, 400, problem)
             return
         reply = self._next_reply(body)
         try:
-            await self._answer(reply, body, send, receive, factor)
+            await self._answer(reply, seen.body, send, receive, factor, seen)
         finally:
             reply.done.set()
 
@@ -477,7 +510,55 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             )
         return blocks
 
-    async def _answer(self, reply: Reply, body: dict[str, Any], send: Any, receive: Any, factor: float = 1.0) -> None:
+    def _managed(
+        self,
+        plan: context.Plan,
+        reply: Reply,
+        body: dict[str, Any],
+        content: list[dict[str, Any]],
+        usage: dict[str, Any],
+        factor: float,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+        """Content, usage and stop reason (None: the reply's own) of a request with a
+        ``compact_20260112`` edit: counted and summarized here, assembled by
+        :func:`anthropic_context.compacted`."""
+        if plan.compact is None:
+            return content, usage, None
+        scaled = self.counting.scaled
+        prompt = scaled(estimate_tokens(body, self.counting), factor)
+        if prompt < plan.compaction_trigger():
+            return content, {**usage, "iterations": [context.iteration("message", usage)]}, None
+        summary = reply.compaction_summary
+        if summary is None:
+            messages = body["messages"]
+            summary = self.compactor(messages) if self.compactor is not None else context.default_summary(messages)
+        block = context.compaction_block(summary)
+        paused = bool(plan.compact.get("pause_after_compaction"))
+        with self._lock:
+            self.compactions.append(
+                {
+                    "block": block,
+                    "summary": summary,
+                    "input_tokens": prompt,
+                    "paused": paused,
+                    "instructions": plan.compact.get("instructions"),
+                }
+            )
+        summarizing = {"input_tokens": prompt, "output_tokens": max(1, self.counting.text(summary))}
+        # the model goes on from the summary alone
+        after = {**body, "messages": [{"role": "assistant", "content": [block]}]}
+        resumed = scaled(estimate_tokens(after, self.counting), factor)
+        return context.compacted(content, usage, block, summarizing, resumed, paused)
+
+    async def _answer(
+        self,
+        reply: Reply,
+        body: dict[str, Any],
+        send: Any,
+        receive: Any,
+        factor: float = 1.0,
+        plan: context.Plan | None = None,
+    ) -> None:
         if reply.status != 200:
             payload = (
                 reply.error
@@ -501,9 +582,16 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             if reply.output_tokens is not None
             else max(1, sum(self.counting.text(_block_text(b)) for b in content))
         )
-        final_usage = {**usage, "output_tokens": output}
-        reply.usage = final_usage
+        final_usage: dict[str, Any] = {**usage, "output_tokens": output}
         stop = reply.stop_reason or ("tool_use" if reply.tool_uses else "end_turn")
+        managed: dict[str, Any] = {}
+        if plan is not None:
+            content, final_usage, compacted = self._managed(plan, reply, body, content, final_usage, factor)
+            stop = compacted or stop
+            usage = {k: v for k, v in final_usage.items() if k not in ("output_tokens", "iterations")}
+            if plan.managed:
+                managed = {"context_management": {"applied_edits": plan.applied_edits}}
+        reply.usage = final_usage
         message = {
             "id": "msg_" + secrets.token_hex(12),
             "type": "message",
@@ -513,6 +601,7 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             "stop_reason": stop,
             "stop_sequence": None,
             "usage": final_usage,
+            **managed,
         }
         reply.message = message
         if not body.get("stream"):
@@ -527,7 +616,13 @@ class AnthropicUpstream(ScriptedServer[Reply]):
                 "message_start",
                 {
                     "type": "message_start",
-                    "message": {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}},
+                    "message": {
+                        **message,
+                        "content": [],
+                        "stop_reason": None,
+                        "usage": {**usage, "output_tokens": 1},
+                        **({"context_management": None} if managed else {}),
+                    },
                 },
             ),
             event("ping", {"type": "ping"}),
@@ -541,6 +636,9 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             elif kind == "text":
                 start = {"type": "text", "text": ""}
                 deltas = [{"type": "text_delta", "text": p} for p in _split(block["text"], reply.chunks)]
+            elif kind == "compaction":  # the summary arrives whole in one compaction_delta
+                start = {"type": "compaction", "content": None, "encrypted_content": None}
+                deltas = [{"type": "compaction_delta", **{k: block[k] for k in ("content", "encrypted_content")}}]
             elif kind == "tool_use":
                 start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
                 deltas = [{"type": "input_json_delta", "partial_json": ""}] + [
@@ -559,7 +657,12 @@ class AnthropicUpstream(ScriptedServer[Reply]):
             events.append(event("content_block_stop", {"type": "content_block_stop", "index": index}))
         final = event(
             "message_delta",
-            {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": final_usage},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": final_usage,
+                **managed,
+            },
         )
         events.append(final)
         if reply.duplicate_final_delta:

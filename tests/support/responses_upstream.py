@@ -29,6 +29,11 @@ Answers: non-stream a ``response`` object; stream the real event sequence (``res
 ``event: TYPE`` + ``data: JSON`` with a ``sequence_number``. Usage: ``input_tokens`` (the count
 unless overridden) with ``input_tokens_details.cached_tokens`` (part of it, never more),
 ``output_tokens`` with ``output_tokens_details.reasoning_tokens``.
+
+Context management (:mod:`tests.support.responses_context`): ``POST /v1/responses/compact``,
+``context_management`` compaction thresholds, the ``compaction_trigger`` input item, verified
+compaction items in input (:attr:`ResponsesServer.compactions` records each compaction), and
+``POST /v1/responses/input_tokens``.
 """
 
 from __future__ import annotations
@@ -38,14 +43,25 @@ import json
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tests.support.counting import EXACT, Counting, Meter
 from tests.support.overflow import Measured, openai_error, responses_overflow
+from tests.support.responses_context import (
+    COMPACTION_ITEM_TOKENS,
+    compacted_response,
+    compaction_item,
+    compaction_threshold,
+    default_summary,
+    input_problem,
+)
 from tests.support.scripted_server import RecordedRequest, ScriptedServer
 from tests.support.scripted_server import split_text as _split
 
 __all__ = ["ResponsesReply", "ResponsesServer", "count_input_tokens", "fcall"]
+
+_PATHS = ("/v1/responses", "/v1/responses/compact", "/v1/responses/input_tokens")
 
 
 def fcall(name: str, arguments: Any, call_id: str | None = None) -> dict[str, Any]:
@@ -84,6 +100,8 @@ def count_input_tokens(
             total += text(_text(item.get("output")))
         elif kind == "reasoning":
             total += 8
+        elif kind == "compaction":  # stands for what it compacted (responses_context)
+            total += COMPACTION_ITEM_TOKENS
     return total
 
 
@@ -100,6 +118,8 @@ class ResponsesReply:
     chunks          pieces per text / arguments when streaming.
     drop_after_events   stream: close the connection after k events (no end event).
     hold / hold_after_events   stream: wait for the ``threading.Event`` after k events.
+    compaction_summary  what a compaction during this reply seals (else the server's
+                    ``compactor``, else :func:`default_summary`).
     """
 
     text: str | None = None
@@ -117,6 +137,7 @@ class ResponsesReply:
     drop_after_events: int | None = None
     hold: threading.Event | None = None
     hold_after_events: int = 2
+    compaction_summary: str | None = None
 
     disconnected: threading.Event = dataclasses.field(default_factory=threading.Event)
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -144,6 +165,13 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         """Answer a streamed request over the window with a 200 stream that fails (`response.failed`)."""
         self.rejections: list[dict[str, Any]] = []
         self.stored: dict[str, list[dict[str, Any]]] = {}
+        # Context management (tests.support.responses_context):
+        self.compactor: Callable[[list[dict[str, Any]]], str] | None = None
+        """input items -> the summary a compaction seals (None: `default_summary`)."""
+        self.default_compact_threshold: int | None = None
+        """For a `context_management` entry without `compact_threshold` (None: 80% of the window)."""
+        self.compactions: list[dict[str, Any]] = []
+        """Every compaction made: via ("compact", "threshold", "trigger"), item, summary, items, input_tokens."""
 
     @property
     def counting(self) -> Counting:
@@ -154,6 +182,7 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
 
     def _reset(self) -> None:
         self.rejections.clear()
+        self.compactions.clear()
 
     @property
     def bodies(self) -> list[dict[str, Any]]:
@@ -234,6 +263,13 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         items = self._full_input(body)
         if isinstance(items, dict):
             return items
+        window = self.context_windows.get(body["model"], self.default_window)
+        threshold = compaction_threshold(body, self.default_compact_threshold or int(window * 0.8))
+        problem = input_problem(items) or (threshold if isinstance(threshold, dict) else None)
+        if problem is not None:
+            with self._lock:
+                self.rejections.append(problem)
+            return problem
         calls: dict[str, int] = {}
         open_calls: list[str] = []
         for i, item in enumerate(items):
@@ -284,10 +320,17 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         if record is None:
             return
         body = record.body
-        if scope["path"].rstrip("/") != "/v1/responses" or scope["method"] != "POST":
+        path = scope["path"].rstrip("/")
+        if path not in _PATHS or scope["method"] != "POST":
             await self._json(send, 404, openai_error(f"Invalid URL ({scope['method']} {scope['path']})"))
             return
+        if path == "/v1/responses/input_tokens":
+            await self._input_tokens(send, body)
+            return
         checked, counted = self._check(body)
+        if path == "/v1/responses/compact":
+            await self._compact(send, body, checked, counted)
+            return
         if isinstance(checked, dict) and self.overflow_in_stream and isinstance(body, dict) and body.get("stream"):
             if checked.get("error", {}).get("code") == "context_length_exceeded":
                 await self._failed_stream(send, body, checked["error"])
@@ -300,6 +343,41 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
             await self._answer(reply, body, checked, send, receive, counted)
         finally:
             reply.done.set()
+
+    async def _input_tokens(self, send: Any, body: Any) -> None:
+        """``POST /v1/responses/input_tokens``: the input as this server counts it (`model` is
+        optional there)."""
+        if isinstance(body, dict) and body.get("model") is None:
+            body = {**body, "model": ""}
+        items = self._shape(body)
+        if isinstance(items, dict):
+            await self._json(send, 400, items)
+            return
+        tokens = self.meter.measure(lambda c: count_input_tokens(body.get("instructions"), items, body.get("tools"), c))
+        await self._json(send, 200, {"object": "response.input_tokens", "input_tokens": tokens})
+
+    def _compaction(
+        self, via: str, reply: ResponsesReply | None, items: list[dict[str, Any]], counted: int | None
+    ) -> dict[str, Any]:
+        """Compact `items` (the input as counted): the compaction item, recorded."""
+        summary = reply.compaction_summary if reply is not None else None
+        if summary is None:
+            summary = self.compactor(items) if self.compactor is not None else default_summary(items)
+        item = compaction_item(summary, items, counted or 0)
+        with self._lock:
+            self.compactions.append(
+                {"via": via, "item": item, "summary": summary, "items": len(items), "input_tokens": counted}
+            )
+        return item
+
+    async def _compact(self, send: Any, body: Any, checked: Any, counted: int | None) -> None:
+        """``POST /v1/responses/compact``: a ``response.compaction`` object."""
+        if isinstance(checked, dict) or not isinstance(body, dict):
+            await self._json(send, 400, checked)
+            return
+        item = self._compaction("compact", None, checked, counted)
+        summary = self.compactions[-1]["summary"]
+        await self._json(send, 200, compacted_response(checked, item, counted or 0, self.counting.text(summary)))
 
     async def _failed_stream(self, send: Any, body: dict[str, Any], error: dict[str, Any]) -> None:
         """A streamed request over the window, as the API may answer it: a 200 stream whose
@@ -460,6 +538,12 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
             return
         rid = "resp_" + secrets.token_hex(12)
         output = self._output(reply, items)
+        window = self.context_windows.get(body["model"], self.default_window)
+        threshold = compaction_threshold(body, self.default_compact_threshold or int(window * 0.8))
+        if items and items[-1].get("type") == "compaction_trigger":  # the compaction item alone
+            output = [self._compaction("trigger", reply, items[:-1], counted)]
+        elif isinstance(threshold, int) and (counted or 0) >= threshold:  # compacted, then answered
+            output = [self._compaction("threshold", reply, items, counted), *output]
         usage = self._usage(reply, body, items, output, counted)
         reply.usage = usage
         final = self._response(rid, body, reply.end, output, usage)
@@ -470,7 +554,7 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
             final["incomplete_details"] = {"reason": "max_output_tokens"}
         if body.get("store", True) is not False:
             with self._lock:
-                self.stored[rid] = [*items, *output]
+                self.stored[rid] = [*(i for i in items if i.get("type") != "compaction_trigger"), *output]
         if not body.get("stream"):
             reply.sent_json = final
             await self._json(send, 200, final)
@@ -537,6 +621,9 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
                     output_index=index,
                     arguments=item["arguments"],
                 )
+            elif kind == "compaction":
+                add("response.output_item.added", output_index=index, item=item)
+                add("response.compaction.compacting", item_id=item["id"], output_index=index)
             else:
                 add("response.output_item.added", output_index=index, item=item)
             add("response.output_item.done", output_index=index, item=item)
