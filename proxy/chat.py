@@ -62,7 +62,7 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         services.metrics.observe_identity(ingested.lookup)
         # from here on every answer, errors included, names the conversation
         request.conversation = (header, _conversation_of(ingested))
-        call = await _open_call(services, route, model, stream, body, ingested, started)
+        call = await _open_call(services, route, model, (wire.purpose, stream), body, ingested, started)
         exchange = Exchange(services, wire, route, policy, request, ingested, call)
         deferred = policy.provider_context == "defer" and wire.provider_managed(body)
         rewriting = policy.rewrite and wire.rewrite_allowed(body) and not deferred
@@ -112,9 +112,17 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
 
 
 async def _open_call(
-    services: Services, route: Route, model: str, stream: bool, body: dict[str, Any], ingested: Ingested, started: float
+    services: Services,
+    route: Route,
+    model: str,
+    kind: tuple[str, bool],
+    body: dict[str, Any],
+    ingested: Ingested,
+    started: float,
 ) -> CallRecord:
-    call = services.recorder.open(ingested.identity.tenant, route, model, "main", stream, started)
+    """The call's record, opened as `kind` (its purpose, whether streamed)."""
+    purpose, stream = kind
+    call = services.recorder.open(ingested.identity.tenant, route, model, purpose, stream, started)
     tools_hash = await services.recorder.blob(body.get("tools"))
     identity = ingested.identity
     record.attach(call, identity.conversation_id, identity.branch_id, ingested.system_hash, tools_hash)

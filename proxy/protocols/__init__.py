@@ -5,11 +5,12 @@ from __future__ import annotations
 from .anthropic import WIRE as ANTHROPIC
 from .base import Wire
 from .openai_chat import WIRE as OPENAI_CHAT
+from .responses import COMPACT as OPENAI_RESPONSES_COMPACT
 from .responses import WIRE as OPENAI_RESPONSES
 
-WIRES: tuple[Wire, ...] = (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC)
+WIRES: tuple[Wire, ...] = (OPENAI_CHAT, OPENAI_RESPONSES, OPENAI_RESPONSES_COMPACT, ANTHROPIC)
 
-__all__ = ["ANTHROPIC", "OPENAI_CHAT", "OPENAI_RESPONSES", "WIRES", "Wire", "wire_for_path"]
+__all__ = ["ANTHROPIC", "OPENAI_CHAT", "OPENAI_RESPONSES", "OPENAI_RESPONSES_COMPACT", "WIRES", "Wire", "wire_for_path"]
 
 
 def wire_for_path(path: str) -> Wire | None:

@@ -108,6 +108,8 @@ class Wire(Protocol):
     fails_in_stream: bool
     """Whether the API may refuse a request inside a 200 stream, before its answer (then the
     stream's opening is read first: `opening_failure`)."""
+    purpose: str
+    """What its calls are recorded as: `main`, or `client_compaction` (the client's own compaction)."""
 
     def opening_failure(self, event: SseEvent) -> bytes | bool | None:
         """One event of a stream's opening: None while it only opens the stream, False once the
@@ -132,6 +134,7 @@ class BaseWire:
     """Defaults of the `Wire` members a wire may leave alone."""
 
     fails_in_stream = False
+    purpose = "main"
 
     def rewrite_allowed(self, body: Json) -> bool:
         """Every request may be projected."""

@@ -19,8 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.anthropic_context import compaction_block
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as AnthropicReply
+from tests.support.responses_context import compaction_item
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 
 pytestmark = pytest.mark.slow
@@ -30,12 +32,8 @@ CLAUDE_MODEL = "claude-ctx-1"
 POLICY = {"context_window": 8000, "max_output_tokens": 500, "keep_recent_tokens": 1500}
 TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
 OBJECTIVE = "Objective: migrate billing to the new queue. Never touch config/prod.yaml."
-COMPACTION = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA" + "Zm9v" * 40}
-ANTHROPIC_COMPACTION = {
-    "type": "compaction",
-    "content": "Earlier: read the queue code.",
-    "encrypted_content": "EqQB" * 20,
-}
+COMPACTION = compaction_item("Earlier: read the queue code.", [], 40)
+ANTHROPIC_COMPACTION = compaction_block("Earlier: read the queue code.")
 CONTEXT_MANAGEMENT = [{"type": "compaction", "compact_threshold": 200000}]
 ANTHROPIC_CONTEXT = {"edits": [{"type": "clear_tool_uses_20250919"}]}
 BETA = "context-management-2025-06-27"
@@ -190,3 +188,41 @@ def test_a_compaction_item_sent_back_survives_every_rewrite(proxy, rup, anthropi
         assert len(json.dumps(sent)) < len(raw)
         blocks = [b for m in sent["messages"] if isinstance(m["content"], list) for b in m["content"]]
         assert [b for b in blocks if b.get("type") == "compaction"] == [ANTHROPIC_COMPACTION]
+
+
+def test_a_client_compaction_is_recorded_and_its_item_comes_back_unmodified(proxy, rup, anthropic_upstream, api_key):
+    """`/v1/responses/compact` through the proxy (the real SDK's `responses.compact`): routed like
+    `/v1/responses`, relayed as the provider answered, recorded and billed as `client_compaction`
+    on the conversation it compacts; the next request, built from its output, continues that
+    conversation and its compaction item reaches the upstream as the provider made it."""
+    p = _proxy(proxy, rup, anthropic_upstream, "defer")
+    client = p.client(api_key)
+    items = _responses_input(6)
+    rup.push(ResponsesReply(text="first answer"))
+    first = client.responses.with_raw_response.create(model=RESPONSES_MODEL, input=items)
+    conversation = first.headers["x-conversation-id"]
+    items = [*items, {"role": "assistant", "content": "first answer"}]
+    compacted = client.responses.with_raw_response.compact(model=RESPONSES_MODEL, input=items)
+    assert compacted.headers["x-conversation-id"] == conversation
+    answer = compacted.parse()
+    assert answer.object == "response.compaction" and answer.output[-1].type == "compaction"
+    assert rup.last.path == "/v1/responses/compact" and json.loads(rup.last.raw) == {
+        "model": RESPONSES_MODEL,
+        "input": items,
+    }
+    calls = p.wait_calls(conversation, 2)
+    compaction = next(c for c in calls if c["purpose"] == "client_compaction")
+    assert compaction["status"] == "complete" and compaction["finish_reason"] == "compacted"
+    assert (
+        compaction["usage"]["input_total"] == answer.usage.input_tokens
+        and compaction["usage"]["output"] == answer.usage.output_tokens
+    )
+
+    output = compacted.http_response.json()["output"]  # sent back as the provider wrote it
+    item = output[-1]
+    following = [*output, {"role": "user", "content": "go on"}]
+    rup.push(ResponsesReply(text="continued"))
+    after = client.responses.with_raw_response.create(model=RESPONSES_MODEL, input=following)
+    assert after.parse().output_text == "continued"
+    assert after.headers["x-conversation-id"] == conversation
+    assert [i for i in rup.bodies[-1]["input"] if i.get("type") == "compaction"] == [item]

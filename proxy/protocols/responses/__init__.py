@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from .compact import WIRE as COMPACT
 from .wire import WIRE, ResponsesWire
 
-__all__ = ["WIRE", "ResponsesWire"]
+__all__ = ["COMPACT", "WIRE", "ResponsesWire"]
