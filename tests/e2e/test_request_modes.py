@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.e2e import assert_openai_error, user
-from tests.support.proxy_process import UPSTREAM_KEY
+from tests.support.proxy_process import ADMIN_TOKEN, UPSTREAM_KEY
 from tests.support.responses_upstream import ResponsesServer
 from tests.support.upstream_server import Reply
 
@@ -108,6 +108,14 @@ def test_the_same_history_rewritten_observed_and_streamed(proxy, upstream, api_k
     assert observed["sent_tokens"] == observed["client_tokens"]
     assert observed["observed"]["sent_tokens"] == int(rewritten["x-ctxproxy-sent-tokens"])
     assert observed["observed"]["trimmed"] >= 1
+    # The inspector's diff of the observed call: the client's request beside what would have gone.
+    conv, call_id = ours["x-ctxproxy-conversation"], calls[-1]["id"]
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    view = httpx.get(f"{p.url}/ui/api/conversations/{conv}/calls/{call_id}", headers=admin, timeout=10).json()
+    assert view["verified"], view["mismatches"]
+    assert view["counts"].get("trimmed", 0) >= 1
+    page = httpx.get(f"{p.url}/ui/conversations/{conv}/calls/{call_id}", headers=admin, timeout=10)
+    assert 'id="observed"' in page.text and "Would have gone upstream" in page.text
 
     # Streamed, observed: the headers come with the stream; the client asked for usage, so the
     # upstream gets its bytes as they are.
