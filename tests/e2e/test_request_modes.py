@@ -78,6 +78,8 @@ def test_passthrough_sends_the_clients_bytes_and_records_the_call(proxy, upstrea
     assert [e["message"]["role"] for e in p.events(conv)][-2:] == ["user", "assistant"]
     ledger = p.admin_json("usage", params={"conversation": conv})["totals"]
     assert ledger["calls"] == 1 and ledger["input_total"] == call["usage"]["input_total"]
+    metrics = httpx.get(f"{p.url}/metrics", timeout=10).text
+    assert 'ctxproxy_mode_requests_total{route="main",mode="passthrough"}' in metrics
 
 
 def test_the_same_history_rewritten_observed_and_streamed(proxy, upstream, api_key):
