@@ -32,16 +32,17 @@ the API's error event)."""
 class Incoming:
     """A model call's request as the handlers read it, straight from the ASGI scope (no
     starlette `Request`: the model endpoints bypass starlette's router, `proxy/serving/app.py`).
-    `conversation` is set once the request's conversation is known, so that every answer from
-    then on, errors included, names it."""
+    `reported` holds the headers that say what happened to the request (`chat._reported`),
+    set once its conversation is known, so that every answer from then on, errors included,
+    carries them."""
 
-    __slots__ = ("scope", "receive", "headers", "conversation")
+    __slots__ = ("scope", "receive", "headers", "reported")
 
     def __init__(self, scope: Scope, receive: Receive) -> None:
         self.scope = scope
         self.receive = receive
         self.headers = Headers(scope=scope)
-        self.conversation: tuple[str, str] | None = None
+        self.reported: list[tuple[str, str]] = []
 
 
 class RawResponse:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import auth, identify, record, routing
+from . import auth, identify, modes, record, routing
 from .asgi import Incoming, RawResponse, client_api_key, read_body
 from .config import Route
 from .errors import ConversationGone, ProxyError, StoreError
@@ -50,10 +50,11 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     messages = wire.messages(body, memo)
     route, policy = routing.route_for(config, wire.path, model)
     caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
+    mode = modes.mode_of(request.headers, route, policy)  # a refused mode: nothing stored or sent
     memo.commit()
     tenant = caller.tenant
     header = config.conversation_header
-    drop = frozenset({header.lower()})
+    drop = frozenset({header.lower()})  # and every X-Ctxproxy-* header (`upstream_request_headers`)
     ingested: Ingested | None = None
     try:
         session = identify.session_of(config.session_headers, request.headers, body.get("tools"))
@@ -61,17 +62,23 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         ingested = await ingest(services.store, services.history, wire, arrival)
         services.metrics.observe_identity(ingested.lookup)
         # from here on every answer, errors included, names the conversation
-        request.conversation = (header, _conversation_of(ingested))
+        request.reported = _reported(header, ingested, None, mode)
         call = await _open_call(services, route, model, (wire.purpose, stream), body, ingested, started)
         exchange = Exchange(services, wire, route, policy, request, ingested, call)
         deferred = policy.provider_context == "defer" and wire.provider_managed(body)
-        rewriting = policy.rewrite and wire.rewrite_allowed(body) and not deferred
-        recalling = rewriting and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
+        projectable = policy.rewrite and wire.rewrite_allowed(body) and not deferred
+        rewriting = projectable and mode is None
+        recall = projectable and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
+        recalling = rewriting and recall
         if recalling:
             body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget
+        observing = None
+        if projectable and mode == "observe":  # the body the projection would have been made for
+            observing = with_tool(body, wire.name, policy.recall) if recall else body
         credentials = routing.summary_auth(services.keys, wire, route, request.headers, caller) if rewriting else None
         # A litellm route's window and prices are its provider model's, whatever the client calls it.
-        outgoing = Outgoing(exchange, route.upstream.model or model, body, messages, raw, credentials, recalling)
+        provider_model = route.upstream.model or model
+        outgoing = Outgoing(exchange, provider_model, body, messages, raw, credentials, recalling, mode, observing)
         payload = await outgoing.prepare()
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
@@ -82,7 +89,7 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         if ingested is not None:  # refused by the proxy itself (an impossible budget): nothing stays
             await retract(services, ingested)
         raise
-    echo = [(header, _conversation_of(ingested))]
+    request.reported = _reported(header, ingested, exchange.call.projection, mode)
     exchange.headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
 
     async def resend() -> UpstreamResponse | None:
@@ -100,6 +107,8 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         upstream = await detour(exchange, outgoing.body, outgoing.sent, upstream)
     if upstream is None:
         return await _client_left(exchange)
+    # what the answer says about the request: its conversation, and what the call that answered sent
+    echo = request.reported = _reported(header, ingested, exchange.call.projection, mode)
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         observer = wire.observer(body)
         call, t0, answer = exchange.call, exchange.t0, upstream
@@ -219,3 +228,13 @@ async def _unrecorded(outcome: StreamOutcome) -> None:
 
 def _conversation_of(ingested: Ingested) -> str:
     return ingested.identity.external_id or ingested.identity.conversation_id
+
+
+def _reported(
+    header: str, ingested: Ingested, projection: dict[str, Any] | None, mode: str | None
+) -> list[tuple[str, str]]:
+    """The headers of every answer to the request once its conversation is known: the
+    conversation header (the client's own id, else the proxy's) and `modes.call_headers`."""
+    identity = ingested.identity
+    described = modes.call_headers(identity.conversation_id, identity.branch_id, projection, mode)
+    return [(header, _conversation_of(ingested)), *described]

@@ -181,12 +181,17 @@ class Policy(PolicyConfig):
     projects it as any other request and the provider's edits apply to what ctxproxy sends."""
     summarizer: Summarizer = Summarizer()
     recall: Recall = Recall()
+    modes: tuple[Literal["passthrough", "observe"], ...] = ("passthrough", "observe")
+    """The values of the `X-Ctxproxy-Mode` request header a client may send on the routes using
+    this policy (proxy/modes.py); another value is a 400. Empty: no mode is allowed."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_order(self.order)
         if self.context_window and self.max_output_tokens and self.max_output_tokens >= self.context_window:
             raise ValueError("max_output_tokens must be smaller than context_window")
+        if len(set(self.modes)) != len(self.modes):
+            raise ValueError("modes lists a mode twice")
 
 
 class Limits(_Frozen):

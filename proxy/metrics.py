@@ -18,6 +18,8 @@ are spent money) but not in the request counters and histograms, which describe 
                                                          (skipped: another replica holds the lease)
     ctxproxy_store_passthrough_total{route}              requests relayed unrewritten, unrecorded,
                                                          because the store failed (store_failure)
+    ctxproxy_mode_requests_total{route,mode}             requests that asked not to be rewritten
+                                                         (X-Ctxproxy-Mode: passthrough | observe)
     ctxproxy_identity_total{how}                         how a request's place in its history was found:
                                                          remembered (appended at the branch head the
                                                          previous answer left, no lookup) | stale (that
@@ -206,6 +208,11 @@ class Metrics:
         self.pruned = Counter(
             "ctxproxy_pruned_events_total", "Events dropped from main requests to fit (each marked).", ("route",)
         )
+        self.modes = Counter(
+            "ctxproxy_mode_requests_total",
+            "Requests sent as the client sent them at its asking (X-Ctxproxy-Mode), by mode.",
+            ("route", "mode"),
+        )
         self.rejected = Readings(
             "ctxproxy_recall_rejected",
             "Routes and models not offered the recall tool (rejected; expires).",
@@ -249,6 +256,9 @@ class Metrics:
         pruned = projection.get("pruned_seqs")
         if pruned:
             self.pruned.inc((route,), sum(end - start + 1 for start, end in pruned))
+        mode = projection.get("mode")
+        if isinstance(mode, str):
+            self.modes.inc((route, mode))
 
     def watch_rejected(self, pairs: Callable[[], Iterable[tuple[str, str]]]) -> None:
         """Render `pairs()` ((route, model) not offered the recall tool) on every scrape."""
@@ -288,6 +298,7 @@ class Metrics:
             self.compactions_running,
             self.overflows,
             self.pruned,
+            self.modes,
             self.rejected,
         ):
             lines.extend(metric.render())

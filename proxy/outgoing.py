@@ -12,9 +12,11 @@ the upstream's count to the attempt, which the answer's bill is compared with.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from . import record
+from .errors import ContextLengthExceeded
 from .exchange import Exchange
 from .projector import Asked, Projected
 from .rolling import CompactionJob
@@ -31,12 +33,17 @@ class Outgoing:
         raw: bytes,
         credentials: dict[str, str] | None,
         recalling: bool,
+        mode: str | None = None,
+        observing: dict[str, Any] | None = None,
     ) -> None:
         """`model`: the one the window and prices are looked up for (a litellm route's provider
         model, whatever the client calls it); `credentials`: how a summarizer call of a
-        compaction reaches the upstream, None when the request is not rewritten."""
+        compaction reaches the upstream, None when the request is not rewritten; `mode`: the
+        `X-Ctxproxy-Mode` asked (`proxy.modes`); `observing`: in `observe` mode, the body the
+        projection would have been made for (with the recall tool it would have offered)."""
         self.exchange, self.model, self.body, self.messages, self.raw = exchange, model, body, messages, raw
         self.credentials, self.recalling = credentials, recalling
+        self.mode, self.observing = mode, observing
         self.sent: list[Message] = messages
         """the messages of the last attempt prepared (the recall detour appends to them)"""
 
@@ -56,27 +63,55 @@ class Outgoing:
                 self.sent = wire.with_cache_point(
                     self.body, projection.messages, projection.cache_point, projection.previous_point
                 )
+        else:
+            await self.count()
         known = ingested.known.encoded if ingested.known else None
         outgoing = self.sent if self.recalling or self.sent is not self.messages else None
         stream = bool(self.body.get("stream"))
         encoded, ingested.remembered.encoded = wire.encode(self.body, outgoing, stream, known)
         return self.raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
 
-    async def project(self, cut: int) -> Projected:
-        """Project with the active checkpoint; start a compaction when the plan asks for one, and
-        wait for it (bounded) only when the request could not be served without dropping history."""
+    async def count(self) -> None:
+        """A request sent as the client sent it: the record says so with its count (client and
+        sent tokens alike), its mode, and in `observe` mode what its projection would have been."""
+        exchange = self.exchange
+        projector = exchange.services.projector
+        asked = self.asked(self.body)
+        tokens = projector.count_request(asked)
+        facts: dict[str, Any] = {"client_tokens": tokens, "sent_tokens": tokens, "checkpoint_generation": None}
+        if self.mode is not None:
+            facts["mode"] = self.mode
+        if self.observing is not None:
+            try:
+                projected = await self.project(0, replace(asked, body=self.observing), compact=False)
+                facts["observed"] = projected.summary()
+            except ContextLengthExceeded as exc:
+                facts["observed"] = {"refused": exc.message}
+        record.projected(exchange.call, facts)
+
+    def asked(self, body: dict[str, Any]) -> Asked:
+        """The request as the projection (or the count) sees it, for `body`."""
+        exchange = self.exchange
+        ingested, projector = exchange.ingested, exchange.services.projector
+        items = projector.items(
+            ingested.history, ingested.hashes, projector.counter(self.model), ingested.known, ingested.remembered
+        )
+        branch, route = ingested.identity.branch_id, exchange.route
+        return Asked(exchange.policy, self.model, body, ingested.prefix, items, branch, ingested.remembered, route)
+
+    async def project(self, cut: int, asked: Asked | None = None, compact: bool = True) -> Projected:
+        """Project the request (or `asked`) with the active checkpoint; start a compaction when
+        the plan asks for one (`compact`), and wait for it (bounded) only when the request could
+        not be served without dropping history."""
         exchange = self.exchange
         services, ingested, policy = exchange.services, exchange.ingested, exchange.policy
         identity, projector = ingested.identity, services.projector
         checkpoint = await services.store.active_checkpoint(identity.branch_id)
-        items = projector.items(
-            ingested.history, ingested.hashes, projector.counter(self.model), ingested.known, ingested.remembered
-        )
-        branch, route = identity.branch_id, exchange.route
-        asked = Asked(policy, self.model, self.body, ingested.prefix, items, branch, ingested.remembered, route)
+        asked = asked or self.asked(self.body)
+        items, branch, route = asked.items, identity.branch_id, exchange.route
         projected = projector.project_request(asked, checkpoint, cut)
         plan = projected.projection.record.compaction
-        if plan is None:
+        if plan is None or not compact:
             return projected
         job = CompactionJob(
             tenant=identity.tenant,

@@ -181,10 +181,7 @@ class Projector:
         key = (route.name, model) if route is not None else None
         window = self.windows.window(policy, model, key).tokens
         output = self.windows.output(policy, model, body, window)
-        tools = body.get("tools")
-        fixed = REPLY_PRIMING_TOKENS + (
-            counter.count_tools(tools, body.get("tool_choice")) if isinstance(tools, list) else 0
-        )
+        fixed = fixed_tokens(counter, body)
         limit = max(1, window - output - max(0, cut))
         estimated = limit
         if key is not None:
@@ -200,6 +197,13 @@ class Projector:
             summary_max_tokens=self.windows.summary_max_tokens(policy, model, name, policy_name),
         )
         return budget, limit
+
+    def count_request(self, asked: Asked) -> int:
+        """ctxproxy's count of the request as the client sent it, for one that is not projected:
+        what a projection's record calls `client_tokens` (framing and tools, prefix, history)."""
+        counter = self.counter(asked.model)
+        prefix = sum(counter.count(message) for message in asked.prefix)
+        return fixed_tokens(counter, asked.body) + prefix + sum(item.tokens for item in asked.items)
 
     def summarizer_budget(self, policy: Policy, model: str, route: Route | None = None) -> Budget:
         """The summarizer's limits in the estimate's units (`Windows.summarizer_budget`)."""
@@ -284,6 +288,14 @@ class Projector:
                 projection = project_within(budget)
                 prediction = predict(projection)
         return Projected(projection, prediction, limit, budget.max_output_tokens)
+
+
+def fixed_tokens(counter: TokenCounter, body: Json) -> int:
+    """The tokens of a request beyond its messages: the reply's priming and the tools."""
+    tools = body.get("tools")
+    return REPLY_PRIMING_TOKENS + (
+        counter.count_tools(tools, body.get("tool_choice")) if isinstance(tools, list) else 0
+    )
 
 
 def recall_tool(policy: Policy, body: Json) -> str | None:

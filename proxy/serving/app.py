@@ -47,11 +47,11 @@ log = logging.getLogger("ctxproxy")
 
 
 def _render(
-    services: Services | None, wire: Wire | None, exc: Exception, path: str, conversation: tuple[str, str] | None
+    services: Services | None, wire: Wire | None, exc: Exception, path: str, reported: list[tuple[str, str]]
 ) -> RawResponse:
     """The error answer: in the client API's shape (`wire`; OpenAI's for paths of no API), with
-    the conversation header once the request's conversation is known (`chat.handle` sets it
-    right after identifying)."""
+    the conversation headers once the request's conversation is known (`chat.handle` sets them
+    right after identifying: `Incoming.reported`)."""
     if isinstance(exc, StoreError):
         log.error("store failure on %s: %s", path, exc)
         exc = StoreUnavailable("The proxy's store is unavailable; retry shortly.")
@@ -61,8 +61,7 @@ def _render(
     response = error_response(exc, wire)
     if services is not None:  # a message quoting a client's value never quotes an operator secret
         response.body = services.keys.redact(response.body)
-    if conversation is not None:
-        response.headers.append(conversation)
+    response.headers.extend(reported)
     return response
 
 
@@ -77,7 +76,7 @@ async def _starlette_error(request: Request, exc: Exception) -> RawResponse:
             error = ProxyError(str(exc.detail))
             error.status = exc.status_code
             exc = error
-    return _render(getattr(request.app.state, "ctx", None), wire_for_path(path), exc, path, None)
+    return _render(getattr(request.app.state, "ctx", None), wire_for_path(path), exc, path, [])
 
 
 def _not_allowed(method: str, path: str) -> BadRequest:
@@ -115,7 +114,7 @@ class ProxyApp:
                 raise _not_allowed(scope["method"], scope["path"])
             response = await handle(services, request, wire)
         except Exception as exc:
-            response = _render(services, wire, exc, scope["path"], request.conversation)
+            response = _render(services, wire, exc, scope["path"], request.reported)
         await response(scope, receive, send)
 
 

@@ -15,7 +15,7 @@ from . import data
 from .conversation import event_link
 from .guard import Ctx
 from .html import cell, cost, esc, frame, json_answer, link, message_text, ms, num, query, respond, table
-from .reconstruct import CallView, Rebuilder, Row, consumers, preview
+from .reconstruct import CallView, Rebuilder, Row, consumers, preview, shown_record
 
 MARKER = re.compile(r"\[(?:trimmed|cut for summarization): [^\]\n]*\]")
 """The policies' markers in rewritten text (`trim_tool_results.trim_marker`, summary_tail's cut)."""
@@ -90,8 +90,11 @@ def diff_row(cid: str, branch: str | None, row: Row) -> str:
 def facts(view: CallView) -> str:
     c = view.call
     p = c.projection or {}
+    shown = shown_record(c) or p
+    mode = f"<tr><th>Mode</th><td>{esc(p['mode'])}</td></tr>" if isinstance(p.get("mode"), str) else ""
     rows = [
         f"<tr><th>Purpose / status</th><td>{esc(c.purpose)} / {esc(c.status)} {esc(c.error or '')}</td></tr>",
+        mode,
         f"<tr><th>Model / route</th><td>{esc(c.model)} / {esc(c.route)}</td></tr>",
         "<tr><th>Latency / TTFB</th>" + cell("latency_ms", c.latency_ms, ms(c.latency_ms)) + "</tr>",
         "<tr><th>Time to first byte</th>" + cell("ttfb_ms", c.ttfb_ms, ms(c.ttfb_ms)) + "</tr>",
@@ -103,10 +106,14 @@ def facts(view: CallView) -> str:
         "<tr><th>Cost</th>" + cell("cost_usd", c.cost_usd, cost(c.cost_usd)) + "</tr>",
         "<tr><th>History</th>" + cell("head_seq", view.head_seq, f"e1–e{view.head_seq}") + "</tr>",
         "<tr><th>Trimmed / pruned / summary</th><td>"
-        f"{num(p.get('trimmed'))} trimmed, {len(p.get('pruned_seqs') or [])} pruned range(s), "
-        f"summary generation {esc(p.get('checkpoint_generation') or '—')}"
-        f" through e{esc(p.get('covered_through_seq'))}</td></tr>",
+        f"{num(shown.get('trimmed'))} trimmed, {len(shown.get('pruned_seqs') or [])} pruned range(s), "
+        f"summary generation {esc(shown.get('checkpoint_generation') or '—')}"
+        f" through e{esc(shown.get('covered_through_seq'))}</td></tr>",
     ]
+    if shown is not p:
+        rows.append(
+            "<tr><th>Would have sent tokens</th>" + cell("observed_sent_tokens", shown.get("sent_tokens")) + "</tr>"
+        )
     return f'<table class="facts" id="call-facts"><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -123,6 +130,11 @@ async def call_page(request: Request, ctx: Ctx) -> RawResponse:
             "call's budget differed: a client max_tokens). Summarized, pinned and pruned events "
             f"are the record's; trims are the rebuild's.</p><ul>{problems}</ul></div>"
         )
+    if shown_record(view.call) is not view.call.projection:
+        banner += (
+            '<p class="warn" id="observed">Observed (<code>X-Ctxproxy-Mode: observe</code>): the upstream got the '
+            "client's request as it was sent; the right column is what ctxproxy would have sent instead.</p>"
+        )
     counts = view.counts()
     legend = "".join(
         f'<li><span class="badge {form}">{esc(FORM_TEXT[form])}</span> {counts[form]}</li>'
@@ -130,8 +142,10 @@ async def call_page(request: Request, ctx: Ctx) -> RawResponse:
         if form in counts
     )
     shown = view.rows[offset : offset + ROWS_PAGE]
+    observed = shown_record(view.call) is not view.call.projection
     grid = table(
-        ["Event", "Form", "Client sent", "Went upstream", "Client tokens", "Sent tokens"],
+        ["Event", "Form", "Client sent", "Would have gone upstream" if observed else "Went upstream"]
+        + ["Client tokens", "Would-be sent tokens" if observed else "Sent tokens"],
         [diff_row(cid, view.call.branch_id, row) for row in shown],
         cls="grid diff",
         id="diff",

@@ -34,7 +34,7 @@ from .html import (
     table,
     when,
 )
-from .reconstruct import head_seq, projected
+from .reconstruct import head_seq, projected, shown_record
 
 CALLS_PAGE = 100
 EVENTS_PAGE = 100
@@ -193,10 +193,11 @@ def calls_section(detail: data.Detail, offset: int) -> str:
     rows = []
     for i, c in enumerate(page, start=offset + 1):
         p = c.projection or {}
-        diff = link(f"/ui/conversations/{cid}/calls/{c.id}", "diff", cls="diff") if projected(c) else ""
+        diff = link(f"/ui/conversations/{cid}/calls/{c.id}", "diff", cls="diff") if shown_record(c) else ""
+        mode = f" ({p['mode']})" if isinstance(p.get("mode"), str) else ""
         rows.append(
             f'<tr data-call="{esc(c.id)}" data-purpose="{esc(c.purpose)}" class="{esc(c.status)}">'
-            f"<td>{i}</td><td>{esc(when(c.started_at))}</td><td>{esc(c.purpose)}</td><td>{esc(c.model)}</td>"
+            f"<td>{i}</td><td>{esc(when(c.started_at))}</td><td>{esc(c.purpose + mode)}</td><td>{esc(c.model)}</td>"
             f'<td data-field="status">{esc(c.status)}{" " + esc(c.error) if c.error else ""}</td>'
             + cell("latency_ms", c.latency_ms, ms(c.latency_ms))
             + cell("ttfb_ms", c.ttfb_ms, ms(c.ttfb_ms))

@@ -63,6 +63,17 @@ def projected(call: CallRecord) -> bool:
     return bool(call.projection) and call.projection.get("sent") is not None  # type: ignore[union-attr]
 
 
+def shown_record(call: CallRecord) -> dict[str, Any] | None:
+    """The projection record a call's diff shows: the one it was sent with, or for a call sent
+    as the client sent it in `observe` mode (`proxy/modes.py`) the one ctxproxy would have sent;
+    None when there is neither."""
+    record = call.projection or {}
+    observed = record.get("observed")
+    if isinstance(observed, dict) and observed.get("sent") is not None:
+        return observed
+    return record if record.get("sent") is not None else None
+
+
 @dataclass(frozen=True)
 class Row:
     """One line of the diff: an event (or the prefix, or the summary block) with its form."""
@@ -167,8 +178,8 @@ class Rebuilder:
 
     async def rebuild(self, call: CallRecord) -> CallView | None:
         """The call's diff, or None for a call that was not projected (no record, no branch)."""
-        record = call.projection
-        if record is None or not projected(call) or not call.branch_id or not call.model:
+        record = shown_record(call)
+        if record is None or not call.branch_id or not call.model:
             return None
         config = self.services.config
         route = next((r for r in config.routes if r.name == call.route), None)

@@ -42,6 +42,11 @@ _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "se
 CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
 
 
+OWN_PREFIX = "x-ctxproxy-"
+"""The proxy's own headers (`proxy/modes.py`): a client's never go upstream, and an upstream's (a
+ctxproxy in front of another) are replaced by this proxy's own."""
+
+
 def upstream_request_headers(
     client_headers: Mapping[str, str], auth: dict[str, str] | None, drop: frozenset[str]
 ) -> dict[str, str]:
@@ -52,7 +57,7 @@ def upstream_request_headers(
     named = {t.strip().lower() for k, v in client_headers.items() if k.lower() == "connection" for t in v.split(",")}
     for name, value in client_headers.items():
         lower = name.lower()
-        if lower in _REQUEST_DROP or lower in drop or lower in named:
+        if lower in _REQUEST_DROP or lower in drop or lower in named or lower.startswith(OWN_PREFIX):
             continue
         if auth is not None and lower in CREDENTIAL_HEADERS:
             continue
@@ -63,7 +68,9 @@ def upstream_request_headers(
 
 
 def relayed_response_headers(headers: Mapping[str, str]) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in headers.items() if k.lower() not in _RESPONSE_DROP]
+    return [
+        (k, v) for k, v in headers.items() if k.lower() not in _RESPONSE_DROP and not k.lower().startswith(OWN_PREFIX)
+    ]
 
 
 class UpstreamResponse:

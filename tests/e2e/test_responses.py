@@ -279,7 +279,10 @@ def test_previous_response_id_passed_through(proxy, rup, api_key):
     assert rup.last.raw == raw
     conv = r.headers["x-conversation-id"]
     call = p.wait_calls(conv, 1)[0]
-    assert call["status"] == "complete" and call["projection"] is None
+    assert call["status"] == "complete"
+    projection = call["projection"]  # counted, not projected: what was sent is what the client sent
+    assert "sent" not in projection and projection["client_tokens"] == projection["sent_tokens"] > 0
+    assert r.headers["x-ctxproxy-sent-tokens"] == str(projection["sent_tokens"])
     assert call["usage_raw"] == r.json()["usage"]
     assert [e["message"]["role"] for e in p.events(conv)] == ["user", "assistant"]
 

@@ -49,8 +49,8 @@ class OpenAIChatWire(BaseWire):
         self, body: Json, messages: list[Message] | None, stream: bool, known: SentBody | None
     ) -> tuple[bytes | None, SentBody | None]:
         """The upstream body, or None when the client's bytes can go as they are."""
-        if messages is None and not stream:
-            return None, None
+        if messages is None and (not stream or client_wants_usage(body)):
+            return None, None  # nothing to add: the client's bytes go as they are
         outgoing = with_usage_requested(body) if stream else body
         return encode_body(outgoing, messages if messages is not None else body["messages"], known)
 
