@@ -180,7 +180,8 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
         await exchange.finish(call, error_kind)
         await exchange.retract()
         return
-    turn = response_turn(ingested, call.response if call.status == "complete" else None, call.id)
+    answer = call.response if call.status == "complete" else None
+    turn = response_turn(ingested, answer, call.id, exchange.wire.purpose == "main")
     answer_stored(ingested, turn, await services.recorder.finish(call, exchange.wire.name, error_kind, turn))
     prediction = exchange.attempt.prediction
     if (

@@ -264,15 +264,16 @@ async def _session_start(store: Store, tenant: str, session: identify.Session) -
     return Position(conversation.id, conversation.main_branch_id, 0), False
 
 
-def response_turn(ingested: Ingested, message: Message | None, call_id: str) -> ResponseTurn:
-    """The upstream accepted the request: the turn that stamps its events (and the system prefix
-    it was called with) and appends the answer, when there is a whole one."""
+def response_turn(ingested: Ingested, message: Message | None, call_id: str, main: bool = True) -> ResponseTurn:
+    """The upstream accepted the request: the turn that stamps its events (and, for the agent's
+    own calls, `main`, the system prefix it was called with: a client's compaction call carries
+    none, and the branch's prefix is the agent's) and appends the answer, when there is a whole one."""
     answer = None
     if message is not None:
         parent = ingested.hashes[-1] if ingested.hashes else identify.root_hash(ingested.identity.tenant)
         chain_hash = identify.message_hash(parent, message)
         answer = NewEvent(role="assistant", message=message, chain_hash=chain_hash, source="response", call_id=call_id)
-    return ResponseTurn(ingested.position, ingested.system_hash, answer)
+    return ResponseTurn(ingested.position, ingested.system_hash if main else None, answer)
 
 
 def answer_stored(ingested: Ingested, turn: ResponseTurn, position: Position | None) -> None:

@@ -58,11 +58,11 @@ class Position:
 @dataclass(frozen=True)
 class ResponseTurn:
     """What an accepted request adds to its history once answered (`Store.record_answered`):
-    the stamp of its events at `end` with the system prefix it was called with, and the answer
-    appended after them when there is a whole one."""
+    the stamp of its events at `end` with the system prefix it was called with (None: the branch
+    keeps the prefix it has), and the answer appended after them when there is a whole one."""
 
     end: Position
-    system_hash: str
+    system_hash: str | None
     answer: NewEvent | None
 
 

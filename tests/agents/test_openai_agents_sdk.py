@@ -18,6 +18,7 @@ asked for. No session header, no side calls: each run is one conversation by its
 from __future__ import annotations
 
 import asyncio
+import collections
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,7 @@ def _check(p: Any, name: str, answer: str, bodies: list[dict[str, Any]], billed:
     assert len(main) == harness.STEPS + 1
     assert len(billed) == len(bodies), "the upstream rejected a request"
     got = harness.outcome(p, len(bodies))
-    assert len(got.conversations) == 1, got.conversations
+    assert len(got.conversations) == 1, sorted(collections.Counter((c["conversation_id"][-4:], c["branch_id"][-4:], c["purpose"]) for c in got.calls).items()) + [p.events(got.conversations[0]["id"])[:4]]
     assert len(got.branches) == 1, got.branches
     assert any(c["status"] == "active" for c in got.checkpoints), got.checkpoints
     assert all(c["status"] == "complete" for c in got.calls), [c["status"] for c in got.calls]
@@ -198,3 +199,73 @@ def test_responses_model(proxy, responses_upstream, tmp_path, streamed):
     ]
     name = f"agents sdk responses {'run_streamed' if streamed else 'run'}"
     _check(p, name, answer, [r.body for r in requests], billed)
+
+
+COMPACTING_MODEL = "gpt-4.1-ctxproxy"  # the session refuses a model name that is not OpenAI's
+
+
+def test_responses_compaction_session(proxy, responses_upstream, tmp_path):
+    """`OpenAIResponsesCompactionSession` (input mode) over a SQLite session, through the proxy:
+    a run of 24 tool turns, after which the session compacts with `/responses/compact`, then a
+    second run whose input starts from the compacted history. Every compaction call succeeds and
+    is recorded as `client_compaction`; the second run's requests carry the compaction item as the
+    upstream made it (the scripted upstream verifies its seal and refuses any other); it is all
+    one conversation, and the ledger equals the upstream's bill, compaction included."""
+    from agents import SQLiteSession
+    from agents.memory import OpenAIResponsesCompactionSession
+
+    def respond(body: dict[str, Any]) -> ResponsesReply:
+        if harness.is_summary(body):
+            return ResponsesReply(text=harness.summary(body))
+        if any(isinstance(i, dict) and i.get("type") == "compaction" for i in body.get("input") or []):
+            return ResponsesReply(text="Still there: the work above is done.")
+        step = harness.next_step(body)
+        if step < harness.STEPS:
+            return ResponsesReply(calls=[fcall("shell", {"command": harness.step_command(step)})])
+        return ResponsesReply(text=harness.answer(body))
+
+    responses_upstream.responder = respond
+    route = {
+        "name": "responses",
+        "match": {"model": "gpt-4.1-*"},
+        "upstream": {"base_url": responses_upstream.base_url, "timeouts": TIMEOUTS},
+        "policy": "default",
+    }
+    p = proxy(fresh=True, routes=[route], policies={"default": POLICY})
+    cwd = tmp_path / "work"
+    harness.write_workspace(cwd)
+
+    async def main() -> tuple[str, str]:
+        client = AsyncOpenAI(base_url=p.base_url, api_key=CLIENT_KEY, max_retries=0, timeout=120)
+        session = OpenAIResponsesCompactionSession(
+            session_id="ops-1",
+            underlying_session=SQLiteSession("ops-1", str(tmp_path / "session.db")),
+            client=client,
+            model=COMPACTING_MODEL,
+            compaction_mode="input",
+        )
+        agent = _agent(OpenAIResponsesModel(model=COMPACTING_MODEL, openai_client=client), cwd)
+        first = await Runner.run(agent, harness.PROMPT, max_turns=harness.STEPS + 5, session=session)
+        second = await Runner.run(agent, "Anything left to do?", max_turns=5, session=session)
+        await client.close()
+        return str(first.final_output), str(second.final_output)
+
+    first, second = asyncio.run(main())
+    assert harness.FACT in first, first
+    assert second == "Still there: the work above is done."
+    compactions = responses_upstream.compactions
+    assert compactions and all(c["via"] == "compact" for c in compactions)
+    made = {k: v for k, v in compactions[-1]["item"].items() if v is not None}  # the SDK drops nulls
+    later = [r.body for r in responses_upstream.requests if r.path == "/v1/responses"][-1]
+    assert [i for i in later["input"] if i.get("type") == "compaction"] == [made]
+    harness.wait_idle(p)
+    got = harness.outcome(p, len(responses_upstream.requests))
+    assert len(got.conversations) == 1, sorted(collections.Counter((c["conversation_id"][-4:], c["branch_id"][-4:], c["purpose"]) for c in got.calls).items()) + [p.events(got.conversations[0]["id"])[:4]]
+    purposes = [c["purpose"] for c in got.calls]
+    assert purposes.count("client_compaction") == len(compactions)
+    assert all(c["status"] == "complete" for c in got.calls), [(c["purpose"], c["status"]) for c in got.calls]
+    billed = [r.usage for r in responses_upstream.replies_sent if r.usage]
+    compact_usage = [c["usage"] for c in got.calls if c["purpose"] == "client_compaction"]
+    assert got.ledger["input_total"] == sum(u["input_tokens"] for u in billed) + sum(
+        u["input_total"] for u in compact_usage
+    )
