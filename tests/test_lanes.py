@@ -95,7 +95,12 @@ def test_each_worker_hands_out_its_own_ports_below_the_ephemeral_range() -> None
             capture_output=True,
             text=True,
             timeout=60,
-            env={"PATH": "/usr/bin:/bin", "PYTEST_XDIST_WORKER": worker, "PYTHONPATH": str(REPO)},
+            env={
+                "PATH": "/usr/bin:/bin",
+                "PYTEST_XDIST_WORKER": worker,
+                "PYTEST_XDIST_TESTRUNUID": "one-run",
+                "PYTHONPATH": str(REPO),
+            },
         )
         assert proc.returncode == 0, proc.stderr
         handed[worker] = json.loads(proc.stdout)

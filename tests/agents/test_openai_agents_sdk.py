@@ -129,7 +129,9 @@ def _check(p: Any, name: str, answer: str, bodies: list[dict[str, Any]], billed:
     assert len(main) == harness.STEPS + 1
     assert len(billed) == len(bodies), "the upstream rejected a request"
     got = harness.outcome(p, len(bodies))
-    assert len(got.conversations) == 1, sorted(collections.Counter((c["conversation_id"][-4:], c["branch_id"][-4:], c["purpose"]) for c in got.calls).items()) + [p.events(got.conversations[0]["id"])[:4]]
+    assert len(got.conversations) == 1, sorted(
+        collections.Counter((c["conversation_id"][-4:], c["branch_id"][-4:], c["purpose"]) for c in got.calls).items()
+    ) + [p.events(got.conversations[0]["id"])[:4]]
     assert len(got.branches) == 1, got.branches
     assert any(c["status"] == "active" for c in got.checkpoints), got.checkpoints
     assert all(c["status"] == "complete" for c in got.calls), [c["status"] for c in got.calls]
@@ -260,7 +262,9 @@ def test_responses_compaction_session(proxy, responses_upstream, tmp_path):
     assert [i for i in later["input"] if i.get("type") == "compaction"] == [made]
     harness.wait_idle(p)
     got = harness.outcome(p, len(responses_upstream.requests))
-    assert len(got.conversations) == 1, sorted(collections.Counter((c["conversation_id"][-4:], c["branch_id"][-4:], c["purpose"]) for c in got.calls).items()) + [p.events(got.conversations[0]["id"])[:4]]
+    assert len(got.conversations) == 1, sorted(
+        collections.Counter((c["conversation_id"][-4:], c["branch_id"][-4:], c["purpose"]) for c in got.calls).items()
+    ) + [p.events(got.conversations[0]["id"])[:4]]
     purposes = [c["purpose"] for c in got.calls]
     assert purposes.count("client_compaction") == len(compactions)
     assert all(c["status"] == "complete" for c in got.calls), [(c["purpose"], c["status"]) for c in got.calls]

@@ -3,24 +3,24 @@
 Ports come from below the kernel's ephemeral range (``ip_local_port_range``), so no outgoing
 connection (a client, the proxy's own upstream connections) can take a port between the moment
 it is handed out and the moment its server binds it. Each pytest-xdist worker has its own slice
-of that space, so two workers never hand out the same port, and a worker hands each port out
-once (a port a test keeps closed, like the session's ``closed_port``, stays closed). Within a
-slice the ports go round from a random start, each one probed with a bind first (another
-program listening there is skipped). Where the ephemeral range leaves no room below it, or the
-slice is used up, the kernel picks the port.
+of that space (up to the number of slices, 45 with Linux's default range), so two workers never
+hand out the same port, and a worker hands each port out once (a port a test keeps closed, like
+the session's ``closed_port``, stays closed). Within a slice the ports go round from a random
+start, each one probed with a bind first (another program listening there is skipped). Where the
+ephemeral range leaves no room below it, or the slice is used up, the kernel picks the port.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import random
 import socket
 from pathlib import Path
 
-SLICE = 1_500
+SLICE = 500
 FLOOR = 10_000  # below it are the well-known and registered ports other services use
-WORKERS = 12  # slices below the ephemeral range: pytest-xdist workers gw0..gw11
 
 
 def _ephemeral_low() -> int:
@@ -31,11 +31,16 @@ def _ephemeral_low() -> int:
 
 
 def _slice() -> range | None:
+    """This worker's slice: the run's own offset (from the run id xdist gives its workers, else
+    this process's pid, so two runs on one machine rarely share a slice) plus the worker's index."""
+    slices = (_ephemeral_low() - FLOOR) // SLICE
+    if slices < 2:
+        return None
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker[2:]) if worker[2:].isdigit() else 0
-    low = FLOOR + (index % WORKERS) * SLICE
-    if low + SLICE > _ephemeral_low():
-        return None
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
+    offset = int(hashlib.sha256(run.encode()).hexdigest(), 16) % slices
+    low = FLOOR + (offset + index) % slices * SLICE
     return range(low, low + SLICE)
 
 
