@@ -19,6 +19,7 @@ from typing import Any
 
 from . import auth, identify, record, routing
 from .asgi import Incoming, RawResponse, client_api_key, read_body
+from .cache_key import conversation_key
 from .config import Route
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
@@ -66,6 +67,9 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         exchange = Exchange(services, wire, route, policy, request, ingested, call)
         rewriting = policy.rewrite and wire.rewrite_allowed(body)
         recalling = rewriting and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
+        if policy.prompt_cache_key:
+            key = conversation_key(tenant, ingested.identity.conversation_id)
+            body, raw = wire.with_cache_key(body, raw, key)
         if recalling:
             body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget
         credentials = routing.summary_auth(services.keys, wire, route, request.headers, caller) if rewriting else None

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass as validated_dataclass
 from pydantic_core import ErrorDetails
 
@@ -176,6 +185,10 @@ class Policy(PolicyConfig):
     (`fail`), or relay it unrewritten and unrecorded with `X-Ctxproxy-Degraded` (`passthrough`)."""
     summarizer: Summarizer = Summarizer()
     recall: Recall = Recall()
+    prompt_cache_key: StrictBool = True
+    """On APIs that take one (OpenAI chat and Responses): a request without the client's own
+    `prompt_cache_key` gets one per conversation (`proxy/cache_key.py`), so its turns land on the
+    same prompt-cache machines; false sends the body without one, as the client sent it."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
