@@ -23,6 +23,7 @@ from bench.profile import profile_ctxproxy
 from bench.report import render
 from bench.savings import run_savings
 from bench.scaling import run_compaction, run_scaling
+from bench.sections import merge
 from bench.store_calls import run_store_calls
 from bench.targets import targets
 from bench.workers import ctxproxy_proc, run_workers, start_workers
@@ -123,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="results directory (default bench/results/<stamp>)")
     p.add_argument("--no-benchmarks-md", action="store_true", help="do not rewrite BENCHMARKS.md (full mode does)")
     p.add_argument("--render", metavar="REPORT_JSON", help="only re-render BENCHMARKS.md from a report.json")
+    p.add_argument(
+        "--sections",
+        action="store_true",
+        help="put the sections this (partial) run renders into BENCHMARKS.md, keeping the others (bench/sections.py)",
+    )
     args = p.parse_args(argv)
     if args.render:
         report = json.loads(Path(args.render).read_text())
@@ -131,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     phases = set(args.only.split(","))
     quick = args.quick
+    if args.sections and quick:
+        p.error("--sections puts full measurements into BENCHMARKS.md: not with --quick")
     rounds = args.rounds or (1 if quick else 5)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(args.out) if args.out else HERE / "results" / stamp
@@ -367,7 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     if run_dir.parent == results:
         shutil.copy(run_dir / "report.json", results / "latest.json")
         shutil.copy(run_dir / "report.md", results / "latest.md")
-    if not quick and not args.no_benchmarks_md and args.out is None:
+    if args.sections:
+        source = f"This section: `{command}` on {report['meta']['date']}; the rest of this page is the run above."
+        (ROOT / "BENCHMARKS.md").write_text(merge((ROOT / "BENCHMARKS.md").read_text(), md, source))
+    elif not quick and not args.no_benchmarks_md and args.out is None:
         (ROOT / "BENCHMARKS.md").write_text(md)
     print(md)
     log(f"report: {run_dir / 'report.md'} and report.json")

@@ -24,23 +24,26 @@ and on the previous one when it is more than `NEAR_LOOKBACK` blocks back"""
 def requests_of(report: Any, proxied: bool) -> list[Request]:
     """The run's upstream calls with ctxproxy (`proxied`) or as the client sent them (the whole
     history, whatever the window). Breakpoints are Claude Code's: the end of tools + system and
-    the last message, which moves every turn; with ctxproxy also the summary block and the
-    cache point."""
+    the last message, which moves every turn; with ctxproxy also its own on the summary block,
+    the cache point and (more than `NEAR_LOOKBACK` blocks back) the previous point, of which the
+    API's cap of 4 keeps the newest (`cap_own_markers`: the client's are never dropped)."""
     system = report.prefix_blocks - 1
     out = []
     for t in report.turns:
         if proxied:
             if t.error:
                 continue
-            points = [system, len(t.blocks) - 1]
+            client = {system, len(t.blocks) - 1}
+            own = []
             if SUMMARY_BREAKPOINT and t.summary_at is not None:
-                points.append(t.summary_at)
+                own.append(t.summary_at)
             if POINT_BREAKPOINT and t.point_at is not None:
-                points.append(t.point_at)
+                own.append(t.point_at)
                 if t.previous_at is not None and t.point_at - t.previous_at > NEAR_LOOKBACK:  # as the wire does
-                    points.append(t.previous_at)
-            messages = sorted(set(points) - {system})[-(MAX_CACHE_CONTROL - 1) :]  # the cap drops the oldest
-            out.append(Request(t.blocks, (system, *messages), t.output_tokens, t.summarizer_calls))
+                    own.append(t.previous_at)
+            own = sorted(set(own) - client)
+            kept = own[len(own) - max(0, MAX_CACHE_CONTROL - len(client)) :] if own else []  # cap_own_markers
+            out.append(Request(t.blocks, tuple(sorted(client | set(kept))), t.output_tokens, t.summarizer_calls))
         else:
             n = report.prefix_blocks + t.events
             out.append(Request(report.client_blocks[:n], (system, n - 1), t.output_tokens))

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import auth, identify, modes, record, routing
 from .asgi import Incoming, RawResponse, client_api_key, read_body
+from .cache_key import conversation_key
 from .config import Route
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
@@ -70,6 +71,9 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         rewriting = projectable and mode is None
         recall = projectable and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
         recalling = rewriting and recall
+        if policy.prompt_cache_key and mode is None and not deferred:  # as sent: no key added
+            key = conversation_key(tenant, ingested.identity.conversation_id)
+            body, raw = wire.with_cache_key(body, raw, key)
         if recalling:
             body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget
         observing = None

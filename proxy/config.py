@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass as validated_dataclass
 from pydantic_core import ErrorDetails
 
@@ -184,6 +193,10 @@ class Policy(PolicyConfig):
     modes: tuple[Literal["passthrough", "observe"], ...] = ("passthrough", "observe")
     """The values of the `X-Ctxproxy-Mode` request header a client may send on the routes using
     this policy (proxy/modes.py); another value is a 400. Empty: no mode is allowed."""
+    prompt_cache_key: StrictBool = True
+    """On APIs that take one (OpenAI chat and Responses): a request without the client's own
+    `prompt_cache_key` gets one per conversation (`proxy/cache_key.py`), so its turns land on the
+    same prompt-cache machines; false sends the body without one, as the client sent it."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

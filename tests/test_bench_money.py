@@ -7,11 +7,13 @@ $3.75 cache write / $0.30 cache read / $15.00 output (per million tokens).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from bench.bodies import VENDORED
 from bench.money import PRICES, Request, chain, price_requests, with_summarizer_at
-from bench.savings import money_of
+from bench.savings import money_of, requests_of
 from proxy.catalog import ModelCatalog
 from proxy.config import Policy
 from proxy.projector import Projector
@@ -77,6 +79,38 @@ def test_anthropic_no_breakpoint_or_short_prefix_is_plain_input():
     # a breakpoint after the system (1,200): the 300-token tail stays plain input
     bill = price_requests([Request(FIRST, (1,), 0), Request(FIRST, (1,), 0)], PRICES["claude-sonnet-4"])
     assert (bill.uncached, bill.cache_read, bill.cache_write) == (600, 1200, 1200)
+
+
+def test_anthropic_cache_point_a_move_reads_through_the_point_and_writes_what_follows():
+    """A trim boundary move rewrites the results after the last old one: with ctxproxy's
+    breakpoint there (block 4), the move reads blocks 0-4 and writes only the rewritten rest;
+    with the client's breakpoints alone (system, newest) it reads the system prompt only."""
+    before = [1200, 300, 2000, 2000, 2000, 5000, 5000]  # system, objective, 3 old results, 2 recent
+    old = blocks(*before)
+    rewritten = zip(chain(["trimmed 5", "recent 6", "new turn"], seed=old[4][0]), [400, 5000, 3000], strict=True)
+    moved = (*old[:5], *rewritten)  # result 5 turned old (trimmed), one new turn
+    claude = PRICES["claude-sonnet-4"]
+    with_point = price_requests([Request(old, (0, 4, 6), 0), Request(moved, (0, 5, 7), 0)], claude)
+    without = price_requests([Request(old, (0, 6), 0), Request(moved, (0, 7), 0)], claude)
+    assert (with_point.cache_read, with_point.cache_write) == (7500, 17500 + 8400)
+    assert (without.cache_read, without.cache_write) == (1200, 17500 + 14700)
+    assert with_point.dollars == pytest.approx((17500 * 3.75 + 7500 * 0.30 + 8400 * 3.75) / 1e6)
+    assert without.dollars == pytest.approx((17500 * 3.75 + 1200 * 0.30 + 14700 * 3.75) / 1e6)
+
+
+def test_the_benchs_breakpoints_keep_the_clients_and_the_newest_of_ctxproxys():
+    """As the wire's cap (`cap_own_markers`): system and newest message are the client's, kept;
+    of the summary's, the previous point's and the point's, the newest two fit the 4."""
+    turn = SimpleNamespace(
+        error=None, blocks=blocks(*[100] * 40), summary_at=2, point_at=30, previous_at=10, output_tokens=5
+    )
+    turn.summarizer_calls = ()
+    report = SimpleNamespace(prefix_blocks=2, turns=[turn])
+    (request,) = requests_of(report, True)
+    assert request.breakpoints == (1, 10, 30, 39)  # the summary's dropped
+    turn.previous_at = 20  # 10 blocks back: the cache finds it from the point, no breakpoint of its own
+    (request,) = requests_of(report, True)
+    assert request.breakpoints == (1, 2, 30, 39)
 
 
 def test_summarizer_calls_are_billed_at_the_same_model():

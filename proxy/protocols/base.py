@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from .. import codec
 from ..errors import ProxyError, sse_error_event
 from ..sse import SseEvent
 from ..tail_parse import BodyMemo
@@ -96,6 +97,10 @@ class Wire(Protocol):
         `previous_point`, when the cache would not find it from the new one) where the wire's
         caching needs one (Anthropic, when the client caches); otherwise `messages` itself."""
 
+    def with_cache_key(self, body: Json, raw: bytes, key: str) -> tuple[Json, bytes]:
+        """(`body`, `raw`: its bytes) with `key` as their prompt-cache routing key where the API
+        takes one and the client set none (`proxy/cache_key.py`); otherwise both themselves."""
+
     def encode(
         self, body: Json, messages: list[Message] | None, stream: bool, known: SentBody | None
     ) -> tuple[bytes | None, SentBody | None]:
@@ -160,3 +165,19 @@ class BaseWire:
     ) -> list[Message]:
         """Automatic prefix caching (OpenAI) needs no breakpoint."""
         return messages
+
+    def with_cache_key(self, body: Json, raw: bytes, key: str) -> tuple[Json, bytes]:
+        """The API has no routing key (Anthropic caches by its breakpoints)."""
+        return body, raw
+
+
+def with_prompt_cache_key(body: Json, raw: bytes, key: str) -> tuple[Json, bytes]:
+    """(`body`, `raw`) with OpenAI's `prompt_cache_key` (chat completions and Responses alike)
+    unless the client's body has the field, whatever its value: a client's own key is never
+    replaced. The key goes first into the client's bytes, which stay theirs otherwise, so a
+    request that is not rewritten still goes as sent, plus the key, without being encoded."""
+    if "prompt_cache_key" in body:
+        return body, raw
+    at = raw.index(b"{") + 1  # a body is a JSON object with its model and input: never empty
+    field = codec.dumps({"prompt_cache_key": key})[1:-1] + b","
+    return {**body, "prompt_cache_key": key}, b"".join((raw[:at], field, memoryview(raw)[at:]))  # one copy

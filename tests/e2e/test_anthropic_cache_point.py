@@ -125,3 +125,76 @@ def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(
         assert points and points[-1] > previous
         assert points[0] == previous if parallel > 1 else points == [points[-1]]
     assert crossings == 1 and moves >= 5
+
+
+SUMMARY = "## Goal\nBuild every module.\n## Constraints\nnone\n## Key facts\nnone\n## Next step\nContinue."
+
+
+def _markers(body: dict[str, Any]) -> list[tuple[int, str]]:
+    """(message position, block kind) of every message block that carries a breakpoint."""
+    return [
+        (i, "summary" if "<conversation_summary" in str(b.get("text", "")) else b["type"])
+        for i, m in enumerate(body["messages"])
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("cache_control")
+    ]
+
+
+@pytest.mark.parametrize("tools_marked", [True, False], ids=["client-uses-4", "client-uses-3"])
+def test_the_cap_of_4_drops_the_proxys_own_breakpoints_never_the_clients(
+    proxy, anthropic_upstream, api_key, tools_marked
+):
+    """A client that marks its objective (an old message) besides system, newest message and
+    maybe tools: over the API's 4 the proxy's own breakpoints go (the summary's first), the
+    client's all stay, and the upstream (which answers 5 with the API's 400) never refuses."""
+    policy = {
+        "context_window": 16_000,
+        "max_output_tokens": 1_000,
+        "keep_recent_tokens": 3_000,
+        "tool_results": {"old_max_chars": 1_200},  # old results large enough to compact within 40 turns
+        "summarizer": {"timeout": 5},
+    }
+    p = proxy(routes=[_route(anthropic_upstream)], policies={"default": policy})
+    client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=30)
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if str(body.get("system", "")).startswith("You compress the history"):
+            return Reply(text=SUMMARY)
+        return Reply(text="next", tool_uses=[{"name": "bash", "input": {"cmd": "make"}}])
+
+    anthropic_upstream.responder = respond
+    tools = [{**TOOLS[0], "cache_control": CC}] if tools_marked else TOOLS
+    objective = {"role": "user", "content": [{"type": "text", "text": "Build every module.", "cache_control": CC}]}
+    messages: list[dict[str, Any]] = [objective]
+    for step in range(40):
+        newest = copy.deepcopy(messages[-1])
+        newest["content"][-1]["cache_control"] = CC
+        sent = [*messages[:-1], newest] if step else [newest]
+        reply = client.messages.create(model=MODEL, max_tokens=512, system=SYSTEM, tools=tools, messages=sent)
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        use = next(b for b in reply.content if b.type == "tool_use")
+        messages.append(
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": _output(step, 60)}]}
+        )
+
+    assert anthropic_upstream.rejections == []
+    agent = [r.body for r in anthropic_upstream.message_requests if r.body.get("system") == SYSTEM]
+    assert len(agent) == 40
+    own_seen = set()
+    for body in agent:
+        found, last = _markers(body), len(body["messages"]) - 1
+        own = [f for f in found if f[1] == "summary" or (f[1] == "tool_result" and f[0] != last)]
+        clients = [f for f in found if f not in own]
+        assert (
+            clients[0] == (0, "text") and clients[-1][0] == last and len(clients) == min(2, 1 + last)
+        )  # objective, newest
+        assert (body["tools"][0].get("cache_control") == CC) is tools_marked
+        assert 1 + int(tools_marked) + len(found) <= 4
+        if tools_marked:
+            assert own == []  # the client uses all 4
+        else:
+            assert len(own) <= 1 and all(kind == "tool_result" for _, kind in own)  # the point outranks the summary
+            own_seen.update(kind for _, kind in own)
+    assert any("<conversation_summary" in str(b["messages"]) for b in agent), "no compaction: the test needs one"
+    assert own_seen == (set() if tools_marked else {"tool_result"})

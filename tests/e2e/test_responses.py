@@ -102,6 +102,8 @@ def test_non_stream_forwarded_and_recorded(proxy, rup, api_key):
     sent = rup.last
     assert sent.path == "/v1/responses"
     assert sent.headers["authorization"] == "Bearer sk-upstream-secret-0123456789"
+    key = sent.body.pop("prompt_cache_key")  # the conversation's (tests/e2e/test_cache_affinity.py)
+    assert key.startswith("ctxproxy-")
     assert sent.body == {"model": MODEL, "instructions": INSTRUCTIONS, "input": "hi", "store": False}
     call = p.wait_calls(conv, 1)[0]
     usage = rup.last_reply.usage
@@ -276,7 +278,8 @@ def test_previous_response_id_passed_through(proxy, rup, api_key):
     raw = json.dumps(body, indent=1).encode()  # unusual spacing: forwarded byte for byte
     r = post(p, api_key, raw)
     assert r.status_code == 200, r.text
-    assert rup.last.raw == raw
+    key = rup.last.body["prompt_cache_key"].encode()  # the conversation's, put first; the rest as sent
+    assert rup.last.raw == b'{"prompt_cache_key":"' + key + b'",' + raw[1:]
     conv = r.headers["x-conversation-id"]
     call = p.wait_calls(conv, 1)[0]
     assert call["status"] == "complete"

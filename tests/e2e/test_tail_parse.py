@@ -36,7 +36,8 @@ def test_a_growing_history_continues_and_a_hostile_tail_is_refused_as_in_a_whole
         assert r.status_code == 200, r.text[:300]
         conversation = conversation or r.headers["x-conversation-id"]
         assert r.headers["x-conversation-id"] == conversation
-        assert _mine(upstream, marker)[-1].raw == raw  # not rewritten: the client's bytes go as they are
+        sent = _mine(upstream, marker)[-1]  # not rewritten: the client's bytes go as they are, plus a cache key
+        assert sent.raw == b'{"prompt_cache_key":"' + sent.body["prompt_cache_key"].encode() + b'",' + raw[1:]
         messages = messages + [r.json()["choices"][0]["message"], {"role": "user", "content": f"next {turn}"}]
     stored = [e["message"] for e in p.events(conversation)]
     assert stored == messages[1:-1]

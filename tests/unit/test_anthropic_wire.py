@@ -14,7 +14,7 @@ from policies.text import with_content
 from proxy.errors import BadRequest, ContextLengthExceeded, NotFound, UpstreamTimeout
 from proxy.identify import canonical, chain
 from proxy.protocols.anthropic import WIRE
-from proxy.protocols.anthropic.cache_control import cache_markers, cap_cache_control
+from proxy.protocols.anthropic.cache_control import EPHEMERAL, cache_markers, cap_own_markers
 from proxy.protocols.anthropic.convert import OMITTED_TEXT, to_common, to_native
 from proxy.protocols.anthropic.stream import MessageStream
 from proxy.sse import SseSplitter
@@ -326,20 +326,30 @@ def test_changed_assistant_turn_keeps_its_thinking():
     ]
 
 
-def test_cache_control_cap_drops_the_oldest_message_markers():
+def test_cache_control_cap_drops_the_proxys_own_markers_oldest_first_never_the_clients():
     body = {
         "model": "m",
-        "tools": [{"name": "x", "cache_control": CC}],
+        "tools": [{"name": "x"}],
         "system": [{"type": "text", "text": "s", "cache_control": CC}],
         "messages": [],
     }
-    messages = [{"role": "user", "content": [{"type": "text", "text": str(i), "cache_control": CC}]} for i in range(4)]
+    own = [{"type": "text", "text": f"own {i}", "cache_control": EPHEMERAL} for i in range(3)]
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "objective", "cache_control": dict(CC)}]},
+        {"role": "user", "content": [own[0]]},  # the summary's
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [own[1]]}]},
+        {"role": "user", "content": [own[2], {"type": "text", "text": "newest", "cache_control": dict(CC)}]},
+    ]
     original = copy.deepcopy(messages)
     assert cache_markers(body, messages) == 6
-    capped_body, capped = cap_cache_control(body, messages)
-    assert capped_body == body and messages == original
-    assert [("cache_control" in m["content"][0]) for m in capped] == [False, False, True, True]
-    assert cache_markers(capped_body, capped) == 4
+    capped = cap_own_markers(body, messages)
+    assert messages == original and cache_markers(body, capped) == 4
+    kept = [b["text"] for m in capped for b in m["content"] if b.get("type") == "text" and "cache_control" in b]
+    assert kept == ["objective", "own 2", "newest"]  # the client's three (system too), and the proxy's newest
+    assert "cache_control" not in capped[2]["content"][0]["content"][0]
+    assert cap_own_markers(body, messages[:1]) == messages[:1]  # within the 4: as it was
+    over = [{"role": "user", "content": [{"type": "text", "text": str(i), "cache_control": CC}]} for i in range(4)]
+    assert cap_own_markers(body, over) == over  # the client's own 5: theirs to fix (the API's 400)
 
 
 def test_encode_forwards_the_client_bytes_when_nothing_changed():

@@ -86,6 +86,19 @@ def test_defaults() -> None:
     assert config.routes[0].policy == "default"
 
 
+def test_prompt_cache_key_setting() -> None:
+    """On by default, off per policy, and only a boolean: 'no' or 'sometimes' is a problem line."""
+    config = parse_config(
+        {"routes": [route("r")], "policies": {"default": {"prompt_cache_key": False}}}, "cfg.yaml", {}
+    )
+    assert config.policy_for(config.routes[0]).prompt_cache_key is False
+    config = parse_config({"routes": [route("r")]}, "cfg.yaml", {})
+    assert config.policy_for(config.routes[0]).prompt_cache_key is True
+    for value in ("no", "sometimes", 1):
+        found = problems({"routes": [route("r")], "policies": {"default": {"prompt_cache_key": value}}})
+        assert len(found) == 1 and "prompt_cache_key" in found[0] and "boolean" in found[0], found
+
+
 def test_config_is_frozen() -> None:
     config = parse_config({"routes": [route("r")]}, "cfg.yaml", {})
     with pytest.raises(pydantic.ValidationError):

@@ -5,13 +5,15 @@ Native -> common: the markers are taken off the blocks and kept in the message's
 ignores: a client that moves its breakpoints every turn (Claude Code marks the newest message)
 does not fork its conversation. Common -> native: they are put back, at the same key position,
 on the blocks that are sent. If system + tools + messages would then carry more than the API's
-4, the oldest message markers are dropped first (`cap_cache_control`).
+4 (a request with 5 is a 400), the proxy's own markers go first, the oldest first
+(`cap_own_markers`); the client's are never dropped. The proxy's are the one `EPHEMERAL` object
+(a client's are parsed from its JSON, never that object), which is how the cap tells them apart.
 
 The summary block: when the client uses prompt caching (any marker), the projection's
 `<conversation_summary>` block gets a breakpoint of its own (`mark_summary`), so the prefix up to
 the summary -- the same from one compaction to the next -- is read from the cache even when the
 client's moving breakpoint (the newest message) is more than 20 blocks past a rewritten result.
-It is the oldest message marker, so it is the first dropped if the client already uses all 4.
+Of the proxy's markers it is the oldest, so it is the first dropped over the 4.
 
 The cache point: the last tool result trimmed as old (`Projection.cache_point`) gets one too
 (`mark_point`). Trimming rewrites results when they turn old, every few turns; everything after
@@ -22,6 +24,11 @@ the new point) and writes only the groups that turned old and the new turn. Grou
 calls put more blocks than that between two points (4 groups of 3 calls: 28 blocks), so when the
 previous point (`Projection.previous_point`) is more than `NEAR_LOOKBACK` blocks back it is marked
 too, and the move reads through it.
+
+Over the 4, the proxy's markers are worth, lowest first: the summary's (the point reads through
+the summary anyway while they are within 20 blocks, and the summary is written once a compaction),
+the previous point's (only a move reads through it), the point (every request between two moves
+reads through it). That is their order in the messages, so the cap drops the oldest first.
 
 Example: `{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}` as block 0 of a
 user message becomes the block `{"type": "text", "text": "hi"}` and the marker
@@ -134,42 +141,41 @@ def cache_markers(body: Json, messages: list[Json]) -> int:
     return total
 
 
-def _strip_markers(blocks: list[Any], excess: list[int]) -> list[Any]:
-    """Copies of `blocks` without their first `excess[0]` markers (the input is not mutated)."""
-    out = []
-    for block in blocks:
-        if excess[0] <= 0 or not isinstance(block, dict):
-            out.append(block)
-            continue
-        new = block
-        if block.get("cache_control") is not None:
-            new = {k: v for k, v in block.items() if k != "cache_control"}
-            excess[0] -= 1
-        if isinstance(new.get("content"), list) and excess[0] > 0:
-            new = {**new, "content": _strip_markers(new["content"], excess)}
-        out.append(new)
-    return out
+EPHEMERAL = {"type": "ephemeral"}
+"""the value of every breakpoint the proxy places (by identity: `cap_own_markers`)"""
 
 
-def cap_cache_control(body: Json, messages: list[Json], limit: int = MAX_CACHE_CONTROL) -> tuple[Json, list[Json]]:
-    """(body, messages) with at most `limit` markers: the oldest message markers go first, then
-    the system's, then the tools'."""
+def _strip_own(value: Any, excess: list[int]) -> Any:
+    """A copy of blocks (or a block) without their first `excess[0]` proxy markers."""
+    if isinstance(value, list):
+        out = [_strip_own(v, excess) if excess[0] > 0 else v for v in value]
+        return value if all(a is b for a, b in zip(out, value, strict=True)) else out
+    if not isinstance(value, dict):
+        return value
+    if value.get("cache_control") is EPHEMERAL:
+        excess[0] -= 1
+        value = {k: v for k, v in value.items() if k != "cache_control"}
+    content = value.get("content")
+    if excess[0] > 0 and isinstance(content, list):
+        stripped = _strip_own(content, excess)
+        if stripped is not content:
+            value = {**value, "content": stripped}
+    return value
+
+
+def cap_own_markers(body: Json, messages: list[Json], limit: int = MAX_CACHE_CONTROL) -> list[Json]:
+    """`messages` (native) with the proxy's own markers dropped, oldest first, until system +
+    tools + messages carry at most `limit`; the client's are all kept (a client that sends more
+    than 4 itself gets the API's own 400). The input is not mutated."""
     excess = [cache_markers(body, messages) - limit]
     if excess[0] <= 0:
-        return body, messages
-    capped = []
-    for message in messages:
-        content = message.get("content")
-        if excess[0] > 0 and isinstance(content, list):
-            message = {**message, "content": _strip_markers(content, excess)}
-        capped.append(message)
-    for key in ("system", "tools"):
-        if excess[0] > 0 and isinstance(body.get(key), list):
-            body = {**body, key: _strip_markers(body[key], excess)}
-    return body, capped
-
-
-EPHEMERAL = {"type": "ephemeral"}
+        return messages
+    return [
+        {**m, "content": _strip_own(m["content"], excess)}
+        if excess[0] > 0 and isinstance(m.get("content"), list)
+        else m
+        for m in messages
+    ]
 
 
 def _is_summary(block: Any) -> bool:

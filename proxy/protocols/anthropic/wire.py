@@ -10,14 +10,7 @@ from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody, as_list
 from ...usage import Usage, from_anthropic
 from ..base import BaseWire
-from .cache_control import (
-    MAX_CACHE_CONTROL,
-    NEAR_LOOKBACK,
-    cache_markers,
-    cap_cache_control,
-    mark_point,
-    mark_summary,
-)
+from .cache_control import NEAR_LOOKBACK, cache_markers, cap_own_markers, mark_point, mark_summary
 from .convert import assistant_to_common, messages_to_common, system_to_common, to_native
 from .errors import error_bytes
 from .stream import MessageStream
@@ -52,11 +45,8 @@ class AnthropicWire(BaseWire):
         if messages is None:
             return None, None  # usage is always in Anthropic streams: the client's bytes go as they are
         native = to_native(messages, prefix=0 if body.get("system") is None else 1)
-        client = cache_markers(body, body["messages"])
-        if client:  # the client caches: so is the summarized prefix
-            native = mark_summary(native)
-        if cache_markers(body, native) > MAX_CACHE_CONTROL >= client:
-            body, native = cap_cache_control(body, native)  # the rewrite, not the client, went over
+        if cache_markers(body, body["messages"]):  # the client caches: so is the summarized prefix
+            native = cap_own_markers(body, mark_summary(native))  # within the 4, the client's kept
         return codec.dumps({**body, "messages": native}), None
 
     def with_cache_point(

@@ -8,7 +8,7 @@ from ...errors import ProxyError, openai_error_bytes
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
 from ...usage import Usage, from_openai_chat
-from ..base import BaseWire
+from ..base import BaseWire, with_prompt_cache_key
 from .encode import encode_body, with_usage_requested
 from .stream import StreamFilter, client_wants_usage
 from .validate import parse_body, validate_envelope, validate_messages
@@ -44,6 +44,9 @@ class OpenAIChatWire(BaseWire):
 
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         validate_messages(messages, start, stop)
+
+    def with_cache_key(self, body: Json, raw: bytes, key: str) -> tuple[Json, bytes]:
+        return with_prompt_cache_key(body, raw, key)
 
     def encode(
         self, body: Json, messages: list[Message] | None, stream: bool, known: SentBody | None

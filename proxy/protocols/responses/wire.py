@@ -15,7 +15,7 @@ from ...sse import SseEvent
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
 from ...usage import Usage, from_openai_responses
-from ..base import BaseWire
+from ..base import BaseWire, with_prompt_cache_key
 from ..openai_chat.validate import parse_body
 from .convert import ExactItems, message_to_items, request_messages, text_of
 from .items import PRIVATE, is_mappable
@@ -50,6 +50,9 @@ class ResponsesWire(BaseWire):
         if not isinstance(data, list) or not data:
             return False
         return all(isinstance(i, dict) and is_mappable(i) for i in data)
+
+    def with_cache_key(self, body: Json, raw: bytes, key: str) -> tuple[Json, bytes]:
+        return with_prompt_cache_key(body, raw, key)
 
     def encode(
         self, body: Json, messages: list[Message] | None, stream: bool, known: SentBody | None
