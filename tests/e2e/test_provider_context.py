@@ -206,10 +206,10 @@ def test_a_client_compaction_is_recorded_and_its_item_comes_back_unmodified(prox
     assert compacted.headers["x-conversation-id"] == conversation
     answer = compacted.parse()
     assert answer.object == "response.compaction" and answer.output[-1].type == "compaction"
-    assert rup.last.path == "/v1/responses/compact" and json.loads(rup.last.raw) == {
-        "model": RESPONSES_MODEL,
-        "input": items,
-    }
+    sent = json.loads(rup.last.raw)
+    key = sent.pop("prompt_cache_key")  # the conversation's, as on its other calls
+    assert rup.last.path == "/v1/responses/compact" and sent == {"model": RESPONSES_MODEL, "input": items}
+    assert key == rup.bodies[-2]["prompt_cache_key"]
     calls = p.wait_calls(conversation, 2)
     compaction = next(c for c in calls if c["purpose"] == "client_compaction")
     assert compaction["status"] == "complete" and compaction["finish_reason"] == "compacted"
