@@ -25,8 +25,10 @@ the call would get it. Then counted, best source first:
   prediction, ratio times estimate.
 
 A route that does not rewrite (or a body the wire may not rewrite) is relayed as it always was:
-what the upstream counts is what it will be sent. A body that would be refused as too long even
-projected gets the 400 the call would get. Nothing is recorded.
+what the upstream counts is what it will be sent; so is every body while the store is down on a
+route whose `store_failure` is `passthrough` (its model calls go upstream unrewritten too). A
+body that would be refused as too long even projected gets the 400 the call would get. Nothing
+is recorded.
 
 Example: Claude Code holds 90,000 tokens of history on a 32k route whose last call was billed
 21,400 for a summary and a raw tail; it appends a 1,200-token tool result and counts. The answer
@@ -44,7 +46,7 @@ from starlette.types import Receive
 from . import auth, identify, routing
 from .asgi import read_body
 from .codec import JsonRejected, loads
-from .errors import UpstreamError
+from .errors import StoreError, UpstreamError
 from .ingest import Arrival, locate
 from .projector import Asked, Projected
 from .protocols.base import Wire
@@ -86,13 +88,18 @@ async def count(services: Services, headers: Mapping[str, str], receive: Receive
     messages = wire.messages(body)
     session = identify.session_of(config.session_headers, headers, body.get("tools"))
     arrival = Arrival(caller.tenant, messages, headers.get(header), len(raw), session)
-    located = await locate(services.store, services.history, wire, arrival)
+    try:
+        located = await locate(services.store, services.history, wire, arrival)
+        checkpoint = await services.store.active_checkpoint(located.branch_id) if located.branch_id else None
+    except StoreError:
+        if policy.store_failure != "passthrough":
+            raise
+        return Counted(None, "relayed", await services.upstream.send(route, "POST", path, raw, upstream_headers))
+    if checkpoint is not None and checkpoint.covered_through_seq > located.matched:
+        checkpoint = None  # it summarizes events this request does not have
     recalling = offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
     if recalling:
         body = with_tool(body, wire.name, policy.recall)  # the call would carry it: it counts
-    checkpoint = await services.store.active_checkpoint(located.branch_id) if located.branch_id else None
-    if checkpoint is not None and checkpoint.covered_through_seq > located.matched:
-        checkpoint = None  # it summarizes events this request does not have
     window_model = route.upstream.model or model
     projector = services.projector
     items = projector.items(located.history, located.hashes, projector.counter(window_model), located.known)

@@ -319,3 +319,42 @@ def test_usage_describes_the_projection_on_every_wire(proxy, api_key):
 
 def _billed_raw(usage: Any) -> int:
     return int(usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"])
+
+
+# --------------------------------------------------------------------------- fallbacks
+
+
+def test_input_tokens_falls_back_to_the_estimate_and_relays_what_it_may_not_rewrite(proxy, api_key):
+    """An upstream without the counting endpoint (the shared scripted Responses server answers it
+    404): the prediction answers. A body the wire may not rewrite (`previous_response_id`) goes to
+    the upstream's endpoint as it is, and its answer (here the 404, in OpenAI's shape) is relayed."""
+    server = ResponsesServer().start()
+    try:
+        route = {
+            "name": "responses",
+            "match": {"model": "resp-*", "path": "/v1/responses"},
+            "upstream": {"base_url": server.base_url, "api_key_env": "UPSTREAM_KEY"},
+            "policy": "small",
+        }
+        p = proxy(fresh=True, routes=[route], policies={"small": POLICY})
+        client = p.client(api_key)
+        items = [{"role": "user", "content": "How many tokens is this question, roughly?"}]
+        raw = client.responses.input_tokens.with_raw_response.count(
+            model="resp-count", instructions=SYSTEM, input=items
+        )
+        counted = raw.parse()
+        exact = count_input_tokens(SYSTEM, items, None, server.counting)
+        assert raw.headers["x-ctxproxy-count"] == "estimated"
+        assert counted.object == "response.input_tokens" and abs(counted.input_tokens - exact) <= 0.05 * exact
+        assert [r.path for r in server.requests] == ["/v1/responses/input_tokens"]
+        relayed = httpx.post(
+            f"{p.base_url}/responses/input_tokens",
+            json={"model": "resp-count", "input": items, "previous_response_id": "resp_1"},
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=30,
+        )
+        assert relayed.status_code == 404 and "error" in relayed.json(), relayed.text
+        assert "x-ctxproxy-count" not in relayed.headers
+        assert p.admin_json("conversations")["data"] == []
+    finally:
+        server.stop()
