@@ -1,25 +1,26 @@
 """Claude Code never feels the window: through ctxproxy what it is told the context holds is the
-projection, not the history it keeps.
+projection, not the history it keeps, and its own auto-compaction does not start.
 
-Claude Code (2.1.332, pinned in tests/agents/package.json) learns how full its context is from
-the input usage of its newest answered request (input + cache read + cache write) plus a
-bytes-per-token estimate of what it appended since; its auto-compaction compares that with its
-window for the model (200,000 for the ids it knows) less the reply reserve less 13,000 (or
-`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` percent of it), and its `/context` view shows it
-("27.8k/200k tokens (14%)"). It calls `POST /v1/messages/count_tokens` for the parts of that
-view (system prompt, each tool, skills, memory files: 35 calls here) and for large MCP results,
-never for its history.
+Claude Code (2.1.332, pinned in tests/agents/package.json) reads how full its context is from the
+input usage of its newest answered request (input + cache read + cache write) plus a
+bytes-per-token estimate of what it appended since. It auto-compacts at its auto-compact window
+less the reply reserve (`min(max_tokens, 20,000)`) less 13,000; that window is its window for the
+model (200,000 for the ids it knows) unless `CLAUDE_CODE_AUTO_COMPACT_WINDOW` lowers it (100,000 at
+least). Its `/context` view shows the same figure ("28.7k/100k tokens (29%)"); it calls
+`POST /v1/messages/count_tokens` for that view's parts (system prompt, each tool, skills, memory
+files: 35 calls) and for large MCP results, never for its history. (`CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`
+did not start a compaction in this build, even at 5%.)
 
-The test drives the TUI with a model id it knows: 24 steps of Bash output (120 rows each) give it
-about 74,000 tokens of history on a route whose window is 40,000. `/context` then shows what the
-proxy sends (under 40,000 of its 200,000), and no compaction request from Claude Code reaches the
-upstream; the answers keep the launch code through the proxy's own summaries.
+The test drives the TUI with a model id it knows and an auto-compact window of 100,000, so its
+threshold is 82,904 tokens; 24 steps of Bash output (150 rows each) give it about 86,000 tokens
+of history, on a route whose window is 40,000. Through the proxy: no compaction request from
+Claude Code reaches the upstream, `/context` shows what the proxy sends, and the answers keep the
+launch code through the proxy's own summaries. The control runs the same session straight at
+the upstream: it compacts (billed 84,195 before it did).
 
-This is a check of what the agent is told, not of `count_tokens` alone: with `count_tokens`
-relayed unchanged it passes too (same figure: the view's total comes from usage, and the parts
-counted are not rewritten). Auto-compaction itself could not be made to start in this build
-here: straight at the upstream, with `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=5` and 73,000 tokens
-billed, in `-p`, `-p --resume` and the TUI alike, Claude Code sent no compaction request.
+What tells the two apart is usage, which describes the projection on every wire; `count_tokens`
+does not take part in this build's decision, so the test passes with `count_tokens` relayed
+unchanged too.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ pytestmark = pytest.mark.agents
 
 MODEL = "claude-haiku-4-5"  # a model Claude Code knows: its own window, 200,000 tokens
 WINDOW = 40_000
-ROWS = 120  # rows a step prints: about 2,000 tokens
+ROWS = 150  # rows a step prints: about 2,600 tokens
 MAX_OUTPUT = 4096
-CONTEXT_LINE = re.compile(r"([\d.]+)(k?)/200k tokens")
+COMPACT_WINDOW = 100_000  # the smallest CLAUDE_CODE_AUTO_COMPACT_WINDOW it takes
+THRESHOLD = COMPACT_WINDOW - MAX_OUTPUT - 13_000  # where it compacts: 82,904 tokens
+CONTEXT_LINE = re.compile(r"([\d.]+)(k?)/\d+k tokens")
 POLICY = {
     "context_window": WINDOW,
     "keep_recent_tokens": 3000,
@@ -144,6 +147,7 @@ def _claude(base_url: str, server: AnthropicUpstream, tmp_path: Any) -> str:
             "ANTHROPIC_BASE_URL": base_url,
             "ANTHROPIC_API_KEY": CLIENT_KEY,
             "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT),
+            "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(COMPACT_WINDOW),
             "TERM": "xterm-256color",
         },
     )
@@ -178,7 +182,7 @@ def _compactions(server: AnthropicUpstream) -> list[Any]:
 
 
 def _context_tokens(screen: str) -> float:
-    """The tokens `/context` says the context holds ("27.8k/200k tokens (14%)")."""
+    """The tokens `/context` says the context holds ("28.7k/100k tokens (29%)")."""
     match = CONTEXT_LINE.search(screen)
     assert match is not None, screen[-3000:]
     return float(match.group(1)) * (1000 if match.group(2) else 1)
@@ -204,14 +208,25 @@ def test_claude_code_is_told_the_projection(proxy, claude_upstream, tmp_path):
     counts = [r for r in requests if r.path.endswith("/count_tokens")]
     shown = _context_tokens(screen)
     numbers = (
-        f"[claude window] /context shows {shown:.0f} of 200k, history Claude Code held up to {history} tokens "
-        f"(estimate), largest bill {sent}, count_tokens calls at the upstream {len(counts)}, "
+        f"[claude window] threshold {THRESHOLD}, /context shows {shown:.0f}, history Claude Code held up to "
+        f"{history} tokens (estimate), largest bill {sent}, count_tokens calls at the upstream {len(counts)}, "
         f"Claude Code compactions {len(_compactions(claude_upstream))}, proxy compactions {got.compactions}"
     )
     print(numbers)
-    assert history > 1.5 * WINDOW, numbers  # the premise: the history is far over the route's window
+    assert history > THRESHOLD, numbers  # the premise: without the proxy it would compact (the control)
     assert shown <= WINDOW, numbers  # told the projection, not the history
     assert sent <= WINDOW, numbers
     assert _compactions(claude_upstream) == [], numbers
     assert claude_upstream.rejections == [], claude_upstream.rejections[:1]
     assert any(c["status"] == "active" for c in got.checkpoints), got.checkpoints
+
+
+def test_control_claude_code_compacts_straight_at_the_upstream(claude_upstream, tmp_path):
+    """The same session without the proxy: told the size of its whole history, it compacts."""
+    claude_upstream.responder = _responder
+    _claude(claude_upstream.url, claude_upstream, tmp_path)
+    usages = [r.usage for r in claude_upstream.replies_sent if r.usage]
+    billed = max(u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"] for u in usages)
+    compactions = _compactions(claude_upstream)
+    print(f"[claude window, no proxy] threshold {THRESHOLD}, largest bill {billed}, compactions {len(compactions)}")
+    assert compactions, billed
