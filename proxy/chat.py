@@ -66,12 +66,11 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         request.reported = _reported(header, ingested, None, mode)
         call = await _open_call(services, route, model, (wire.purpose, stream), body, ingested, started)
         exchange = Exchange(services, wire, route, policy, request, ingested, call)
-        deferred = policy.provider_context == "defer" and wire.provider_managed(body)
-        projectable = policy.rewrite and wire.rewrite_allowed(body) and not deferred
+        projectable = routing.projectable(policy, wire, body)
         rewriting = projectable and mode is None
         recall = projectable and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
         recalling = rewriting and recall
-        if policy.prompt_cache_key and mode is None and not deferred:  # as sent: no key added
+        if policy.prompt_cache_key and mode is None and not routing.deferred(policy, wire, body):
             key = conversation_key(tenant, ingested.identity.conversation_id)
             body, raw = wire.with_cache_key(body, raw, key)
         if recalling:

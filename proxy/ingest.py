@@ -127,6 +127,47 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
     return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup)
 
 
+@dataclass(frozen=True)
+class Located:
+    """Where a request would land, found without storing anything (`locate`): its prefix and
+    history as `ingest` splits them, their chain hashes, the remembered history it starts with,
+    the branch its stored part is on (None: nothing of it is stored) and how many of its messages
+    are stored there (a checkpoint covering more is another history's)."""
+
+    prefix: list[Message]
+    history: list[Message]
+    hashes: list[str]
+    known: Remembered | None
+    branch_id: str | None
+    matched: int
+
+
+async def locate(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival) -> Located:
+    """`ingest`'s resolution, read-only: the stored history the arrival continues, by the same
+    rules (explicit id, longest stored prefix with the one-message rule, agent session), with
+    nothing appended, forked, created or remembered. A request that would start a conversation,
+    or a session's new branch, continues no stored history: branch None."""
+    tenant, messages = arrival.tenant, arrival.messages
+    prefix, history = identify.split_prefix(messages)
+    known = cache.lookup(tenant, history)
+    wire.validate(messages, 0, len(prefix))
+    wire.validate(messages, len(prefix) + (len(known.messages) if known else 0))
+    hashes = cache.hashes(tenant, history, known)
+    match: HashMatch | None = None
+    if arrival.explicit is not None:
+        _check_external(arrival.explicit)
+        conversation = await store.find_conversation(tenant, arrival.explicit)
+        if conversation is not None:
+            match = await store.find_longest(hashes, tenant, conversation.id)
+    else:
+        match = await store.find_longest(hashes, tenant, None)
+        if match is not None and match.count < 2 and match.system_hash != cache.prefix_hash(prefix, known):
+            match = None
+    if match is None:
+        return Located(prefix, history, hashes, known, None, 0)
+    return Located(prefix, history, hashes, known, match.position.branch_id, match.position.seq)
+
+
 def _continued(known: Remembered | None, hashes: list[str]) -> Head | None:
     """The remembered head this chain passes through with new messages after it (at least two
     matched, so the one-message retry rule never applies), or None."""
@@ -143,11 +184,7 @@ async def _append_request(
     created = False
     lookup = "lookup"
     if explicit is not None:
-        if not _EXTERNAL_ID.match(explicit):
-            raise BadRequest(
-                "The X-Conversation-Id header must be 1-200 characters of letters, digits and ._:@/+=-",
-                param="X-Conversation-Id",
-            )
+        _check_external(explicit)
         conversation = await store.find_conversation(tenant, explicit)
         if conversation is None:
             conversation = await store.create_conversation(tenant, explicit)
@@ -182,6 +219,14 @@ async def _append_request(
         external = None
     position = await store.append(start, _events(history, hashes, matched), None, stamp=False)
     return position, _identity(tenant, start, position, matched, external, created), lookup
+
+
+def _check_external(explicit: str) -> None:
+    if not _EXTERNAL_ID.match(explicit):
+        raise BadRequest(
+            "The X-Conversation-Id header must be 1-200 characters of letters, digits and ._:@/+=-",
+            param="X-Conversation-Id",
+        )
 
 
 def _answers_unstamped_first(match: HashMatch | None, history: list[Message]) -> bool:

@@ -9,6 +9,7 @@ the caller is); no request field or header can choose the host.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from .asgi import client_api_key
 from .auth import Caller
@@ -30,6 +31,18 @@ def route_for(config: Config, path: str, model: str) -> tuple[Route, Policy]:
             code="model_not_found",
         )
     return route, config.policy_for(route)
+
+
+def deferred(policy: Policy, wire: Wire, body: dict[str, Any]) -> bool:
+    """Whether the request leaves its context to the provider (`provider_context: defer` and a
+    `context_management` field): then it goes, and is counted, exactly as the client sent it."""
+    return policy.provider_context == "defer" and wire.provider_managed(body)
+
+
+def projectable(policy: Policy, wire: Wire, body: dict[str, Any]) -> bool:
+    """Whether ctxproxy may project the request: its policy rewrites, its wire allows it for this
+    body, and it is not `deferred`."""
+    return policy.rewrite and wire.rewrite_allowed(body) and not deferred(policy, wire, body)
 
 
 def upstream_headers(

@@ -68,6 +68,14 @@ class Wire(Protocol):
     """Every path the wire is served on (aliases of `path`)."""
     upstream_path: str
     """Appended to the route's `base_url`."""
+    count_paths: tuple[str, ...]
+    """Where the API counts a request's input tokens without running it (Anthropic's
+    `count_tokens`, the Responses API's `input_tokens`); empty when it has no such endpoint."""
+    upstream_count_path: str | None
+    """The upstream's counting path (appended to the route's `base_url`), None without one."""
+
+    def count_answer(self, tokens: int) -> Json:
+        """The counting endpoint's answer for `tokens` input tokens, in the API's shape."""
 
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         """The body as a dict; with `memo`, only its new tail when it extends a recent body."""
@@ -140,6 +148,12 @@ class BaseWire:
 
     fails_in_stream = False
     purpose = "main"
+    count_paths: tuple[str, ...] = ()
+    upstream_count_path: str | None = None
+
+    def count_answer(self, tokens: int) -> Json:
+        """Anthropic's shape (`{"input_tokens": N}`); the Responses API adds its `object`."""
+        return {"input_tokens": tokens}
 
     def rewrite_allowed(self, body: Json) -> bool:
         """Every request may be projected."""

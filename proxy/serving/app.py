@@ -159,7 +159,7 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
 
     routes = [
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
-        Route("/v1/messages/count_tokens", endpoints.count_tokens, methods=["POST"]),
+        *(Route(path, endpoints.count_tokens, methods=["POST"]) for wire in WIRES for path in wire.count_paths),
         Route("/", endpoints.root, methods=["GET", "HEAD"]),
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),

@@ -1,20 +1,23 @@
-"""The endpoints beside the model calls: the root hint, the model list, Anthropic's count_tokens,
-health and metrics. None of them is recorded; the ones that reach the upstream relay its answer
-unchanged."""
+"""The endpoints beside the model calls: the root hint, the model list, the token counts
+(Anthropic's count_tokens, the Responses API's input_tokens), health and metrics. None of them is
+recorded; the model list is the upstream's answer relayed unchanged, a count is the projection's."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 
-from .. import auth, routing
-from ..asgi import RawResponse, json_response, read_body, require_token
-from ..errors import NotFound
+from .. import auth
+from ..asgi import RawResponse, json_response, require_token
+from ..count import count
 from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ..protocols.anthropic import WIRE as ANTHROPIC
-from ..protocols.anthropic.validate import parse_body, require_model
+from ..protocols import wire_for_path
 from ..relay import relay_unchanged
 from ..services import Services
 from ..upstream.base import CREDENTIAL_HEADERS, upstream_request_headers
+
+SOURCE_HEADER = "X-Ctxproxy-Count"
+"""Where a count came from: `carried` (the last bill plus the estimated change), `upstream` (its
+own count of the projected body) or `estimated`."""
 
 ROOT_HINT = {
     "service": "ctxproxy",
@@ -67,17 +70,14 @@ async def list_models(request: Request) -> RawResponse:
 
 
 async def count_tokens(request: Request) -> RawResponse:
-    """`POST /v1/messages/count_tokens`: relayed to the upstream of the route serving the body's
-    model; errors in Anthropic's shape (the app's error boundary knows the path is Anthropic's)."""
+    """`POST /v1/messages/count_tokens` and `POST /v1/responses/input_tokens`: the input tokens of
+    what the proxy would send for the body (`proxy.count`), in the API's shape; errors in it too
+    (the app's error boundary knows which API the path belongs to). Nothing is recorded."""
     services: Services = request.app.state.ctx
-    config = services.config
-    raw = await read_body(request.headers, request.receive, config.limits)
-    model = require_model(parse_body(raw))
-    route = config.route_for(ANTHROPIC.path, model)
-    if route is None:
-        raise NotFound(f"No route serves model {model!r} on {ANTHROPIC.path}.", param="model")
-    caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
-    drop = frozenset({config.conversation_header.lower()})
-    headers = routing.upstream_headers(services.keys, ANTHROPIC, route, request.headers, drop, caller)
-    path = ANTHROPIC.upstream_path + "/count_tokens"
-    return await relay_unchanged(services.keys, await services.upstream.send(route, "POST", path, raw, headers))
+    wire = wire_for_path(request.url.path)
+    assert wire is not None and wire.count_paths, request.url.path
+    counted = await count(services, request.headers, request.receive, wire)
+    if counted.relayed is not None:
+        return await relay_unchanged(services.keys, counted.relayed)
+    assert counted.tokens is not None
+    return json_response(wire.count_answer(counted.tokens), headers=[(SOURCE_HEADER, counted.source)])

@@ -300,12 +300,16 @@ def test_error_event_mid_stream_is_relayed_and_recorded(proxied, claude_up, api_
     assert call["status"] == "error" and "overloaded_error" in call["error"]
 
 
-def test_count_tokens_is_relayed_and_not_recorded(proxied, claude_up, api_key):
+def test_count_tokens_of_a_new_body_is_the_upstreams_and_not_recorded(proxied, claude_up, api_key):
+    """Nothing stored, nothing to rewrite: the upstream counts the client's own bytes (the
+    projection of a long history: tests/e2e/test_count_tokens.py)."""
     p = proxied()
     client = sdk(p, api_key)
     messages = [user("how many tokens is this?")]
     before = p.admin_json("conversations")["data"]
-    counted = client.messages.count_tokens(model=MODEL, messages=messages)
+    raw = client.messages.with_raw_response.count_tokens(model=MODEL, messages=messages)
+    counted = raw.parse()
+    assert raw.headers["x-ctxproxy-count"] == "upstream"
     assert counted.input_tokens == estimate_tokens({"messages": messages})
     sent = claude_up.requests[-1]
     assert sent.path == "/v1/messages/count_tokens" and sent.headers["x-api-key"] == UPSTREAM_KEY

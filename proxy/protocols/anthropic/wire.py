@@ -22,6 +22,8 @@ class AnthropicWire(BaseWire):
     path = "/v1/messages"
     paths: tuple[str, ...] = ("/v1/messages",)
     upstream_path = "/v1/messages"
+    count_paths: tuple[str, ...] = ("/v1/messages/count_tokens",)
+    upstream_count_path: str | None = "/v1/messages/count_tokens"
 
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         return parse_body(raw) if memo is None else memo.parse(raw, "messages", parse_body)

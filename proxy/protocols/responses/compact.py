@@ -23,6 +23,7 @@ class CompactWire(ResponsesWire):
     paths: tuple[str, ...] = ("/v1/responses/compact", "/responses/compact")
     upstream_path = "/responses/compact"
     purpose = "client_compaction"
+    count_paths: tuple[str, ...] = ()  # the Responses wire serves `/v1/responses/input_tokens`
 
     def rewrite_allowed(self, body: Json) -> bool:
         """Never: the provider compacts the input the client chose."""

@@ -29,6 +29,11 @@ class ResponsesWire(BaseWire):
     path = "/v1/responses"
     paths: tuple[str, ...] = ("/v1/responses", "/responses")
     upstream_path = "/responses"
+    count_paths: tuple[str, ...] = ("/v1/responses/input_tokens", "/responses/input_tokens")
+    upstream_count_path: str | None = "/responses/input_tokens"
+
+    def count_answer(self, tokens: int) -> Json:
+        return {"object": "response.input_tokens", "input_tokens": tokens}
 
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         return parse_body(raw) if memo is None else memo.parse(raw, "input", parse_body)

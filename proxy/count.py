@@ -1,0 +1,148 @@
+"""Count a request's input as ctxproxy would send it (Anthropic's `count_tokens`, the Responses
+API's `input_tokens`).
+
+Problem: an agent sizes its own compaction from these endpoints (and from the usage of its
+calls). Relayed unchanged they count the history the agent holds, not what the proxy sends for
+it, so the agent compacts long before the window is near: it would feel a window the proxy
+already keeps it inside.
+
+So the answer is the input of the request a model call with this body would send: the
+conversation found by `ingest.locate` (the rules of `ingest`, read-only: nothing is appended,
+forked or created, no compaction starts), projected by the route's policy with the branch's
+active checkpoint (`Projector.project_request`, as `outgoing` does), the recall tool added when
+the call would get it. Then counted, best source first:
+
+* carried: when the projection starts with the very messages of the branch's last billed call,
+  the prediction the budget works with (`proxy.estimate`): that bill, exact, plus the learned
+  ratio times the estimate of what was added. The proxy's own budget and the agent then agree
+  on the same number, and no upstream call is made (agents count often; counting has its own
+  rate limits upstream).
+* otherwise (nothing stored yet, a new checkpoint, a moved trim boundary: no bill covers the
+  prefix), the upstream's own count of the projected body: an estimate of the whole would be
+  the learned ratio times tiktoken, 10-20% off on another tokenizer until calibrated, where the
+  upstream's count is what it will bill.
+* an upstream without the endpoint, or one that fails (not a 4xx about the body): the
+  prediction, ratio times estimate.
+
+A route that does not rewrite (or a body the wire may not rewrite) is relayed as it always was:
+what the upstream counts is what it will be sent; so is every body while the store is down on a
+route whose `store_failure` is `passthrough` (its model calls go upstream unrewritten too). A
+body that would be refused as too long even projected gets the 400 the call would get. Nothing
+is recorded.
+
+Example: Claude Code holds 90,000 tokens of history on a 32k route whose last call was billed
+21,400 for a summary and a raw tail; it appends a 1,200-token tool result and counts. The answer
+is 21,400 + 1.08 x 1,150 = 22,642, not 91,300.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import Receive
+
+from . import auth, identify, routing
+from .asgi import read_body
+from .codec import JsonRejected, loads
+from .errors import StoreError, UpstreamError
+from .ingest import Arrival, locate
+from .projector import Asked, Projected
+from .protocols.base import Wire
+from .recall.tool import offered, with_tool
+from .services import Services
+from .upstream.base import UpstreamResponse
+
+FALLBACK_STATUSES = frozenset({404, 405, 501})
+"""Upstream answers that say it has no counting endpoint (the prediction answers instead)."""
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A count: `tokens` and where they came from (`carried`, `upstream`, `estimated`), or the
+    upstream's own answer to relay (a route that does not rewrite, an error about the body)."""
+
+    tokens: int | None
+    source: str
+    relayed: UpstreamResponse | None = None
+
+
+async def count(services: Services, headers: Mapping[str, str], receive: Receive, wire: Wire) -> Counted:
+    """The input tokens of the model call this body would make (module docstring)."""
+    config = services.config
+    raw = await read_body(headers, receive, config.limits)
+    body = wire.parse(raw)
+    model, _ = wire.envelope(body)
+    route, policy = routing.route_for(config, wire.path, model)
+    caller = auth.authenticate(services.keys, config, route, headers, services.salt)
+    header = config.conversation_header
+    upstream_headers = routing.upstream_headers(
+        services.keys, wire, route, headers, frozenset({header.lower()}), caller
+    )
+    path = wire.upstream_count_path
+    assert path is not None, f"{wire.name} has no counting endpoint"
+    if not routing.projectable(policy, wire, body):
+        return Counted(None, "relayed", await services.upstream.send(route, "POST", path, raw, upstream_headers))
+
+    messages = wire.messages(body)
+    session = identify.session_of(config.session_headers, headers, body.get("tools"))
+    arrival = Arrival(caller.tenant, messages, headers.get(header), len(raw), session)
+    try:
+        located = await locate(services.store, services.history, wire, arrival)
+        checkpoint = await services.store.active_checkpoint(located.branch_id) if located.branch_id else None
+    except StoreError:
+        if policy.store_failure != "passthrough":
+            raise
+        return Counted(None, "relayed", await services.upstream.send(route, "POST", path, raw, upstream_headers))
+    if checkpoint is not None and checkpoint.covered_through_seq > located.matched:
+        checkpoint = None  # it summarizes events this request does not have
+    recalling = offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
+    if recalling:
+        body = with_tool(body, wire.name, policy.recall)  # the call would carry it: it counts
+    window_model = route.upstream.model or model
+    projector = services.projector
+    items = projector.items(located.history, located.hashes, projector.counter(window_model), located.known)
+    asked = Asked(policy, window_model, body, located.prefix, items, located.branch_id, None, route)
+    projected = projector.project_request(asked, checkpoint)
+    prediction = projected.prediction
+    if prediction is not None and prediction.carried:
+        return Counted(prediction.predicted, "carried")
+    payload = _payload(wire, body, raw, projected, recalling)
+    try:
+        upstream = await services.upstream.send(route, "POST", path, payload, upstream_headers)
+    except UpstreamError:
+        return _estimated(projected)
+    if upstream.status in FALLBACK_STATUSES or upstream.status >= 500:
+        upstream.close()
+        return _estimated(projected)
+    if upstream.status != 200:
+        return Counted(None, "relayed", upstream)
+    try:
+        tokens = _input_tokens(await upstream.read())
+    finally:
+        upstream.close()
+    return Counted(tokens, "upstream") if tokens is not None else _estimated(projected)
+
+
+def _payload(wire: Wire, body: dict[str, Any], raw: bytes, projected: Projected, recalling: bool) -> bytes:
+    """The body the model call would send, as the counting endpoint takes it."""
+    projection = projected.projection
+    messages = projection.messages if projection.record.rewritten or recalling else None
+    encoded, _ = wire.encode(body, messages, False, None)
+    return raw if encoded is None else encoded
+
+
+def _estimated(projected: Projected) -> Counted:
+    prediction = projected.prediction
+    tokens = prediction.predicted if prediction is not None else projected.projection.record.sent_tokens
+    return Counted(tokens, "estimated")
+
+
+def _input_tokens(data: bytes) -> int | None:
+    try:
+        parsed = loads(data)
+    except JsonRejected:
+        return None
+    tokens = parsed.get("input_tokens") if isinstance(parsed, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
