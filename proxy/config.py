@@ -184,10 +184,12 @@ class Policy(PolicyConfig):
     """When the store fails while identifying, ingesting or projecting a request: answer 503
     (`fail`), or relay it unrewritten and unrecorded with `X-Ctxproxy-Degraded` (`passthrough`)."""
     provider_context: Literal["defer", "combine"] = "defer"
-    """A request that asks the provider to manage its context (`context_management` on the
-    Responses and Anthropic wires): `defer` forwards it as sent (recorded and accounted, never
-    trimmed or summarized: two compactors on one window would undo each other); `combine`
-    projects it as any other request and the provider's edits apply to what ctxproxy sends."""
+    """A request that asks the provider to compact its context (a `context_management` naming a
+    compaction: Responses `{"type": "compaction"}`, an Anthropic `compact_*` edit): `defer`
+    forwards it as sent (recorded and accounted, never trimmed or summarized: two compactors on
+    one window would undo each other); `combine` projects it as any other request and the
+    provider's compaction applies to what ctxproxy sends. Context editing alone (clearing old
+    thinking or tool uses) is always projected, the edits kept."""
     summarizer: Summarizer = Summarizer()
     recall: Recall = Recall()
     modes: tuple[Literal["passthrough", "observe"], ...] = ("passthrough", "observe")

@@ -92,8 +92,9 @@ class Wire(Protocol):
         the upstream owns the conversation state (Responses `previous_response_id`)."""
 
     def provider_managed(self, body: Json) -> bool:
-        """Whether the request asks the provider to manage its context (its own compaction or
-        context editing): the policy's `provider_context` decides whether ctxproxy still projects it."""
+        """Whether the request asks the provider to compact its context (its `context_management`
+        names a compaction; context editing alone, such as clearing old thinking, does not): the
+        policy's `provider_context` decides whether ctxproxy still projects it."""
 
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         """Validate messages[start:stop]; the rest equals an earlier accepted request."""
@@ -160,9 +161,8 @@ class BaseWire:
         return True
 
     def provider_managed(self, body: Json) -> bool:
-        """`context_management`, the field of the Responses and Anthropic APIs (a Chat Completions
-        body carrying it is deferred alike: its upstream answers for the field)."""
-        return body.get("context_management") is not None
+        """The Chat Completions API has no compaction of its own."""
+        return False
 
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         """Nothing left to check: the native messages were validated while converting (`messages`)."""

@@ -325,10 +325,12 @@ def _billed_raw(usage: Any) -> int:
 
 
 def test_input_tokens_falls_back_to_the_estimate_and_relays_what_it_may_not_rewrite(proxy, api_key):
-    """An upstream without the counting endpoint (the shared scripted Responses server answers it
-    404): the prediction answers. A body the wire may not rewrite (`previous_response_id`) goes to
+    """An upstream without the counting endpoint (a scripted Responses server answering it 404):
+    the prediction answers. A body the wire may not rewrite (`previous_response_id`) goes to
     the upstream's endpoint as it is, and its answer (here the 404, in OpenAI's shape) is relayed."""
-    server = ResponsesServer().start()
+    server = ResponsesServer()
+    server.paths = tuple(path for path in server.paths if not path.endswith("/input_tokens"))
+    server.start()
     try:
         route = {
             "name": "responses",

@@ -1,10 +1,12 @@
 """The providers' own context management through the real proxy, with the real SDKs and raw HTTP,
 against the scripted Responses and Anthropic upstreams.
 
-- A request carrying `context_management` asks the provider to manage its context. Under the
-  policy's default `provider_context: defer` it reaches the upstream byte for byte even when
-  ctxproxy would have trimmed it (two compactors on one window undo each other), and is still
-  recorded; under `combine` ctxproxy projects it and the field goes along.
+- A request whose `context_management` asks the provider to compact (a Responses `compaction`
+  entry, an Anthropic `compact_*` edit) leaves its context to the provider. Under the policy's
+  default `provider_context: defer` it reaches the upstream byte for byte even when ctxproxy would
+  have trimmed it (two compactors on one window undo each other), and is still recorded; under
+  `combine` ctxproxy projects it and the field goes along. Context editing alone (clearing old
+  thinking or tool uses) is projected as any request.
 - The provider's compaction that a client sends back (a Responses `compaction` item, an Anthropic
   `compaction` block) is the client's checkpoint: when ctxproxy rewrites the history around it,
   the item arrives upstream unmodified.
@@ -35,8 +37,9 @@ OBJECTIVE = "Objective: migrate billing to the new queue. Never touch config/pro
 COMPACTION = compaction_item("Earlier: read the queue code.", [], 40)
 ANTHROPIC_COMPACTION = compaction_block("Earlier: read the queue code.")
 CONTEXT_MANAGEMENT = [{"type": "compaction", "compact_threshold": 200000}]
-ANTHROPIC_CONTEXT = {"edits": [{"type": "clear_tool_uses_20250919"}]}
-BETA = "context-management-2025-06-27"
+ANTHROPIC_CONTEXT = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 150000}}]}
+CLEARING = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}  # what Claude Code sends every time
+BETA = "compact-2026-01-12"
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +147,15 @@ def test_context_management_is_deferred_to_the_provider_and_recorded(proxy, rup,
     answer = _post(f"{p.base_url}/responses", api_key, _responses_body(14))
     assert answer.status_code == 200, answer.text
     assert len(rup.last.raw) < len(_responses_body(14))
+
+    # Context editing alone (Claude Code clears old thinking on every request) is no compaction:
+    # ctxproxy projects the request, and the edit goes along.
+    anthropic_upstream.push(AnthropicReply(text="done"))
+    raw = _anthropic_body(14, context_management=CLEARING)
+    answer = _post(f"{p.base_url}/messages", api_key, raw, **{"anthropic-beta": "context-management-2025-06-27"})
+    assert answer.status_code == 200, answer.text
+    sent = anthropic_upstream.message_requests[-1]
+    assert len(sent.raw) < len(raw) and sent.body["context_management"] == CLEARING
 
 
 def test_combine_projects_the_request_and_keeps_the_field(proxy, rup, anthropic_upstream, api_key):

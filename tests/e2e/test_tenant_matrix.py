@@ -96,6 +96,23 @@ def _messages_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"model": "gpt-4o", "max_tokens": 50, "messages": messages}
 
 
+def _count(path: str, body: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> Callable[..., None]:
+    """A count reads the conversation it would continue (read-only): named by A's ids or by A's
+    own history, mallory's count is of mallory's tenant, never leaks A's bytes, stores nothing."""
+
+    def check(probe: Probe, a: dict[str, Any]) -> None:
+        before = probe.p.admin_json("conversations", params={"tenant": "team-m", "limit": 1000})["data"]
+        for ref in (a["external_id"], a["id"]):
+            r = probe.send(path, "POST", path, json=body(a["history"]), headers={"X-Conversation-Id": ref})
+            assert r.status_code < 500, r.text
+        r = probe.send(f"{path} same history", "POST", path, json=body(a["history"]))
+        assert r.status_code < 500, r.text
+        after = probe.p.admin_json("conversations", params={"tenant": "team-m", "limit": 1000})["data"]
+        assert after == before
+
+    return check
+
+
 def _plain(path: str, method: str = "GET", **kw: Any) -> Callable[..., None]:
     def check(probe: Probe, a: dict[str, Any]) -> None:
         probe.send(path, method, path, **kw)
@@ -172,7 +189,11 @@ MATRIX: dict[tuple[str, str], Callable[..., None]] = {
     ("POST", "/v1/responses"): _model_call("/v1/responses", _responses_body),
     ("POST", "/responses"): _model_call("/responses", _responses_body),
     ("POST", "/v1/messages"): _model_call("/v1/messages", _messages_body),
-    ("POST", "/v1/messages/count_tokens"): _plain("/v1/messages/count_tokens", "POST", json=_messages_body([])),
+    ("POST", "/v1/messages/count_tokens"): _count("/v1/messages/count_tokens", _messages_body),
+    ("POST", "/v1/responses/input_tokens"): _count("/v1/responses/input_tokens", _responses_body),
+    ("POST", "/responses/input_tokens"): _count("/responses/input_tokens", _responses_body),
+    ("POST", "/v1/responses/compact"): _model_call("/v1/responses/compact", _responses_body),
+    ("POST", "/responses/compact"): _model_call("/responses/compact", _responses_body),
     ("GET", "/v1/models"): _plain("/v1/models"),
     ("GET", "/"): _plain("/"),
     ("GET", "/healthz"): _plain("/healthz"),

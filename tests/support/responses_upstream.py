@@ -163,6 +163,8 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         self.meter = Meter(counting)  # how this server counts a request (window check and usage)
         self.overflow_in_stream = False
         """Answer a streamed request over the window with a 200 stream that fails (`response.failed`)."""
+        self.paths = _PATHS
+        """The paths served (an upstream without `/input_tokens`, as many gateways are: leave it out)."""
         self.rejections: list[dict[str, Any]] = []
         self.stored: dict[str, list[dict[str, Any]]] = {}
         # Context management (tests.support.responses_context):
@@ -321,7 +323,7 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
             return
         body = record.body
         path = scope["path"].rstrip("/")
-        if path not in _PATHS or scope["method"] != "POST":
+        if path not in self.paths or scope["method"] != "POST":
             await self._json(send, 404, openai_error(f"Invalid URL ({scope['method']} {scope['path']})"))
             return
         if path == "/v1/responses/input_tokens":

@@ -25,6 +25,16 @@ class AnthropicWire(BaseWire):
     count_paths: tuple[str, ...] = ("/v1/messages/count_tokens",)
     upstream_count_path: str | None = "/v1/messages/count_tokens"
 
+    def provider_managed(self, body: Json) -> bool:
+        """A `compact_*` edit in `context_management.edits` (`compact_20260112`): the server
+        compacts. The clearing edits (`clear_tool_uses_*`, `clear_thinking_*`; Claude Code sends
+        `clear_thinking_20251015` on every request) only thin what is sent and combine with ctxproxy's."""
+        config = body.get("context_management")
+        edits = config.get("edits") if isinstance(config, dict) else None
+        return isinstance(edits, list) and any(
+            isinstance(e, dict) and str(e.get("type", "")).startswith("compact_") for e in edits
+        )
+
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         return parse_body(raw) if memo is None else memo.parse(raw, "messages", parse_body)
 

@@ -44,6 +44,12 @@ class ResponsesWire(BaseWire):
     def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
         return request_messages(body)
 
+    def provider_managed(self, body: Json) -> bool:
+        """`context_management: [{"type": "compaction", "compact_threshold": N}]`: the server
+        compacts past N."""
+        entries = body.get("context_management")
+        return isinstance(entries, list) and any(isinstance(e, dict) and e.get("type") == "compaction" for e in entries)
+
     def rewrite_allowed(self, body: Json) -> bool:
         """False when the upstream owns the state or the input holds items the policies cannot
         treat safely: such requests are forwarded untouched (and still recorded)."""
