@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -243,3 +244,61 @@ def first_estimate_error(got: Outcome) -> float:
     estimate = first["projection"]["sent_tokens"]
     billed = first["usage"]["input_total"]
     return float(abs(estimate - billed) / billed)
+
+
+class Tmux:
+    """Claude Code's interactive TUI in a private tmux server (its own socket), killed at the end."""
+
+    def __init__(self, socket: Path, command: str) -> None:
+        self.socket = str(socket)
+        self._tmux("new-session", "-d", "-x", "200", "-y", "50", command)
+
+    def _tmux(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-S", self.socket, "-f", "/dev/null", *args], capture_output=True, text=True, timeout=30
+        )
+        return done.stdout
+
+    def type(self, text: str) -> None:
+        self._tmux("send-keys", "-l", text)
+        time.sleep(0.5)
+        self._tmux("send-keys", "Enter")
+
+    def pane(self) -> str:
+        return self._tmux("capture-pane", "-p", "-S", "-5000")
+
+    def close(self) -> None:
+        self._tmux("kill-server")
+
+
+def wait_screen(what: str, predicate: Any, tmux: Tmux, timeout: float = 300.0) -> None:
+    """Poll `predicate` until it holds; past `timeout`, fail showing the screen's last 4,000 chars."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f} s for {what}; the screen:\n{tmux.pane()[-4000:]}")
+        time.sleep(0.5)
+
+
+def claude_tui(tmp_path: Path, api_key: str, model: str, extra: dict[str, str]) -> Tmux:
+    """Claude Code's TUI in tmux on a fresh workspace (`write_workspace`) and HOME, onboarding
+    done, the workspace trusted, `api_key` approved; `extra` adds to its environment
+    (`ANTHROPIC_BASE_URL` at least)."""
+    claude = BIN / "claude"
+    assert claude.exists(), install_hint("claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    cwd = tmp_path / "work"
+    write_workspace(cwd)
+    state = {
+        "hasCompletedOnboarding": True,
+        "theme": "dark",
+        "customApiKeyResponses": {"approved": [api_key[-20:]], "rejected": []},
+        "projects": {str(cwd): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
+    }
+    (home / ".claude.json").write_text(json.dumps(state))
+    env = agent_env(home, {"ANTHROPIC_API_KEY": api_key, "TERM": "xterm-256color", **extra})
+    env.pop("CI")
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    command = f"cd {shlex.quote(str(cwd))} && exec env -i {assignments} {claude} --model {model} --allowedTools Bash"
+    return Tmux(tmp_path / "tmux.sock", command)

@@ -21,10 +21,6 @@ side calls in `-p` mode here.
 from __future__ import annotations
 
 import json
-import shlex
-import subprocess
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,39 +150,6 @@ SECOND = "Tell me the launch code once more."
 THIRD = "What was the launch code?"
 
 
-class _Tmux:
-    """Claude Code's interactive TUI in a private tmux server (its own socket), killed at the end."""
-
-    def __init__(self, socket: Path, command: str) -> None:
-        self.socket = str(socket)
-        self._tmux("new-session", "-d", "-x", "200", "-y", "50", command)
-
-    def _tmux(self, *args: str) -> str:
-        done = subprocess.run(
-            ["tmux", "-S", self.socket, "-f", "/dev/null", *args], capture_output=True, text=True, timeout=30
-        )
-        return done.stdout
-
-    def type(self, text: str) -> None:
-        self._tmux("send-keys", "-l", text)
-        time.sleep(0.5)
-        self._tmux("send-keys", "Enter")
-
-    def pane(self) -> str:
-        return self._tmux("capture-pane", "-p", "-S", "-5000")
-
-    def close(self) -> None:
-        self._tmux("kill-server")
-
-
-def _wait(what: str, predicate: Any, tmux: _Tmux, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout:.0f} s for {what}; the screen:\n{tmux.pane()}")
-        time.sleep(0.5)
-
-
 def test_claude_code_interactive_compact(proxy, claude_upstream, tmp_path):
     """The TUI in a real terminal: a prompt that runs the 24 steps, a second prompt, Claude Code's
     own `/compact` (it rebuilds its history from its summary: nothing matches any more), a third
@@ -218,43 +181,23 @@ def test_claude_code_interactive_compact(proxy, claude_upstream, tmp_path):
 
     p = _start(proxy, claude_upstream)
     claude_upstream.responder = respond
-    claude = harness.BIN / "claude"
-    assert claude.exists(), harness.install_hint("claude")
-    home = tmp_path / "home"
-    home.mkdir()
-    cwd = tmp_path / "work"
-    harness.write_workspace(cwd)
-    state = {
-        "hasCompletedOnboarding": True,
-        "theme": "dark",
-        "customApiKeyResponses": {"approved": [CLIENT_KEY[-20:]], "rejected": []},
-        "projects": {str(cwd): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
-    }
-    (home / ".claude.json").write_text(json.dumps(state))
-    env = harness.agent_env(
-        home,
-        {
-            "ANTHROPIC_BASE_URL": p.url,
-            "ANTHROPIC_API_KEY": CLIENT_KEY,
-            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT),
-            "TERM": "xterm-256color",
-        },
-    )
-    env.pop("CI")
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    command = f"cd {shlex.quote(str(cwd))} && exec env -i {assignments} {claude} --model {MODEL} --allowedTools Bash"
-    tmux = _Tmux(tmp_path / "tmux.sock", command)
+    extra = {"ANTHROPIC_BASE_URL": p.url, "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT)}
+    tmux = harness.claude_tui(tmp_path, CLIENT_KEY, MODEL, extra)
     try:
-        _wait("the prompt", lambda: "❯" in tmux.pane(), tmux, 180)
+        harness.wait_screen("the prompt", lambda: "❯" in tmux.pane(), tmux, 180)
         tmux.type(harness.PROMPT)
-        _wait("the first answer", lambda: len(answers) >= 1 and "Done. The launch code" in tmux.pane(), tmux)
+        harness.wait_screen(
+            "the first answer", lambda: len(answers) >= 1 and "Done. The launch code" in tmux.pane(), tmux
+        )
         tmux.type(SECOND)
-        _wait("the second answer", lambda: any(SECOND in q for q, _ in answers), tmux)
-        _wait("the screen", lambda: tmux.pane().count("Done. The launch code") >= 2, tmux, 120)
+        harness.wait_screen("the second answer", lambda: any(SECOND in q for q, _ in answers), tmux)
+        harness.wait_screen("the screen", lambda: tmux.pane().count("Done. The launch code") >= 2, tmux, 120)
         tmux.type("/compact")
-        _wait("the compaction", lambda: any(q == "compact" for q, _ in answers) and "Compacted" in tmux.pane(), tmux)
+        harness.wait_screen(
+            "the compaction", lambda: any(q == "compact" for q, _ in answers) and "Compacted" in tmux.pane(), tmux
+        )
         tmux.type(THIRD)
-        _wait("the third answer", lambda: any(THIRD in q for q, _ in answers), tmux)
+        harness.wait_screen("the third answer", lambda: any(THIRD in q for q, _ in answers), tmux)
     finally:
         tmux.close()
 

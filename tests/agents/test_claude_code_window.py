@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
-import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,69 +89,15 @@ def claude_upstream() -> Any:
 SECOND = "Tell me the launch code once more."
 
 
-class _Tmux:
-    """Claude Code's interactive TUI in a private tmux server (its own socket), killed at the end."""
-
-    def __init__(self, socket: Path, command: str) -> None:
-        self.socket = str(socket)
-        self._tmux("new-session", "-d", "-x", "200", "-y", "50", command)
-
-    def _tmux(self, *args: str) -> str:
-        done = subprocess.run(
-            ["tmux", "-S", self.socket, "-f", "/dev/null", *args], capture_output=True, text=True, timeout=30
-        )
-        return done.stdout
-
-    def type(self, text: str) -> None:
-        self._tmux("send-keys", "-l", text)
-        time.sleep(0.5)
-        self._tmux("send-keys", "Enter")
-
-    def pane(self) -> str:
-        return self._tmux("capture-pane", "-p", "-S", "-5000")
-
-    def close(self) -> None:
-        self._tmux("kill-server")
-
-
-def _wait(what: str, predicate: Any, tmux: _Tmux, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout:.0f} s for {what}; the screen:\n{tmux.pane()[-4000:]}")
-        time.sleep(0.5)
-
-
 def _claude(base_url: str, server: AnthropicUpstream, tmp_path: Any) -> str:
     """The TUI: the prompt that runs the 24 steps, `/context`, then a second prompt, each
     answered; the screen `/context` drew."""
-    claude = harness.BIN / "claude"
-    assert claude.exists(), harness.install_hint("claude")
-    home = tmp_path / "home"
-    home.mkdir()
-    cwd = tmp_path / "work"
-    harness.write_workspace(cwd)
-    state = {
-        "hasCompletedOnboarding": True,
-        "theme": "dark",
-        "customApiKeyResponses": {"approved": [CLIENT_KEY[-20:]], "rejected": []},
-        "projects": {str(cwd): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
+    extra = {
+        "ANTHROPIC_BASE_URL": base_url,
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT),
+        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(COMPACT_WINDOW),
     }
-    (home / ".claude.json").write_text(json.dumps(state))
-    env = harness.agent_env(
-        home,
-        {
-            "ANTHROPIC_BASE_URL": base_url,
-            "ANTHROPIC_API_KEY": CLIENT_KEY,
-            "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(MAX_OUTPUT),
-            "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(COMPACT_WINDOW),
-            "TERM": "xterm-256color",
-        },
-    )
-    env.pop("CI")
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    command = f"cd {shlex.quote(str(cwd))} && exec env -i {assignments} {claude} --model {MODEL} --allowedTools Bash"
-    tmux = _Tmux(tmp_path / "tmux.sock", command)
+    tmux = harness.claude_tui(tmp_path, CLIENT_KEY, MODEL, extra)
 
     def answered(n: int) -> bool:
         return (
@@ -162,15 +105,15 @@ def _claude(base_url: str, server: AnthropicUpstream, tmp_path: Any) -> str:
         )
 
     try:
-        _wait("the prompt", lambda: "❯" in tmux.pane(), tmux, 180)
+        harness.wait_screen("the prompt", lambda: "❯" in tmux.pane(), tmux, 180)
         tmux.type(harness.PROMPT)
-        _wait("the first answer", lambda: answered(1), tmux)
+        harness.wait_screen("the first answer", lambda: answered(1), tmux)
         time.sleep(2)
         tmux.type("/context")
-        _wait("the context view", lambda: "Free space" in tmux.pane(), tmux, 120)
+        harness.wait_screen("the context view", lambda: "Free space" in tmux.pane(), tmux, 120)
         screen = tmux.pane()
         tmux.type(SECOND)
-        _wait("the second answer", lambda: answered(2), tmux)
+        harness.wait_screen("the second answer", lambda: answered(2), tmux)
     finally:
         tmux.close()
     return screen
