@@ -159,25 +159,15 @@ def test_count_tokens_is_the_projection(proxy, counting_upstream, api_key):
 # --------------------------------------------------------------------------- the Responses API
 
 
-class CountingResponses(ResponsesServer):
-    """The scripted Responses upstream with `POST /v1/responses/input_tokens` (the real API's
-    `{"object": "response.input_tokens", "input_tokens": N}`, counted as the server bills). Added
-    here only: the shared server in tests/support/responses_upstream.py does not have it yet."""
-
-    async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("path", "").rstrip("/") != "/v1/responses/input_tokens":
-            await super()._app(scope, receive, send)
-            return
-        record = await self._receive_request(scope, receive)
-        if record is None:
-            return
-        body = record.body
-        items = self._shape(body)
-        if isinstance(items, dict):
-            await self._json(send, 400, items)
-            return
-        tokens = self.meter.measure(lambda c: count_input_tokens(body.get("instructions"), items, body.get("tools"), c))
-        await self._json(send, 200, {"object": "response.input_tokens", "input_tokens": tokens})
+def _responses_proxy(proxy: Any, server: ResponsesServer) -> Any:
+    """A private proxy whose `resp-*` route goes to `server` under the small policy."""
+    route = {
+        "name": "responses",
+        "match": {"model": "resp-*", "path": "/v1/responses"},
+        "upstream": {"base_url": server.base_url, "api_key_env": "UPSTREAM_KEY"},
+        "policy": "small",
+    }
+    return proxy(fresh=True, routes=[route], policies={"small": POLICY})
 
 
 def _responses_summary(body: dict[str, Any]) -> ResponsesReply:
@@ -207,16 +197,10 @@ FUNCTION_TOOLS = [
 
 
 def test_responses_input_tokens_is_the_projection(proxy, api_key):
-    server = CountingResponses(counting="framing").start()
+    server = ResponsesServer(counting="framing").start()
     server.responder = _responses_summary
     try:
-        route = {
-            "name": "responses",
-            "match": {"model": "resp-*", "path": "/v1/responses"},
-            "upstream": {"base_url": server.base_url, "api_key_env": "UPSTREAM_KEY"},
-            "policy": "small",
-        }
-        p = proxy(fresh=True, routes=[route], policies={"small": POLICY})
+        p = _responses_proxy(proxy, server)
         client = p.client(api_key)
         args: dict[str, Any] = {"model": "resp-count", "instructions": SYSTEM, "tools": FUNCTION_TOOLS, "store": False}
         history = _responses_history(GROUPS)
@@ -332,13 +316,7 @@ def test_input_tokens_falls_back_to_the_estimate_and_relays_what_it_may_not_rewr
     server.paths = tuple(path for path in server.paths if not path.endswith("/input_tokens"))
     server.start()
     try:
-        route = {
-            "name": "responses",
-            "match": {"model": "resp-*", "path": "/v1/responses"},
-            "upstream": {"base_url": server.base_url, "api_key_env": "UPSTREAM_KEY"},
-            "policy": "small",
-        }
-        p = proxy(fresh=True, routes=[route], policies={"small": POLICY})
+        p = _responses_proxy(proxy, server)
         client = p.client(api_key)
         items = [{"role": "user", "content": "How many tokens is this question, roughly?"}]
         raw = client.responses.input_tokens.with_raw_response.count(
