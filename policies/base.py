@@ -73,6 +73,10 @@ class Checkpoint:
     covered_through_seq: int
     summary: str
     tokens: int
+    native: tuple[Message, ...] = ()
+    """The provider's own compaction of the covered events (opaque messages the wire sends back
+    verbatim), standing before the summary block; `summary` is then empty or what ctxproxy's own
+    summarizer added after it."""
 
 
 @dataclass(frozen=True)

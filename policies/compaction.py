@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from policies.base import Checkpoint, CompactionPlan, Item, Message
-from policies.summary_prompt import summary_block
+from policies.summary_prompt import checkpoint_block
 
 Summarize = Callable[[str | None, tuple[Item, ...]], str]
 """(previous summary or None, chunk) -> the summary of everything so far"""
@@ -42,13 +42,18 @@ def next_checkpoint(
     summary: str,
     count: Callable[[Message], int],
     through: int | None = None,
+    native: tuple[Message, ...] = (),
 ) -> Checkpoint:
     """The checkpoint `summary` makes once `plan` is applied on top of `previous`; `through`: the
-    last event it covers when fewer chunks than planned were summarized (default the plan's)."""
+    last event it covers when fewer chunks than planned were summarized (default the plan's);
+    `native`: the provider's own compaction, standing before the summary block (`summary` then
+    empty, or what was summarized after it)."""
     covered = plan.through_seq if through is None else through
+    block = checkpoint_block(summary, covered, native=native)
     return Checkpoint(
         generation=(previous.generation if previous is not None else 0) + 1,
         covered_through_seq=covered,
         summary=summary,
-        tokens=count(summary_block(summary, covered)),
+        tokens=sum(count(message) for message in block),
+        native=native,
     )

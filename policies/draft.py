@@ -32,7 +32,7 @@ from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, Pol
 from policies.groups import Group, effective_boundary, last_index, synthetic_result
 from policies.history_index import HistoryIndex, index_items
 from policies.pins import provider_state, release_pins
-from policies.summary_prompt import summary_block
+from policies.summary_prompt import checkpoint_block
 from policies.text import clone
 
 CountFn = Callable[[Message], int]
@@ -242,10 +242,17 @@ class Renderer:
         return render_slot(index, group, is_last, keep, protected, count)
 
     def summary(
-        self, text: str, covered: int, count: CountFn, recall_tool: str | None = None
+        self,
+        text: str,
+        covered: int,
+        count: CountFn,
+        recall_tool: str | None = None,
+        native: tuple[Message, ...] = (),
     ) -> tuple[tuple[Message, ...], int]:
-        """The summary block of a checkpoint covering through `covered`, and its tokens."""
-        block = (summary_block(text, covered, recall_tool),)
+        """The messages standing for a checkpoint covering through `covered` -- the provider's
+        own compaction (`native`) and the summary block (none for an empty text after a native
+        compaction) -- and their tokens."""
+        block = checkpoint_block(text, covered, recall_tool, native)
         return block, sum(count(message) for message in block)
 
     def trimmed_slot(
@@ -342,7 +349,7 @@ def build_draft(
     summary: tuple[Message, ...] = ()
     summary_tokens = 0
     if checkpoint is not None and covered > 0:
-        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count, recall_tool)
+        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count, recall_tool, checkpoint.native)
     draft = Draft(
         prefix=tuple(prefix),
         prefix_tokens=prefix_tokens,

@@ -33,7 +33,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from policies.base import Item
+from policies.base import Item, Message
 from policies.text import call_arguments, call_name, cut_text, defuse_tags, message_text, tag_pattern, tool_calls
 
 SUMMARY_PROMPT_TOKENS = 900  # instructions + framing of one summarizer request, rounded up
@@ -218,6 +218,17 @@ def summary_block(summary: str, covered_through_seq: int, recall_tool: str | Non
             "</conversation_summary>"
         ),
     }
+
+
+def checkpoint_block(
+    summary: str, covered_through_seq: int, recall_tool: str | None = None, native: tuple[Message, ...] = ()
+) -> tuple[Message, ...]:
+    """The messages standing for a checkpoint: the provider's own compaction (`native`, opaque,
+    sent back verbatim), then the summary block -- none for an empty summary after a native
+    compaction."""
+    if native and not summary:
+        return native
+    return (*native, summary_block(summary, covered_through_seq, recall_tool))
 
 
 def _trusted_text(items: Sequence[Item], roles: tuple[str, ...]) -> list[str]:

@@ -32,10 +32,11 @@ import logging
 import secrets
 import time
 
-from policies.base import Checkpoint
 from policies.compaction import next_checkpoint
 
+from .covered import Covered, checkpoint_of, covered_of
 from .errors import ConversationGone, StoreError
+from .native_compaction import NativeRolling
 from .projector import Projector
 from .record import Recorder
 from .rolling import CompactionJob, Rolling
@@ -44,14 +45,7 @@ from .summarizer import Summarizer
 
 log = logging.getLogger("ctxproxy.compaction")
 
-FORMAT_VERSION = 1
 LEASE_TTL = 30.0
-
-
-def _value(stored: StoredCheckpoint | None) -> Checkpoint | None:
-    if stored is None:
-        return None
-    return Checkpoint(stored.generation, stored.covered_through_seq, stored.summary, stored.tokens)
 
 
 class Compactor:
@@ -163,18 +157,20 @@ class Compactor:
 
     async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
-        rolling = Rolling(job, self.summarizer, self.projector, self.recorder, lambda: self._closing)
-        summary = job.previous.summary if job.previous else None
+        kind = NativeRolling if job.policy.summarizer.mode == "native" else Rolling
+        rolling = kind(job, self.summarizer, self.projector, self.recorder, lambda: self._closing)
+        previous = covered_of(job.previous) if job.previous else Covered()
+        covered = previous
         through, error = 0, None
         try:
             for chunk in plan.chunks:
-                text, error = await rolling.through(summary, chunk)
-                if text is None:
+                done, error = await rolling.covering(covered, chunk, through or plan.from_seq - 1)
+                if done is None:
                     break
-                summary, through = text, chunk[-1].seq
-            if summary is None or not through:
+                covered, through = done, chunk[-1].seq
+            if not through:
                 # nothing summarized: the previous checkpoint stays active
-                candidate = self._candidate(job, summary or "", 0, token)
+                candidate = self._candidate(job, previous, 0, token)
                 await self.store.record_failed_checkpoint(candidate, error or "summary failed")
                 log.warning("compaction of branch %s failed: %s", job.branch_id, error)
                 self._fail(job.branch_id)
@@ -183,8 +179,9 @@ class Compactor:
                 # the chunks summarized so far still make a checkpoint: less than planned, more than before
                 log.warning("compaction of branch %s covers through e%s only: %s", job.branch_id, through, error)
             counter = self.projector.counter(job.model)
-            checkpoint = next_checkpoint(_value(job.previous), plan, summary, counter, through)
-            candidate = self._candidate(job, summary, checkpoint.tokens, token, through)
+            before = checkpoint_of(job.previous, None)
+            checkpoint = next_checkpoint(before, plan, covered.text, counter, through, covered.native)
+            candidate = self._candidate(job, covered, checkpoint.tokens, token, through)
             committed = await self.store.commit_checkpoint(candidate)
         except ConversationGone:
             self._count("discarded")
@@ -203,10 +200,11 @@ class Compactor:
         return committed
 
     def _candidate(
-        self, job: CompactionJob, summary: str, tokens: int, token: int | None, through: int | None = None
+        self, job: CompactionJob, content: Covered, tokens: int, token: int | None, through: int | None = None
     ) -> CheckpointCandidate:
         plan = job.plan
         covered = through or plan.through_seq
+        summary, format_version = content.encoded()
         return CheckpointCandidate(
             conversation_id=job.conversation_id,
             branch_id=job.branch_id,
@@ -217,6 +215,6 @@ class Compactor:
             summary=summary,
             tokens=tokens,
             model=job.policy.summarizer.model or job.model,
-            format_version=FORMAT_VERSION,
+            format_version=format_version,
             lease_token=token,
         )

@@ -133,6 +133,10 @@ class Client(_Frozen):
 
 
 class Summarizer(_Frozen):
+    mode: Literal["text", "native"] = "text"
+    """`native`: the route's own provider compacts (`proxy/native_compaction.py`: the Responses
+    API's `/responses/compact`, Anthropic's server-side compaction), ctxproxy's own summarizer
+    only where it cannot; with the route's own upstream only (no `model`)."""
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
@@ -149,6 +153,12 @@ class Summarizer(_Frozen):
     max_output_tokens: int | None = Field(None, gt=0)
     """the summarizer's output reserve (default: `max_tokens`, capped at the model's max output
     and a quarter of its window)"""
+
+    @model_validator(mode="after")
+    def _native_own_route(self) -> Summarizer:
+        if self.mode == "native" and self.model:
+            raise ValueError("mode 'native' asks the route's own provider to compact: it takes no summarizer model")
+        return self
 
 
 class Recall(_Frozen):

@@ -103,7 +103,7 @@ async def count(services: Services, headers: Mapping[str, str], receive: Receive
     window_model = route.upstream.model or model
     projector = services.projector
     items = projector.items(located.history, located.hashes, projector.counter(window_model), located.known)
-    asked = Asked(policy, window_model, body, located.prefix, items, located.branch_id, None, route)
+    asked = Asked(policy, window_model, body, located.prefix, items, located.branch_id, None, route, wire.name)
     projected = projector.project_request(asked, checkpoint)
     prediction = projected.prediction
     if prediction is not None and prediction.carried:

@@ -14,7 +14,8 @@ are spent money) but not in the request counters and histograms, which describe 
     ctxproxy_tokens_total{route,kind}                    kind: input | output | cache_read | cache_write
                                                          | reasoning (input = the total input)
     ctxproxy_tokens_saved_total{route}                   client payload tokens minus tokens sent
-    ctxproxy_compactions_total{result}                   committed | failed | discarded | skipped
+    ctxproxy_compactions_total{result}                   committed | failed | discarded | skipped |
+                                                         native_fallback (a provider compaction not made)
                                                          (skipped: another replica holds the lease)
     ctxproxy_store_passthrough_total{route}              requests relayed unrewritten, unrecorded,
                                                          because the store failed (store_failure)
@@ -174,7 +175,7 @@ class Metrics:
             "ctxproxy_tokens_saved_total", "Tokens of the clients' payloads that rewriting did not send.", ("route",)
         )
         self.compactions = Counter("ctxproxy_compactions_total", "Compaction jobs by result.", ("result",))
-        for result in ("committed", "failed", "discarded", "skipped"):
+        for result in ("committed", "failed", "discarded", "skipped", "native_fallback"):
             self.compactions.inc((result,), 0)
         self.cost = Counter(
             "ctxproxy_cost_usd_total", "Cost in USD at litellm's prices (known prices only).", ("route",)

@@ -97,7 +97,10 @@ class Outgoing:
             ingested.history, ingested.hashes, projector.counter(self.model), ingested.known, ingested.remembered
         )
         branch, route = ingested.identity.branch_id, exchange.route
-        return Asked(exchange.policy, self.model, body, ingested.prefix, items, branch, ingested.remembered, route)
+        wire = exchange.wire.name
+        return Asked(
+            exchange.policy, self.model, body, ingested.prefix, items, branch, ingested.remembered, route, wire
+        )
 
     async def project(self, cut: int, asked: Asked | None = None, compact: bool = True) -> Projected:
         """Project the request (or `asked`) with the active checkpoint; start a compaction when

@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from policies.base import Budget, Checkpoint, ContextOverflow, Item, Projection
+from policies.base import Budget, ContextOverflow, Item, Projection
 from policies.draft import Inputs
 from policies.history_index import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
@@ -35,6 +35,7 @@ from policies.tokens import encoding_name_for_model
 
 from .catalog import ModelCatalog
 from .config import Caches, Policy, Route
+from .covered import checkpoint_of
 from .errors import ContextLengthExceeded
 from .estimate import Estimator, Key, Prediction
 from .eviction import Eviction
@@ -61,6 +62,8 @@ class Asked:
     branch_id: str | None
     remembered: Remembered | None = None
     route: Route | None = None
+    wire: str | None = None
+    """The API the request came in (a provider's compaction serves its own only); None: any."""
 
 
 @dataclass(frozen=True)
@@ -250,7 +253,7 @@ class Projector:
         name = counter.encoding.name
         shared = remembered.shared.get(name) if remembered is not None and remembered.items.get(name) is items else None
         active = (
-            Checkpoint(checkpoint.generation, checkpoint.covered_through_seq, checkpoint.summary, checkpoint.tokens)
+            checkpoint_of(checkpoint, asked.wire)
             if checkpoint is not None and checkpoint.covered_through_seq <= len(items)
             else None
         )

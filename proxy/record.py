@@ -134,9 +134,11 @@ def explained(call: CallRecord, error: str) -> None:
 def summarized(call: CallRecord, result: SummaryResult, first: int | None, last: int | None, estimated: int) -> None:
     """A summarizer call's outcome: its text (the reply), usage, status and timing."""
     call.started_at -= result.latency_ms / 1000
-    call.status = "complete" if result.text is not None else "error"
+    done = result.text is not None or bool(result.native)
+    call.status = "complete" if done else "error"
     call.upstream_status, call.error, call.latency_ms = result.upstream_status, result.error, result.latency_ms
-    call.response = {"role": "assistant", "content": result.text} if result.text is not None else None
+    text = result.text if result.text is not None else f"[provider compaction, opaque: {len(result.native)} messages]"
+    call.response = {"role": "assistant", "content": text} if done else None
     call.usage_raw, call.usage = result.usage_raw, result.usage.to_dict()
     call.projection = {"summarized_seqs": [first, last] if first is not None else [], "sent_tokens": estimated}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from policies.base import CompactionPlan, Item
 from policies.pins import pinned_items
@@ -28,6 +28,7 @@ from policies.text import message_text
 
 from . import record
 from .config import Policy, Route
+from .covered import Covered
 from .projector import Projector
 from .protocols.base import Wire
 from .record import Recorder
@@ -83,6 +84,14 @@ class Rolling:
         released = set(job.plan.released_pins)  # summarized like other history: not shown as kept verbatim
         self.pinned = [item for item in pinned_items(job.items, job.policy.pins) if item.seq not in released]
         self.allowed = [message_text(item.message) for item in self.pinned] + [message_text(m) for m in job.prefix]
+
+    async def covering(
+        self, covered: Covered, chunk: tuple[Item, ...], through: int
+    ) -> tuple[Covered | None, str | None]:
+        """What the checkpoint stands for once `chunk` is summarized after `covered` (which covers
+        through `through`), or (None, why)."""
+        text, error = await self.through(covered.text or None, chunk)
+        return (replace(covered, text=text), None) if text is not None else (None, error)
 
     async def through(
         self, previous: str | None, chunk: tuple[Item, ...], depth: int = 0
@@ -158,12 +167,12 @@ class Rolling:
             )
         except asyncio.CancelledError:
             cut = SummaryResult(None, job.policy.summarizer.model or job.model, error=CUT_OFF)
-            await asyncio.shield(self._record(cut, chunk, estimated))
+            await asyncio.shield(self.record(cut, chunk, estimated))
             raise
-        await asyncio.shield(self._record(result, chunk, estimated))
+        await asyncio.shield(self.record(result, chunk, estimated))
         return result
 
-    async def _record(self, result: SummaryResult, chunk: tuple[Item, ...], estimated: int) -> None:
+    async def record(self, result: SummaryResult, chunk: tuple[Item, ...], estimated: int) -> None:
         job = self.job
         call = self.recorder.open(job.tenant, job.route, result.model, "summary", stream=False)
         record.attach(call, job.conversation_id, job.branch_id)

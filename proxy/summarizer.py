@@ -8,6 +8,10 @@ route of its own, so any provider works (`anthropic/...`, `gemini/...`, or `open
 
 Either way the result is a `SummaryResult` carrying the text and the usage, which the caller
 records as a call with purpose `summary` (it goes to the ledger, never to the context baseline).
+
+`compact` is the same call made the provider's way (`summarizer.mode: native`): the wire's own
+compaction request (`Wire.native_compaction`) on the route's upstream, whose answer is opaque
+messages to send back verbatim or the provider's readable summary (`Wire.native_compacted`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +28,7 @@ from .config import Summarizer as SummarizerSettings
 from .credentials import Keys
 from .errors import ProxyError
 from .protocols import OPENAI_CHAT
-from .protocols.base import Wire
+from .protocols.base import Compacted, NativeRequest, Wire
 from .types import Message
 from .upstream.base import Hop
 from .upstream.classify import Rejection, classify
@@ -42,6 +47,8 @@ class SummaryResult:
     latency_ms: float = 0.0
     rejection: Rejection | None = None
     """the upstream's error answer, classified (a context overflow says by how much)"""
+    native: tuple[Message, ...] = ()
+    """a native compaction's opaque messages (`text` is then None or the provider's own summary)"""
 
 
 class Summarizer:
@@ -68,8 +75,33 @@ class Summarizer:
             key = self.keys.get(settings.api_key_env)
             route = _litellm_route(route, settings)
             model, wire, client_auth = settings.model, OPENAI_CHAT, {"Authorization": f"Bearer {key}"} if key else {}
+        else:
+            client_auth = {**wire.summary_headers, **client_auth}
         path, body = wire.summary_request(model, messages, max_tokens or settings.max_tokens)
-        result = await self._call(wire, route, policy, model, path, body, client_auth)
+        result = await self._call(wire, route, policy, model, path, body, client_auth, wire.summary_text)
+        result.latency_ms = round((time.monotonic() - started) * 1000, 3)
+        return result
+
+    async def compact(
+        self, wire: Wire, route: Route, policy: Policy, model: str, request: NativeRequest, client_auth: dict[str, str]
+    ) -> SummaryResult:
+        """One native compaction call (`request`, from `Wire.native_compaction`) on the route's upstream."""
+        started = time.monotonic()
+        answers: list[Compacted] = []
+
+        def read(parsed: dict[str, Any]) -> tuple[str | None, Any]:
+            answers.append(wire.native_compacted(parsed))
+            return answers[-1].text, answers[-1].usage_raw
+
+        auth = {**request.headers, **client_auth}
+        result = await self._call(wire, route, policy, model, request.path, request.body, auth, read)
+        if answers:
+            answer = answers[-1]
+            result.native = answer.messages
+            if answer.error is not None:
+                result.text, result.error = None, f"native compaction: {answer.error}"
+            elif answer.messages:
+                result.error = None
         result.latency_ms = round((time.monotonic() - started) * 1000, 3)
         return result
 
@@ -82,6 +114,7 @@ class Summarizer:
         path: str,
         body: dict[str, Any],
         auth: dict[str, str],
+        read: Callable[[dict[str, Any]], tuple[str | None, Any]],
     ) -> SummaryResult:
         headers = {"Content-Type": "application/json", **auth}
         try:
@@ -111,7 +144,7 @@ class Summarizer:
                 error=f"summarizer answered {response.status}: {data[:500].decode(errors='replace')}",
                 rejection=classify(response.status, data) if response.status >= 400 else None,
             )
-        text, usage_raw = wire.summary_text(parsed)
+        text, usage_raw = read(parsed)
         usage = usage_from_litellm(usage_raw) if route.upstream.model else wire.usage(usage_raw)
         return SummaryResult(
             text, model, usage_raw, usage, response.status, None if text else "summarizer returned no text"

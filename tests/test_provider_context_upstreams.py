@@ -23,6 +23,8 @@ CLAUDE = "claude-test-1"
 CM = "context-management-2025-06-27"
 COMPACT = "compact-2026-01-12"
 LONG = "the quick brown fox jumps over the lazy dog " * 40
+HUGE = "the quick brown fox jumps over the lazy dog " * 6000
+"""Past the lowest compaction trigger the API takes (50,000 input tokens)."""
 
 
 @pytest.fixture(scope="module")
@@ -394,7 +396,7 @@ def _compacting(trigger: int, pause: bool = False) -> Any:
 def test_compaction_paused_answers_the_block_alone_with_iterations(
     claude: anthropic.Anthropic, claude_up: AnthropicUpstream
 ) -> None:
-    messages = [_user(LONG)]
+    messages = [_user(HUGE)]
     full = estimate_tokens({"messages": messages})
     claude_up.push(Reply(compaction_summary="the user pasted a fox story"))
     answer = claude.beta.messages.create(
@@ -402,7 +404,7 @@ def test_compaction_paused_answers_the_block_alone_with_iterations(
         max_tokens=64,
         messages=messages,
         betas=[COMPACT],
-        context_management=_compacting(100, pause=True),
+        context_management=_compacting(50_000, pause=True),
     )
     assert answer.stop_reason == "compaction"
     (block,) = answer.content
@@ -413,6 +415,17 @@ def test_compaction_paused_answers_the_block_alone_with_iterations(
     # the compaction iteration is not in the top-level usage
     assert (answer.usage.input_tokens, answer.usage.output_tokens) == (0, 0)
     assert answer.context_management is not None and answer.context_management.applied_edits == []
+
+
+def test_a_compaction_trigger_below_the_minimum_is_refused(claude: anthropic.Anthropic) -> None:
+    error = _bad(
+        lambda: claude.beta.messages.create(
+            model=CLAUDE, max_tokens=64, messages=[_user("hi")], betas=[COMPACT], context_management=_compacting(49_999)
+        )
+    )
+    assert error["message"] == (
+        "context_management.edits.0.trigger.value: Input should be greater than or equal to 50000"
+    )
 
 
 def test_compaction_below_the_trigger_reports_one_message_iteration(claude: anthropic.Anthropic) -> None:
@@ -435,9 +448,9 @@ def test_compaction_streams_the_block_then_the_answer(
     with claude.beta.messages.stream(
         model=CLAUDE,
         max_tokens=64,
-        messages=[_user(LONG)],
+        messages=[_user(HUGE)],
         betas=[COMPACT],
-        context_management=_compacting(100),
+        context_management=_compacting(50_000),
     ) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "end_turn"
@@ -470,12 +483,12 @@ def test_a_compaction_block_sent_back_drops_what_came_before_it(
     paused = claude.beta.messages.create(
         model=CLAUDE,
         max_tokens=64,
-        messages=[_user(LONG)],
+        messages=[_user(HUGE)],
         betas=[COMPACT],
-        context_management=_compacting(100, pause=True),
+        context_management=_compacting(50_000, pause=True),
     )
     block = paused.content[0].model_dump(exclude_none=True)
-    history = [_user(LONG), {"role": "assistant", "content": [block]}, _user("go on")]
+    history = [_user(HUGE), {"role": "assistant", "content": [block]}, _user("go on")]
     answer = claude.beta.messages.create(model=CLAUDE, max_tokens=64, messages=history, betas=[COMPACT])
     seen = {"messages": [{"role": "assistant", "content": [block]}, _user("go on")]}
     assert answer.usage.input_tokens == estimate_tokens(seen)
@@ -483,7 +496,7 @@ def test_a_compaction_block_sent_back_drops_what_came_before_it(
     assert counted.input_tokens == estimate_tokens(seen)
 
     altered = [
-        _user(LONG),
+        _user(HUGE),
         {"role": "assistant", "content": [{**block, "content": "a different summary"}]},
         _user("go on"),
     ]

@@ -125,15 +125,20 @@ class MemoRenderer(Renderer):
         return slot
 
     def summary(
-        self, text: str, covered: int, count: CountFn, recall_tool: str | None = None
+        self,
+        text: str,
+        covered: int,
+        count: CountFn,
+        recall_tool: str | None = None,
+        native: tuple[Message, ...] = (),
     ) -> tuple[tuple[Message, ...], int]:
         cache = self.cache
         key = ("summary", covered, recall_tool)
         memo = cache.get(key)
-        if memo is not None and memo[0] == text and memo[1] is count:
+        if memo is not None and memo[0] == text and memo[1] is count and memo[4] == native:
             return memo[2], memo[3]
-        block, tokens = super().summary(text, covered, count, recall_tool)
-        cache.put(key, (text, count, block, tokens))
+        block, tokens = super().summary(text, covered, count, recall_tool, native)
+        cache.put(key, (text, count, block, tokens, native))
         return block, tokens
 
     def trimmed_slot(

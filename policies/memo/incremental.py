@@ -110,7 +110,7 @@ def project_incremental(inputs: Inputs, index: HistoryIndex, cache: ProjectionCa
     summary: tuple[Message, ...] = ()
     summary_tokens = 0
     if checkpoint is not None and covered > 0:
-        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count, recall_tool)
+        summary, summary_tokens = renderer.summary(checkpoint.summary, covered, count, recall_tool, checkpoint.native)
     base = budget.fixed_tokens + prefix_tokens + summary_tokens
     trigger = ctx.trigger_tokens
 

@@ -15,6 +15,7 @@ wires inherit them. So the orchestrator calls `wire.rewrite_allowed(body)` and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import codec
@@ -58,6 +59,30 @@ class BaseObserver:
     def error_event(self, exc: ProxyError) -> bytes:
         """An OpenAI-shaped `data:` error event."""
         return sse_error_event(exc)
+
+
+@dataclass(frozen=True)
+class NativeRequest:
+    """One call asking the provider to compact messages itself (`summarizer.mode: native`)."""
+
+    path: str
+    """Appended to the route's `base_url`."""
+    body: Json
+    headers: dict[str, str]
+    minimum_tokens: int = 0
+    """The provider compacts only a prompt of at least this many tokens (Anthropic: 50,000)."""
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """The provider's answer to a `NativeRequest`: opaque `messages` to send back verbatim in
+    place of what they compacted (the Responses API's compaction item), or a readable `text`
+    summary (Anthropic's compaction block); `error` when it compacted nothing."""
+
+    messages: tuple[Message, ...]
+    text: str | None
+    usage_raw: Any
+    error: str | None = None
 
 
 class Wire(Protocol):
@@ -143,6 +168,16 @@ class Wire(Protocol):
 
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]: ...
 
+    summary_headers: dict[str, str]
+    """Headers every summarizer call on the route's upstream needs besides its key."""
+
+    def native_compaction(self, model: str, messages: list[Message], max_tokens: int) -> NativeRequest | None:
+        """The provider's own compaction of `messages` (common model, no system prefix) as one
+        call; None when the API has none."""
+
+    def native_compacted(self, parsed: Json) -> Compacted:
+        """What a `native_compaction` call's 200 answer holds."""
+
 
 class BaseWire:
     """Defaults of the `Wire` members a wire may leave alone."""
@@ -160,9 +195,18 @@ class BaseWire:
         """Every request may be projected."""
         return True
 
+    summary_headers: dict[str, str] = {}
+
     def provider_managed(self, body: Json) -> bool:
         """The Chat Completions API has no compaction of its own."""
         return False
+
+    def native_compaction(self, model: str, messages: list[Message], max_tokens: int) -> NativeRequest | None:
+        """The Chat Completions API has no compaction of its own."""
+        return None
+
+    def native_compacted(self, parsed: Json) -> Compacted:
+        return Compacted((), None, parsed.get("usage"), "the API has no compaction of its own")
 
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         """Nothing left to check: the native messages were validated while converting (`messages`)."""

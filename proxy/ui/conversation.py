@@ -13,6 +13,7 @@ from policies.search import parse_query, search
 
 from .. import codec
 from ..asgi import RawResponse
+from ..covered import readable
 from ..errors import BadRequest, NotFound
 from ..store.base import Branch, CallRecord
 from . import access, charts, data
@@ -145,7 +146,7 @@ def checkpoints_section(detail: data.Detail, branch: Branch) -> str:
     )
     summaries = "".join(
         f"<details><summary>Summary generation {c.generation} ({esc(c.status)})</summary>"
-        f"<pre>{esc(c.summary)}</pre></details>"
+        f"<pre>{esc(readable(c))}</pre></details>"
         for c in shown
         if c.summary
     )

@@ -26,10 +26,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from policies.base import Checkpoint, ContextOverflow, Item, Projection
+from policies.base import ContextOverflow, Item, Projection
 from policies.draft import Inputs
 from policies.memo import ProjectionCache, project_cached
 
+from ..covered import checkpoint_of, readable
 from ..projector import recall_tool
 from ..recall.tool import with_tool
 from ..services import Services
@@ -211,11 +212,9 @@ class Rebuilder:
         recorded = record.get("input_budget")
         if isinstance(recorded, int) and recorded > 0:  # the live call's, in the estimate's units
             budget = replace(budget, context_window=budget.max_output_tokens + recorded)
-        active = (
-            Checkpoint(checkpoint.generation, int(record["covered_through_seq"]), checkpoint.summary, checkpoint.tokens)
-            if checkpoint is not None
-            else None
-        )
+        active = checkpoint_of(checkpoint, None)
+        if active is not None:
+            active = replace(active, covered_through_seq=int(record["covered_through_seq"]))
         try:
             inputs = Inputs(
                 stored.prefix, stored.items, active, budget, policy, stored.counter, recall_tool(policy, body)
@@ -283,7 +282,7 @@ def _rows(stored: Stored, projection: Projection | None) -> list[Row]:
             rows.append(Row("raw", seq, message, message, item.tokens, item.tokens))
     if checkpoint is not None and covered:
         block = next((m for m in rewritten if "<conversation_summary" in str(m.get("content", ""))), None)
-        text = block if block is not None else {"role": "user", "content": checkpoint.summary}
+        text = block if block is not None else {"role": "user", "content": readable(checkpoint)}
         summary = Row("summary", None, None, text, 0, counter(text), f"checkpoint generation {checkpoint.generation}")
         rows.insert(_after_head(rows, summary_at), summary)
     return rows

@@ -70,6 +70,8 @@ CLEARED_TOOL_RESULT = "[tool result cleared]"
 """What a cleared tool result reads (guessed: the API documents placeholder text, not its words)."""
 CLEAR_TRIGGER: dict[str, Any] = {"type": "input_tokens", "value": 100_000}
 COMPACT_TRIGGER: dict[str, Any] = {"type": "input_tokens", "value": 150_000}
+COMPACT_MINIMUM = 50_000
+"""The lowest compaction trigger the API takes (its compaction guide: "minimum 50,000")."""
 
 _CLEARING = ("clear_tool_uses_20250919", "clear_thinking_20251015")
 _COMPACT = "compact_20260112"
@@ -120,6 +122,13 @@ def request_problem(body: dict[str, Any], headers: dict[str, str]) -> dict[str, 
                 return _error(
                     f"context_management.edits.{i}: Input tag '{kind}' found using 'type' does not match "
                     f"any of the expected tags: {expected}"
+                )
+            trigger = edit.get("trigger") if kind == _COMPACT else None
+            value = trigger.get("value") if isinstance(trigger, dict) else None
+            if isinstance(value, int) and value < COMPACT_MINIMUM:  # the documented minimum; guessed wording
+                return _error(
+                    f"context_management.edits.{i}.trigger.value: Input should be greater than or equal to "
+                    f"{COMPACT_MINIMUM}"
                 )
             if kind == "clear_thinking_20251015" and i != 0:  # guessed wording
                 return _error(

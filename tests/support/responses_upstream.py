@@ -174,6 +174,8 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         """For a `context_management` entry without `compact_threshold` (None: 80% of the window)."""
         self.compactions: list[dict[str, Any]] = []
         """Every compaction made: via ("compact", "threshold", "trigger"), item, summary, items, input_tokens."""
+        self.compact_failure: tuple[int, dict[str, Any]] | None = None
+        """(status, error body) every ``/v1/responses/compact`` answers instead (None: it compacts)."""
 
     @property
     def counting(self) -> Counting:
@@ -185,6 +187,7 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
     def _reset(self) -> None:
         self.rejections.clear()
         self.compactions.clear()
+        self.compact_failure = None
 
     @property
     def bodies(self) -> list[dict[str, Any]]:
@@ -376,6 +379,9 @@ class ResponsesServer(ScriptedServer[ResponsesReply]):
         """``POST /v1/responses/compact``: a ``response.compaction`` object."""
         if isinstance(checked, dict) or not isinstance(body, dict):
             await self._json(send, 400, checked)
+            return
+        if self.compact_failure is not None:
+            await self._json(send, *self.compact_failure)
             return
         item = self._compaction("compact", None, checked, counted)
         summary = self.compactions[-1]["summary"]

@@ -99,6 +99,20 @@ def test_prompt_cache_key_setting() -> None:
         assert len(found) == 1 and "prompt_cache_key" in found[0] and "boolean" in found[0], found
 
 
+def test_summarizer_mode() -> None:
+    """`text` by default; `native` asks the route's own provider, so it takes no summarizer model."""
+    config = parse_config({"routes": [route("r")]}, "cfg.yaml", {})
+    assert config.policy_for(config.routes[0]).summarizer.mode == "text"
+    native = {"summarizer": {"mode": "native"}}
+    config = parse_config({"routes": [route("r")], "policies": {"default": native}}, "cfg.yaml", {})
+    assert config.policy_for(config.routes[0]).summarizer.mode == "native"
+    both = {"summarizer": {"mode": "native", "model": "openai/gpt-4o-mini"}}
+    found = problems({"routes": [route("r")], "policies": {"default": both}})
+    assert len(found) == 1 and "takes no summarizer model" in found[0], found
+    found = problems({"routes": [route("r")], "policies": {"default": {"summarizer": {"mode": "provider"}}}})
+    assert len(found) == 1 and "mode" in found[0], found
+
+
 def test_config_is_frozen() -> None:
     config = parse_config({"routes": [route("r")]}, "cfg.yaml", {})
     with pytest.raises(pydantic.ValidationError):

@@ -9,10 +9,11 @@ from ...errors import ProxyError
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody, as_list
 from ...usage import Usage, from_anthropic
-from ..base import BaseWire
+from ..base import BaseWire, Compacted, NativeRequest
 from .cache_control import NEAR_LOOKBACK, cache_markers, cap_own_markers, mark_point, mark_summary
 from .convert import assistant_to_common, messages_to_common, system_to_common, to_native
 from .errors import error_bytes
+from .native import VERSION, compacted, compaction_request
 from .stream import MessageStream
 from .validate import parse_body, validate_envelope
 
@@ -99,6 +100,14 @@ class AnthropicWire(BaseWire):
             for m in rest
         ]
         return self.upstream_path, body
+
+    summary_headers = {"anthropic-version": VERSION}
+
+    def native_compaction(self, model: str, messages: list[Message], max_tokens: int) -> NativeRequest | None:
+        return compaction_request(model, messages, max_tokens)
+
+    def native_compacted(self, parsed: Json) -> Compacted:
+        return compacted(parsed)
 
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]:
         content = as_list(parsed.get("content"))

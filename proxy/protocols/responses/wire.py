@@ -15,10 +15,11 @@ from ...sse import SseEvent
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
 from ...usage import Usage, from_openai_responses
-from ..base import BaseWire, with_prompt_cache_key
+from ..base import BaseWire, Compacted, NativeRequest, with_prompt_cache_key
 from ..openai_chat.validate import parse_body
 from .convert import ExactItems, message_to_items, request_messages, text_of
 from .items import PRIVATE, is_mappable
+from .native import compacted, compaction_request
 from .output import finish_of, output_message, output_text
 from .stream import ResponsesObserver
 from .validate import validate_envelope
@@ -136,6 +137,12 @@ class ResponsesWire(BaseWire):
 
     def summary_text(self, parsed: Json) -> tuple[str | None, Any]:
         return output_text(parsed), parsed.get("usage")
+
+    def native_compaction(self, model: str, messages: list[Message], max_tokens: int) -> NativeRequest | None:
+        return compaction_request(model, messages)
+
+    def native_compacted(self, parsed: Json) -> Compacted:
+        return compacted(parsed)
 
 
 OPENING = frozenset({"response.created", "response.in_progress", "response.queued"})
