@@ -156,10 +156,13 @@ def test_responses_checkpoints_hold_the_providers_compaction_item(proxy, rup, ap
     assert sum(c["usage"]["input_total"] for c in compactions) == sum(
         c["input_tokens"] for c in rup.compactions if c["via"] == "compact"
     )
-    page = httpx.get(
-        f"{p.url}/ui/conversations/{conversation}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10
-    )
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    page = httpx.get(f"{p.url}/ui/conversations/{conversation}", headers=admin, timeout=10)
     assert "provider compaction, opaque" in page.text
+    # the inspector rebuilds what was sent, the provider's compaction included, and finds it identical
+    last = [c for c in calls if c["purpose"] == "main"][-1]
+    view = httpx.get(f"{p.url}/ui/api/conversations/{conversation}/calls/{last['id']}", headers=admin, timeout=10)
+    assert view.json()["verified"], view.json()["mismatches"]
 
 
 def test_responses_compaction_failure_falls_back_to_the_own_summarizer(proxy, rup, api_key):
