@@ -197,10 +197,10 @@ class PolicyConfig:
     conversation is left exactly as the client sent it for as long as it fits. The first trim
     rewrites everything after the first old result, which a prompt cache bills once in full
     (Anthropic: 1.25x) and which pays back only over the requests that follow, so a session that
-    ends before it would have overflowed is cheapest untouched. Its summary is still computed
-    from the trigger on, in the background, and waits (`StepContext.deferred`) until the first
-    request that no longer fits. At or below the trigger, trimming and a new checkpoint apply
-    from the trigger (fewer stale tool results in front of the model, at that price)."""
+    ends before it would have overflowed is cheapest untouched, without a summarizer call either:
+    the first request that no longer fits is trimmed, and plans a compaction if it is still over
+    the trigger. At or below the trigger, trimming and a new checkpoint apply from the trigger
+    (fewer stale tool results in front of the model, at that price)."""
 
     def __post_init__(self) -> None:
         _as_tuple(self, "order")

@@ -281,8 +281,8 @@ class Layout:
 def layout(inputs: Inputs, index: HistoryIndex, renderer: Renderer, prefix_tokens: int = 0) -> Layout:
     """The setup `build_draft` and the memo's incremental path share. With `late_trim` above the
     trigger, a checkpoint is deferred (`StepContext.deferred`) while the whole history, as sent,
-    is within `pass_through_tokens`: a summary computed early is used late, when the request
-    first stops fitting."""
+    is within `pass_through_tokens` (a branch that forked from a compacted one): the checkpoint is
+    used once the request first stops fitting."""
     checkpoint, budget, config = inputs.checkpoint, inputs.budget, inputs.config
     deferred = None
     as_sent = budget.fixed_tokens + prefix_tokens + index.total_tokens

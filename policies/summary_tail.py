@@ -37,10 +37,11 @@ Example: input budget 14,000, trigger 0.8 -> compact above 11,200; target 0.5 ->
 
 `summary_tail` is the pipeline step: it flags the trigger and attaches the plan to the draft
 (`ProjectionRecord.compaction`); it never rewrites messages. With `late_trim`, a request over
-the trigger that still goes as sent plans too when, trimmed as it will be once it stops fitting,
-it would still be over the trigger: the summary is computed early, in the background, and applied
-when the request first stops fitting (`StepContext.deferred`); no other compaction is planned
-while one waits. When trimming alone will bring it under the trigger, nothing is planned yet.
+the trigger that still goes as sent plans nothing: a session that ends before it stops fitting
+never pays a summarizer for a summary it does not use (the bench's replays: 6 of the 13 runs
+that fit an 8k window cost 1.23-1.43x without the proxy when the summary was computed early, from
+the trigger on; none now). The first request that stops fitting is trimmed and, if it is still
+over the trigger, plans; a checkpoint a branch already has waits meanwhile (`StepContext.deferred`).
 The summarizer prompt, the summary block and the summary checks live in `summary_prompt` and are
 re-exported here.
 """
@@ -340,14 +341,7 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
     passing = ctx.covered_through <= 0 and not draft.trimmed and draft.total <= ctx.pass_through_tokens
     sized = draft
     if passing:
-        # `late_trim`: the request goes as sent. Its summary is computed now, early, if it will be
-        # needed once the request stops fitting: when even trimmed the request is over the trigger.
-        if ctx.deferred is not None:
-            return replace(draft, over_trigger=True)  # computed already: it waits
-        if "trim_tool_results" in ctx.config.order:
-            sized = trimmed(draft, ctx)
-            if sized.total <= ctx.trigger_tokens:
-                return replace(draft, over_trigger=True)
+        return replace(draft, over_trigger=True)  # `late_trim`: it goes as sent, and nothing is planned
     # A kept group (pinned, the newest user message, the newest group) stays in the projection
     # whatever is summarized: it is overhead, not tail, or the commit would land above target.
     sent: dict[int, int] = {}

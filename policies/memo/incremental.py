@@ -181,8 +181,8 @@ def project_incremental(inputs: Inputs, index: HistoryIndex, cache: ProjectionCa
     for name in config.order:
         if name == "trim_tool_results":
             at, trimmed = total, trims and bool(head_entries or state.entries)
-        elif name == "summary_tail" and at > trigger and not (ctx.deferred and not trimmed and at <= passing):
-            return None  # a compaction to plan (early, while the request still goes as sent)
+        elif name == "summary_tail" and at > trigger and not (covered <= 0 and not trimmed and at <= passing):
+            return None  # a compaction to plan (none while the request goes as sent)
         elif name == "prune_groups" and at > budget.input_budget:
             return None  # groups to drop
 

@@ -38,6 +38,7 @@ LARGE = {
     "context_window": 160_000,
     "max_output_tokens": 2000,
     "trigger": 0.45,
+    "late_trim": 0.45,  # compact from the trigger, not only once a request stops fitting
     "target": 0.2,
     "keep_recent_tokens": 4000,
     "summary_chunk_tokens": 120_000,

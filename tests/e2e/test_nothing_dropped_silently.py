@@ -55,10 +55,11 @@ def test_a_pruned_request_carries_a_marker_naming_every_dropped_event(proxy, ups
     assert pruned_events_metric(p) - before == dropped
 
 
-def test_the_summary_is_ready_before_the_window_is_reached(proxy, upstream, api_key, monkeypatch):
-    """`late_trim` 1.0 (the default): requests go as the client sent them while they fit, the
-    summary is computed from the trigger on meanwhile, and the first request that no longer fits
-    gets it without waiting, pruning or trimming first."""
+def test_no_summarizer_is_paid_for_while_the_requests_fit(proxy, upstream, api_key, monkeypatch):
+    """`late_trim` 1.0 (the default): requests go as the client sent them while they fit, and no
+    summarizer is called for them (a session that ends there costs what it costs without the
+    proxy); the first request that no longer fits plans the compaction and, with no tool result to
+    trim (a chat), waits for its summary: it is never pruned."""
     model = "gpt-silent-early"
     monkeypatch.setitem(upstream.context_windows, model, SMALL_POLICY["context_window"])
     policy = {key: value for key, value in SMALL_POLICY.items() if key != "late_trim"}
@@ -66,19 +67,18 @@ def test_the_summary_is_ready_before_the_window_is_reached(proxy, upstream, api_
     upstream.responder = lambda body: Reply(content=SUMMARY) if is_summary_request(body) else None
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
     conv = drive(p.client(api_key), model, messages, 24, words=120)
-    records = [c for c in p.calls(conv) if c["purpose"] == "main"]
+    records = [c["projection"] for c in sorted(p.calls(conv), key=lambda c: c["started_at"]) if c["purpose"] == "main"]
     bodies = agent_requests(upstream, model)
-    first = next(i for i, body in enumerate(bodies) if "<conversation_summary" in json.dumps(body))
+    first = next(i for i, r in enumerate(records) if r["trimmed"] or r["covered_through_seq"])
+    assert first > 0 and records[first - 1]["over_trigger"]  # requests over the trigger went as sent
     for i, body in enumerate(bodies[:first]):  # as sent: the client's own messages, every one
         assert len(body["messages"]) == 3 + 2 * i
-        assert records[i]["projection"]["covered_through_seq"] == 0
-    waiting = [r for r in records[:first] if r["projection"]["deferred_generation"]]
-    assert waiting, "the summary was not ready before the request that needed it"
-    assert records[first - 1]["projection"]["over_trigger"]
-    assert not any(r["projection"]["pruned_seqs"] for r in records)
+        assert records[i]["compaction"] is None and records[i]["covered_through_seq"] == 0
+    assert "<conversation_summary" in json.dumps(bodies[first]) and records[first]["trimmed"] == 0
     requests = [r.body for r in upstream.chat_requests if r.body.get("model") == model]
     first_summary = next(i for i, body in enumerate(requests) if is_summary_request(body))
-    assert first_summary < requests.index(bodies[first])  # summarized before it was needed
+    assert first_summary > requests.index(bodies[first - 1])  # none while the requests fit
+    assert not any(r["pruned_seqs"] for r in records)
 
 
 def test_a_chunk_that_fails_keeps_the_chunks_summarized_before_it(proxy, upstream, api_key, monkeypatch):

@@ -106,9 +106,9 @@ def test_a_correction_in_the_summary_is_read_after_the_pin_it_corrects() -> None
 
 
 def test_a_checkpoint_waits_while_the_history_fits() -> None:
-    """`late_trim` (default: the whole budget): a summary computed early is used late. While the
-    whole history goes as sent, a checkpoint is deferred (the record names it) and nothing else
-    is planned; the first request that would not fit gets it."""
+    """`late_trim` (default: the whole budget): while the whole history goes as sent (a branch
+    forked from a compacted one), its checkpoint is deferred (the record names it) and nothing is
+    planned; the first request that would not fit gets it."""
     turns = [m for i in range(6) for m in (calls(f"c{i}"), result(f"c{i}", "x" * 400))]
     history = items(user("go"), *turns, user("next"))
     checkpoint = Checkpoint(1, 9, "## Goal\ngo on", 12)
@@ -122,6 +122,8 @@ def test_a_checkpoint_waits_while_the_history_fits() -> None:
     applied = project([], history, checkpoint, tight, PolicyConfig(), fake_count)
     assert applied.record.checkpoint_generation == 1 and applied.record.deferred_generation is None
     assert summary_block("## Goal\ngo on", 9) in applied.messages
-    # with no checkpoint yet, the same request plans one early and still goes as sent
-    early = project([], history, None, fits, PolicyConfig(), fake_count)
-    assert early.messages == [item.message for item in history] and early.record.compaction is not None
+    # with no checkpoint yet, the same request goes as sent and plans none: no summarizer is paid
+    # for a session that may end before it stops fitting
+    as_sent_alone = project([], history, None, fits, PolicyConfig(), fake_count)
+    assert as_sent_alone.messages == [item.message for item in history]
+    assert as_sent_alone.record.compaction is None
