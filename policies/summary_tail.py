@@ -66,7 +66,6 @@ from policies.summary_prompt import (
     summary_block,
 )
 from policies.text import call_arguments, content_text, cut_text, tool_calls, with_content
-from policies.trim_tool_results import trimmed
 
 MIN_CHUNK_TOKENS = 512
 _FIRST_SEQ = attrgetter("first_seq")
