@@ -338,19 +338,18 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
     if not over:
         return draft
     passing = ctx.covered_through <= 0 and not draft.trimmed and draft.total <= ctx.pass_through_tokens
-    sized = draft
     if passing:
         return replace(draft, over_trigger=True)  # `late_trim`: it goes as sent, and nothing is planned
     # A kept group (pinned, the newest user message, the newest group) stays in the projection
     # whatever is summarized: it is overhead, not tail, or the commit would land above target.
     sent: dict[int, int] = {}
-    for slot in sized.tail:
+    for slot in draft.tail:
         for seq, tokens in zip(slot.seqs, slot.tokens, strict=True):
             if seq is not None:
                 sent[seq] = 0 if slot.keep else tokens
-    tail_tokens = sum(slot.total for slot in sized.tail if not slot.keep)
+    tail_tokens = sum(slot.total for slot in draft.tail if not slot.keep)
     inputs = Inputs((), ctx.items, ctx.checkpoint, ctx.budget, ctx.config, ctx.count)
-    plan = plan_compaction(inputs, Standing(sized.total, sized.total - tail_tokens, sent), ctx)
+    plan = plan_compaction(inputs, Standing(draft.total, draft.total - tail_tokens, sent), ctx)
     if plan is not None and ctx.released:
         plan = replace(plan, released_pins=ctx.released)
     return replace(draft, over_trigger=True, plan=plan)
