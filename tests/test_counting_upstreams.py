@@ -88,7 +88,12 @@ def chat(server: UpstreamServer, body: dict[str, Any]) -> httpx.Response:
 
 
 def messages(server: AnthropicUpstream, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(f"{server.url}/v1/messages", json=body, headers={"x-api-key": "k"}, timeout=10)
+    return httpx.post(
+        f"{server.url}/v1/messages",
+        json=body,
+        headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+        timeout=10,
+    )
 
 
 def responses(server: ResponsesServer, body: dict[str, Any]) -> httpx.Response:
@@ -339,7 +344,12 @@ def test_anthropic_overflow_messages_and_usage_by_the_modes_count():
     with AnthropicUpstream(counting=c, context_windows={"m": prompt + 100}) as up:
         usage = messages(up, ANTHROPIC).json()["usage"]
         assert usage["input_tokens"] == prompt != estimate_tokens(ANTHROPIC)
-        r = httpx.post(f"{up.url}/v1/messages/count_tokens", json=ANTHROPIC, headers={"x-api-key": "k"}, timeout=10)
+        r = httpx.post(
+            f"{up.url}/v1/messages/count_tokens",
+            json=ANTHROPIC,
+            headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+            timeout=10,
+        )
         assert r.json() == {"input_tokens": prompt}
 
 

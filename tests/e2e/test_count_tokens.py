@@ -129,7 +129,7 @@ def test_count_tokens_is_the_projection(proxy, counting_upstream, api_key):
     _idle(p)
     whole = httpx.post(
         f"{counting_upstream.url}/v1/messages/count_tokens",
-        headers={"x-api-key": UPSTREAM_KEY},
+        headers={"x-api-key": UPSTREAM_KEY, "anthropic-version": "2023-06-01"},
         json={"messages": history, **args},
         timeout=30,
     ).json()["input_tokens"]

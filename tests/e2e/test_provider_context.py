@@ -108,7 +108,12 @@ def _anthropic_messages(rounds: int, compaction: bool = False) -> list[dict[str,
 
 
 def _post(url: str, api_key: str, raw: bytes, **headers: str) -> httpx.Response:
-    base = {"Authorization": f"Bearer {api_key}", "x-api-key": api_key, "Content-Type": "application/json"}
+    base = {
+        "Authorization": f"Bearer {api_key}",
+        "x-api-key": api_key,
+        "anthropic-version": "2023-06-01",
+        "Content-Type": "application/json",
+    }
     return httpx.post(url, content=raw, timeout=60, headers={**base, **headers})
 
 

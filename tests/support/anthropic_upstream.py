@@ -427,6 +427,9 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         if path not in ("/v1/messages", "/v1/messages/count_tokens") or scope["method"] != "POST":
             await self._json(send, 404, error_body("not_found_error", f"Not found: {scope['method']} {path}"))
             return
+        if not headers.get("anthropic-version"):  # the API's own answer; the SDKs always send it
+            await self._json(send, 400, error_body("invalid_request_error", "anthropic-version: header is required"))
+            return
         if body is None:
             await self._json(
                 send,
