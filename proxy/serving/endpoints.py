@@ -8,9 +8,10 @@ from starlette.requests import Request
 
 from .. import auth
 from ..asgi import RawResponse, json_response, require_token
+from ..config import Config, Route
 from ..count import count
 from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ..protocols import wire_for_path
+from ..protocols import OPENAI_CHAT, wire_for_path
 from ..relay import relay_unchanged
 from ..services import Services
 from ..upstream.base import CREDENTIAL_HEADERS, upstream_request_headers
@@ -50,22 +51,33 @@ async def metrics(request: Request) -> RawResponse:
     return RawResponse(services.metrics.render(), 200, [("content-type", METRICS_CONTENT_TYPE)])
 
 
+def _models_route(config: Config) -> Route | None:
+    """The route whose upstream lists the models: the first OpenAI-compatible (not litellm) one
+    that serves chat completions, whatever the model (`GET /v1/models` is OpenAI's path: a route
+    limited to another API's path, such as Anthropic's, does not answer it)."""
+    for route in config.routes:
+        if not route.upstream.model and route.match.path in (None, *OPENAI_CHAT.paths):
+            return route
+    return None
+
+
 async def list_models(request: Request) -> RawResponse:
-    """The models of the first OpenAI-compatible route's upstream, as the client would list them
-    directly; with only litellm routes, their models."""
+    """The models of the OpenAI-compatible route serving chat completions (`_models_route`), as
+    the client would list them directly; without one, the litellm routes' models."""
     services: Services = request.app.state.ctx
-    route = next((r for r in services.config.routes if not r.upstream.model), None)
+    route = _models_route(services.config)
     if route is None:
         auth.authenticate(services.keys, services.config, services.config.routes[0], request.headers, services.salt)
         data = [
             {"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
             for r in services.config.routes
+            if r.upstream.model
         ]
         return json_response({"object": "list", "data": data})
     caller = auth.authenticate(services.keys, services.config, route, request.headers, services.salt)
     key = services.upstream_key(route)
     drop = frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
-    headers = upstream_request_headers(request.headers, {"Authorization": f"Bearer {key}"} if key else None, drop)
+    headers = upstream_request_headers(request.headers, OPENAI_CHAT.auth_headers(key) if key else None, drop)
     return await relay_unchanged(services.keys, await services.upstream.send(route, "GET", "/models", None, headers))
 
 
