@@ -122,3 +122,19 @@ def test_oversized_body_is_413(proxy, upstream, api_key):
     # the limit is not a general failure: a small request still works
     r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user(f"tiny {uuid.uuid4()}")]})
     assert r.status_code == 200
+
+
+def test_an_orphan_tool_result_alone_is_a_400_not_an_empty_request(proxy, upstream, api_key):
+    """A tool result without the call it answers is dropped from what is sent (`policies/groups.py`);
+    when it is all the request has, nothing is left to send: the client gets a 400 saying so in the
+    API's shape, the upstream nothing, and no event is stored."""
+    p = proxy()
+    n = len(upstream.requests)
+    conv = f"orphan-{uuid.uuid4().hex}"
+    body = {"model": "gpt-4o", "messages": [{"role": "tool", "tool_call_id": "x", "content": "hi"}]}
+    error = assert_openai_error(p.post_chat(api_key, body, headers={"X-Conversation-Id": conv}), 400)
+    assert "tool result" in error["message"] and "'x'" in error["message"], error
+    assert error["param"] == "messages"
+    assert len(upstream.requests) == n, "an empty request reached upstream"
+    if p.admin(f"conversations/{conv}").status_code == 200:
+        assert p.events(conv) == []
