@@ -424,5 +424,6 @@ def load_config(path: str | Path) -> Config:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: invalid YAML: {exc}"]) from None
+        where = str(exc).replace("<unicode string>", str(path))  # the mark names the file, not the text
+        raise ConfigError([f"{path}: invalid YAML: {where}"]) from None
     return parse_config(data, str(path))
