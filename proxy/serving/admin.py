@@ -13,6 +13,7 @@ the cursor parameter of the next page (`next_cursor`, plus the older names `next
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -227,15 +228,24 @@ async def delete_conversation(request: Request) -> RawResponse:
 
 
 def _time_param(request: Request, name: str) -> float | None:
+    """A time: Unix seconds (`1764800000`) or an ISO 8601 date or time (`2026-12-04`,
+    `2026-12-04T21:00:00Z`, `2026-12-04T22:00+01:00`; without an offset, UTC)."""
     raw = request.query_params.get(name)
     if raw is None:
         return None
     try:
         return float(raw)
     except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
         raise BadRequest(
-            f"Query parameter {name!r} must be a Unix timestamp in seconds, got {raw!r}.", param=name
+            f"Query parameter {name!r} must be Unix seconds or an ISO 8601 date or time "
+            f"(2026-12-04, 2026-12-04T21:00:00Z), got {raw!r}.",
+            param=name,
         ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 async def usage(request: Request) -> RawResponse:
