@@ -159,6 +159,7 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
 
     routes = [
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
+        *(Route(path, endpoints.embeddings, methods=["POST"]) for path in endpoints.EMBEDDINGS_PATHS),
         *(Route(path, endpoints.count_tokens, methods=["POST"]) for wire in WIRES for path in wire.count_paths),
         Route("/", endpoints.root, methods=["GET", "HEAD"]),
         Route("/healthz", endpoints.healthz, methods=["GET"]),

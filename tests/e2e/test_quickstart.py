@@ -52,3 +52,16 @@ def test_the_openai_sdk_lists_models_on_the_shipped_config(proxy, upstream, clos
     assert models == upstream.models
     listed = [r for r in upstream.requests if r.path.endswith("/models")]
     assert listed and listed[-1].headers["authorization"] == f"Bearer {api_key}"
+
+
+def test_embeddings_pass_through_to_the_openai_route(proxy, upstream, closed_port, api_key):
+    config = shipped(upstream.base_url, f"http://127.0.0.1:{closed_port}")
+    p = proxy(routes=config["routes"], policies=config["policies"])
+    got = p.client(api_key).embeddings.create(model="text-embedding-3-small", input=["hello", "world!"])
+    assert [d.embedding[0] for d in got.data] == [5.0, 6.0]
+    assert got.usage.prompt_tokens == 3  # "hello", "world" "!"
+    sent = [r for r in upstream.requests if r.path.endswith("/embeddings")][-1]
+    assert sent.headers["authorization"] == f"Bearer {api_key}"
+    assert sent.body["input"] == ["hello", "world!"]
+    refused = httpx.post(p.base_url + "/embeddings", content=b"{", headers={"Authorization": f"Bearer {api_key}"})
+    assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"

@@ -4,8 +4,8 @@ upstream reported, through the real proxy."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime, timedelta, timezone
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
