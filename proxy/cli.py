@@ -102,7 +102,14 @@ def serve(args: argparse.Namespace) -> int:
             return 1
         run_workers(config, factory, args.workers, host, port, args.log_level, args.access_log)
     else:
-        run(config, create_app(config), host, port, args.log_level, args.access_log)
+        run(
+            config,
+            create_app(config, config_path=os.path.abspath(args.config)),
+            host,
+            port,
+            args.log_level,
+            args.access_log,
+        )
     return 0
 
 

@@ -32,7 +32,11 @@ from ..store.base import Conversation, UsageQuery
 
 def _state(request: Request) -> Services:
     state: Services = request.app.state.ctx
-    require_token(request, state.keys.admin_token, "the admin API", "admin_token_env", "invalid_admin_token")
+    variable = state.config.admin_token_env
+    setting = (
+        f"{variable} in the proxy's environment" if variable else "admin_token_env in the config, and its variable"
+    )
+    require_token(request, state.keys.admin_token, "the admin API", setting, "invalid_admin_token")
     return state
 
 

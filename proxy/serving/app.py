@@ -118,7 +118,8 @@ class ProxyApp:
         await response(scope, receive, send)
 
 
-def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
+def create_app(config: Config, env: dict[str, str] | None = None, config_path: str | None = None) -> ProxyApp:
+    """The app for `config` (`config_path`: the file it was read from, shown in commands)."""
     keys = resolve_keys(config, env)
 
     @contextlib.asynccontextmanager
@@ -139,7 +140,17 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
         compactor.lease_ttl = config.compaction_lease_seconds
         salt = await store.tenant_salt()
         services = Services(
-            config, keys, store, upstream, projector, compactor, recorder, metrics, history_cache(config.caches), salt
+            config,
+            keys,
+            store,
+            upstream,
+            projector,
+            compactor,
+            recorder,
+            metrics,
+            history_cache(config.caches),
+            salt,
+            config_path=config_path,
         )
         app.state.ctx = services
         purger = None
