@@ -11,42 +11,13 @@ import logging
 import os
 import sys
 
-from .config import Client, Config, Route, load_config
+from .config import Config, load_config
 from .credentials import resolve_keys
+from .describe import banner, describe
 from .errors import ConfigError, StoreError
 from .store import make_store, store_problem
 
-
-def _target(route: Route) -> str:
-    upstream = route.upstream
-    if upstream.model:
-        return f"litellm {upstream.model}" + (f" at {upstream.base_url}" if upstream.base_url else "")
-    return str(upstream.base_url)
-
-
-def _client(client: Client) -> str:
-    key = f"key from ${client.key_env}" if client.key_env else "key by SHA-256 digest"
-    routes = f"; routes {', '.join(client.routes)}" if client.routes is not None else ""
-    return f"{client.name} (tenant {client.tenant_name}; {key}{routes})"
-
-
-def _describe(config: Config) -> list[str]:
-    admin = f"on when ${config.admin_token_env} is set" if config.admin_token_env else "off"
-    lines = [f"store: {config.store}", f"admin API: {admin}"]
-    if config.clients:
-        lines.append("clients: " + ", ".join(_client(c) for c in config.clients))
-    if config.open_access:
-        lines.append("open access: callers without a client key may use routes with the operator's key")
-    for route in config.routes:
-        match = f"model {route.match.model}" + (f", path {route.match.path}" if route.match.path else "")
-        key = f"key from ${route.upstream.api_key_env}" if route.upstream.api_key_env else "client's own key"
-        policy = config.policies[route.policy]
-        window = policy.context_window or "model default"
-        lines.append(
-            f"route {route.name}: {match} -> {_target(route)} ({key}); policy {route.policy} "
-            f"(window {window}, trigger {policy.trigger:g}, keep_recent_tokens {policy.keep_recent_tokens})"
-        )
-    return lines
+log = logging.getLogger("ctxproxy")
 
 
 def _load(path: str, secrets: bool = True) -> Config | None:
@@ -75,7 +46,7 @@ def check_config(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 1
-    print("\n".join(_describe(config)))
+    print("\n".join(describe(config)))
     return 0
 
 
@@ -94,22 +65,23 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
+    admin_on = resolve_keys(config).admin_token is not None
+
+    def announce(url: str) -> None:
+        for line in banner(config, url, admin_on, _version()):
+            log.info("%s", line)
+
     if args.workers > 1:  # uvicorn spawns the workers; each builds its app from the config file
         try:
             factory = prepare_workers(args.config, config, args.log_level)
         except ConfigError as exc:
             print("\n".join(exc.problems), file=sys.stderr)
             return 1
+        announce(f"http://{host}:{port}")
         run_workers(config, factory, args.workers, host, port, args.log_level, args.access_log)
     else:
-        run(
-            config,
-            create_app(config, config_path=os.path.abspath(args.config)),
-            host,
-            port,
-            args.log_level,
-            args.access_log,
-        )
+        app = create_app(config, config_path=os.path.abspath(args.config))
+        run(config, app, host, port, args.log_level, args.access_log, announce)
     return 0
 
 

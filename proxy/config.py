@@ -271,6 +271,16 @@ class Server(_Frozen):
     """On SIGTERM: how long in-flight model calls may run on after readiness failed."""
 
 
+class RequestLog(_Frozen):
+    """The request log (proxy/request_log.py): a line per model call on stderr. `level`: `off`,
+    `info` (conversation, wire, model, status, tokens, rewrites, recall rounds, latency) or
+    `debug` (plus tenant, branch, billed usage, cost, time to first byte, request id); `format`:
+    `kv` (key=value) or `json`."""
+
+    level: Literal["off", "info", "debug"] = "info"
+    format: Literal["kv", "json"] = "kv"
+
+
 class Config(_Frozen):
     store: str = "sqlite:///./ctxproxy.db"
     admin_token_env: str | None = None
@@ -292,6 +302,7 @@ class Config(_Frozen):
     limits: Limits = Limits()
     retention: Retention = Retention()
     caches: Caches = Caches()
+    request_log: RequestLog = RequestLog()
     routes: list[Route] = Field(min_length=1)
     policies: dict[str, Policy] = Field(default_factory=lambda: {"default": Policy()})
 

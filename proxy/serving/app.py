@@ -37,6 +37,7 @@ from ..projector import Projector
 from ..protocols import WIRES, wire_for_path
 from ..protocols.base import Wire
 from ..record import Recorder
+from ..request_log import RequestLogger
 from ..services import Services, history_cache
 from ..store import make_store
 from ..summarizer import Summarizer
@@ -135,7 +136,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
         for line in projector.windows.configure(config):
             log.info("budgets: %s", line)
         metrics = Metrics()
-        recorder = Recorder(store, metrics, catalog, config.routes)
+        recorder = Recorder(store, metrics, catalog, config.routes, RequestLogger(config.request_log, keys))
         compactor = Compactor(store, Summarizer(upstream, keys), projector, recorder)
         compactor.lease_ttl = config.compaction_lease_seconds
         salt = await store.tenant_salt()
