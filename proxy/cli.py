@@ -50,6 +50,18 @@ def check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def doctor_command(args: argparse.Namespace) -> int:
+    from .doctor import diagnose
+
+    config = _load(args.config)
+    if config is None:
+        return 1
+    checks = asyncio.run(diagnose(config, resolve_keys(config)))
+    for check in checks:
+        print(check.line())
+    return 1 if any(check.verdict == "FAIL" for check in checks) else 0
+
+
 def serve(args: argparse.Namespace) -> int:
     from .serving.app import create_app
     from .serving.server import run, run_workers
@@ -183,6 +195,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p_check.add_argument("config", help="the YAML config file")
     p_check.set_defaults(func=check_config)
+    p_doctor = sub.add_parser(
+        "doctor",
+        help="check a config against the live world: store, upstreams and their keys, summarizers, windows",
+        description="Check a config against the live world, one line per check (ok, warn, FAIL); exit 1 if any failed.",
+    )
+    p_doctor.add_argument("config", help="the YAML config file")
+    p_doctor.set_defaults(func=doctor_command)
     p_replay = sub.add_parser(
         "replay",
         help="run saved conversations through a policy offline and report tokens",

@@ -129,7 +129,7 @@ def test_check_config_into_a_closed_pipe_ends_quietly():
 def test_help_describes_every_option_and_version_is_printed():
     assert cli("--version").stdout.strip() == f"ctxproxy {version('ctxproxy')}"
     top = cli("--help").stdout
-    assert all(command in top for command in ("serve", "check-config", "replay")), top
+    assert all(command in top for command in ("serve", "check-config", "doctor", "replay")), top
     commands = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in commands.choices.items():
         assert sub.description, name
