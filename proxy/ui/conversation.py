@@ -162,19 +162,20 @@ def call_charts(calls: list[CallRecord]) -> str:
             ("sent upstream tokens", [c.projection.get("sent_tokens") if c.projection else None for c in main]),
         ],
         "tokens per call: client vs upstream",
+        "tokens",
     )
     reuse = charts.grouped_bars(
         labels,
         [("cache reads / input", [_share(c) for c in main])],
         "cache reuse per call",
+        "share of input",
     )
-    running = 0.0
-    cumulative = []
-    for c in calls:
-        running += c.cost_usd or 0.0
-        cumulative.append(running)
     spend = charts.line(
-        [f"{i + 1} {c.purpose}" for i, c in enumerate(calls)], cumulative, "cumulative cost (USD)", "cost USD"
+        [f"{i + 1} {c.purpose}" for i, c in enumerate(calls)],
+        [c.cost_usd for c in calls],
+        "cumulative cost (USD)",
+        "cost USD, cumulative",
+        "USD",
     )
     return (
         f'<section id="charts"><h2>Charts</h2><h3>Tokens per call</h3>{tokens}'

@@ -192,8 +192,11 @@ async def usage(request: Request, ctx: Ctx) -> RawResponse:
     chart = charts.grouped_bars(
         labels,
         [("input tokens", [g["input_total"] for g in groups]), ("output tokens", [g["output"] for g in groups])],
-        "tokens per group",
-    ) + charts.grouped_bars(labels, [("cost USD", [g["cost_usd"] for g in groups])], "cost per group")
+        f"tokens per {usage_q.group_by}",
+        "tokens",
+    ) + charts.grouped_bars(
+        labels, [("cost USD", [g["cost_usd"] for g in groups])], f"cost per {usage_q.group_by}", "USD"
+    )
     rows = [
         f'<tr data-key="{esc(g["key"])}"><td>{esc(g["key"])}</td>'
         + cell("calls", g["calls"])
