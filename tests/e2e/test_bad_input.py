@@ -6,9 +6,11 @@ import json
 import uuid
 
 import httpx
+import openai
 import pytest
 
 from tests.support.e2e import assert_openai_error, user
+from tests.support.upstream_server import Reply
 
 BAD_BODIES = {
     "malformed_json": (b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}', 400),
@@ -138,3 +140,30 @@ def test_an_orphan_tool_result_alone_is_a_400_not_an_empty_request(proxy, upstre
     assert len(upstream.requests) == n, "an empty request reached upstream"
     if p.admin(f"conversations/{conv}").status_code == 200:
         assert p.events(conv) == []
+
+
+def test_a_failed_first_request_leaves_no_conversation_and_its_retries_none_either(proxy, upstream, api_key):
+    """The SDKs retry a failed first request: each attempt used to leave an empty conversation.
+    The failed calls stay in the ledger (by tenant), belonging to no conversation."""
+    p = proxy()
+    before = {c["id"] for c in p.admin_json("conversations", params={"limit": 1000})["data"]}
+    for _ in range(3):
+        upstream.push(Reply(status=503))
+    client = p.client(api_key, max_retries=2)
+    with pytest.raises(openai.APIStatusError) as failed:
+        client.chat.completions.create(model="gpt-4o", messages=[user("retried three times")])
+    assert failed.value.status_code == 503 and len(upstream.chat_requests) >= 3
+    after = p.admin_json("conversations", params={"limit": 1000})["data"]
+    assert [c for c in after if c["id"] not in before] == []
+    named = f"failed-first-{uuid.uuid4().hex}"
+    upstream.push(Reply(status=500))
+    assert (
+        p.post_chat(
+            api_key, {"model": "gpt-4o", "messages": [user("x")]}, headers={"X-Conversation-Id": named}
+        ).status_code
+        == 500
+    )
+    assert p.admin(f"conversations/{named}").status_code == 404
+    # what the client sends next starts afresh, and is kept
+    ok = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[user("retried three times")])
+    assert len(p.events(ok.headers["x-conversation-id"])) == 2

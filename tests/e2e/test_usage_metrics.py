@@ -198,11 +198,13 @@ def test_filters_and_group_by(proxy, upstream, api_key):
 
 def test_error_calls_count_but_their_usage_stays_unknown(proxy, upstream, api_key):
     p = proxy()
+    opened = p.client(api_key).chat.completions.with_raw_response.create(model="gpt-4o", messages=[user("opens")])
+    history = [user("opens"), opened.parse().choices[0].message.model_dump(exclude_none=True), user("fails")]
     upstream.push(Reply(status=500))
-    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user("fails")]})
+    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": history})
     assert r.status_code == 500
-    call = p.wait_calls(r.headers["x-conversation-id"], 1)[0]
-    totals = usage_of(p, conversation=call["conversation_id"])["totals"]
+    call = p.wait_calls(r.headers["x-conversation-id"], 2)[-1]
+    totals = usage_of(p, conversation=call["conversation_id"], since=call["started_at"])["totals"]
     assert totals["calls"] == 1 and totals["calls_by_status"] == {"error": 1}
     assert all(totals[f] is None for f in (*FIELDS, "cost_usd"))
     assert all(totals["unknown"][f] == 1 for f in (*FIELDS, "cost_usd"))
