@@ -156,6 +156,11 @@ class CallRecord(PublicRecord):
     cost_usd: float | None = None
     """At litellm's prices for the normalized usage (`proxy/ledger.py`); None when unknown."""
 
+    @property
+    def day(self) -> str:
+        """The UTC date the call started (`2026-12-04`): the ledger's `group_by=day`."""
+        return datetime.fromtimestamp(self.started_at, UTC).date().isoformat()
+
     public = (
         "id",
         "conversation_id",
@@ -190,8 +195,15 @@ def tokens_saved(purpose: str, projection: Mapping[str, Any] | None) -> int | No
     return client - sent
 
 
-USAGE_GROUP_COLUMNS = {"route": "route", "conversation": "conversation_id", "model": "model"}
-"""`/admin/usage?group_by=` values and the call field each groups by."""
+USAGE_GROUP_COLUMNS = {
+    "route": "route",
+    "conversation": "conversation_id",
+    "model": "model",
+    "tenant": "tenant",
+    "day": "day",
+}
+"""`/admin/usage?group_by=` values and the call field each groups by (`day`: the UTC date the
+call started, `CallRecord.day`)."""
 
 LEDGER_FIELDS: tuple[str, ...] = (*TOKEN_FIELDS, "cost_usd", "tokens_saved")
 """What a `UsageCell` sums for its calls: the normalized token fields, the cost and the tokens saved."""

@@ -383,5 +383,8 @@ def test_since_and_until_take_iso_dates_and_records_show_iso_times(proxy, upstre
     assert usage_of(p, tenant=tenant, since=minute_before)["totals"]["calls"] == 1
     shifted = (started + timedelta(minutes=1)).astimezone(timezone(timedelta(hours=2))).isoformat()
     assert usage_of(p, tenant=tenant, since=shifted)["totals"]["calls"] == 0  # an offset is honoured
+    by_day = usage_of(p, tenant=tenant, group_by="day")["groups"]
+    assert [(g["key"], g["calls"]) for g in by_day] == [(today, 1)]
+    assert [g["key"] for g in usage_of(p, since=today, group_by="tenant")["groups"]].count(tenant) == 1
     refused = p.admin("usage", params={"since": "2026-13-45"})
     assert refused.status_code == 400 and "ISO 8601" in refused.json()["error"]["message"]
