@@ -179,9 +179,7 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
     when complete, which also teaches the estimate), a rejected one is retracted."""
     call, services, ingested = exchange.call, exchange.services, exchange.ingested
     if call.upstream_status is None or not 200 <= call.upstream_status < 300:
-        record.detach(call)  # a rejected call is no branch's last call
-        await exchange.finish(call, error_kind)
-        await exchange.retract()
+        await exchange.rejected(call, error_kind)  # a rejected call is no branch's last call
         return
     answer = call.response if call.status == "complete" else None
     turn = response_turn(ingested, answer, call.id, exchange.wire.purpose == "main")

@@ -1,59 +1,40 @@
 """The `ctxproxy` command: `serve` runs the proxy, `check-config` validates a config file and prints
-the resolved routes, `replay` runs saved conversations through a policy offline (`proxy.replay`)."""
+what it resolves to, `doctor` checks a config against the live world (`proxy.doctor`), `replay`
+runs saved conversations through a policy offline (`proxy.replay`)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
+import os
 import sys
 
-from .config import Client, Config, Route, load_config
+from .config import Config, load_config
 from .credentials import resolve_keys
-from .errors import ConfigError
+from .describe import banner, describe
+from .errors import ConfigError, StoreError
+from .store import make_store, store_problem
 
-
-def _target(route: Route) -> str:
-    upstream = route.upstream
-    if upstream.model:
-        return f"litellm {upstream.model}" + (f" at {upstream.base_url}" if upstream.base_url else "")
-    return str(upstream.base_url)
-
-
-def _client(client: Client) -> str:
-    key = f"key from ${client.key_env}" if client.key_env else "key by SHA-256 digest"
-    routes = f"; routes {', '.join(client.routes)}" if client.routes is not None else ""
-    return f"{client.name} (tenant {client.tenant_name}; {key}{routes})"
-
-
-def _describe(config: Config) -> list[str]:
-    admin = f"on when ${config.admin_token_env} is set" if config.admin_token_env else "off"
-    lines = [f"store: {config.store}", f"admin API: {admin}"]
-    if config.clients:
-        lines.append("clients: " + ", ".join(_client(c) for c in config.clients))
-    if config.open_access:
-        lines.append("open access: callers without a client key may use routes with the operator's key")
-    for route in config.routes:
-        match = f"model {route.match.model}" + (f", path {route.match.path}" if route.match.path else "")
-        key = f"key from ${route.upstream.api_key_env}" if route.upstream.api_key_env else "client's own key"
-        policy = config.policies[route.policy]
-        window = policy.context_window or "model default"
-        lines.append(
-            f"route {route.name}: {match} -> {_target(route)} ({key}); policy {route.policy} "
-            f"(window {window}, trigger {policy.trigger:g}, keep_recent_tokens {policy.keep_recent_tokens})"
-        )
-    return lines
+log = logging.getLogger("ctxproxy")
 
 
 def _load(path: str, secrets: bool = True) -> Config | None:
     """The config, or None after printing one line per problem to stderr."""
     try:
         config = load_config(path)
+        problems = []
+        problem = store_problem(config.store)
+        if problem is not None:
+            problems.append(f"store: {problem}")
         if secrets:
             try:
                 resolve_keys(config)
             except ConfigError as exc:
-                raise ConfigError([f"{path}: {p}" for p in exc.problems]) from None
+                problems.extend(exc.problems)
+        if problems:
+            raise ConfigError([f"{path}: {p}" for p in problems])
     except ConfigError as exc:
         for line in exc.problems:
             print(line, file=sys.stderr)
@@ -65,8 +46,20 @@ def check_config(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 1
-    print("\n".join(_describe(config)))
+    print("\n".join(describe(config)))
     return 0
+
+
+def doctor_command(args: argparse.Namespace) -> int:
+    from .doctor import diagnose
+
+    config = _load(args.config)
+    if config is None:
+        return 1
+    checks = asyncio.run(diagnose(config, resolve_keys(config)))
+    for check in checks:
+        print(check.line())
+    return 1 if any(check.verdict == "FAIL" for check in checks) else 0
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -77,19 +70,43 @@ def serve(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 1
+    problem = asyncio.run(_store_reachable(config.store))
+    if problem is not None:
+        print(f"{args.config}: store: {problem}", file=sys.stderr)
+        return 1
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
+    admin_on = resolve_keys(config).admin_token is not None
+
+    def announce(url: str) -> None:
+        for line in banner(config, url, admin_on, _version()):
+            log.info("%s", line)
+
     if args.workers > 1:  # uvicorn spawns the workers; each builds its app from the config file
         try:
             factory = prepare_workers(args.config, config, args.log_level)
         except ConfigError as exc:
             print("\n".join(exc.problems), file=sys.stderr)
             return 1
+        announce(f"http://{host}:{port}")
         run_workers(config, factory, args.workers, host, port, args.log_level, args.access_log)
     else:
-        run(config, create_app(config), host, port, args.log_level, args.access_log)
+        app = create_app(config, config_path=os.path.abspath(args.config))
+        run(config, app, host, port, args.log_level, args.access_log, announce)
     return 0
+
+
+async def _store_reachable(url: str) -> str | None:
+    """Why the store cannot be opened (one line: a Redis that does not answer), or None. Checked
+    before serving, so that it is said once and plainly, not as the lifespan's traceback."""
+    store = make_store(url)
+    try:
+        await store.open()
+    except StoreError as exc:
+        return f"cannot be opened: {exc}"
+    await store.close()
+    return None
 
 
 def replay_command(args: argparse.Namespace) -> int:
@@ -144,31 +161,73 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ctxproxy")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: every command and option with its help."""
     parser = argparse.ArgumentParser(prog="ctxproxy", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_serve = sub.add_parser("serve", help="run the proxy")
-    p_serve.add_argument("--config", required=True)
-    p_serve.add_argument("--host")
-    p_serve.add_argument("--port", type=int)
-    p_serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p_serve.add_argument("--access-log", action="store_true")
+    parser.add_argument("--version", action="version", version=f"ctxproxy {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p_serve = sub.add_parser("serve", help="run the proxy", description="Run the proxy on the config's address.")
+    p_serve.add_argument("--config", required=True, help="the YAML config file (see config.example.yaml)")
+    p_serve.add_argument("--host", help="address to listen on (default: the config's server.host)")
+    p_serve.add_argument("--port", type=int, help="port to listen on (default: the config's server.port)")
+    p_serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="what the console shows (default: info)",
+    )
+    p_serve.add_argument("--access-log", action="store_true", help="uvicorn's access log line per HTTP request")
     p_serve.add_argument("--workers", type=_positive, default=1, help="processes on one socket and one store")
     p_serve.set_defaults(func=serve)
-    p_check = sub.add_parser("check-config", help="validate a config file and print the resolved routes")
-    p_check.add_argument("config")
+    p_check = sub.add_parser(
+        "check-config",
+        help="validate a config file and print what it resolves to",
+        description="Validate a config file without starting anything; one line per problem, exit 1 if any.",
+    )
+    p_check.add_argument("config", help="the YAML config file")
     p_check.set_defaults(func=check_config)
-    p_replay = sub.add_parser("replay", help="run saved conversations through a policy offline and report tokens")
+    p_doctor = sub.add_parser(
+        "doctor",
+        help="check a config against the live world: store, upstreams and their keys, summarizers, windows",
+        description="Check a config against the live world, one line per check (ok, warn, FAIL); exit 1 if any failed.",
+    )
+    p_doctor.add_argument("config", help="the YAML config file")
+    p_doctor.set_defaults(func=doctor_command)
+    p_replay = sub.add_parser(
+        "replay",
+        help="run saved conversations through a policy offline and report tokens",
+        description="Run saved conversations through a policy offline and report what would be sent.",
+    )
     p_replay.add_argument("files", nargs="+", help="JSON: a list of OpenAI messages, or {messages, tools}")
-    p_replay.add_argument("--config", required=True)
+    p_replay.add_argument("--config", required=True, help="the YAML config file whose policy to use")
     p_replay.add_argument("--policy", help="policy name (default: the first route's)")
     p_replay.add_argument("--model", default="gpt-4o", help="model whose tokenizer and window to use")
     p_replay.add_argument("--window", type=int, help="override the policy's context_window")
-    p_replay.add_argument("--per-turn", action="store_true")
-    p_replay.add_argument("--json", action="store_true")
+    p_replay.add_argument("--per-turn", action="store_true", help="a line per turn, not only the totals")
+    p_replay.add_argument("--json", action="store_true", help="the reports as JSON")
     p_replay.set_defaults(func=replay_command)
-    args = parser.parse_args(argv)
-    result: int = args.func(args)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        result: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `ctxproxy check-config ... | head`: the reader left; say nothing more, as other tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return result
 
 

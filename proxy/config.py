@@ -281,6 +281,16 @@ class Server(_Frozen):
     """On SIGTERM: how long in-flight model calls may run on after readiness failed."""
 
 
+class RequestLog(_Frozen):
+    """The request log (proxy/request_log.py): a line per model call on stderr. `level`: `off`,
+    `info` (conversation, wire, model, status, tokens, rewrites, recall rounds, latency) or
+    `debug` (plus tenant, branch, billed usage, cost, time to first byte, request id); `format`:
+    `kv` (key=value) or `json`."""
+
+    level: Literal["off", "info", "debug"] = "info"
+    format: Literal["kv", "json"] = "kv"
+
+
 class Config(_Frozen):
     store: str = "sqlite:///./ctxproxy.db"
     admin_token_env: str | None = None
@@ -302,6 +312,7 @@ class Config(_Frozen):
     limits: Limits = Limits()
     retention: Retention = Retention()
     caches: Caches = Caches()
+    request_log: RequestLog = RequestLog()
     routes: list[Route] = Field(min_length=1)
     policies: dict[str, Policy] = Field(default_factory=lambda: {"default": Policy()})
 
@@ -434,5 +445,6 @@ def load_config(path: str | Path) -> Config:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: invalid YAML: {exc}"]) from None
+        where = str(exc).replace("<unicode string>", str(path))  # the mark names the file, not the text
+        raise ConfigError([f"{path}: invalid YAML: {where}"]) from None
     return parse_config(data, str(path))

@@ -77,6 +77,20 @@ class Keys:
         return sorted((s.encode() for s in found if s and len(s) >= 8), key=len, reverse=True)
 
 
+def _summarizer_key(policy: str, model: str) -> list[str]:
+    """A litellm summarizer without `api_key_env` calls its provider with litellm's own default
+    key variable: it must be set, or every compaction fails at its first summary."""
+    from .upstream.litellm import missing_keys  # litellm is imported only for such a summarizer
+
+    missing = missing_keys(model)
+    if not missing:
+        return []
+    return [
+        f"policies.{policy}.summarizer.api_key_env: summarizer model {model!r} needs a key: name the variable "
+        f"holding it in api_key_env, or set {' or '.join(missing)} (litellm's default for it)"
+    ]
+
+
 def resolve_keys(config: Config, env: Mapping[str, str] | None = None) -> Keys:
     env = os.environ if env is None else env
     values: dict[str, str] = {}
@@ -97,8 +111,11 @@ def resolve_keys(config: Config, env: Mapping[str, str] | None = None) -> Keys:
             if key is not None:
                 routes[route.name] = key
     for name, policy in config.policies.items():
-        if policy.summarizer.api_key_env:
-            need(policy.summarizer.api_key_env, f"policies.{name}.summarizer.api_key_env")
+        summarizer = policy.summarizer
+        if summarizer.api_key_env:
+            need(summarizer.api_key_env, f"policies.{name}.summarizer.api_key_env")
+        elif summarizer.model and summarizer.base_url is None:
+            problems.extend(_summarizer_key(name, summarizer.model))
     clients: list[tuple[bytes, Client]] = []
     for index, client in enumerate(config.clients):
         if client.key_sha256 is not None:

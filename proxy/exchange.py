@@ -108,19 +108,23 @@ class Exchange:
         call = call or self.call
         if call.error is None:
             record.failed(call, exc, self.t0)
+        await self.rejected(call, record.error_kind(exc, answering))
+
+    async def rejected(self, call: CallRecord, error_kind: str | None) -> None:
+        """The request got no answer: its events are retracted (its conversation deleted when it
+        founded it: the record then belongs to no conversation), then the record is written."""
         record.detach(call)
-        await self.finish(call, record.error_kind(exc, answering))
-        await self.retract()
-
-    async def retract(self) -> None:
-        """Remove the request's events from the history (they got no answer)."""
-        await retract(self.services, self.ingested)
+        if await retract(self.services, self.ingested):
+            call.conversation_id = None
+        await self.finish(call, error_kind)
 
 
-async def retract(services: Services, ingested: Ingested) -> None:
+async def retract(services: Services, ingested: Ingested) -> bool:
     """Remove a request's events from the history: it got no answer (or the proxy itself refused
-    it), so it leaves no trace; a store that fails now keeps them (logged)."""
+    it), so it leaves no trace; a store that fails now keeps them (logged). True when the
+    conversation went with them (`ingest.reject`)."""
     try:
-        await reject(services.store, ingested)
+        return await reject(services.store, ingested)
     except StoreError as exc:
         log.warning("events of a rejected request in conversation %s kept: %s", ingested.identity.conversation_id, exc)
+        return False

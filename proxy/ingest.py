@@ -38,7 +38,8 @@ Otherwise -- another process appended, forked, retracted or deleted meanwhile --
 resolved as above. Example: [u1] answered a1 is stored at seq 2 of branch b; the next request
 [u1, a1, u2] has a1's hash at index 1, so u2 goes to seq 3 of b, unless b has moved past seq 2.
 
-Rejected requests leave no trace: the request's new events are appended unstamped (the branch's
+Rejected requests leave no trace (a rejected first request, not even its conversation): the
+request's new events are appended unstamped (the branch's
 and conversation's `updated_at` and system hash stay as they were), and the `response_turn`
 stamps them once the upstream accepted the request (2xx), with the answer when there is one (the
 recorder writes it with the call record, `Store.record_answered`). When the
@@ -330,5 +331,17 @@ def answer_stored(ingested: Ingested, turn: ResponseTurn, position: Position | N
 
 
 async def reject(store: Store, ingested: Ingested) -> bool:
-    """The request was rejected: retract the events it appended (see the module docstring)."""
-    return await store.retract(ingested.position, ingested.appended)
+    """The request was rejected: retract the events it appended (see the module docstring). A
+    request that founded its conversation leaves no conversation either: the SDKs retry a failed
+    first request, and each attempt would leave one more empty conversation. True when the
+    conversation was deleted (its calls' records then belong to none)."""
+    undone = await store.retract(ingested.position, ingested.appended)
+    identity = ingested.identity
+    if not (undone and identity.created and ingested.position.seq == len(ingested.appended)):
+        return False
+    branches = await store.list_branches(identity.conversation_id)
+    if len(branches) != 1 or branches[0].head_seq != 0:
+        return False  # another request continued it meanwhile: it stays
+    if await store.list_calls(identity.conversation_id, 1, 0):
+        return False  # calls of this request already recorded (a consumed recall round): the ledger keeps them
+    return await store.delete_conversation(identity.conversation_id)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import record
-from .errors import ContextLengthExceeded
+from .errors import BadRequest, ContextLengthExceeded
 from .exchange import Exchange
 from .projector import Asked, Projected
 from .rolling import CompactionJob
@@ -57,6 +57,8 @@ class Outgoing:
             projection = projected.projection
             attempt.prediction, attempt.limit, attempt.output = projected.prediction, projected.limit, projected.output
             record.projected(attempt.call, projected.summary())
+            if not projection.messages and projection.record.orphan_seqs:
+                raise _nothing_to_send(self.messages)
             if attempt.number > 1:
                 record.noted(attempt.call, attempt=attempt.number, overflow_cut=attempt.cut)
             if projection.record.rewritten or attempt.cut:
@@ -141,3 +143,14 @@ class Outgoing:
         if committed is None:
             return projected
         return projector.project_request(asked, committed, cut)
+
+
+def _nothing_to_send(messages: list[Message]) -> BadRequest:
+    """A request whose every message is a tool result without the call it answers: the
+    projection drops such results (`policies/groups.py`), which would leave an empty request."""
+    ids = ", ".join(repr(m.get("tool_call_id")) for m in messages if m.get("role") == "tool")
+    return BadRequest(
+        f"Nothing to send: the request's only messages are tool results ({ids}) without the assistant "
+        "message whose tool call they answer. Send the history with that assistant message before them.",
+        param="messages",
+    )

@@ -32,6 +32,7 @@ from .ledger import call_cost
 from .metrics import Metrics
 from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome
+from .request_log import RequestLogger
 from .store.base import CallRecord, Position, ResponseTurn, Store
 from .summarizer import SummaryResult
 from .upstream.base import UpstreamResponse
@@ -221,10 +222,19 @@ class BoundedSet:
 class Recorder:
     """Completes and writes call records; one per process, shared by requests and compactions."""
 
-    def __init__(self, store: Store, metrics: Metrics, catalog: ModelCatalog, routes: list[Route]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        metrics: Metrics,
+        catalog: ModelCatalog,
+        routes: list[Route],
+        requests: RequestLogger | None = None,
+    ) -> None:
         self.store = store
         self.metrics = metrics
         self.catalog = catalog
+        self.requests = requests
+        """the request log's line per call (None: none)"""
         self._provider_models = {r.name: r.upstream.model for r in routes if r.upstream.model}
         self._known_blobs = BoundedSet()
 
@@ -285,6 +295,8 @@ class Recorder:
         price_model = provider_model or call.model
         call.cost_usd = call_cost(call.usage, self.catalog.info(price_model)) if price_model else None
         self.metrics.observe_call(call, wire, error_kind)
+        if self.requests is not None:
+            self.requests.write(call, wire)
         try:
             if turn is None:
                 await self.store.record_call(call)

@@ -34,6 +34,8 @@ class Services:
     """The store's tenant salt: a client key becomes a tenant only as a salted fingerprint."""
     recalls_rejected: RejectedTool = field(default_factory=RejectedTool)
     """Routes and models whose upstream rejected the recall tool (in process memory)."""
+    config_path: str | None = None
+    """The config file the proxy was started with (absolute), for the commands it shows."""
 
     def __post_init__(self) -> None:
         self.metrics.watch(self.projector.cache_sizes, self.projector.cache_lookups)

@@ -163,6 +163,10 @@ class Wire(Protocol):
     def auth_headers(self, key: str) -> dict[str, str]:
         """How the route's own upstream key is sent."""
 
+    def probe(self, key: str | None) -> tuple[str, dict[str, str]]:
+        """A request that costs nothing and needs the key (`ctxproxy doctor`): the GET path
+        appended to the route's `base_url` (the model list) and its headers, with `key` if given."""
+
     def summary_request(self, model: str, messages: list[Message], max_tokens: int) -> tuple[str, Json]:
         """Path and native body of a summarizer call on the route's upstream."""
 
@@ -213,6 +217,10 @@ class BaseWire:
 
     def is_stream(self, content_type: str) -> bool:
         return "text/event-stream" in content_type
+
+    def probe(self, key: str | None) -> tuple[str, dict[str, str]]:
+        """OpenAI's model list (the route's `base_url` ends in `/v1`), with the key as a bearer token."""
+        return "/models", ({"Authorization": f"Bearer {key}"} if key else {})
 
     def opening_failure(self, event: SseEvent) -> bytes | bool | None:
         """These APIs answer a request they refuse with an error status, not inside a stream."""

@@ -13,6 +13,7 @@ the cursor parameter of the next page (`next_cursor`, plus the older names `next
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -31,7 +32,11 @@ from ..store.base import Conversation, UsageQuery
 
 def _state(request: Request) -> Services:
     state: Services = request.app.state.ctx
-    require_token(request, state.keys.admin_token, "the admin API", "admin_token_env", "invalid_admin_token")
+    variable = state.config.admin_token_env
+    setting = (
+        f"{variable} in the proxy's environment" if variable else "admin_token_env in the config, and its variable"
+    )
+    require_token(request, state.keys.admin_token, "the admin API", setting, "invalid_admin_token")
     return state
 
 
@@ -227,15 +232,24 @@ async def delete_conversation(request: Request) -> RawResponse:
 
 
 def _time_param(request: Request, name: str) -> float | None:
+    """A time: Unix seconds (`1764800000`) or an ISO 8601 date or time (`2026-12-04`,
+    `2026-12-04T21:00:00Z`, `2026-12-04T22:00+01:00`; without an offset, UTC)."""
     raw = request.query_params.get(name)
     if raw is None:
         return None
     try:
         return float(raw)
     except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
         raise BadRequest(
-            f"Query parameter {name!r} must be a Unix timestamp in seconds, got {raw!r}.", param=name
+            f"Query parameter {name!r} must be Unix seconds or an ISO 8601 date or time "
+            f"(2026-12-04, 2026-12-04T21:00:00Z), got {raw!r}.",
+            param=name,
         ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 async def usage(request: Request) -> RawResponse:

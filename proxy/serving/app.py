@@ -37,6 +37,7 @@ from ..projector import Projector
 from ..protocols import WIRES, wire_for_path
 from ..protocols.base import Wire
 from ..record import Recorder
+from ..request_log import RequestLogger
 from ..services import Services, history_cache
 from ..store import make_store
 from ..summarizer import Summarizer
@@ -118,7 +119,8 @@ class ProxyApp:
         await response(scope, receive, send)
 
 
-def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
+def create_app(config: Config, env: dict[str, str] | None = None, config_path: str | None = None) -> ProxyApp:
+    """The app for `config` (`config_path`: the file it was read from, shown in commands)."""
     keys = resolve_keys(config, env)
 
     @contextlib.asynccontextmanager
@@ -134,12 +136,22 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
         for line in projector.windows.configure(config):
             log.info("budgets: %s", line)
         metrics = Metrics()
-        recorder = Recorder(store, metrics, catalog, config.routes)
+        recorder = Recorder(store, metrics, catalog, config.routes, RequestLogger(config.request_log, keys))
         compactor = Compactor(store, Summarizer(upstream, keys), projector, recorder)
         compactor.lease_ttl = config.compaction_lease_seconds
         salt = await store.tenant_salt()
         services = Services(
-            config, keys, store, upstream, projector, compactor, recorder, metrics, history_cache(config.caches), salt
+            config,
+            keys,
+            store,
+            upstream,
+            projector,
+            compactor,
+            recorder,
+            metrics,
+            history_cache(config.caches),
+            salt,
+            config_path=config_path,
         )
         app.state.ctx = services
         purger = None
@@ -159,6 +171,7 @@ def create_app(config: Config, env: dict[str, str] | None = None) -> ProxyApp:
 
     routes = [
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
+        *(Route(path, endpoints.embeddings, methods=["POST"]) for path in endpoints.EMBEDDINGS_PATHS),
         *(Route(path, endpoints.count_tokens, methods=["POST"]) for wire in WIRES for path in wire.count_paths),
         Route("/", endpoints.root, methods=["GET", "HEAD"]),
         Route("/healthz", endpoints.healthz, methods=["GET"]),

@@ -1,16 +1,19 @@
-"""The endpoints beside the model calls: the root hint, the model list, the token counts
-(Anthropic's count_tokens, the Responses API's input_tokens), health and metrics. None of them is
-recorded; the model list is the upstream's answer relayed unchanged, a count is the projection's."""
+"""The endpoints beside the model calls: the root hint, the model list, embeddings, the token
+counts (Anthropic's count_tokens, the Responses API's input_tokens), health and metrics. None of
+them is recorded; the model list and embeddings are the upstream's answers relayed unchanged, a
+count is the projection's."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 
-from .. import auth
-from ..asgi import RawResponse, json_response, require_token
+from .. import auth, codec, routing
+from ..asgi import RawResponse, json_response, read_body, require_token
+from ..config import Config, Route
 from ..count import count
+from ..errors import BadRequest
 from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ..protocols import wire_for_path
+from ..protocols import OPENAI_CHAT, wire_for_path
 from ..relay import relay_unchanged
 from ..services import Services
 from ..upstream.base import CREDENTIAL_HEADERS, upstream_request_headers
@@ -50,23 +53,68 @@ async def metrics(request: Request) -> RawResponse:
     return RawResponse(services.metrics.render(), 200, [("content-type", METRICS_CONTENT_TYPE)])
 
 
+def _models_route(config: Config) -> Route | None:
+    """The route whose upstream lists the models: the first OpenAI-compatible (not litellm) one
+    that serves chat completions, whatever the model (`GET /v1/models` is OpenAI's path: a route
+    limited to another API's path, such as Anthropic's, does not answer it)."""
+    for route in config.routes:
+        if not route.upstream.model and route.match.path in (None, *OPENAI_CHAT.paths):
+            return route
+    return None
+
+
 async def list_models(request: Request) -> RawResponse:
-    """The models of the first OpenAI-compatible route's upstream, as the client would list them
-    directly; with only litellm routes, their models."""
+    """The models of the OpenAI-compatible route serving chat completions (`_models_route`), as
+    the client would list them directly; without one, the litellm routes' models."""
     services: Services = request.app.state.ctx
-    route = next((r for r in services.config.routes if not r.upstream.model), None)
+    route = _models_route(services.config)
     if route is None:
         auth.authenticate(services.keys, services.config, services.config.routes[0], request.headers, services.salt)
         data = [
             {"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
             for r in services.config.routes
+            if r.upstream.model
         ]
         return json_response({"object": "list", "data": data})
     caller = auth.authenticate(services.keys, services.config, route, request.headers, services.salt)
     key = services.upstream_key(route)
     drop = frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
-    headers = upstream_request_headers(request.headers, {"Authorization": f"Bearer {key}"} if key else None, drop)
+    headers = upstream_request_headers(request.headers, OPENAI_CHAT.auth_headers(key) if key else None, drop)
     return await relay_unchanged(services.keys, await services.upstream.send(route, "GET", "/models", None, headers))
+
+
+EMBEDDINGS_PATHS = ("/v1/embeddings", "/embeddings")
+
+
+async def embeddings(request: Request) -> RawResponse:
+    """`POST /v1/embeddings`: relayed as sent to the OpenAI-compatible route that serves its model
+    (routed and authenticated as a model call, not recorded: there is no conversation in it)."""
+    services: Services = request.app.state.ctx
+    config = services.config
+    raw = await read_body(request.headers, request.receive, config.limits)
+    try:
+        body = codec.loads(raw)
+    except codec.JsonRejected as exc:
+        raise BadRequest(f"We could not parse the JSON body of your request ({exc}).") from None
+    model = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(model, str) or not model:
+        raise BadRequest("you must provide a model parameter (a non-empty string)", param="model")
+    route, _ = routing.route_for(config, EMBEDDINGS_PATHS[0], model)
+    if route.upstream.model:
+        raise BadRequest(
+            f"Route {route.name!r} serves model {model!r} through litellm ({route.upstream.model}); embeddings are "
+            "relayed to OpenAI-compatible upstreams (base_url) only.",
+            param="model",
+        )
+    caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
+    key = services.upstream_key(route)
+    drop = frozenset({config.conversation_header.lower()}) | (
+        frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
+    )
+    headers = upstream_request_headers(request.headers, OPENAI_CHAT.auth_headers(key) if key else None, drop)
+    return await relay_unchanged(
+        services.keys, await services.upstream.send(route, "POST", "/embeddings", raw, headers)
+    )
 
 
 async def count_tokens(request: Request) -> RawResponse:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import time
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
@@ -29,11 +31,21 @@ WORKER_PROTOCOLS = {"h11": "proxy.serving.workers:WorkerH11", "httptools": "prox
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, gate: Gate, grace: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, gate: Gate, grace: float, announce: Callable[[str], None] | None = None
+    ) -> None:
         super().__init__(config)
         self.gate = gate
         self.grace = grace
+        self.announce = announce
+        """called with the URL the server listens on, once it does (the start-up banner)"""
         self.drain_started: float | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.announce is not None and self.servers and self.servers[0].sockets:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            self.announce(f"http://{f'[{host}]' if ':' in host else host}:{port}")
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.drain_started is not None or self.grace == 0:
@@ -55,7 +67,15 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def run(config: Config, app: object, host: str, port: int, log_level: str, access_log: bool) -> None:
+def run(
+    config: Config,
+    app: object,
+    host: str,
+    port: int,
+    log_level: str,
+    access_log: bool,
+    announce: Callable[[str], None] | None = None,
+) -> None:
     heap.tune()
     gate = Gate()
     server_config = uvicorn.Config(
@@ -69,7 +89,7 @@ def run(config: Config, app: object, host: str, port: int, log_level: str, acces
         # Once the drain is over only cut-off work remains: give it a moment, not another grace.
         timeout_graceful_shutdown=2,
     )
-    DrainingServer(server_config, gate, config.server.shutdown_grace).run()
+    DrainingServer(server_config, gate, config.server.shutdown_grace, announce).run()
 
 
 def run_workers(

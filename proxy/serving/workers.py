@@ -62,7 +62,7 @@ def app() -> Edge:
     config = load_config(os.environ[CONFIG_ENV])
     resolve_keys(config)
     heap.tune()
-    return Edge(create_app(config), config.server, Gate())
+    return Edge(create_app(config, config_path=os.environ[CONFIG_ENV]), config.server, Gate())
 
 
 def __getattr__(name: str) -> type[asyncio.Protocol]:

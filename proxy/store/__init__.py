@@ -20,4 +20,15 @@ def make_store(url: str) -> Store:
     raise StoreError(f"unsupported store URL scheme in {url.split('://', 1)[0]!r}; use {FORMS}")
 
 
-__all__ = ["Store", "make_store"]
+def store_problem(url: str) -> str | None:
+    """What is wrong with the store URL that can be seen without connecting: a SQLite file whose
+    directory does not exist. (Whether a Redis answers is `ctxproxy doctor`'s question.)"""
+    scheme = scheme_of(url)
+    if scheme is not None and scheme.backend == "sqlite":
+        from .sqlite.connection import missing_directory
+
+        return missing_directory(url.removeprefix(scheme.prefix) or "ctxproxy.db")
+    return None
+
+
+__all__ = ["Store", "make_store", "store_problem"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
 from ..errors import StoreError
@@ -22,13 +23,25 @@ from ..usage import TOKEN_FIELDS
 
 class PublicRecord:
     """A stored record as the admin API shows it: `dataclasses.asdict` of the record, keeping the
-    fields named in `public` in that order (internal ids, tenants and hashes stay out)."""
+    fields named in `public` in that order (internal ids, tenants and hashes stay out). Each time
+    (`*_at`, Unix seconds: the cursors compare them) is followed by the same instant in ISO 8601
+    UTC (`*_at_iso`), for people and tools that read dates."""
 
     public: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)  # type: ignore[call-overload]
-        return {name: values[name] for name in self.public}
+        out: dict[str, Any] = {}
+        for name in self.public:
+            value = out[name] = values[name]
+            if name.endswith("_at") and isinstance(value, (int, float)):
+                out[name + "_iso"] = iso_utc(value)
+        return out
+
+
+def iso_utc(seconds: float) -> str:
+    """`seconds` since the epoch as ISO 8601 UTC to the millisecond: 2026-12-04T21:41:12.123Z."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def new_id(prefix: str) -> str:
@@ -143,6 +156,11 @@ class CallRecord(PublicRecord):
     cost_usd: float | None = None
     """At litellm's prices for the normalized usage (`proxy/ledger.py`); None when unknown."""
 
+    @property
+    def day(self) -> str:
+        """The UTC date the call started (`2026-12-04`): the ledger's `group_by=day`."""
+        return datetime.fromtimestamp(self.started_at, UTC).date().isoformat()
+
     public = (
         "id",
         "conversation_id",
@@ -177,8 +195,15 @@ def tokens_saved(purpose: str, projection: Mapping[str, Any] | None) -> int | No
     return client - sent
 
 
-USAGE_GROUP_COLUMNS = {"route": "route", "conversation": "conversation_id", "model": "model"}
-"""`/admin/usage?group_by=` values and the call field each groups by."""
+USAGE_GROUP_COLUMNS = {
+    "route": "route",
+    "conversation": "conversation_id",
+    "model": "model",
+    "tenant": "tenant",
+    "day": "day",
+}
+"""`/admin/usage?group_by=` values and the call field each groups by (`day`: the UTC date the
+call started, `CallRecord.day`)."""
 
 LEDGER_FIELDS: tuple[str, ...] = (*TOKEN_FIELDS, "cost_usd", "tokens_saved")
 """What a `UsageCell` sums for its calls: the normalized token fields, the cost and the tokens saved."""

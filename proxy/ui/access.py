@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 from starlette.requests import Request
 
 from ..asgi import bearer_token
+from ..config import Config
 from ..errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, Unauthorized
 
 COOKIE = "ctxproxy_ui"
@@ -61,10 +62,24 @@ class Credentials:
 
 def admin_token(request: Request) -> str:
     """The configured admin token; every /ui path is a 404 without one."""
-    token: str | None = request.app.state.ctx.keys.admin_token
+    services = request.app.state.ctx
+    token: str | None = services.keys.admin_token
     if not token:
-        raise NotFound(f"Unknown path {request.url.path}: the inspector is disabled (set admin_token_env).")
+        raise NotFound(f"Unknown path {request.url.path}: the inspector is off. " + off_hint(services.config))
     return token
+
+
+def off_hint(config: Config) -> str:
+    """How to turn the admin API and the inspector on, for the config as it is."""
+    if config.admin_token_env:
+        return (
+            f"The config names admin_token_env: {config.admin_token_env}, which is not set in the proxy's "
+            f"environment: start it with {config.admin_token_env}=<a long random token> exported."
+        )
+    return (
+        "Add admin_token_env: CTXPROXY_ADMIN_TOKEN to the config and start the proxy with "
+        "CTXPROXY_ADMIN_TOKEN=<a long random token> exported."
+    )
 
 
 def _key(token: str) -> bytes:

@@ -198,6 +198,14 @@ async def tokens_json(request: Request, ctx: Ctx) -> RawResponse:
     return json_answer({"calls_read": read, "data": [c.to_dict() for c in ranked]})
 
 
+def branch_label(detail: data.Detail, branch_id: str) -> str:
+    """`root`, or the fork's id and where it forked."""
+    branch = next((b for b in detail.branches if b.id == branch_id), None)
+    if branch is None or branch.parent_id is None:
+        return "root"
+    return f"{branch_id} (forked after e{branch.fork_seq})"
+
+
 async def tokens_page(request: Request, ctx: Ctx) -> RawResponse:
     detail, ranked, read = await _consumers(request, ctx)
     cid = detail.conversation.id
@@ -206,9 +214,14 @@ async def tokens_page(request: Request, ctx: Ctx) -> RawResponse:
     for rank, c in enumerate(ranked[offset : offset + ROWS_PAGE], start=offset + 1):
         d = c.to_dict()
         forms = ", ".join(f"{name} {n}" for name, n in d["forms"].items())
+        if c.seq is None or c.branch_id is None:  # the prefix, the tools, the summary block: every call's
+            what, branch, attrs = esc(c.kind), "every call's", f'data-kind="{esc(c.kind)}"'
+        else:
+            what, branch = event_link(cid, c.branch_id, c.seq), esc(branch_label(detail, c.branch_id))
+            attrs = f'data-seq="{c.seq}" data-branch="{esc(c.branch_id)}"'
         rows.append(
-            f'<tr data-seq="{c.seq}" data-branch="{esc(c.branch_id)}"><td>{rank}</td>'
-            f"<td>{event_link(cid, c.branch_id, c.seq)}</td><td>{esc(c.role)}</td><td>{esc(c.preview)}</td>"
+            f"<tr {attrs}><td>{rank}</td><td>{what}</td>"
+            f'<td data-field="branch">{branch}</td><td>{esc(c.role)}</td><td>{esc(c.preview)}</td>'
             + cell("sent_tokens", d["sent_tokens"])
             + cell("cost_usd", d["cost_usd"], cost(d["cost_usd"]))
             + cell("calls", d["calls"])
@@ -224,10 +237,14 @@ async def tokens_page(request: Request, ctx: Ctx) -> RawResponse:
         f"<p>{link(f'/ui/conversations/{cid}', '← Conversation')}</p>"
         f"<p>Over the newest {read} projected main call(s): how many tokens each stored event cost upstream in "
         "total, its share of those calls' cost, and in which form each call carried it (raw, trimmed, pinned; "
-        "summarized and pruned send none of its own tokens). Largest first: fix the top rows first.</p>"
+        "summarized and pruned send none of its own tokens); the system prefix, the tool definitions and the "
+        "summary block, sent with every call, are lines of their own. An event shared by branches counts with "
+        "the branch it was first stored on. Largest first: fix the top rows first.</p>"
     )
     grid = table(
-        ["#", "Event", "Role", "Preview", "Sent tokens", "Cost share", "Calls sent", "Forms"], rows, id="consumers"
+        ["#", "Event", "Branch", "Role", "Preview", "Sent tokens", "Cost share", "Calls sent", "Forms"],
+        rows,
+        id="consumers",
     )
     return respond(
         frame("Where the tokens went", intro + grid + f'<p class="pager">{" ".join(pager)}</p>', ctx.creds, ctx.csrf)

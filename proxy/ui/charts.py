@@ -22,12 +22,25 @@ def _frame(body: str, label: str, height: int = HEIGHT) -> str:
     )
 
 
-def _axis(top: float, height: int = HEIGHT) -> str:
+def _axis(top: float, unit: str, height: int = HEIGHT) -> str:
+    """The value axis: its line, the top and zero ticks, and what it counts (`unit`)."""
     base = height - PAD / 2
     return (
         f'<line class="axis" x1="{PAD}" y1="{base}" x2="{WIDTH - 4}" y2="{base}"/>'
+        f'<line class="axis" x1="{PAD}" y1="{PAD / 2}" x2="{PAD}" y2="{base}"/>'
         f'<text class="tick" x="2" y="{PAD / 2 + 4}">{esc(_short(top))}</text>'
         f'<text class="tick" x="2" y="{base}">0</text>'
+        f'<text class="axis-title" x="{PAD + 4}" y="{PAD / 2 - 4}">{esc(unit)}</text>'
+    )
+
+
+def _category(x: float, slot: float, label: str) -> str:
+    """A label under its slot on the category axis, cut to the room it has (its title is whole)."""
+    room = max(int(slot / 6.5), 1)
+    shown = label if len(label) <= room else label[: max(room - 1, 1)] + "…"
+    return (
+        f'<text class="label" x="{x + slot / 2:.2f}" y="{HEIGHT - 2}" text-anchor="middle">'
+        f"<title>{esc(label)}</title>{esc(shown)}</text>"
     )
 
 
@@ -39,8 +52,11 @@ def _short(value: float) -> str:
     return f"{value:g}" if value >= 1 else f"{value:.4g}"
 
 
-def grouped_bars(labels: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]], title: str) -> str:
-    """Bars per label, one per series (class `s0`, `s1`, ...); None draws nothing."""
+def grouped_bars(
+    labels: Sequence[str], series: Sequence[tuple[str, Sequence[float | None]]], title: str, unit: str
+) -> str:
+    """Bars per label (named under its group), one per series (class `s0`, `s1`, ...), on an axis
+    of `unit`; an unknown value (None) is no bar but a `?` (class `unknown`): never a zero."""
     values = [v for _, vs in series for v in vs if v is not None]
     top = max(values, default=0) or 1
     n = max(len(labels), 1)
@@ -49,36 +65,53 @@ def grouped_bars(labels: Sequence[str], series: Sequence[tuple[str, Sequence[flo
     usable = HEIGHT - PAD
     marks = []
     for i, label in enumerate(labels):
+        marks.append(_category(PAD + i * slot, slot, label))
         for k, (name, vs) in enumerate(series):
             value = vs[i]
+            x = PAD + i * slot + k * width
             if value is None:
+                marks.append(
+                    f'<text class="unknown" x="{x + width / 2:.2f}" y="{HEIGHT - PAD / 2 - 4}" text-anchor="middle">'
+                    f"<title>{esc(label)}: {esc(name)} unknown</title>?</text>"
+                )
                 continue
             h = usable * value / top
-            x = PAD + i * slot + k * width
             y = HEIGHT - PAD / 2 - h
             marks.append(
                 f'<rect class="s{k}" x="{x:.2f}" y="{y:.2f}" width="{width:.2f}" height="{h:.2f}">'
                 f"<title>{esc(label)}: {esc(name)} {esc(_short(value))}</title></rect>"
             )
-    return _frame(_axis(top) + "".join(marks), title) + _legend([name for name, _ in series])
+    unknown = any(v is None for _, vs in series for v in vs[: len(labels)])
+    return _frame(_axis(top, unit) + "".join(marks), title) + _legend([name for name, _ in series], unknown)
 
 
-def line(labels: Sequence[str], values: Sequence[float], title: str, name: str) -> str:
-    """A polyline of `values` (e.g. cumulative cost), with a dot and title per point."""
-    top = max(values, default=0) or 1
-    n = max(len(values) - 1, 1)
+def line(labels: Sequence[str], values: Sequence[float | None], title: str, name: str, unit: str) -> str:
+    """A running total of `values` (e.g. cost per call), a dot and title per point; an unknown
+    value (None) adds nothing and its dot is hollow (class `unknown`), titled so."""
+    running, totals = 0.0, []
+    for value in values:
+        running += value or 0.0
+        totals.append(running)
+    top = max(totals, default=0) or 1
+    n = max(len(totals) - 1, 1)
     usable = HEIGHT - PAD
-    points = [(PAD + (WIDTH - PAD - 8) * i / n, HEIGHT - PAD / 2 - usable * v / top) for i, v in enumerate(values)]
+    points = [(PAD + (WIDTH - PAD - 8) * i / n, HEIGHT - PAD / 2 - usable * v / top) for i, v in enumerate(totals)]
     path = " ".join(f"{x:.2f},{y:.2f}" for x, y in points)
     dots = "".join(
-        f'<circle class="s0" cx="{x:.2f}" cy="{y:.2f}" r="2.5"><title>{esc(label)}: {esc(_short(v))}</title></circle>'
-        for (x, y), label, v in zip(points, labels, values, strict=True)
+        f'<circle class="{"unknown" if v is None else "s0"}" cx="{x:.2f}" cy="{y:.2f}" r="2.5"><title>{esc(label)}: '
+        f"{'unknown, not counted' if v is None else esc(_short(v))}; total {esc(_short(total))}</title></circle>"
+        for (x, y), label, v, total in zip(points, labels, values, totals, strict=True)
     )
-    return _frame(_axis(top) + f'<polyline class="line" points="{path}"/>' + dots, title) + _legend([name])
+    unknown = any(v is None for v in values)
+    return _frame(_axis(top, unit) + f'<polyline class="line" points="{path}"/>' + dots, title) + _legend(
+        [name], unknown
+    )
 
 
-def _legend(names: Sequence[str]) -> str:
+def _legend(names: Sequence[str], unknown: bool = False) -> str:
     items = "".join(f'<li><span class="swatch s{k}"></span>{esc(name)}</li>' for k, name in enumerate(names))
+    if unknown:
+        items += '<li><span class="swatch unknown"></span>unknown (no price or no usage): not drawn as 0</li>'
     return f'<ul class="legend">{items}</ul>'
 
 

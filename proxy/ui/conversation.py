@@ -14,7 +14,7 @@ from policies.search import parse_query, search
 from .. import codec
 from ..asgi import RawResponse
 from ..covered import readable
-from ..errors import BadRequest, NotFound
+from ..errors import BadRequest
 from ..store.base import Branch, CallRecord
 from . import access, charts, data
 from .access import SECURITY_HEADERS
@@ -71,15 +71,15 @@ def totals_table(detail: data.Detail) -> str:
     return f'<table class="facts" id="totals"><tbody>{"".join(rows)}</tbody></table>'
 
 
-def actions(request: Request, detail: data.Detail) -> str:
+def actions(request: Request, ctx: Ctx, detail: data.Detail) -> str:
     cid = detail.conversation.id
     origin = f"{request.url.scheme}://{request.headers.get('host', '127.0.0.1:8787')}"
     url = shlex.quote(f"{origin}/ui/conversations/{cid}/export.json")
     file = shlex.quote(f"{cid}.json")
-    command = (
-        f'curl -s -H "Authorization: Bearer $CTXPROXY_ADMIN_TOKEN" {url} -o {file}'
-        f" && ctxproxy replay {file} --config config.yaml"
-    )
+    token = ctx.services.config.admin_token_env or "CTXPROXY_ADMIN_TOKEN"
+    config = shlex.quote(ctx.services.config_path or "config.example.yaml")
+    command = f'curl -s -H "Authorization: Bearer ${token}" {url} -o {file} && ctxproxy replay {file} --config {config}'
+
     return (
         '<div class="actions">'
         + link(f"/ui/conversations/{cid}/export.json", "Download JSON", download=f"{cid}.json")
@@ -163,19 +163,20 @@ def call_charts(calls: list[CallRecord]) -> str:
             ("sent upstream tokens", [c.projection.get("sent_tokens") if c.projection else None for c in main]),
         ],
         "tokens per call: client vs upstream",
+        "tokens",
     )
     reuse = charts.grouped_bars(
         labels,
         [("cache reads / input", [_share(c) for c in main])],
         "cache reuse per call",
+        "share of input",
     )
-    running = 0.0
-    cumulative = []
-    for c in calls:
-        running += c.cost_usd or 0.0
-        cumulative.append(running)
     spend = charts.line(
-        [f"{i + 1} {c.purpose}" for i, c in enumerate(calls)], cumulative, "cumulative cost (USD)", "cost USD"
+        [f"{i + 1} {c.purpose}" for i, c in enumerate(calls)],
+        [c.cost_usd for c in calls],
+        "cumulative cost (USD)",
+        "cost USD, cumulative",
+        "USD",
     )
     return (
         f'<section id="charts"><h2>Charts</h2><h3>Tokens per call</h3>{tokens}'
@@ -280,7 +281,7 @@ async def conversation(request: Request, ctx: Ctx) -> RawResponse:
     )
     body = (
         totals_table(detail)
-        + actions(request, detail)
+        + actions(request, ctx, detail)
         + searchbox
         + branch_tree(detail, branch)
         + checkpoints_section(detail, branch)
@@ -295,9 +296,7 @@ async def conversation(request: Request, ctx: Ctx) -> RawResponse:
 async def state_json(request: Request, ctx: Ctx) -> RawResponse:
     """What the live view polls: it refreshes when any of these change."""
     store = ctx.services.store
-    conversation = await store.get_conversation(request.path_params["id"])
-    if conversation is None:
-        raise NotFound(f"No conversation {request.path_params['id']!r}.", param="id")
+    conversation = await data.resolve(store, request.path_params["id"])
     totals = await data.totals(store, conversation.id)
     return json_answer(
         {
@@ -399,8 +398,8 @@ async def delete_confirm(request: Request, ctx: Ctx) -> RawResponse:
 
 async def delete(request: Request, ctx: Ctx) -> RawResponse:
     await access.require_change(request)  # the CSRF proof before anything
-    cid = request.path_params["id"]
     store = ctx.services.store
+    cid = (await data.resolve(store, request.path_params["id"])).id
     if not await store.delete_conversation(cid):
         raise BadRequest(f"No conversation {cid!r} (already deleted?).", param="id")
     return RawResponse(b"", 303, [("location", "/ui/"), *SECURITY_HEADERS])

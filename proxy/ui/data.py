@@ -12,7 +12,7 @@ from typing import Any
 
 from policies.search import Hit, parse_query, search
 
-from ..errors import BadRequest, NotFound
+from ..errors import BadRequest, Conflict, NotFound
 from ..ledger import summarize
 from ..store.base import Branch, CallRecord, Conversation, Store, StoredCheckpoint, StoredEvent, UsageQuery
 
@@ -161,10 +161,26 @@ class Detail:
         return chain
 
 
-async def detail(store: Store, conversation_id: str) -> Detail:
-    conversation = await store.get_conversation(conversation_id)
-    if conversation is None:
-        raise NotFound(f"No conversation {conversation_id!r}.", param="id")
+async def resolve(store: Store, ref: str) -> Conversation:
+    """The conversation `ref` names: its internal id, or the client's own `X-Conversation-Id`
+    (the id the client sees echoed) when one tenant has a conversation of that id."""
+    conversation = await store.get_conversation(ref)
+    if conversation is not None:
+        return conversation
+    found = await store.conversations_with_external_id(ref)
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise Conflict(
+            f"{len(found)} tenants have a conversation {ref!r}: open it by its internal id "
+            f"({', '.join(c.id for c in found)}).",
+            param="id",
+        )
+    raise NotFound(f"No conversation {ref!r}.", param="id")
+
+
+async def detail(store: Store, ref: str) -> Detail:
+    conversation = await resolve(store, ref)
     calls = await store.list_calls(conversation.id, CALLS_MAX, 0)
     calls.sort(key=lambda c: c.started_at)
     return Detail(

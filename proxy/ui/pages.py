@@ -21,31 +21,39 @@ PAGE = 50
 RANGES = {"1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400, "all": None}
 
 
-def login_form(message: str = "", status: int = 200) -> RawResponse:
+def login_form(variable: str, message: str = "", status: int = 200) -> RawResponse:
+    """The form; `variable`: the environment variable holding the admin token (`admin_token_env`)."""
     note = f'<p class="error" role="alert">{esc(message)}</p>' if message else ""
     body = (
         f'{note}<form method="post" action="/ui/login" class="login">'
         '<label for="token">Admin token</label>'
         '<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>'
         '<button type="submit">Log in</button></form>'
-        "<p>The token is the value of the variable named by <code>admin_token_env</code>.</p>"
+        f"<p>The token is the value of <code>${esc(variable)}</code> in the proxy's environment "
+        f"(<code>admin_token_env: {esc(variable)}</code>): <code>echo ${esc(variable)}</code> where the proxy "
+        "was started.</p>"
     )
     return respond(frame("Log in", body, None, None), status)
 
 
+def _token_variable(request: Request) -> str:
+    variable: str = request.app.state.ctx.config.admin_token_env
+    return variable
+
+
 async def login_page(request: Request) -> RawResponse:
     access.admin_token(request)  # 404 while the inspector is off
-    return login_form()
+    return login_form(_token_variable(request))
 
 
 async def login(request: Request) -> RawResponse:
     token = access.admin_token(request)
     if not access.same_origin(request):
-        return login_form("The login must come from this site's own form.", 403)
+        return login_form(_token_variable(request), "The login must come from this site's own form.", 403)
     form = await access.read_form(request)
     given = form.get("token", "")
     if not hmac.compare_digest(given.encode(), token.encode()):
-        return login_form("That is not the admin token.", 401)
+        return login_form(_token_variable(request), "That is not the admin token.", 401)
     cookie = access.cookie_header(request, access.new_session(token), access.SESSION_SECONDS)
     return RawResponse(b"", 303, [("location", "/ui/"), cookie, *SECURITY_HEADERS])
 
@@ -184,8 +192,11 @@ async def usage(request: Request, ctx: Ctx) -> RawResponse:
     chart = charts.grouped_bars(
         labels,
         [("input tokens", [g["input_total"] for g in groups]), ("output tokens", [g["output"] for g in groups])],
-        "tokens per group",
-    ) + charts.grouped_bars(labels, [("cost USD", [g["cost_usd"] for g in groups])], "cost per group")
+        f"tokens per {usage_q.group_by}",
+        "tokens",
+    ) + charts.grouped_bars(
+        labels, [("cost USD", [g["cost_usd"] for g in groups])], f"cost per {usage_q.group_by}", "USD"
+    )
     rows = [
         f'<tr data-key="{esc(g["key"])}"><td>{esc(g["key"])}</td>'
         + cell("calls", g["calls"])

@@ -96,6 +96,8 @@ class CallView:
     checkpoint: StoredCheckpoint | None
     verified: bool
     mismatches: list[str] = field(default_factory=list)
+    tools_tokens: int = 0
+    """What the call's tool definitions took (they are no row: sent whole on every call)."""
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -204,7 +206,9 @@ class Rebuilder:
                 if not mismatches:
                     break
         rows = _rows(stored, projection)
-        return CallView(call, head, rows, checkpoint, projection is not None and not mismatches, mismatches)
+        verified = projection is not None and not mismatches
+        tools_tokens = stored.counter.count_tools(tools, None) if isinstance(tools, list) else 0
+        return CallView(call, head, rows, checkpoint, verified, mismatches, tools_tokens)
 
     def _project(self, policy: Any, body: dict[str, Any], stored: Stored) -> tuple[Projection | None, list[str]]:
         record, checkpoint = stored.record, stored.checkpoint
@@ -295,32 +299,39 @@ def _after_head(rows: list[Row], last_summarized: int | None) -> int:
 
 @dataclass
 class Consumer:
-    """One stored event's cumulative share of what the conversation's calls sent upstream."""
+    """One stored event's cumulative share of what the conversation's calls sent upstream; or
+    (`kind` not `event`, no seq or branch) the part of every call that is no event: the system
+    prefix, the tool definitions, the summary block."""
 
-    seq: int
-    branch_id: str
+    seq: int | None
+    branch_id: str | None
     role: str
     preview: str
     tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = None
+    """its share of the calls' known costs; None while no call it was in has a known cost"""
     forms: dict[str, int] = field(default_factory=dict)
+    kind: str = "event"
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "kind": self.kind,
             "seq": self.seq,
             "branch_id": self.branch_id,
             "role": self.role,
             "preview": self.preview,
             "sent_tokens": self.tokens,
-            "cost_usd": round(self.cost_usd, 10),
-            "calls": sum(self.forms.get(f, 0) for f in ("raw", "trimmed", "pinned")),
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 10),
+            "calls": sum(self.forms.get(f, 0) for f in ("raw", "trimmed", "pinned", "prefix", "summary")),
             "forms": dict(sorted(self.forms.items())),
         }
 
 
 async def consumers(services: Services, detail: Detail, limit_calls: int) -> tuple[list[Consumer], int]:
     """Every event's upstream tokens summed over the newest `limit_calls` projected main calls
-    (and their share of each call's cost), largest first; and how many calls were read."""
+    (and their share of each call's cost), with the system prefix, the tool definitions and the
+    summary block as lines of their own, largest first; and how many calls were read. An event is
+    its branch's own (`_owner`): a fork's copy of its parent's events counts with the parent's."""
     rebuilder = Rebuilder(services, detail)
     calls = [c for c in detail.calls if c.purpose == "main" and projected(c)][-limit_calls:]
     out: dict[tuple[str, int], Consumer] = {}
@@ -328,22 +339,41 @@ async def consumers(services: Services, detail: Detail, limit_calls: int) -> tup
         view = await rebuilder.rebuild(call)
         if view is None:
             continue
-        sent_total = sum(row.sent_tokens for row in view.rows) or 1
+        sent_total = sum(row.sent_tokens for row in view.rows) + view.tools_tokens or 1
         chain = detail.lineage(detail.branch(call.branch_id))
+        # per call: each consumer once, with its form and tokens (a prefix of several messages is one line)
+        parts: dict[tuple[str, int], tuple[str, int]] = {}
         for row in view.rows:
-            if row.seq is None or row.client is None:
+            if row.seq is None:  # the prefix's messages, the summary block: no event of their own
+                kind = SHARED[row.form]
+                key = (kind, 0)
+                out.setdefault(key, Consumer(None, None, ROLES[kind], kind, kind=kind))
+            elif row.client is not None:
+                root = _owner(chain, row.seq)
+                key = (root, row.seq)
+                if key not in out:
+                    out[key] = Consumer(row.seq, root, str(row.client.get("role")), preview(row.client))
+            else:
                 continue
-            root = _owner(chain, row.seq)
-            key = (root, row.seq)
-            if key not in out:
-                out[key] = Consumer(row.seq, root, str(row.client.get("role")), preview(row.client))
+            form, tokens = parts.get(key, (row.form, 0))
+            parts[key] = (form, tokens + row.sent_tokens)
+        if view.tools_tokens:
+            out.setdefault((TOOLS, 0), Consumer(None, None, "tools", TOOLS, kind=TOOLS))
+            parts[(TOOLS, 0)] = ("raw", view.tools_tokens)
+        for key, (form, tokens) in parts.items():
             consumer = out[key]
-            consumer.forms[row.form] = consumer.forms.get(row.form, 0) + 1
-            consumer.tokens += row.sent_tokens
-            if call.cost_usd:
-                consumer.cost_usd += call.cost_usd * row.sent_tokens / sent_total
-    ranked = sorted(out.values(), key=lambda c: (-c.tokens, c.seq))
+            consumer.forms[form] = consumer.forms.get(form, 0) + 1
+            consumer.tokens += tokens
+            if call.cost_usd is not None:
+                consumer.cost_usd = (consumer.cost_usd or 0.0) + call.cost_usd * tokens / sent_total
+    ranked = sorted(out.values(), key=lambda c: (-c.tokens, c.seq or 0))
     return ranked, len(calls)
+
+
+TOOLS = "tool definitions"
+SHARED = {"prefix": "system prefix", "summary": "summary block"}
+"""The rows without an event (`Row.form`) and the line each is counted in."""
+ROLES = {"system prefix": "system", "summary block": "summary"}
 
 
 def _owner(chain: list[Branch], seq: int) -> str:

@@ -83,6 +83,13 @@ _ERROR_TYPES = {
 }
 
 
+def missing_keys(model: str) -> list[str]:
+    """The environment variables litellm would read `model`'s provider key from, when none of
+    them is set (empty: the key is there, or the provider needs none)."""
+    found = _import().validate_environment(model=model)
+    return [str(name) for name in found.get("missing_keys") or []]
+
+
 def _import() -> Any:
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # the bundled map: no download at import
     module = importlib.import_module("litellm")

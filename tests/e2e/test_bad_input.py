@@ -6,9 +6,11 @@ import json
 import uuid
 
 import httpx
+import openai
 import pytest
 
 from tests.support.e2e import assert_openai_error, user
+from tests.support.upstream_server import Reply
 
 BAD_BODIES = {
     "malformed_json": (b'{"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}', 400),
@@ -122,3 +124,46 @@ def test_oversized_body_is_413(proxy, upstream, api_key):
     # the limit is not a general failure: a small request still works
     r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user(f"tiny {uuid.uuid4()}")]})
     assert r.status_code == 200
+
+
+def test_an_orphan_tool_result_alone_is_a_400_not_an_empty_request(proxy, upstream, api_key):
+    """A tool result without the call it answers is dropped from what is sent (`policies/groups.py`);
+    when it is all the request has, nothing is left to send: the client gets a 400 saying so in the
+    API's shape, the upstream nothing, and no event is stored."""
+    p = proxy()
+    n = len(upstream.requests)
+    conv = f"orphan-{uuid.uuid4().hex}"
+    body = {"model": "gpt-4o", "messages": [{"role": "tool", "tool_call_id": "x", "content": "hi"}]}
+    error = assert_openai_error(p.post_chat(api_key, body, headers={"X-Conversation-Id": conv}), 400)
+    assert "tool result" in error["message"] and "'x'" in error["message"], error
+    assert error["param"] == "messages"
+    assert len(upstream.requests) == n, "an empty request reached upstream"
+    if p.admin(f"conversations/{conv}").status_code == 200:
+        assert p.events(conv) == []
+
+
+def test_a_failed_first_request_leaves_no_conversation_and_its_retries_none_either(proxy, upstream, api_key):
+    """The SDKs retry a failed first request: each attempt used to leave an empty conversation.
+    The failed calls stay in the ledger (by tenant), belonging to no conversation."""
+    p = proxy()
+    before = {c["id"] for c in p.admin_json("conversations", params={"limit": 1000})["data"]}
+    for _ in range(3):
+        upstream.push(Reply(status=503))
+    client = p.client(api_key, max_retries=2)
+    with pytest.raises(openai.APIStatusError) as failed:
+        client.chat.completions.create(model="gpt-4o", messages=[user("retried three times")])
+    assert failed.value.status_code == 503 and len(upstream.chat_requests) >= 3
+    after = p.admin_json("conversations", params={"limit": 1000})["data"]
+    assert [c for c in after if c["id"] not in before] == []
+    named = f"failed-first-{uuid.uuid4().hex}"
+    upstream.push(Reply(status=500))
+    assert (
+        p.post_chat(
+            api_key, {"model": "gpt-4o", "messages": [user("x")]}, headers={"X-Conversation-Id": named}
+        ).status_code
+        == 500
+    )
+    assert p.admin(f"conversations/{named}").status_code == 404
+    # what the client sends next starts afresh, and is kept
+    ok = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=[user("retried three times")])
+    assert len(p.events(ok.headers["x-conversation-id"])) == 2

@@ -305,15 +305,24 @@ def test_openai_sdk_through_litellm_route(lite, upstream, api_key):
     assert upstream.last_chat.body["tools"][0]["function"]["name"] == "read_file"
 
 
+def opened(p, api_key: str, model: str, text: str) -> list[dict]:
+    """A conversation's history after one answered turn, plus a new user message: the error a test
+    expects then lands in a conversation that exists (a failed first request leaves none)."""
+    r = p.post_chat(api_key, {"model": model, "messages": [user(f"opening {text}")]})
+    assert r.status_code == 200, r.text
+    return [user(f"opening {text}"), r.json()["choices"][0]["message"], user(text)]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_provider_error_keeps_its_status(lite, upstream, api_key, stream):
+    history = opened(lite, api_key, "lite-fast", f"limited {stream}")
     upstream.push(Reply(status=429))
-    r = lite.post_chat(api_key, {"model": "lite-fast", "messages": [user(f"limited {stream}")], "stream": stream})
+    r = lite.post_chat(api_key, {"model": "lite-fast", "messages": history, "stream": stream})
     error = assert_openai_error(r, 429)
     assert error["message"] == "Rate limit reached for requests"
     assert error["code"] == "rate_limit_exceeded"
     assert UPSTREAM_KEY not in r.text
-    call = lite.wait_calls(r.headers["x-conversation-id"], 1)[0]
+    call = lite.wait_calls(r.headers["x-conversation-id"], 2)[-1]
     assert call["status"] == "error" and call["upstream_status"] == 429
     assert call["usage"]["input_total"] is None and call["cost_usd"] is None
 
@@ -404,11 +413,12 @@ def test_anthropic_provider_stream(lite, anthropic, api_key):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_anthropic_error_keeps_its_status(lite, anthropic, api_key, stream):
+    history = opened(lite, api_key, "claude-fast", f"too fast {stream}")
     anthropic.statuses.append(429)
-    r = lite.post_chat(api_key, {"model": "claude-fast", "messages": [user(f"too fast {stream}")], "stream": stream})
+    r = lite.post_chat(api_key, {"model": "claude-fast", "messages": history, "stream": stream})
     error = assert_openai_error(r, 429)
     assert error["message"] == "slow down" and error["type"] == "rate_limit_error"
-    call = lite.wait_calls(r.headers["x-conversation-id"], 1)[0]
+    call = lite.wait_calls(r.headers["x-conversation-id"], 2)[-1]
     assert call["status"] == "error" and call["upstream_status"] == 429
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
+import yaml
 
 from proxy.config import load_config
 from tests.support.proxy_process import REPO
@@ -31,3 +33,35 @@ def test_root_answers_a_one_line_hint(proxy):
     assert json.loads(got.text)["service"] == "ctxproxy"
     head = httpx.head(p.url + "/", timeout=30)
     assert head.status_code == 200 and head.content == b""
+
+
+def shipped(openai_url: str, anthropic_url: str) -> dict[str, Any]:
+    """config.example.yaml as shipped, its two upstreams moved to local scripted servers."""
+    config = yaml.safe_load((REPO / "config.example.yaml").read_text())
+    hosts = {"https://api.anthropic.com": anthropic_url, "https://api.openai.com/v1": openai_url}
+    for route in config["routes"]:
+        route["upstream"]["base_url"] = hosts[route["upstream"]["base_url"]]
+    return config
+
+
+def test_the_openai_sdk_lists_models_on_the_shipped_config(proxy, upstream, closed_port, api_key):
+    """The first route is Anthropic's: the model list must still come from the OpenAI route."""
+    config = shipped(upstream.base_url, f"http://127.0.0.1:{closed_port}")
+    p = proxy(routes=config["routes"], policies=config["policies"])
+    models = [m.id for m in p.client(api_key).models.list()]
+    assert models == upstream.models
+    listed = [r for r in upstream.requests if r.path.endswith("/models")]
+    assert listed and listed[-1].headers["authorization"] == f"Bearer {api_key}"
+
+
+def test_embeddings_pass_through_to_the_openai_route(proxy, upstream, closed_port, api_key):
+    config = shipped(upstream.base_url, f"http://127.0.0.1:{closed_port}")
+    p = proxy(routes=config["routes"], policies=config["policies"])
+    got = p.client(api_key).embeddings.create(model="text-embedding-3-small", input=["hello", "world!"])
+    assert [d.embedding[0] for d in got.data] == [5.0, 6.0]
+    assert got.usage.prompt_tokens == 3  # "hello", "world" "!"
+    sent = [r for r in upstream.requests if r.path.endswith("/embeddings")][-1]
+    assert sent.headers["authorization"] == f"Bearer {api_key}"
+    assert sent.body["input"] == ["hello", "world!"]
+    refused = httpx.post(p.base_url + "/embeddings", content=b"{", headers={"Authorization": f"Bearer {api_key}"})
+    assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"

@@ -119,6 +119,13 @@ def test_caller_key_echoed_by_the_upstream_is_kept_out_of_answers_records_and_fi
     seen: list[tuple[str, bytes]] = []
     ref = f"own-{uuid.uuid4().hex}"
     echo = openai_error(f"Incorrect API key provided: {own}.", code="invalid_api_key")
+    opened = httpx.post(  # the conversation exists: a failed first request would leave none (ingest.reject)
+        f"{p.base_url}/chat/completions",
+        json={"model": "pass-echo", "messages": [user("opens the conversation")]},
+        headers={"Authorization": f"Bearer {own}", "X-Conversation-Id": ref},
+        timeout=30,
+    )
+    assert opened.status_code == 200
     for status, stream in ((401, False), (401, True), (500, False)):
         upstream.push(Reply(status=status, error_body=echo))
         r = httpx.post(
@@ -132,7 +139,7 @@ def test_caller_key_echoed_by_the_upstream_is_kept_out_of_answers_records_and_fi
         seen.append((f"answer {status}", r.content + json.dumps(dict(r.headers)).encode()))
     assert upstream.chat_requests[-1].headers["authorization"] == f"Bearer {own}"  # it was forwarded
     conv = p.admin_json(f"conversations/{ref}")
-    p.wait_calls(conv["id"], 3)
+    p.wait_calls(conv["id"], 4)
     seen.append(("calls", p.admin(f"conversations/{ref}/calls").content))
     p.stop()
     for path in sorted(p.workdir.iterdir()):

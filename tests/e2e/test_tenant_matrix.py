@@ -23,6 +23,7 @@ import pytest
 
 from proxy.config import parse_config
 from proxy.serving.app import create_app
+from proxy.serving.endpoints import EMBEDDINGS_PATHS
 from tests.support.e2e import user
 from tests.support.proxy_process import ADMIN_TOKEN
 
@@ -195,6 +196,7 @@ MATRIX: dict[tuple[str, str], Callable[..., None]] = {
     ("POST", "/v1/responses/compact"): _model_call("/v1/responses/compact", _responses_body),
     ("POST", "/responses/compact"): _model_call("/responses/compact", _responses_body),
     ("GET", "/v1/models"): _plain("/v1/models"),
+    **{("POST", path): _plain(path, "POST", json={"model": "gpt-4o", "input": "x"}) for path in EMBEDDINGS_PATHS},
     ("GET", "/"): _plain("/"),
     ("GET", "/healthz"): _plain("/healthz"),
     ("GET", "/metrics"): _plain("/metrics"),

@@ -244,7 +244,55 @@ def test_where_the_tokens_went_ranks_events_by_what_they_cost_upstream(scenario:
     # a log read early was sent raw, then trimmed, then summarized
     early = page.locator('#consumers tr[data-seq="4"] [data-field=forms]').inner_text()
     assert "raw" in early and "trimmed" in early and "summarized" in early, early
+    # what every call carries besides the events: the system prefix, the tool definitions, the summary
+    for kind in ("system prefix", "tool definitions", "summary block"):
+        shared = values(page, f'#consumers tr[data-kind="{kind}"]')
+        assert shared["sent_tokens"] > 0 and shared["cost_usd"] > 0, kind
+    assert values(page, '#consumers tr[data-kind="system prefix"]')["calls"] == len(projected)
+    # each event once, with the branch it belongs to
+    keys = [
+        (row.get_attribute("data-branch"), row.get_attribute("data-seq"))
+        for row in page.locator("#consumers tbody tr[data-seq]").all()
+    ]
+    assert len(keys) == len(set(keys))
+    assert page.locator('#consumers tr[data-seq="1"] [data-field=branch]').inner_text() == "root"
+    assert "Branch" in page.locator("#consumers thead").inner_text()
     clean.shot(page, "tokens")
+    context.close()
+
+
+def test_usage_charts_are_labelled_and_an_unknown_cost_is_not_drawn_as_zero(scenario: Scenario, clean: Browser) -> None:
+    unpriced = "gpt-unpriced-ui-model"
+    client = scenario.p.client(f"sk-ui-unpriced-{uuid.uuid4().hex}")
+    history = [{"role": "user", "content": "a model without a price"}]
+    raw = client.chat.completions.with_raw_response.create(model=unpriced, messages=history)
+    history += [raw.parse().choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "again"}]
+    client.chat.completions.create(model=unpriced, messages=history)
+    conversation = raw.headers["x-conversation-id"]
+    scenario.p.wait_calls(conversation, 2)
+    context, page = clean.login(viewport={"width": 1280, "height": 900})
+    page.goto(f"{clean.base}/ui/usage?group_by=model")
+    ledger = {g["key"]: g for g in scenario.admin("usage?group_by=model")["groups"]}
+    assert ledger[unpriced]["cost_usd"] is None
+    tokens_chart, cost_chart = page.locator("svg.chart").all()[:2]
+    for chart, unit in ((tokens_chart, "tokens"), (cost_chart, "USD")):
+        labels = [t.text_content() for t in chart.locator("text.label > title").all()]
+        assert labels == list(ledger), labels  # every group named under its bars
+        assert chart.locator("text.axis-title").text_content() == unit
+    legend = page.locator("ul.legend").nth(1).inner_text()
+    assert "cost USD" in legend and "unknown" in legend
+    unknown = cost_chart.locator("text.unknown > title").all_text_contents()
+    assert unknown == [f"{unpriced}: cost USD unknown"], unknown  # a mark saying so, not a zero bar
+    assert cost_chart.locator("rect").count() == len(ledger) - 1
+    assert values(page, f'#usage tr[data-key="{unpriced}"]')["cost_usd"] is None
+    assert page.locator(f'#usage tr[data-key="{unpriced}"] [data-field=cost_usd]').inner_text() == "—"
+    clean.shot(page, "usage-by-model")
+    # the conversation's cumulative cost says which calls it could not count; its tokens' cost share is unknown
+    page.goto(f"{clean.base}/ui/conversations/{conversation}")
+    assert page.locator("#charts circle.unknown").count() == 2
+    page.goto(f"{clean.base}/ui/conversations/{conversation}/tokens")
+    shares = page.locator("#consumers [data-field=cost_usd]").all()
+    assert shares and all(s.inner_text() == "—" for s in shares)
     context.close()
 
 

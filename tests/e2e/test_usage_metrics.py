@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
@@ -197,11 +198,13 @@ def test_filters_and_group_by(proxy, upstream, api_key):
 
 def test_error_calls_count_but_their_usage_stays_unknown(proxy, upstream, api_key):
     p = proxy()
+    opened = p.client(api_key).chat.completions.with_raw_response.create(model="gpt-4o", messages=[user("opens")])
+    history = [user("opens"), opened.parse().choices[0].message.model_dump(exclude_none=True), user("fails")]
     upstream.push(Reply(status=500))
-    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": [user("fails")]})
+    r = p.post_chat(api_key, {"model": "gpt-4o", "messages": history})
     assert r.status_code == 500
-    call = p.wait_calls(r.headers["x-conversation-id"], 1)[0]
-    totals = usage_of(p, conversation=call["conversation_id"])["totals"]
+    call = p.wait_calls(r.headers["x-conversation-id"], 2)[-1]
+    totals = usage_of(p, conversation=call["conversation_id"], since=call["started_at"])["totals"]
     assert totals["calls"] == 1 and totals["calls_by_status"] == {"error": 1}
     assert all(totals[f] is None for f in (*FIELDS, "cost_usd"))
     assert all(totals["unknown"][f] == 1 for f in (*FIELDS, "cost_usd"))
@@ -354,3 +357,34 @@ def test_compactions_running_gauge_counts_a_summarizing_job(proxy, upstream, api
     assert running() == 1, "no compaction started"
     wait_until(lambda: running() == 0, timeout=30, interval=0.1, what="the compaction to finish")
     assert wait_checkpoints(p, conv, timeout=30)
+
+
+def test_since_and_until_take_iso_dates_and_records_show_iso_times(proxy, upstream, api_key):
+    p = proxy()
+    upstream.push(Reply(content="a", prompt_tokens=100, completion_tokens=10))
+    r = turn(p, api_key, [user("iso dates")], stream=False)
+    conv = r.headers["x-conversation-id"]
+    call = p.wait_calls(conv, 1)[0]
+    started = datetime.fromtimestamp(call["started_at"], UTC)
+    assert datetime.fromisoformat(call["started_at_iso"]) == started.replace(
+        microsecond=started.microsecond // 1000 * 1000
+    )
+    conversation = p.conversation(conv)
+    assert conversation["created_at_iso"].endswith("Z") and conversation["updated_at_iso"].startswith(
+        f"{started.year}-"
+    )
+    tenant = conversation["tenant"]
+    today = started.date().isoformat()
+    tomorrow = (started + timedelta(days=1)).date().isoformat()
+    assert usage_of(p, tenant=tenant, since=today)["totals"]["calls"] == 1
+    assert usage_of(p, tenant=tenant, since=today, until=tomorrow)["totals"]["calls"] == 1
+    assert usage_of(p, tenant=tenant, since=tomorrow)["totals"]["calls"] == 0
+    minute_before = (started - timedelta(minutes=1)).isoformat(timespec="seconds").replace("+00:00", "Z")
+    assert usage_of(p, tenant=tenant, since=minute_before)["totals"]["calls"] == 1
+    shifted = (started + timedelta(minutes=1)).astimezone(timezone(timedelta(hours=2))).isoformat()
+    assert usage_of(p, tenant=tenant, since=shifted)["totals"]["calls"] == 0  # an offset is honoured
+    by_day = usage_of(p, tenant=tenant, group_by="day")["groups"]
+    assert [(g["key"], g["calls"]) for g in by_day] == [(today, 1)]
+    assert [g["key"] for g in usage_of(p, since=today, group_by="tenant")["groups"]].count(tenant) == 1
+    refused = p.admin("usage", params={"since": "2026-13-45"})
+    assert refused.status_code == 400 and "ISO 8601" in refused.json()["error"]["message"]

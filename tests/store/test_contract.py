@@ -19,6 +19,7 @@ import pytest
 
 from proxy import identify
 from proxy.errors import ConversationGone, StoreError
+from proxy.ledger import cells_from_calls
 from proxy.store.base import (
     Branch,
     CallRecord,
@@ -761,6 +762,23 @@ async def test_record_call_without_conversation(store: Store) -> None:
     assert (by_route.key, by_route.calls) == ("side", 1)
     assert sum(c.calls for c in await store.usage_cells(UsageQuery(tenant=T1))) == 1
     assert await store.usage_cells(UsageQuery(tenant=T2)) == []
+
+
+async def test_usage_groups_by_tenant_and_by_utc_day(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    other = await store.create_conversation(T2, None)
+    day = 1_764_806_400.0  # 2025-12-04T00:00:00Z
+    await store.record_call(call_record(conv.id, conv.main_branch_id, "d1", day + 10))
+    await store.record_call(call_record(conv.id, conv.main_branch_id, "d2", day + 86_399))
+    await store.record_call(call_record(other.id, other.main_branch_id, "d3", day + 86_400, tenant=T2))
+    by_tenant = {c.key: c.calls for c in await store.usage_cells(UsageQuery(group_by="tenant"))}
+    assert by_tenant == {T1: 2, T2: 1}
+    by_day = {c.key: c.calls for c in await store.usage_cells(UsageQuery(group_by="day"))}
+    assert by_day == {"2025-12-04": 2, "2025-12-05": 1}
+    reference = cells_from_calls(
+        [*await store.list_calls(conv.id, 10, 0), *await store.list_calls(other.id, 10, 0)], UsageQuery(group_by="day")
+    )
+    assert {c.key: c.calls for c in reference} == by_day
 
 
 async def test_blobs_round_trip(store: Store) -> None:

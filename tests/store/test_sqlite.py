@@ -52,9 +52,13 @@ async def test_deleted_content_is_not_left_in_the_files(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_open_creates_parent_directory_and_migrates_once(tmp_path: Path) -> None:
+async def test_open_refuses_a_missing_directory_and_migrates_once(tmp_path: Path) -> None:
     path = tmp_path / "nested" / "dir" / "ctx.db"
     store = SqliteStore.from_url(f"sqlite:///{path}")
+    with pytest.raises(StoreError, match="nested/dir does not exist"):
+        await store.open()  # a typo in the path is said, not made into a new directory
+    assert not (tmp_path / "nested").exists()
+    path.parent.mkdir(parents=True)
     await store.open()
     await store.close()
     assert path.exists()

@@ -3,6 +3,7 @@
 Same style as :mod:`tests.support.upstream_server`: uvicorn in a background thread, a FIFO of scripted
 :class:`Reply` objects (plus an optional ``responder``), every request recorded.
 
+- ``GET /v1/models``: one model (400 without ``anthropic-version``, as the real API).
 - ``POST /v1/messages`` non-stream: a ``message`` object; stream: the real event sequence
   (``message_start`` with usage, ``ping``, per block ``content_block_start`` / ``_delta``
   (``thinking_delta`` + ``signature_delta``, ``text_delta``, ``input_json_delta``) /
@@ -423,6 +424,16 @@ class AnthropicUpstream(ScriptedServer[Reply]):
         headers, body = record.headers, record.body
         if self.api_key is not None and headers.get("x-api-key") != self.api_key:
             await self._json(send, 401, error_body("authentication_error", "invalid x-api-key"))
+            return
+        if path == "/v1/models" and scope["method"] == "GET":
+            if not headers.get("anthropic-version"):  # the real API's answer without the header
+                await self._json(
+                    send, 400, error_body("invalid_request_error", "anthropic-version: header is required")
+                )
+                return
+            model = {"type": "model", "id": "claude-sonnet-4-5", "display_name": "Claude Sonnet 4.5"}
+            listed = {"data": [model], "has_more": False, "first_id": model["id"], "last_id": model["id"]}
+            await self._json(send, 200, listed)
             return
         if path not in ("/v1/messages", "/v1/messages/count_tokens") or scope["method"] != "POST":
             await self._json(send, 404, error_body("not_found_error", f"Not found: {scope['method']} {path}"))

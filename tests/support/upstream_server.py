@@ -13,6 +13,7 @@ has to look like api.openai.com from the proxy's side of the socket:
   extra ``choices: []`` chunk with the usage object precede ``[DONE]`` -- exactly what the real API
   does, so a test can tell whether the proxy asked for usage and hid it again.
 - ``GET /v1/models``.
+- ``POST /v1/embeddings``: a three-number vector per input, its tokens as usage.
 - real response headers (``x-request-id``, ``x-ratelimit-*``, ``openai-processing-ms``).
 - the validation errors the real API gives for broken tool pairing, empty messages and an
   oversized context, in the real error shape and wording.
@@ -317,6 +318,19 @@ class UpstreamServer(ScriptedServer[Reply]):
                     ],
                 },
                 started,
+            )
+            return
+        if scope["method"] == "POST" and path == "/v1/embeddings" and isinstance(body, dict):
+            inputs = body.get("input")
+            texts = inputs if isinstance(inputs, list) else [inputs]
+            tokens = sum(count_text_tokens(str(text)) for text in texts)
+            data = [
+                {"object": "embedding", "index": i, "embedding": [float(len(str(text))), 0.5, -0.25]}
+                for i, text in enumerate(texts)
+            ]
+            usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+            await self._send_json(
+                send, 200, {"object": "list", "data": data, "model": body.get("model"), "usage": usage}, started
             )
             return
         if path != "/v1/chat/completions":

@@ -306,10 +306,10 @@ policies:
 def test_check_config_ok(tmp_path: Path) -> None:
     path = tmp_path / "ok.yaml"
     path.write_text(GOOD_YAML)
-    result = check_config(path, {"CTXTEST_DIR": "/data", "CTXTEST_KEY": "sk-secret-value-123"})
+    result = check_config(path, {"CTXTEST_DIR": str(tmp_path), "CTXTEST_KEY": "sk-secret-value-123"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "store: sqlite:////data/ctx.db",
+        f"store: sqlite:///{tmp_path}/ctx.db",
         "admin API: on when $CTXTEST_ADMIN is set",
         "open access: callers without a client key may use routes with the operator's key",
         "route main: model gpt-* -> https://api.openai.com/v1 (key from $CTXTEST_KEY); policy small "
@@ -323,7 +323,7 @@ def test_check_config_ok(tmp_path: Path) -> None:
 def test_check_config_missing_key_env(tmp_path: Path) -> None:
     path = tmp_path / "nokey.yaml"
     path.write_text(GOOD_YAML)
-    result = check_config(path, {"CTXTEST_DIR": "/data"})
+    result = check_config(path, {"CTXTEST_DIR": str(tmp_path)})
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.splitlines() == [

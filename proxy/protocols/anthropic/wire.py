@@ -89,6 +89,10 @@ class AnthropicWire(BaseWire):
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"x-api-key": key}
 
+    def probe(self, key: str | None) -> tuple[str, dict[str, str]]:
+        """Anthropic's model list (GET /v1/models), which needs the API version header."""
+        return "/v1/models", {"anthropic-version": "2023-06-01", **(self.auth_headers(key) if key else {})}
+
     def summary_request(self, model: str, messages: list[Message], max_tokens: int) -> tuple[str, Json]:
         system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") in ("system", "developer"))
         rest = [m for m in messages if m.get("role") not in ("system", "developer")]

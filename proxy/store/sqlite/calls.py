@@ -138,6 +138,10 @@ def insert_call(db: Db, call: CallRecord) -> None:
     )
 
 
+_GROUP_SQL = {"day": "strftime('%Y-%m-%d', started_at, 'unixepoch')"}
+"""Group keys that are no column: the SQL computing them as `CallRecord` does."""
+
+
 def _usage_cells(db: Db, query: UsageQuery) -> list[UsageCell]:
     where: list[str] = []
     args: list[Any] = []
@@ -155,7 +159,7 @@ def _usage_cells(db: Db, query: UsageQuery) -> list[UsageCell]:
     if query.until is not None:
         where.append("started_at < ?")
         args.append(query.until)
-    key = USAGE_GROUP_COLUMNS[query.group_by] if query.group_by else "NULL"
+    key = _GROUP_SQL.get(query.group_by or "", USAGE_GROUP_COLUMNS[query.group_by]) if query.group_by else "NULL"
     # SUM over only NULLs is NULL and COUNT(col) counts the known values: unknown stays unknown.
     fields = ", ".join(f"SUM({f}), COUNT({f})" for f in LEDGER_FIELDS)
     rows = db.execute(

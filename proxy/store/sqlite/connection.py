@@ -29,6 +29,16 @@ T = TypeVar("T")
 Db = sqlite3.Connection
 
 
+def missing_directory(path: str) -> str | None:
+    """Why the database file `path` cannot be created (its directory does not exist), or None."""
+    if path == ":memory:":
+        return None
+    directory = Path(path).resolve().parent
+    if directory.is_dir():
+        return None
+    return f"the SQLite store's directory {directory} does not exist: create it, or fix the store path"
+
+
 class SqliteConnection:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -36,8 +46,9 @@ class SqliteConnection:
         self._checkpointer: Checkpointer | None = None
 
     async def open(self) -> None:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        problem = missing_directory(self.path)
+        if problem is not None:  # a typo in the path: never a new directory and an empty database
+            raise StoreError(problem)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
