@@ -34,7 +34,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from policies.base import Item
-from policies.text import call_arguments, call_name, cut_text, defuse_tags, message_text, tag_pattern, tool_calls
+from policies.text import (
+    call_arguments,
+    call_name,
+    cut_text,
+    defuse_tags,
+    introduced_links,
+    message_text,
+    tag_pattern,
+    tool_calls,
+)
 
 SUMMARY_PROMPT_TOKENS = 900  # instructions + framing of one summarizer request, rounded up
 EVENT_OVERHEAD_TOKENS = 16  # the <event ...> wrapper around each history item
@@ -42,8 +51,6 @@ PINNED_MAX_CHARS = 6000  # pinned texts shown to the summarizer (they stay verba
 
 _TAG_RE = tag_pattern(("event", "history", "previous_summary", "pinned_messages", "pinned", "conversation_summary"))
 _DELIMITER_RE = tag_pattern(("conversation_summary",))
-_URL_RE = re.compile(r"https?://[^\s<>()\[\]{}\"'`]+")
-_IMAGE_RE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _EVENT_REF_RE = re.compile(r"\be(\d+)\b")
 _QUOTE_RE = re.compile(r"\"([^\"\n]{8,})\"|“([^”\n]{8,})”")
 _SECTION_RE = re.compile(r"^#{1,6}\s*(constraints|corrections)\b.*?$(.*?)(?=^#{1,6}\s|\Z)", re.IGNORECASE | re.M | re.S)
@@ -266,12 +273,11 @@ def check_summary(
             f"summary ({len(summary):,} chars) is larger than its source ({bound - SUMMARY_SLACK_CHARS:,} chars) "
             f"plus {SUMMARY_SLACK_CHARS:,} chars for the format"
         )
-    for url in sorted({m.group(0).rstrip(".,;:!?") for m in _URL_RE.finditer(summary)}):
-        if url not in trusted:
-            problems.append(f"summary introduces a URL not present in user or assistant text: {url}")
-    for image in sorted({m.group(0) for m in _IMAGE_RE.finditer(summary)}):
-        if image not in trusted:
-            problems.append(f"summary introduces a markdown image not present in user or assistant text: {image}")
+    urls, images = introduced_links(summary, trusted)
+    problems.extend(f"summary introduces a URL not present in user or assistant text: {url}" for url in urls)
+    problems.extend(
+        f"summary introduces a markdown image not present in user or assistant text: {image}" for image in images
+    )
     if _DELIMITER_RE.search(summary):
         problems.append("summary contains the <conversation_summary> delimiter")
     newest = max((item.seq for item in source_items), default=0)

@@ -20,15 +20,19 @@ from typing import Any
 from . import auth, identify, modes, record, routing
 from .asgi import Incoming, RawResponse, client_api_key, read_body
 from .cache_key import conversation_key
-from .config import Route
+from .config import Policy, Route
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
 from .ingest import Arrival, Ingested, answer_stored, ingest, response_turn
+from .memory import tool as memory_tool
+from .memory.access import Recollection, recollect
 from .outgoing import Outgoing
 from .overflow import recover
 from .protocols.base import Wire
+from .recall.answer import recall as recall_tool
 from .recall.detour import detour
 from .recall.tool import offered, with_tool
+from .recall.toolbox import ProxyTool, Toolbox
 from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect, relay_unchanged
 from .services import Services
 from .store.base import CallRecord
@@ -69,19 +73,31 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         projectable = routing.projectable(policy, wire, body)
         rewriting = projectable and mode is None
         recall = projectable and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
-        recalling = rewriting and recall
+        identity = ingested.identity
+        where = (identity.conversation_id, identity.branch_id)
+        memory = (
+            recollect(
+                policy, services.store, tenant, caller.client, request.headers, where, ingested.prefix, ingested.history
+            )
+            if rewriting
+            else None
+        )
+        tools = _proxy_tools(services, policy, wire, body, (route.name, model), recall, memory) if rewriting else None
         if policy.prompt_cache_key and mode is None and not routing.deferred(policy, wire, body):
             key = conversation_key(tenant, ingested.identity.conversation_id)
             body, raw = wire.with_cache_key(body, raw, key)
-        if recalling:
-            body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget
+        if tools is not None:
+            body = tools.with_tools(body, wire.name)  # before projecting: the tools count in the budget
         observing = None
         if projectable and mode == "observe":  # the body the projection would have been made for
             observing = with_tool(body, wire.name, policy.recall) if recall else body
         credentials = routing.summary_auth(services.keys, wire, route, request.headers, caller) if rewriting else None
         # A litellm route's window and prices are its provider model's, whatever the client calls it.
         provider_model = route.upstream.model or model
-        outgoing = Outgoing(exchange, provider_model, body, messages, raw, credentials, recalling, mode, observing)
+        detouring = tools is not None
+        outgoing = Outgoing(
+            exchange, provider_model, body, messages, raw, credentials, detouring, mode, observing, memory
+        )
         payload = await outgoing.prepare()
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
@@ -106,8 +122,8 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     upstream = await exchange.send(payload)
     if upstream is not None:
         upstream = await recover(exchange, upstream, resend, rewriting)
-    if upstream is not None and recalling:
-        upstream = await detour(exchange, outgoing.body, outgoing.sent, upstream)
+    if upstream is not None and tools is not None:
+        upstream = await detour(exchange, outgoing.body, outgoing.sent, upstream, tools)
     if upstream is None:
         return await _client_left(exchange)
     # what the answer says about the request: its conversation, and what the call that answered sent
@@ -121,6 +137,23 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
 
         return StreamRelay(upstream, observer, finish, echo)
     return await _relay_whole(exchange, upstream, echo)
+
+
+def _proxy_tools(
+    services: Services,
+    policy: Policy,
+    wire: Wire,
+    body: dict[str, Any],
+    target: tuple[str, str],
+    recall: bool,
+    memory: Recollection | None,
+) -> Toolbox | None:
+    """The proxy's own tools this request carries, in their fixed order (recall, memory), or None."""
+    route, model = target
+    offered_tools: list[ProxyTool] = [recall_tool(policy.recall)] if recall else []
+    if memory is not None and memory_tool.offered(policy, wire.name, body, services.recalls_rejected, route, model):
+        offered_tools.append(memory.tool())
+    return Toolbox(tuple(offered_tools), policy.recall.max_rounds) if offered_tools else None
 
 
 async def _open_call(

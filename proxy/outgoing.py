@@ -18,8 +18,10 @@ from typing import Any
 from . import record
 from .errors import ContextLengthExceeded
 from .exchange import Exchange
+from .memory.access import Recollection
 from .projector import Asked, Projected
 from .rolling import CompactionJob
+from .store.base import StoredCheckpoint
 from .types import Message
 
 
@@ -35,15 +37,19 @@ class Outgoing:
         recalling: bool,
         mode: str | None = None,
         observing: dict[str, Any] | None = None,
+        memory: Recollection | None = None,
     ) -> None:
         """`model`: the one the window and prices are looked up for (a litellm route's provider
         model, whatever the client calls it); `credentials`: how a summarizer call of a
         compaction reaches the upstream, None when the request is not rewritten; `mode`: the
         `X-Ctxproxy-Mode` asked (`proxy.modes`); `observing`: in `observe` mode, the body the
-        projection would have been made for (with the recall tool it would have offered)."""
+        projection would have been made for (with the recall tool it would have offered);
+        `memory`: the request's long-term memory, whose block follows the pinned prefix."""
         self.exchange, self.model, self.body, self.messages, self.raw = exchange, model, body, messages, raw
         self.credentials, self.recalling = credentials, recalling
-        self.mode, self.observing = mode, observing
+        self.mode, self.observing, self.memory = mode, observing, memory
+        self.injected = False
+        """whether the last projection carries a memory block (then it is what is sent)"""
         self.sent: list[Message] = messages
         """the messages of the last attempt prepared (the recall detour appends to them)"""
 
@@ -59,7 +65,10 @@ class Outgoing:
             record.projected(attempt.call, projected.summary())
             if attempt.number > 1:
                 record.noted(attempt.call, attempt=attempt.number, overflow_cut=attempt.cut)
-            if projection.record.rewritten or attempt.cut:
+            if self.memory is not None:
+                injected = {"scopes": list(self.memory.actor.scopes.names), "injected": self.memory.injected}
+                record.noted(attempt.call, memory=injected)
+            if projection.record.rewritten or attempt.cut or self.injected:
                 self.sent = wire.with_cache_point(
                     self.body, projection.messages, projection.cache_point, projection.previous_point
                 )
@@ -107,7 +116,7 @@ class Outgoing:
         services, ingested, policy = exchange.services, exchange.ingested, exchange.policy
         identity, projector = ingested.identity, services.projector
         checkpoint = await services.store.active_checkpoint(identity.branch_id)
-        asked = asked or self.asked(self.body)
+        asked = await self.remembering(asked or self.asked(self.body), checkpoint)
         items, branch, route = asked.items, identity.branch_id, exchange.route
         projected = projector.project_request(asked, checkpoint, cut)
         plan = projected.projection.record.compaction
@@ -137,4 +146,18 @@ class Outgoing:
             committed = None
         if committed is None:
             return projected
+        asked = await self.remembering(replace(asked, prefix=ingested.prefix), committed)
         return projector.project_request(asked, committed, cut)
+
+    async def remembering(self, asked: Asked, checkpoint: StoredCheckpoint | None) -> Asked:
+        """`asked` with the memory block after its prefix, when the request has one: it is
+        projected (counted in the budget, never trimmed) as part of the pinned prefix."""
+        self.injected = False
+        if self.memory is None:
+            return asked
+        counter = self.exchange.services.projector.counter(self.model)
+        block = await self.memory.block(checkpoint, counter.count_text)
+        if block is None:
+            return asked
+        self.injected = True
+        return replace(asked, prefix=[*asked.prefix, block])

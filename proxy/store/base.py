@@ -10,30 +10,15 @@ library's errors at one boundary), and a write to a deleted conversation `Conver
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ..errors import StoreError
 from ..types import Message
 from ..usage import TOKEN_FIELDS
-
-
-class PublicRecord:
-    """A stored record as the admin API shows it: `dataclasses.asdict` of the record, keeping the
-    fields named in `public` in that order (internal ids, tenants and hashes stay out)."""
-
-    public: ClassVar[tuple[str, ...]] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        values = asdict(self)  # type: ignore[call-overload]
-        return {name: values[name] for name in self.public}
-
-
-def new_id(prefix: str) -> str:
-    """A fresh random record id, ``{prefix}_{16 hex digits}``."""
-    return f"{prefix}_{secrets.token_hex(8)}"
+from .memories import MemoryStore
+from .public import PublicRecord
 
 
 @dataclass(frozen=True)
@@ -297,7 +282,7 @@ class CheckpointCandidate:
         )
 
 
-class Store(Protocol):
+class Store(MemoryStore, Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def ping(self) -> bool: ...
