@@ -293,3 +293,82 @@ def test_poisoned_tool_output_is_at_most_an_unconfirmed_memory_without_the_url(p
     Conversation(p, wire, BOB, False, project).ask("Question: deploy key?")
     block = block_of(wire, bodies(server, wire)[mark])
     assert block is not None and "Unconfirmed" not in block and "deploy key: [link removed]" in block
+
+
+COMPACTING = {
+    **POLICY,
+    "trigger": 0.02,  # 2,480 tokens: a few long turns start a compaction
+    "target": 0.01,
+    "late_trim": 0.02,
+}
+
+
+def test_the_block_changes_only_when_a_checkpoint_commits(proxy, servers):
+    """Between two checkpoints every request carries the same block bytes, whatever other
+    conversations save meanwhile; the request after a checkpoint commits is injected what was
+    saved before it."""
+    p = proxy(**config(servers, COMPACTING))
+    server = servers["openai_chat"]
+    project = f"/srv/ckpt-{uuid.uuid4().hex[:8]}"
+    Conversation(p, "openai_chat", ALICE, False, project).ask("Remember: deploy target: staging-2")
+    long = Conversation(p, "openai_chat", BOB, False, project)
+    mark = len(server.chat_requests)
+    long.ask("Question: deploy target?")
+    Conversation(p, "openai_chat", ALICE, False, project).ask("Remember: editor: vim")  # saved meanwhile
+    convs = p.admin_json("conversations", params={"limit": 1000})["data"]
+    for turn in range(12):
+        long.ask("Question: deploy target?\n" + f"turn {turn}: " + "the build log says nothing new. " * 60)
+        mine = [r.body for r in server.chat_requests[mark:] if "turn" in json.dumps(r.body)]
+        if any("vim" in (block_of("openai_chat", b) or "") for b in mine):
+            break
+    bodies_ = [r.body for r in server.chat_requests[mark:] if SUMMARY not in json.dumps(r.body)]
+    bodies_ = [b for b in bodies_ if long.system in json.dumps(b)]
+    blocks = [block_of("openai_chat", b) for b in bodies_]
+    changed = next(i for i, b in enumerate(blocks) if b is not None and "vim" in b)
+    assert changed > 1 and len(set(blocks[:changed])) == 1 and "staging-2" in (blocks[0] or "")
+    assert len(set(blocks[changed:])) == 1  # and stable again after it
+    conv = next(c for c in p.admin_json("conversations", params={"limit": 1000})["data"] if c not in convs)
+    assert any(c["status"] == "active" for c in p.admin_json(f"conversations/{conv['id']}/checkpoints")["data"])
+
+
+SUMMARY = "You compress the history"
+
+
+def test_the_admin_api_lists_edits_approves_and_deletes(proxy, servers):
+    p = proxy(**config(servers, {**POLICY, "memory": {**MEMORY_POLICY, "write": "confirm"}}))
+    project = f"/srv/admin-{uuid.uuid4().hex[:8]}"
+    chat = Conversation(p, "openai_chat", ALICE, False, project)
+    chat.ask("Remember: region: eu-west-1")
+    scope = f"project:{project}"
+    (pending,) = p.admin_json("memories", params={"tenant": "team-a", "scope": scope})["data"]
+    assert pending["status"] == "pending"
+    # pending: not injected, not found
+    assert Conversation(p, "openai_chat", BOB, False, project).ask("Question: region?") == "region: unknown"
+    created = p.admin("memories", method="POST", json={"tenant": "team-a", "scope": scope, "text": "ci: jenkins"})
+    assert created.status_code == 201
+    made = created.json()
+    assert made["writer"] == "operator" and made["status"] == "active"
+    assert (
+        p.admin("memories", method="POST", json={"tenant": "team-a", "scope": "nowhere", "text": "x"}).status_code
+        == 400
+    )
+    edited = p.admin_json(f"memories/{made['id']}", method="PATCH", json={"text": "ci: buildkite"})
+    assert edited["text"] == "ci: buildkite" and edited["source"]["edited_at"] >= made["updated_at"]
+    assert p.admin(f"memories/{made['id']}", params={"tenant": "team-c"}).status_code == 404
+    assert p.admin_json(f"memories/{pending['id']}/approve", method="POST")["status"] == "active"
+    assert p.admin(f"memories/{pending['id']}/approve", method="POST").status_code == 409
+    answer = Conversation(p, "openai_chat", BOB, False, project).ask("Question: region?")
+    assert answer == "region: eu-west-1"
+    page = p.admin_json("memories", params={"tenant": "team-a", "scope": scope, "limit": 1})
+    assert page["has_more"] and len(page["data"]) == 1
+    rest = p.admin_json("memories", params={"tenant": "team-a", "scope": scope, "cursor": page["next_cursor"]})
+    assert not rest["has_more"] and {m["id"] for m in page["data"] + rest["data"]} == {made["id"], pending["id"]}
+    assert p.admin("memories", params={"status": "nonsense"}).status_code == 400
+    # deleting the conversation a memory came from keeps it, unless asked
+    conv = pending["source"]["conversation_id"]
+    assert p.admin_json(f"conversations/{conv}", method="DELETE", params={"memories": "true"}) == {
+        "deleted": conv,
+        "memories_deleted": 1,
+    }
+    assert p.admin(f"memories/{pending['id']}").status_code == 404
+    assert p.admin(f"memories/{made['id']}").status_code == 200
