@@ -20,23 +20,21 @@ from typing import Any
 from . import auth, identify, modes, record, routing
 from .asgi import Incoming, RawResponse, client_api_key, read_body
 from .cache_key import conversation_key
-from .config import Policy, Route
+from .config import Route
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
 from .ingest import Arrival, Ingested, answer_stored, ingest, response_turn
-from .memory import tool as memory_tool
-from .memory.access import Recollection, recollect
+from .memory.access import recollect
 from .outgoing import Outgoing
 from .overflow import recover
 from .protocols.base import Wire
-from .recall.answer import recall as recall_tool
 from .recall.detour import detour
 from .recall.tool import offered, with_tool
-from .recall.toolbox import ProxyTool, Toolbox
 from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect, relay_unchanged
 from .services import Services
 from .store.base import CallRecord
 from .tail_parse import BodyMemo
+from .tools import proxy_tools
 from .upstream.base import UpstreamResponse
 
 log = logging.getLogger("ctxproxy")
@@ -82,7 +80,7 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
             if rewriting
             else None
         )
-        tools = _proxy_tools(services, policy, wire, body, (route.name, model), recall, memory) if rewriting else None
+        tools = proxy_tools(services, policy, wire, body, (route.name, model), recall, memory) if rewriting else None
         if policy.prompt_cache_key and mode is None and not routing.deferred(policy, wire, body):
             key = conversation_key(tenant, ingested.identity.conversation_id)
             body, raw = wire.with_cache_key(body, raw, key)
@@ -137,23 +135,6 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
 
         return StreamRelay(upstream, observer, finish, echo)
     return await _relay_whole(exchange, upstream, echo)
-
-
-def _proxy_tools(
-    services: Services,
-    policy: Policy,
-    wire: Wire,
-    body: dict[str, Any],
-    target: tuple[str, str],
-    recall: bool,
-    memory: Recollection | None,
-) -> Toolbox | None:
-    """The proxy's own tools this request carries, in their fixed order (recall, memory), or None."""
-    route, model = target
-    offered_tools: list[ProxyTool] = [recall_tool(policy.recall)] if recall else []
-    if memory is not None and memory_tool.offered(policy, wire.name, body, services.recalls_rejected, route, model):
-        offered_tools.append(memory.tool())
-    return Toolbox(tuple(offered_tools), policy.recall.max_rounds) if offered_tools else None
 
 
 async def _open_call(

@@ -50,6 +50,7 @@ class Outgoing:
         self.mode, self.observing, self.memory = mode, observing, memory
         self.injected = False
         """whether the last projection carries a memory block (then it is what is sent)"""
+        self.block_tokens = 0
         self.sent: list[Message] = messages
         """the messages of the last attempt prepared (the recall detour appends to them)"""
 
@@ -67,7 +68,10 @@ class Outgoing:
                 record.noted(attempt.call, attempt=attempt.number, overflow_cut=attempt.cut)
             if self.memory is not None:
                 injected = {"scopes": list(self.memory.actor.scopes.names), "injected": self.memory.injected}
-                record.noted(attempt.call, memory=injected)
+                client = (attempt.call.projection or {}).get("client_tokens")
+                if isinstance(client, int):  # the client sent no block: its count is without it
+                    record.noted(attempt.call, client_tokens=client - self.block_tokens)
+                record.noted(attempt.call, memory={**injected, "tokens": self.block_tokens})
             if projection.record.rewritten or attempt.cut or self.injected:
                 self.sent = wire.with_cache_point(
                     self.body, projection.messages, projection.cache_point, projection.previous_point
@@ -152,12 +156,12 @@ class Outgoing:
     async def remembering(self, asked: Asked, checkpoint: StoredCheckpoint | None) -> Asked:
         """`asked` with the memory block after its prefix, when the request has one: it is
         projected (counted in the budget, never trimmed) as part of the pinned prefix."""
-        self.injected = False
+        self.injected, self.block_tokens = False, 0
         if self.memory is None:
             return asked
         counter = self.exchange.services.projector.counter(self.model)
         block = await self.memory.block(checkpoint, counter.count_text)
         if block is None:
             return asked
-        self.injected = True
+        self.injected, self.block_tokens = True, counter.count(block)
         return replace(asked, prefix=[*asked.prefix, block])

@@ -64,11 +64,13 @@ class Recollection:
         return {"role": "user", "content": text} if text else None
 
     async def _since(self) -> float:
+        """When the request's branch was created; now for a request that continues no stored
+        branch (a count for a conversation a call would start)."""
         if self.since is None:
             actor = self.actor
             branches = await actor.store.list_branches(actor.conversation_id) if actor.conversation_id else []
             mine = next((b for b in branches if b.id == actor.branch_id), None)
-            self.since = mine.created_at if mine is not None else 0.0
+            self.since = mine.created_at if mine is not None else actor.clock()
         return self.since
 
     def tool(self) -> ProxyTool:

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -258,6 +259,12 @@ def test_memory_across_conversations(proxy, servers, wire, stream):
     assert block is not None and "staging-3" in block
     assert not any(old in json.dumps(b) for b in seen for old in ("staging-2", "vim", "5432"))
     assert len({block_of(wire, b) for b in seen}) == 1
+    newest = p.admin_json("conversations", params={"limit": 1})["data"][0]["id"]
+    main = [c["projection"] for c in p.calls(newest) if c["purpose"] == "main"]
+    # the block counts in what was sent, not in what the client sent
+    assert all(
+        pr["memory"]["tokens"] > 0 and pr["sent_tokens"] - pr["client_tokens"] == pr["memory"]["tokens"] for pr in main
+    )
 
     # another project of the tenant, and another tenant in this project: nothing
     mark = len(bodies(server, wire))
@@ -332,6 +339,20 @@ def test_the_block_changes_only_when_a_checkpoint_commits(proxy, servers):
 
 
 SUMMARY = "You compress the history"
+
+
+def test_a_count_counts_the_memory_tool_and_block(proxy, servers):
+    """`count_tokens` counts what the call would send: the memory tool and block included."""
+    p = proxy(**config(servers, POLICY))
+    project = f"/srv/count-{uuid.uuid4().hex[:8]}"
+    Conversation(p, "anthropic", ALICE, False, project).ask("Remember: deploy target: staging-2")
+    body = {"model": MODELS["anthropic"], "system": "You count.", "messages": [{"role": "user", "content": "hi"}]}
+    body["tools"] = BASH_CLAUDE
+    headers = {"x-api-key": BOB, "X-Ctxproxy-Project": project, "anthropic-version": "2023-06-01"}
+    r = httpx.post(f"{p.url}/v1/messages/count_tokens", json=body, headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+    (counted,) = [q.body for q in servers["anthropic"].requests if q.path == "/v1/messages/count_tokens"]
+    assert MEMORY in json.dumps(counted["tools"]) and "deploy target: staging-2" in json.dumps(counted["messages"])
 
 
 def test_the_admin_api_lists_edits_approves_and_deletes(proxy, servers):
