@@ -329,3 +329,33 @@ async def test_bad_arguments_are_told_to_the_model(store: Any) -> None:
     assert (await actions.act(me, {"action": "dance"}, [], words, 500)).startswith("Error:")
     assert (await actions.act(me, {"action": "save", "text": ""}, [], words, 500)).startswith("Error:")
     assert "at most 1000" in await actions.act(me, {"action": "save", "text": "x" * 1001}, [], words, 500)
+
+
+async def test_one_toolbox_answers_recall_and_memory_calls_by_name(store: Any) -> None:
+    from proxy.memory.access import Recollection
+    from proxy.recall.answer import recall
+    from proxy.recall.toolbox import Toolbox
+    from proxy.recall.turns import intermediate_turn
+
+    memory = Recollection(actor(store))
+    tools = Toolbox((recall(Policy().recall), memory.tool()), 3)
+    assert [t["function"]["name"] for t in tools.with_tools({}, "openai_chat")["tools"]] == [
+        "ctxproxy_recall",
+        "ctxproxy_memory",
+    ]
+    save = {"id": "m", "type": "function", "function": {"name": "ctxproxy_memory", "arguments": ""}}
+    save["function"]["arguments"] = json.dumps({"action": "save", "text": "port: 8443"})
+    search = {"id": "r", "type": "function", "function": {"name": "ctxproxy_recall", "arguments": '{"query": "port"}'}}
+    bash = {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    message = {"role": "assistant", "content": None, "tool_calls": [bash, search, save]}
+    assert tools.calls(message) == [search, save]
+    turn = intermediate_turn("openai_chat", message, tools.names)
+    assert turn["tool_calls"] == [search, save]
+    events = said("the port is 8443")
+    assert (await tools.answer(search, events, words, None)).startswith("<conversation_history_search>")
+    assert "Saved m_" in await tools.answer(save, events, words, None)
+    assert (
+        await tools.answer({**save, "function": {"name": "ctxproxy_memory", "arguments": "[1]"}}, events, words, None)
+    ).startswith("Error:")
+    assert "no room left" in await tools.answer(save, events, words, 10)
+    assert tools.without_tools(tools.with_tools({"tools": [bash]}, "anthropic")) == {"tools": [bash]}
