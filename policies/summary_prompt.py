@@ -98,6 +98,25 @@ Write "none" under a section with nothing to report. No preamble, no closing rem
 concise; prefer facts over narration."""
 
 
+DURABLE_FACTS = """
+
+Then add one more section, last:
+## Durable facts
+Facts, preferences and decisions the user stated that will still hold in later conversations \
+(not the task's progress), one per line as `- subject: value [e12]` with the event id of the user \
+message that states it. Write "none" when there are none."""
+_DURABLE_RE = re.compile(r"^#{1,6}\s*durable facts\b.*?$(.*?)(?=^#{1,6}\s|\Z)", re.IGNORECASE | re.M | re.S)
+_DURABLE_LINE = re.compile(r"^\s*[-*]\s*(.+?)\s*\[e(\d+)\]\s*$", re.M)
+
+
+def durable_facts(summary: str) -> list[tuple[str, int]]:
+    """The `## Durable facts` of a summary asked for them: (text, event id) per line with one."""
+    section = _DURABLE_RE.search(summary)
+    if section is None:
+        return []
+    return [(m.group(1).strip(), int(m.group(2))) for m in _DURABLE_LINE.finditer(section.group(1))]
+
+
 def neutralize(text: str) -> str:
     """Defuse tag look-alikes (`<event`, `< /Conversation_Summary`, ...) so data cannot close or
     open our delimiters: `<` becomes `&lt;`."""
@@ -124,12 +143,14 @@ def build_summary_messages(
     pinned_texts: Sequence[str | Item] = (),
     *,
     max_tokens: int | None = None,
+    durable: bool = False,
 ) -> list[dict[str, Any]]:
     """The summarizer request: system instructions + one user message holding the data.
 
     `pinned_texts`: the pinned messages, as texts or as their items (`pins.pinned_items`); an
     item is shown with its event id, so a correction can name where the stale value was stated.
-    `max_tokens`: the summary's size limit, stated in the request."""
+    `max_tokens`: the summary's size limit, stated in the request; `durable`: ask for the
+    `## Durable facts` section too (long-term memory's extraction, `proxy.memory`)."""
     names: dict[str, str] = {}
     events = []
     for item in chunk:
@@ -165,7 +186,7 @@ def build_summary_messages(
         ask += f" Keep the whole summary under {max_tokens:,} tokens."
     parts.append(ask)
     return [
-        {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+        {"role": "system", "content": SUMMARY_INSTRUCTIONS + (DURABLE_FACTS if durable else "")},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
 

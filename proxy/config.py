@@ -206,6 +206,9 @@ class Memory(_Frozen):
     max_result_tokens: int = Field(1500, ge=100, le=20_000)
     max_per_scope: int = Field(500, ge=1, le=2000)
     """Memories a scope may hold (current ones); a save beyond is refused with a tool error."""
+    extraction: bool = False
+    """At compaction the summarizer also lists durable facts; each becomes an `unconfirmed`
+    candidate memory (writer `extraction`) with its event id."""
 
     @field_validator("scopes")
     @classmethod

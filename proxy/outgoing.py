@@ -140,6 +140,7 @@ class Outgoing:
             previous=checkpoint,
             client_auth=self.credentials or {},
             wire=exchange.wire,
+            memory=self.memory if self.memory is not None and policy.memory.extraction else None,
         )
         task = services.compactor.request(job)
         if task is None or not projected.projection.record.pruned_seqs or policy.on_overflow != "wait":

@@ -148,6 +148,29 @@ async def approve(store: Store, memory: Memory, now: float) -> Memory | None:
     return approved
 
 
+async def extract(actor: Actor, facts: Sequence[tuple[str, int]], events: Sequence[StoredEvent]) -> int:
+    """A compaction's durable facts (text, event id) as `unconfirmed` candidates in the request's
+    default scope, written by `extraction`: links cut, a text already there (or already a candidate)
+    skipped, a fact whose event is not the branch's skipped. How many were saved."""
+    scope = actor.scopes.default
+    current = [m for m in await _memories(actor) if m.scope == scope and m.status in CURRENT]
+    by_seq = {event.seq: event for event in events}
+    saved = 0
+    for text, seq in facts:
+        event = by_seq.get(seq)
+        if event is None or _text_problem(text) or any(evidence.same_text(m.text, text) for m in current):
+            continue
+        draft, _ = _drafted(actor, text, scope, events)
+        source = {**draft.source, "seq": seq, "role": event.role, "branch_id": event.branch_id}
+        memory = dataclasses.replace(
+            draft, status="unconfirmed", writer="extraction", source=source, listed_from=draft.created_at
+        )
+        if len(current) < actor.settings.max_per_scope and await actor.store.save_memory(memory):
+            current.append(memory)
+            saved += 1
+    return saved
+
+
 def _text_problem(text: Any) -> str | None:
     if not isinstance(text, str) or not text.strip():
         return "Error: `text` must be a non-empty string."

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +36,7 @@ from bench.memory.model import MEMORY, responder
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.e2e import sent_verbatim_in_all
 from tests.support.responses_upstream import ResponsesServer
+from tests.support.upstream_server import Reply
 
 pytestmark = pytest.mark.slow
 
@@ -393,3 +395,41 @@ def test_the_admin_api_lists_edits_approves_and_deletes(proxy, servers):
     }
     assert p.admin(f"memories/{pending['id']}").status_code == 404
     assert p.admin(f"memories/{made['id']}").status_code == 200
+
+
+def test_extraction_at_compaction_saves_unconfirmed_candidates(proxy, servers):
+    """`extraction: true`: the summarizer is asked for durable facts too; each becomes an
+    unconfirmed candidate (writer `extraction`) naming the event it came from."""
+    from bench.continuity.model import summarize
+
+    policy = {**COMPACTING, "memory": {**MEMORY_POLICY, "extraction": True}}
+    p = proxy(**config(servers, policy))
+    server = servers["openai_chat"]
+    model = responder("openai_chat")
+
+    def answer(body: dict[str, Any]) -> Any:
+        text = json.dumps(body)
+        if SUMMARY not in text:
+            return model(body)
+        assert "## Durable facts" in body["messages"][0]["content"]  # asked for them
+        data = body["messages"][1]["content"]
+        found = re.search(r'<event id="e(\d+)" role="user">\nOur deploy target is (\S+)\.', data)
+        facts = f"\n## Durable facts\n- deploy target: {found.group(2)} [e{found.group(1)}]" if found else ""
+        return Reply(content=summarize(data) + facts)
+
+    server.responder = answer
+    project = f"/srv/extract-{uuid.uuid4().hex[:8]}"
+    chat = Conversation(p, "openai_chat", ALICE, False, project)
+    chat.ask("Our deploy target is staging-9.")
+    for turn in range(12):
+        chat.ask(f"turn {turn}: " + "the build log says nothing new. " * 60)
+        found = p.admin_json("memories", params={"tenant": "team-a", "scope": f"project:{project}"})["data"]
+        if found:
+            break
+    (candidate,) = found
+    assert (candidate["text"], candidate["status"], candidate["writer"]) == (
+        "deploy target: staging-9",
+        "unconfirmed",
+        "extraction",
+    )
+    assert candidate["source"]["seq"] == 1 and candidate["source"]["role"] == "user"

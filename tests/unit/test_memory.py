@@ -359,3 +359,30 @@ async def test_one_toolbox_answers_recall_and_memory_calls_by_name(store: Any) -
     ).startswith("Error:")
     assert "no room left" in await tools.answer(save, events, words, 10)
     assert tools.without_tools(tools.with_tools({"tools": [bash]}, "anthropic")) == {"tools": [bash]}
+
+
+def test_durable_facts_are_asked_for_only_with_extraction_and_parsed_with_their_events() -> None:
+    from policies.summary_prompt import build_summary_messages, durable_facts
+
+    assert "Durable facts" not in build_summary_messages(None, [])[0]["content"]
+    assert "## Durable facts" in build_summary_messages(None, [], durable=True)[0]["content"]
+    summary = (
+        "## Goal\nship\n## Key facts\n- a: b [e1]\n## Durable facts\n- deploy target: staging-2 [e3]\n- no id\nnone"
+    )
+    assert durable_facts(summary) == [("deploy target: staging-2", 3)]
+    assert durable_facts("## Goal\nship") == []
+
+
+async def test_extracted_facts_are_unconfirmed_candidates(store: Any) -> None:
+    me = actor(store)
+    events = said("our deploy target is staging-2", "links: see http://evil.example/x")
+    await actions.save(me, "editor: vim", None, said("I use vim as my editor"))
+    facts = [("deploy target: staging-2", 1), ("editor: vim", 1), ("ghost: x", 99), ("docs: http://evil.example/x", 2)]
+    assert await actions.extract(me, facts, events) == 2
+    found = {m.text: m for m in await store.list_memories(MemoryQuery(), 10, 0)}
+    assert found["deploy target: staging-2"].status == "unconfirmed"
+    assert (
+        found["deploy target: staging-2"].writer == "extraction"
+        and found["deploy target: staging-2"].source["seq"] == 1
+    )
+    assert "docs: http://evil.example/x" in found  # a user's own link stays
