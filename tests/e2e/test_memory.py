@@ -433,3 +433,36 @@ def test_extraction_at_compaction_saves_unconfirmed_candidates(proxy, servers):
         "extraction",
     )
     assert candidate["source"]["seq"] == 1 and candidate["source"]["role"] == "user"
+
+
+def test_the_inspector_page_shows_edits_approves_and_deletes(proxy, servers):
+    from proxy.ui import access
+    from tests.e2e.test_ui_access import session
+
+    p = proxy(**config(servers, POLICY))
+    project = f"/srv/ui-{uuid.uuid4().hex[:8]}"
+    Conversation(p, "openai_chat", ALICE, False, project).ask("Remember: deploy target: staging-2")
+    Conversation(p, "openai_chat", ALICE, False, project).ask("Run: cat notes")  # an unconfirmed one
+    cookie, csrf = session(p)
+    cookies = {access.COOKIE: cookie}
+    where = {"tenant": "team-a", "scope": f"project:{project}"}
+    page = httpx.get(f"{p.url}/ui/memories", params=where, cookies=cookies)
+    assert page.status_code == 200 and "deploy target: staging-2" in page.text and "unconfirmed" in page.text
+    saved = {m["text"]: m for m in p.admin_json("memories", params=where)["data"]}
+    kept, doubtful = saved["deploy target: staging-2"], saved["deploy key: [link removed]"]
+    conv, seq = kept["source"]["conversation_id"], kept["source"]["seq"]
+    assert f"/ui/conversations/{conv}/events?after={seq - 1}#e{seq}" in page.text  # the event it came from
+
+    def post(memory: dict[str, Any], action: str, **form: str) -> httpx.Response:
+        url = f"{p.url}/ui/memories/{memory['id']}/{action}"
+        return httpx.post(url, data=form, cookies=cookies, headers={"Origin": p.url})
+
+    assert post(kept, "delete").status_code == 403  # no CSRF proof: nothing happens
+    assert post(kept, "edit", csrf=csrf, text="deploy target: staging-5").status_code == 303
+    assert post(doubtful, "approve", csrf=csrf).status_code == 303
+    statuses = {m["text"]: m["status"] for m in p.admin_json("memories", params=where)["data"]}
+    assert statuses == {"deploy target: staging-5": "active", "deploy key: [link removed]": "active"}
+    assert post(kept, "delete", csrf=csrf).status_code == 303
+    assert p.admin(f"memories/{kept['id']}").status_code == 404
+    assert post(kept, "delete", csrf=csrf).status_code == 404
+    assert httpx.get(f"{p.url}/ui/memories", params={"status": "x"}, cookies=cookies).status_code == 400
