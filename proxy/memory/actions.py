@@ -138,7 +138,12 @@ async def approve(store: Store, memory: Memory, now: float) -> Memory | None:
     """An operator's approval of a pending or unconfirmed memory: active from `now`, superseding
     what a pending save or update would have (`source.supersedes`); None when it changed meanwhile."""
     source = {key: value for key, value in memory.source.items() if key != "supersedes"}
-    approved = dataclasses.replace(memory, status="active", listed_from=now, updated_at=now, source=source)
+    listed_from = memory.listed_from
+    if listed_from is None:  # pending: listed from now on
+        listed_from = now
+    else:  # unconfirmed: listed already, under its heading until now (earlier blocks keep it so)
+        source["unconfirmed_until"] = now
+    approved = dataclasses.replace(memory, status="active", listed_from=listed_from, updated_at=now, source=source)
     if not await store.replace_memory(approved, memory.updated_at):
         return None
     for old_id in memory.source.get("supersedes") or []:
@@ -234,7 +239,8 @@ async def _write(actor: Actor, new: Memory, rivals: list[Memory], notes: list[st
 async def _confirm(actor: Actor, same: Memory, new: Memory) -> str:
     confirmed = same.confirmed(new.created_at)
     if same.status == "unconfirmed" and new.status == "active":
-        confirmed = dataclasses.replace(confirmed, status="active", source=new.source)
+        source = {**new.source, "unconfirmed_until": new.created_at}
+        confirmed = dataclasses.replace(confirmed, status="active", source=source)
     if not await actor.store.replace_memory(confirmed, same.updated_at):
         return f"Error: memory {same.id} changed meanwhile; search and try again."
     note = f"Already saved as {same.id}; confirmed ({confirmed.confirmations} times)."

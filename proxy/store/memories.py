@@ -99,10 +99,15 @@ class Memory(PublicRecord):
     )
 
     def status_at(self, instant: float) -> str:
-        """The status the memory had at `instant` (a superseded one: the one it had before)."""
-        if self.status == "superseded" and (self.listed_until is None or instant < self.listed_until):
-            return str(self.source.get("was", "active"))
-        return self.status
+        """The status the memory had at `instant`: a superseded one's before it was superseded, an
+        approved or user-confirmed one `unconfirmed` until then (`source.unconfirmed_until`)."""
+        status = self.status
+        if status == "superseded" and (self.listed_until is None or instant < self.listed_until):
+            status = str(self.source.get("was", "active"))
+        until = self.source.get("unconfirmed_until")
+        if status == "active" and isinstance(until, (int, float)) and instant < until:
+            return "unconfirmed"
+        return status
 
     def confirmations_at(self, instant: float) -> int:
         return sum(1 for t in self.confirmed_times if t <= instant)

@@ -165,6 +165,11 @@ def test_the_block_is_the_memories_listed_at_its_instant() -> None:
     # the same records, the same instant: the same bytes, whatever changed later
     confirmed_later = [replace(m, confirmations=9, confirmed_times=(*m.confirmed_times, 999.0)) for m in everything]
     assert render.block(confirmed_later, 200.0, SCOPES, "ctxproxy_memory", 800, words) == at_200
+    approved_later = replace(doubtful, status="active", source={"unconfirmed_until": 300.0})
+    swapped = [approved_later if m is doubtful else m for m in everything]
+    assert render.block(swapped, 200.0, SCOPES, "ctxproxy_memory", 800, words) == at_200  # as it was then
+    at_300 = render.block(swapped, 300.0, SCOPES, "ctxproxy_memory", 800, words)
+    assert at_300 is not None and "Unconfirmed" not in at_300 and "build cache" in at_300
     omitted = render.block(everything, 200.0, SCOPES, "ctxproxy_memory", 800, words, unconfirmed=False)
     assert omitted is not None and "build cache" not in omitted and "Unconfirmed" not in omitted
     assert render.block([gone, pending], 200.0, SCOPES, "t", 800, words) is None
