@@ -249,6 +249,10 @@ def test_memory_across_conversations(proxy, servers, wire, stream):
     port = next(m for m in saved if m["text"] == "db port: 5432")
     assert p.admin(f"memories/{port['id']}", method="DELETE").json() == {"deleted": port["id"]}
     assert p.admin(f"memories/{port['id']}").status_code == 404
+    mark = len(bodies(server, wire))
+    assert two.ask("Question: db port?") == "db port: unknown"  # gone from the very next request
+    after = [block_of(wire, b) for b in bodies(server, wire)[mark:]]
+    assert after[0] is not None and "5432" not in after[0] and "staging-2" in after[0]
 
     # conversation 3: new, implicit identity, same project
     mark = len(bodies(server, wire))
