@@ -15,12 +15,12 @@ from typing import Any
 
 from bench.active import run_active
 from bench.bodies import AGENT_SOURCE, TRANSCRIPTS, agent_body, scaling_body
-from bench.memory import run_memory
 from bench.native import native_profile
 from bench.overhead import Cell, Target, run_overhead
 from bench.procs import Proc, free_port
 from bench.profile import profile_ctxproxy
 from bench.report import render
+from bench.rss import run_memory
 from bench.savings import run_savings
 from bench.scaling import run_compaction, run_scaling
 from bench.sections import merge

@@ -34,7 +34,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from policies.base import Item, Message
-from policies.text import call_arguments, call_name, cut_text, defuse_tags, message_text, tag_pattern, tool_calls
+from policies.text import (
+    call_arguments,
+    call_name,
+    cut_text,
+    defuse_tags,
+    introduced_links,
+    message_text,
+    tag_pattern,
+    tool_calls,
+)
 
 SUMMARY_PROMPT_TOKENS = 900  # instructions + framing of one summarizer request, rounded up
 EVENT_OVERHEAD_TOKENS = 16  # the <event ...> wrapper around each history item
@@ -42,8 +51,6 @@ PINNED_MAX_CHARS = 6000  # pinned texts shown to the summarizer (they stay verba
 
 _TAG_RE = tag_pattern(("event", "history", "previous_summary", "pinned_messages", "pinned", "conversation_summary"))
 _DELIMITER_RE = tag_pattern(("conversation_summary",))
-_URL_RE = re.compile(r"https?://[^\s<>()\[\]{}\"'`]+")
-_IMAGE_RE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _EVENT_REF_RE = re.compile(r"\be(\d+)\b")
 _QUOTE_RE = re.compile(r"\"([^\"\n]{8,})\"|“([^”\n]{8,})”")
 _SECTION_RE = re.compile(r"^#{1,6}\s*(constraints|corrections)\b.*?$(.*?)(?=^#{1,6}\s|\Z)", re.IGNORECASE | re.M | re.S)
@@ -91,6 +98,25 @@ Write "none" under a section with nothing to report. No preamble, no closing rem
 concise; prefer facts over narration."""
 
 
+DURABLE_FACTS = """
+
+Then add one more section, last:
+## Durable facts
+Facts, preferences and decisions the user stated that will still hold in later conversations \
+(not the task's progress), one per line as `- subject: value [e12]` with the event id of the user \
+message that states it. Write "none" when there are none."""
+_DURABLE_RE = re.compile(r"^#{1,6}\s*durable facts\b.*?$(.*?)(?=^#{1,6}\s|\Z)", re.IGNORECASE | re.M | re.S)
+_DURABLE_LINE = re.compile(r"^\s*[-*]\s*(.+?)\s*\[e(\d+)\]\s*$", re.M)
+
+
+def durable_facts(summary: str) -> list[tuple[str, int]]:
+    """The `## Durable facts` of a summary asked for them: (text, event id) per line with one."""
+    section = _DURABLE_RE.search(summary)
+    if section is None:
+        return []
+    return [(m.group(1).strip(), int(m.group(2))) for m in _DURABLE_LINE.finditer(section.group(1))]
+
+
 def neutralize(text: str) -> str:
     """Defuse tag look-alikes (`<event`, `< /Conversation_Summary`, ...) so data cannot close or
     open our delimiters: `<` becomes `&lt;`."""
@@ -117,12 +143,14 @@ def build_summary_messages(
     pinned_texts: Sequence[str | Item] = (),
     *,
     max_tokens: int | None = None,
+    durable: bool = False,
 ) -> list[dict[str, Any]]:
     """The summarizer request: system instructions + one user message holding the data.
 
     `pinned_texts`: the pinned messages, as texts or as their items (`pins.pinned_items`); an
     item is shown with its event id, so a correction can name where the stale value was stated.
-    `max_tokens`: the summary's size limit, stated in the request."""
+    `max_tokens`: the summary's size limit, stated in the request; `durable`: ask for the
+    `## Durable facts` section too (long-term memory's extraction, `proxy.memory`)."""
     names: dict[str, str] = {}
     events = []
     for item in chunk:
@@ -158,7 +186,7 @@ def build_summary_messages(
         ask += f" Keep the whole summary under {max_tokens:,} tokens."
     parts.append(ask)
     return [
-        {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+        {"role": "system", "content": SUMMARY_INSTRUCTIONS + (DURABLE_FACTS if durable else "")},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
 
@@ -277,12 +305,11 @@ def check_summary(
             f"summary ({len(summary):,} chars) is larger than its source ({bound - SUMMARY_SLACK_CHARS:,} chars) "
             f"plus {SUMMARY_SLACK_CHARS:,} chars for the format"
         )
-    for url in sorted({m.group(0).rstrip(".,;:!?") for m in _URL_RE.finditer(summary)}):
-        if url not in trusted:
-            problems.append(f"summary introduces a URL not present in user or assistant text: {url}")
-    for image in sorted({m.group(0) for m in _IMAGE_RE.finditer(summary)}):
-        if image not in trusted:
-            problems.append(f"summary introduces a markdown image not present in user or assistant text: {image}")
+    urls, images = introduced_links(summary, trusted)
+    problems.extend(f"summary introduces a URL not present in user or assistant text: {url}" for url in urls)
+    problems.extend(
+        f"summary introduces a markdown image not present in user or assistant text: {image}" for image in images
+    )
     if _DELIMITER_RE.search(summary):
         problems.append("summary contains the <conversation_summary> delimiter")
     newest = max((item.seq for item in source_items), default=0)

@@ -96,6 +96,19 @@ def clone(value: Any) -> Any:
     return value
 
 
+URL_RE = re.compile(r"https?://[^\s<>()\[\]{}\"'`]+")
+IMAGE_RE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
+
+
+def introduced_links(text: str, trusted: str) -> tuple[list[str], list[str]]:
+    """The URLs and markdown images in `text` that `trusted` does not contain, sorted, each once
+    (a URL without the punctuation that ends a sentence): what a summary or a memory must not
+    introduce, since only user and assistant text may bring a link into the replayed context."""
+    urls = sorted({m.group(0).rstrip(".,;:!?") for m in URL_RE.finditer(text)} - {""})
+    images = sorted({m.group(0) for m in IMAGE_RE.finditer(text)})
+    return [u for u in urls if u not in trusted], [i for i in images if i not in trusted]
+
+
 _ANGLES = "<\uff1c\ufe64\u2039\u3008\u27e8"  # "<" and the look-alikes a model may read as one
 _GAP = r"[\s\u200b-\u200d\u2060\ufeff]*"  # whitespace and zero-width characters
 

@@ -24,6 +24,7 @@ from .config import Route
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
 from .ingest import Arrival, Ingested, answer_stored, ingest, response_turn
+from .memory.access import recollect
 from .outgoing import Outgoing
 from .overflow import recover
 from .protocols.base import Wire
@@ -33,6 +34,7 @@ from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect, rela
 from .services import Services
 from .store.base import CallRecord
 from .tail_parse import BodyMemo
+from .tools import proxy_tools
 from .upstream.base import UpstreamResponse
 
 log = logging.getLogger("ctxproxy")
@@ -69,19 +71,31 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         projectable = routing.projectable(policy, wire, body)
         rewriting = projectable and mode is None
         recall = projectable and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
-        recalling = rewriting and recall
+        identity = ingested.identity
+        where = (identity.conversation_id, identity.branch_id)
+        memory = (
+            recollect(
+                policy, services.store, tenant, caller.client, request.headers, where, ingested.prefix, ingested.history
+            )
+            if rewriting
+            else None
+        )
+        tools = proxy_tools(services, policy, wire, body, (route.name, model), recall, memory) if rewriting else None
         if policy.prompt_cache_key and mode is None and not routing.deferred(policy, wire, body):
             key = conversation_key(tenant, ingested.identity.conversation_id)
             body, raw = wire.with_cache_key(body, raw, key)
-        if recalling:
-            body = with_tool(body, wire.name, policy.recall)  # before projecting: the tool counts in the budget
+        if tools is not None:
+            body = tools.with_tools(body, wire.name)  # before projecting: the tools count in the budget
         observing = None
         if projectable and mode == "observe":  # the body the projection would have been made for
             observing = with_tool(body, wire.name, policy.recall) if recall else body
         credentials = routing.summary_auth(services.keys, wire, route, request.headers, caller) if rewriting else None
         # A litellm route's window and prices are its provider model's, whatever the client calls it.
         provider_model = route.upstream.model or model
-        outgoing = Outgoing(exchange, provider_model, body, messages, raw, credentials, recalling, mode, observing)
+        detouring = tools is not None
+        outgoing = Outgoing(
+            exchange, provider_model, body, messages, raw, credentials, detouring, mode, observing, memory
+        )
         payload = await outgoing.prepare()
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
@@ -106,8 +120,8 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     upstream = await exchange.send(payload)
     if upstream is not None:
         upstream = await recover(exchange, upstream, resend, rewriting)
-    if upstream is not None and recalling:
-        upstream = await detour(exchange, outgoing.body, outgoing.sent, upstream)
+    if upstream is not None and tools is not None:
+        upstream = await detour(exchange, outgoing.body, outgoing.sent, upstream, tools)
     if upstream is None:
         return await _client_left(exchange)
     # what the answer says about the request: its conversation, and what the call that answered sent

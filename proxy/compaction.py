@@ -33,9 +33,11 @@ import secrets
 import time
 
 from policies.compaction import next_checkpoint
+from policies.summary_prompt import durable_facts
 
 from .covered import Covered, checkpoint_of, covered_of
 from .errors import ConversationGone, StoreError
+from .memory.actions import extract
 from .native_compaction import NativeRolling
 from .projector import Projector
 from .record import Recorder
@@ -197,7 +199,23 @@ class Compactor:
         self._backoff.pop(job.branch_id, None)
         self.completed += 1
         self._count("committed")
+        if job.memory is not None:
+            await self._extract(job, covered.text)
         return committed
+
+    async def _extract(self, job: CompactionJob, summary: str) -> None:
+        """Long-term memory's extraction: the summary's durable facts become unconfirmed candidate
+        memories (a failing store loses them, never the checkpoint)."""
+        assert job.memory is not None
+        facts = durable_facts(summary)
+        try:
+            events = await self.store.lineage_events(job.branch_id, 0, 1 << 30)
+            saved = await extract(job.memory.actor, facts, events)
+        except StoreError as exc:
+            log.warning("durable facts of branch %s not saved: %s", job.branch_id, exc)
+            return
+        if saved:
+            log.info("compaction of branch %s saved %d candidate memories", job.branch_id, saved)
 
     def _candidate(
         self, job: CompactionJob, content: Covered, tokens: int, token: int | None, through: int | None = None

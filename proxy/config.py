@@ -174,6 +174,60 @@ class Recall(_Frozen):
     """How long a route and model whose upstream rejected the tool go without it (`proxy/recall/memory.py`)."""
 
 
+class ProjectKey(_Frozen):
+    """Where a request's `project:` memory scope comes from (`proxy/memory/scopes.py`), the first
+    source in `sources` that yields one: `header` (the request header `header`), `workspace` (the
+    working directory Claude Code, Codex and pi state in their first messages), `system` (the
+    first group of `pattern`, a regex over the system prompt, or its whole match)."""
+
+    sources: tuple[Literal["header", "workspace", "system"], ...] = ("header", "workspace", "system")
+    header: str = Field("X-Ctxproxy-Project", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    pattern: str | None = None
+
+    @field_validator("pattern")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"invalid regex: {exc}") from None
+        return value
+
+
+class Memory(_Frozen):
+    """Long-term memory across conversations (`proxy/memory/`, docs/memory.md): off by default.
+    `true` injects the scope's memories and offers the memory tool on every request; `auto`
+    offers the tool only when the client's own request carries tools (injection either way).
+    Only on rewriting routes."""
+
+    enabled: Literal["auto"] | bool = False
+    scopes: tuple[Literal["project", "user", "tenant"], ...] = ("project", "user")
+    """The scopes the route reads and writes; the first one the request has is where `save` goes
+    by default. `user` is the `clients:` name, so it needs client keys."""
+    project: ProjectKey = ProjectKey()
+    inject_tokens: int = Field(800, ge=0, le=20_000)
+    """The injected block's size at most (0: no injection, the tool only)."""
+    unconfirmed: Literal["heading", "omit"] = "heading"
+    """Memories whose text was seen only in tool output: injected under their own heading, or not at all."""
+    write: Literal["model", "confirm"] = "model"
+    """`confirm`: the model's saves wait (`pending`) until an operator approves them."""
+    tool_name: str = Field("ctxproxy_memory", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    max_result_tokens: int = Field(1500, ge=100, le=20_000)
+    max_per_scope: int = Field(500, ge=1, le=2000)
+    """Memories a scope may hold (current ones); a save beyond is refused with a tool error."""
+    extraction: bool = False
+    """At compaction the summarizer also lists durable facts; each becomes an `unconfirmed`
+    candidate memory (writer `extraction`) with its event id."""
+
+    @field_validator("scopes")
+    @classmethod
+    def _scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or len(set(value)) != len(value):
+            raise ValueError("must list at least one scope, each once")
+        return value
+
+
 @validated_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class Policy(PolicyConfig):
     """How a route's requests are rewritten: the policies' own `PolicyConfig` (trigger, target,
@@ -202,6 +256,7 @@ class Policy(PolicyConfig):
     thinking or tool uses) is always projected, the edits kept."""
     summarizer: Summarizer = Summarizer()
     recall: Recall = Recall()
+    memory: Memory = Memory()
     modes: tuple[Literal["passthrough", "observe"], ...] = ("passthrough", "observe")
     """The values of the `X-Ctxproxy-Mode` request header a client may send on the routes using
     this policy (proxy/modes.py); another value is a 400. Empty: no mode is allowed."""
@@ -217,6 +272,8 @@ class Policy(PolicyConfig):
             raise ValueError("max_output_tokens must be smaller than context_window")
         if len(set(self.modes)) != len(self.modes):
             raise ValueError("modes lists a mode twice")
+        if self.memory.enabled is not False and self.memory.tool_name == self.recall.tool_name:
+            raise ValueError("memory.tool_name must differ from recall.tool_name")
 
 
 class Limits(_Frozen):

@@ -9,8 +9,8 @@ already keeps it inside.
 So the answer is the input of the request a model call with this body would send: the
 conversation found by `ingest.locate` (the rules of `ingest`, read-only: nothing is appended,
 forked or created, no compaction starts), projected by the route's policy with the branch's
-active checkpoint (`Projector.project_request`, as `outgoing` does), the recall tool added when
-the call would get it. Then counted, best source first:
+active checkpoint (`Projector.project_request`, as `outgoing` does), the recall and memory tools
+added when the call would get them, and the memory block after the prefix. Then counted, best source first:
 
 * carried: when the projection starts with the very messages of the branch's last billed call,
   the prediction the budget works with (`proxy.estimate`): that bill, exact, plus the learned
@@ -48,10 +48,12 @@ from .asgi import read_body
 from .codec import JsonRejected, loads
 from .errors import StoreError, UpstreamError
 from .ingest import Arrival, locate
+from .memory.access import recollect
 from .projector import Asked, Projected
 from .protocols.base import Wire
-from .recall.tool import offered, with_tool
+from .recall.tool import offered
 from .services import Services
+from .tools import proxy_tools
 from .upstream.base import UpstreamResponse
 
 FALLBACK_STATUSES = frozenset({404, 405, 501})
@@ -97,18 +99,26 @@ async def count(services: Services, headers: Mapping[str, str], receive: Receive
         return Counted(None, "relayed", await services.upstream.send(route, "POST", path, raw, upstream_headers))
     if checkpoint is not None and checkpoint.covered_through_seq > located.matched:
         checkpoint = None  # it summarizes events this request does not have
-    recalling = offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
-    if recalling:
-        body = with_tool(body, wire.name, policy.recall)  # the call would carry it: it counts
+    where = (located.conversation_id, located.branch_id)
+    memory = recollect(
+        policy, services.store, caller.tenant, caller.client, headers, where, located.prefix, located.history
+    )
+    recall = offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
+    tools = proxy_tools(services, policy, wire, body, (route.name, model), recall, memory)
+    if tools is not None:
+        body = tools.with_tools(body, wire.name)  # the call would carry them: they count
     window_model = route.upstream.model or model
     projector = services.projector
-    items = projector.items(located.history, located.hashes, projector.counter(window_model), located.known)
-    asked = Asked(policy, window_model, body, located.prefix, items, located.branch_id, None, route, wire.name)
+    counter = projector.counter(window_model)
+    items = projector.items(located.history, located.hashes, counter, located.known)
+    block = await memory.block(checkpoint, counter.count_text) if memory is not None else None
+    prefix = [*located.prefix, block] if block is not None else located.prefix
+    asked = Asked(policy, window_model, body, prefix, items, located.branch_id, None, route, wire.name)
     projected = projector.project_request(asked, checkpoint)
     prediction = projected.prediction
     if prediction is not None and prediction.carried:
         return Counted(prediction.predicted, "carried")
-    payload = _payload(wire, body, raw, projected, recalling)
+    payload = _payload(wire, body, raw, projected, tools is not None or block is not None)
     try:
         upstream = await services.upstream.send(route, "POST", path, payload, upstream_headers)
     except UpstreamError:
@@ -125,10 +135,11 @@ async def count(services: Services, headers: Mapping[str, str], receive: Receive
     return Counted(tokens, "upstream") if tokens is not None else _estimated(projected)
 
 
-def _payload(wire: Wire, body: dict[str, Any], raw: bytes, projected: Projected, recalling: bool) -> bytes:
-    """The body the model call would send, as the counting endpoint takes it."""
+def _payload(wire: Wire, body: dict[str, Any], raw: bytes, projected: Projected, added: bool) -> bytes:
+    """The body the model call would send (`added`: with the proxy's tools or memory block), as
+    the counting endpoint takes it."""
     projection = projected.projection
-    messages = projection.messages if projection.record.rewritten or recalling else None
+    messages = projection.messages if projection.record.rewritten or added else None
     encoded, _ = wire.encode(body, messages, False, None)
     return raw if encoded is None else encoded
 

@@ -141,6 +141,7 @@ class Located:
     known: Remembered | None
     branch_id: str | None
     matched: int
+    conversation_id: str | None = None
 
 
 async def locate(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival) -> Located:
@@ -166,7 +167,8 @@ async def locate(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
             match = None
     if match is None:
         return Located(prefix, history, hashes, known, None, 0)
-    return Located(prefix, history, hashes, known, match.position.branch_id, match.position.seq)
+    position = match.position
+    return Located(prefix, history, hashes, known, position.branch_id, position.seq, position.conversation_id)
 
 
 def _continued(known: Remembered | None, hashes: list[str]) -> Head | None:

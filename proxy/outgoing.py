@@ -18,8 +18,10 @@ from typing import Any
 from . import record
 from .errors import BadRequest, ContextLengthExceeded
 from .exchange import Exchange
+from .memory.access import Recollection
 from .projector import Asked, Projected
 from .rolling import CompactionJob
+from .store.base import StoredCheckpoint
 from .types import Message
 
 
@@ -35,15 +37,20 @@ class Outgoing:
         recalling: bool,
         mode: str | None = None,
         observing: dict[str, Any] | None = None,
+        memory: Recollection | None = None,
     ) -> None:
         """`model`: the one the window and prices are looked up for (a litellm route's provider
         model, whatever the client calls it); `credentials`: how a summarizer call of a
         compaction reaches the upstream, None when the request is not rewritten; `mode`: the
         `X-Ctxproxy-Mode` asked (`proxy.modes`); `observing`: in `observe` mode, the body the
-        projection would have been made for (with the recall tool it would have offered)."""
+        projection would have been made for (with the recall tool it would have offered);
+        `memory`: the request's long-term memory, whose block follows the pinned prefix."""
         self.exchange, self.model, self.body, self.messages, self.raw = exchange, model, body, messages, raw
         self.credentials, self.recalling = credentials, recalling
-        self.mode, self.observing = mode, observing
+        self.mode, self.observing, self.memory = mode, observing, memory
+        self.injected = False
+        """whether the last projection carries a memory block (then it is what is sent)"""
+        self.block_tokens = 0
         self.sent: list[Message] = messages
         """the messages of the last attempt prepared (the recall detour appends to them)"""
 
@@ -61,7 +68,13 @@ class Outgoing:
                 raise _nothing_to_send(self.messages)
             if attempt.number > 1:
                 record.noted(attempt.call, attempt=attempt.number, overflow_cut=attempt.cut)
-            if projection.record.rewritten or attempt.cut:
+            if self.memory is not None:
+                injected = {"scopes": list(self.memory.actor.scopes.names), "injected": self.memory.injected}
+                client = (attempt.call.projection or {}).get("client_tokens")
+                if isinstance(client, int):  # the client sent no block: its count is without it
+                    record.noted(attempt.call, client_tokens=client - self.block_tokens)
+                record.noted(attempt.call, memory={**injected, "tokens": self.block_tokens})
+            if projection.record.rewritten or attempt.cut or self.injected:
                 self.sent = wire.with_cache_point(
                     self.body, projection.messages, projection.cache_point, projection.previous_point
                 )
@@ -112,7 +125,7 @@ class Outgoing:
         services, ingested, policy = exchange.services, exchange.ingested, exchange.policy
         identity, projector = ingested.identity, services.projector
         checkpoint = await services.store.active_checkpoint(identity.branch_id)
-        asked = asked or self.asked(self.body)
+        asked = await self.remembering(asked or self.asked(self.body), checkpoint)
         items, branch, route = asked.items, identity.branch_id, exchange.route
         projected = projector.project_request(asked, checkpoint, cut)
         plan = projected.projection.record.compaction
@@ -132,6 +145,7 @@ class Outgoing:
             previous=checkpoint,
             client_auth=self.credentials or {},
             wire=exchange.wire,
+            memory=self.memory if self.memory is not None and policy.memory.extraction else None,
         )
         task = services.compactor.request(job)
         if task is None or not projected.projection.record.pruned_seqs or policy.on_overflow != "wait":
@@ -142,7 +156,21 @@ class Outgoing:
             committed = None
         if committed is None:
             return projected
+        asked = await self.remembering(replace(asked, prefix=ingested.prefix), committed)
         return projector.project_request(asked, committed, cut)
+
+    async def remembering(self, asked: Asked, checkpoint: StoredCheckpoint | None) -> Asked:
+        """`asked` with the memory block after its prefix, when the request has one: it is
+        projected (counted in the budget, never trimmed) as part of the pinned prefix."""
+        self.injected, self.block_tokens = False, 0
+        if self.memory is None:
+            return asked
+        counter = self.exchange.services.projector.counter(self.model)
+        block = await self.memory.block(checkpoint, counter.count_text)
+        if block is None:
+            return asked
+        self.injected, self.block_tokens = True, counter.count(block)
+        return replace(asked, prefix=[*asked.prefix, block])
 
 
 def _nothing_to_send(messages: list[Message]) -> BadRequest:

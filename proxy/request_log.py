@@ -26,7 +26,8 @@ from typing import Any
 
 from .config import RequestLog
 from .credentials import Keys
-from .store.base import CallRecord, iso_utc
+from .store.base import CallRecord
+from .store.public import iso_utc
 
 LOGGER = "ctxproxy.requests"
 ERROR_CHARS = 300

@@ -29,6 +29,7 @@ from policies.text import message_text
 from . import record
 from .config import Policy, Route
 from .covered import Covered
+from .memory.access import Recollection
 from .projector import Projector
 from .protocols.base import Wire
 from .record import Recorder
@@ -62,6 +63,8 @@ class CompactionJob:
     previous: StoredCheckpoint | None
     client_auth: dict[str, str]
     wire: Wire
+    memory: Recollection | None = None
+    """the request's long-term memory when its policy extracts durable facts at compaction"""
 
 
 class Rolling:
@@ -102,7 +105,7 @@ class Rolling:
         job, projector, policy = self.job, self.projector, self.job.policy
         cap = projector.summary_max_tokens(policy, job.model, job.route)
         room = max(cap, job.plan.summary_room or cap)
-        messages = build_summary_messages(previous, chunk, self.pinned, max_tokens=cap)
+        messages = build_summary_messages(previous, chunk, self.pinned, max_tokens=cap, durable=job.memory is not None)
         budget = projector.summarizer_budget(policy, job.model, job.route)
         name = policy.summarizer.model or job.model
         counter = projector.counter(name)

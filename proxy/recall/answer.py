@@ -11,21 +11,26 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from policies.search import SearchableEvent, fit_newest, parse_query, render, render_event, search
-from policies.text import call_arguments, call_name, tool_calls
+from policies.text import call_arguments
 
 from .. import codec
 from ..config import Recall
-from ..types import Message
+from .tool import definition
+from .toolbox import ProxyTool
 
 CHARS_PER_TOKEN = 4
 """Event texts are cut by characters; results are fitted by the route's tokenizer."""
 
 
-def recall_calls(message: Message | None, settings: Recall) -> list[Mapping[str, Any]]:
-    """The answer's calls of the recall tool (client tool calls beside them are dropped)."""
-    if message is None:
-        return []
-    return [call for call in tool_calls(message) if call_name(call) == settings.tool_name]
+def recall(settings: Recall) -> ProxyTool:
+    """The recall tool as one of the request's proxy tools."""
+
+    async def answered(
+        call: Mapping[str, Any], events: Sequence[SearchableEvent], count: Callable[[str], int], limit: int | None
+    ) -> str:
+        return answer(events, call, settings, count, limit)
+
+    return ProxyTool(settings.tool_name, lambda wire: definition(wire, settings), answered)
 
 
 NO_ROOM = (

@@ -14,7 +14,7 @@ at most its share of what is left (and says so when nothing is).
 
 Before any of that: an upstream that answers the request carrying the tool with a 400 (not a
 context overflow: `proxy.overflow` has handled those, and the tool was not their reason) gets it
-once more without the tool (`without_tool`); when that is accepted, the route and model are
+once more without the proxy's tools (`Toolbox.without_tools`); when that is accepted, the route and model are
 marked for `recall.rejected_seconds` (`memory.RejectedTool`) and the rejected call is a `recall`
 record saying why.
 """
@@ -29,9 +29,8 @@ from ..store.base import CallRecord
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
 from ..upstream.classify import classify
-from .answer import answer, recall_calls
 from .read import read_recorded, read_stream, read_whole
-from .tool import without_tool
+from .toolbox import Toolbox
 from .turns import intermediate_turn, tool_result
 
 FRAMING_TOKENS = 16
@@ -42,9 +41,8 @@ REJECTED = "upstream rejected the request carrying the recall tool (HTTP 400): {
 class Detour:
     """One request's recall rounds: the follow-up messages so far and how many rounds ran."""
 
-    def __init__(self, exchange: Exchange, body: Json, messages: list[Message]) -> None:
-        self.exchange, self.body, self.messages = exchange, body, messages
-        self.settings = exchange.policy.recall
+    def __init__(self, exchange: Exchange, body: Json, messages: list[Message], tools: Toolbox) -> None:
+        self.exchange, self.body, self.messages, self.tools = exchange, body, messages, tools
         call = exchange.call
         self.branch, self.model = call.branch_id or "", call.model or ""
         self.rounds = 0
@@ -54,26 +52,26 @@ class Detour:
         """Input tokens the follow-ups may still add within the window (None: unknown, not rewritten)."""
 
     def more(self) -> bool:
-        return self.rounds < self.settings.max_rounds
+        return self.rounds < self.tools.max_rounds
 
     async def follow_up(self, message: Message) -> bytes | None:
-        """The next request: this one plus `message`'s recall calls and their results."""
+        """The next request: this one plus `message`'s calls of the proxy's tools and their results."""
         services, wire = self.exchange.services, self.exchange.wire
         self.rounds += 1
         services.metrics.observe_recall(self.exchange.route.name, "round")
         events = await services.store.lineage_events(self.branch, 0, 1 << 30)
         count = services.projector.counter(self.model).count_text
-        calls = recall_calls(message, self.settings)
-        turn = intermediate_turn(wire.name, message, self.settings)
+        calls = self.tools.calls(message)
+        turn = intermediate_turn(wire.name, message, self.tools.names)
         limit = None
         if self.room is not None:
             self.room -= count(json.dumps(turn, ensure_ascii=False)) + FRAMING_TOKENS * len(calls)
             limit = self.room // max(1, len(calls))
-        results = [tool_result(c, answer(events, c, self.settings, count, limit)) for c in calls]
+        results = [tool_result(c, await self.tools.answer(c, events, count, limit)) for c in calls]
         if self.room is not None:
             self.room -= sum(count(str(r["content"])) for r in results)
         self.messages = [*self.messages, turn, *results]
-        body = self.body if self.more() else without_tool(self.body, self.settings)
+        body = self.body if self.more() else self.tools.without_tools(self.body)
         payload, _ = wire.encode(body, self.messages, bool(self.body.get("stream")), None)
         return payload
 
@@ -83,7 +81,7 @@ class Detour:
 
 
 async def detour(
-    exchange: Exchange, body: Json, messages: list[Message], upstream: UpstreamResponse
+    exchange: Exchange, body: Json, messages: list[Message], upstream: UpstreamResponse, tools: Toolbox
 ) -> UpstreamResponse | None:
     """Answer the model's recall calls until it answers otherwise (bounded); the upstream answer
     to relay (its record: `exchange.call`), None when the client left. Raises ProxyError as
@@ -93,8 +91,8 @@ async def detour(
         data = upstream.in_memory()
         if data is not None and classify(400, data).kind == "overflow":
             return upstream  # retried as far as it goes (`proxy.overflow`): relayed
-        return await _without_tool(exchange, body, messages, upstream)
-    rounds = Detour(exchange, body, messages)
+        return await _without_tool(exchange, body, messages, upstream, tools)
+    rounds = Detour(exchange, body, messages, tools)
     stream = bool(body.get("stream"))
     while upstream.status == 200 and rounds.more():
         if stream and wire.is_stream(upstream.content_type):
@@ -102,7 +100,7 @@ async def detour(
         elif stream:
             return upstream
         else:
-            relay, message = await read_whole(exchange, upstream)
+            relay, message = await read_whole(exchange, upstream, tools)
         if relay is not None or message is None:
             return relay or upstream
         payload = await rounds.follow_up(message)
@@ -123,7 +121,7 @@ def _carried(call: CallRecord, previous: CallRecord, **facts: object) -> None:
 
 
 async def _without_tool(
-    exchange: Exchange, body: Json, messages: list[Message], upstream: UpstreamResponse
+    exchange: Exchange, body: Json, messages: list[Message], upstream: UpstreamResponse, tools: Toolbox
 ) -> UpstreamResponse | None:
     """The upstream answered 400 to the request carrying the tool: record that, send the request
     once more without the tool, and remember the route and model when that one is accepted (a
@@ -134,7 +132,7 @@ async def _without_tool(
     rejected = exchange.call
     kind = record.consumed(rejected, wire, upstream, data, exchange.t0, "recall")
     record.explained(rejected, REJECTED.format(detail=data[:2000].decode("utf-8", errors="replace")))
-    payload, _ = wire.encode(without_tool(body, settings), messages, bool(body.get("stream")), None)
+    payload, _ = wire.encode(tools.without_tools(body), messages, bool(body.get("stream")), None)
     _carried(exchange.follow(), rejected, recall_rounds=0, recall_tool="rejected")
     await exchange.finish(rejected, kind)
     answer = await exchange.send(payload)

@@ -27,7 +27,7 @@ from ..relay import StreamOutcome
 from ..sse import SseEvent, SseSplitter
 from ..types import Json, Message
 from ..upstream.base import HeldResponse, Replayed, UpstreamResponse
-from .answer import recall_calls
+from .toolbox import Toolbox
 from .watch import Answer, Rounds, Watched, may_call, may_write
 
 
@@ -48,14 +48,16 @@ async def read_recorded(exchange: Exchange, upstream: UpstreamResponse) -> bytes
         upstream.close()
 
 
-async def read_whole(exchange: Exchange, upstream: UpstreamResponse) -> tuple[UpstreamResponse | None, Message | None]:
+async def read_whole(
+    exchange: Exchange, upstream: UpstreamResponse, tools: Toolbox
+) -> tuple[UpstreamResponse | None, Message | None]:
     """A whole answer: (the answer to relay, None), or (None, its message) when it called recall
     (then it is recorded as a recall call)."""
     wire = exchange.wire
     data = await read_recorded(exchange, upstream)
     parsed = _json(data)
     message = wire.response(parsed)[0] if parsed is not None else None
-    if not recall_calls(message, exchange.policy.recall):
+    if not tools.calls(message):
         return HeldResponse(upstream, data), None
     call = exchange.call
     await exchange.finish(call, record.consumed(call, wire, upstream, data, exchange.t0, "recall"))
@@ -92,7 +94,7 @@ async def read_stream(
         await exchange.fail(exc, answering=True)
         raise
     message = answer.observer.message()
-    if not (answer.observer.done and recall_calls(message, rounds.settings)):
+    if not (answer.observer.done and rounds.tools.calls(message)):
         rest = answer.splitter.rest()
         return Replayed(upstream, [e.raw for e in head] + ([rest] if rest else [])), None
     upstream.close()

@@ -37,18 +37,28 @@ Anthropic's `{"type": "none"}`), a forced tool (`{"type": "function", ...}`, Ant
 
 def offered(policy: Policy, wire: str, body: Json, rejected: RejectedTool, route: str, model: str) -> bool:
     """Whether this request gets the recall tool: the policy offers it (`auto`: the client's own
-    request carries tools), the client's `tool_choice` leaves the model free to call it, the
-    upstream did not reject it."""
+    request carries tools), the request has room for the proxy's tools (`room_for_tools`)."""
     settings = policy.recall
-    if settings.enabled is False or wire not in WIRES or (route, model) in rejected:
+    if settings.enabled is False or not room_for_tools(wire, body, rejected, route, model):
         return False
-    if body.get("tool_choice") not in _OPEN_CHOICES:
-        return False
-    tools = body.get("tools")
-    listed = tools if isinstance(tools, list) else []
+    listed = client_tools(body)
     if settings.enabled == "auto" and not listed:
         return False
-    return _room_for_a_turn(wire, body) and not any(tool_name(tool) == settings.tool_name for tool in listed)
+    return not any(tool_name(tool) == settings.tool_name for tool in listed)
+
+
+def room_for_tools(wire: str, body: Json, rejected: RejectedTool, route: str, model: str) -> bool:
+    """Whether the proxy may add tools of its own to this request: a wire it knows, a
+    `tool_choice` that leaves the model free to call them, no assistant prefill to continue, an
+    upstream that did not reject them."""
+    if wire not in WIRES or (route, model) in rejected:
+        return False
+    return body.get("tool_choice") in _OPEN_CHOICES and _room_for_a_turn(wire, body)
+
+
+def client_tools(body: Json) -> list[Any]:
+    tools = body.get("tools")
+    return tools if isinstance(tools, list) else []
 
 
 def _room_for_a_turn(wire: str, body: Json) -> bool:
@@ -63,38 +73,22 @@ def _room_for_a_turn(wire: str, body: Json) -> bool:
 
 def definition(wire: str, settings: Recall) -> dict[str, Any]:
     """The recall tool as `wire` declares tools."""
+    return declared(wire, settings.tool_name, DESCRIPTION, PARAMETERS)
+
+
+def declared(wire: str, name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A function tool of the proxy's own as `wire` declares tools."""
     if wire == "anthropic":
-        return {"name": settings.tool_name, "description": DESCRIPTION, "input_schema": PARAMETERS}
+        return {"name": name, "description": description, "input_schema": parameters}
     if wire == "openai_responses":
-        # strict: false -- Responses defaults to strict schemas, which forbid the optional `event`
-        return {
-            "type": "function",
-            "name": settings.tool_name,
-            "description": DESCRIPTION,
-            "parameters": PARAMETERS,
-            "strict": False,
-        }
-    return {
-        "type": "function",
-        "function": {"name": settings.tool_name, "description": DESCRIPTION, "parameters": PARAMETERS},
-    }
+        # strict: false -- Responses defaults to strict schemas, which forbid optional properties
+        return {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": False}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
 
 
 def with_tool(body: Json, wire: str, settings: Recall) -> Json:
     """`body` with the recall tool appended to its tools (a copy; the client's body is untouched)."""
     return {**body, "tools": [*(body.get("tools") or []), definition(wire, settings)]}
-
-
-def without_tool(body: Json, settings: Recall) -> Json:
-    """`body` without the recall tool; with no tool left, without the fields that need tools."""
-    tools = [tool for tool in body.get("tools") or [] if tool_name(tool) != settings.tool_name]
-    out = {key: value for key, value in body.items() if key not in ("tools", "tool_choice", "parallel_tool_calls")}
-    if tools:
-        out["tools"] = tools
-        for key in ("tool_choice", "parallel_tool_calls"):
-            if key in body:
-                out[key] = body[key]
-    return out
 
 
 def tool_name(tool: Any) -> str | None:

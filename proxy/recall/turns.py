@@ -1,7 +1,7 @@
 """The follow-up request's new messages, in the common model, for each wire.
 
-The intermediate answer keeps only its recall calls: client tool calls made beside them are
-dropped (the model issues them again once it has the result). What the wire needs around the
+The intermediate answer keeps only its calls of the proxy's tools (recall, memory): client tool
+calls made beside them are dropped (the model issues them again once it has the result). What the wire needs around the
 calls stays exactly as received, so the follow-up passes the provider's checks:
 
 * OpenAI chat: the text and the recall `tool_calls`.
@@ -20,30 +20,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import Recall
+from policies.text import call_name, tool_calls
+
 from ..protocols.anthropic.convert import PRIVATE as ANTHROPIC_PRIVATE
 from ..protocols.anthropic.convert import assistant_to_common
 from ..protocols.responses.convert import assistant_message
 from ..protocols.responses.items import PRIVATE as RESPONSES_PRIVATE
 from ..protocols.responses.items import item_type
 from ..types import Message
-from .answer import recall_calls
 
 
-def intermediate_turn(wire: str, message: Message, settings: Recall) -> Message:
-    """The assistant turn that called recall, with its recall calls only."""
-    name = settings.tool_name
+def intermediate_turn(wire: str, message: Message, names: frozenset[str]) -> Message:
+    """The assistant turn that called the proxy's tools (`names`), with those calls only."""
     if wire == "anthropic":
         blocks = _private(message, ANTHROPIC_PRIVATE, "content")
         if blocks is not None:
-            kept = [b for b in blocks if not (_is(b, "type", "tool_use") and not _is(b, "name", name))]
+            kept = [b for b in blocks if not (_is(b, "type", "tool_use") and not _named(b, names))]
             return assistant_to_common({"role": "assistant", "content": kept})
     if wire == "openai_responses":
         items = _private(message, RESPONSES_PRIVATE, "items")
         if items is not None:
-            kept = [i for i in items if not (item_type(i) == "function_call" and not _is(i, "name", name))]
+            kept = [i for i in items if not (item_type(i) == "function_call" and not _named(i, names))]
             return assistant_message(kept)
-    return {"role": "assistant", "content": message.get("content"), "tool_calls": recall_calls(message, settings)}
+    calls = [call for call in tool_calls(message) if call_name(call) in names]
+    return {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
 
 
 def tool_result(call: Mapping[str, Any], text: str) -> Message:
@@ -54,6 +54,10 @@ def _private(message: Message, key: str, field: str) -> list[Any] | None:
     private = message.get(key)
     value = private.get(field) if isinstance(private, Mapping) else None
     return value if isinstance(value, list) else None
+
+
+def _named(block: Any, names: frozenset[str]) -> bool:
+    return isinstance(block, Mapping) and block.get("name") in names
 
 
 def _is(block: Any, key: str, value: str) -> bool:

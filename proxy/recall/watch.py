@@ -19,7 +19,6 @@ from typing import Protocol
 from policies.text import tool_calls
 
 from .. import record
-from ..config import Recall
 from ..errors import UpstreamError
 from ..exchange import Exchange
 from ..protocols.base import StreamObserver, Wire
@@ -27,8 +26,8 @@ from ..relay import StreamOutcome
 from ..sse import SseEvent, SseSplitter
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
-from .answer import recall_calls
 from .splice import Continue, continuation
+from .toolbox import Toolbox
 
 _CALLS = (b'"tool_calls"', b"content_block_start", b"output_item.added")
 """Bytes of the events that can start a tool call: a chat delta's `tool_calls`, an Anthropic
@@ -49,7 +48,7 @@ def may_write(event: SseEvent) -> bool:
 
 
 class Rounds(Protocol):
-    settings: Recall
+    tools: Toolbox
 
     def more(self) -> bool:
         """Whether another recall round may run."""
@@ -83,7 +82,7 @@ class Watched(UpstreamResponse):
         first = answer.upstream
         super().__init__(first.status, first.headers, first.content_type, first.request_id, first.started)
         self.exchange, self.wire, self.body, self.call = exchange, exchange.wire, body, exchange.call
-        self.rounds, self.settings = rounds, rounds.settings
+        self.rounds, self.tools = rounds, rounds.tools
         self.answer, self.head, self.pending = answer, head, pending
         """`head` was observed and is relayed as it is; `pending` arrived with it, not yet observed."""
 
@@ -116,7 +115,7 @@ class Watched(UpstreamResponse):
                     yield out
             pending = []
             message = answer.observer.message()
-            recalled = recall_calls(message, self.settings) if message is not None else []
+            recalled = self.tools.calls(message)
             if message is None or not (calling and answer.observer.done and recalled and self.rounds.more()):
                 for event in held:
                     out = event.raw if shift is None else shift(event)

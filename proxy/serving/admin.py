@@ -1,4 +1,5 @@
-"""The admin API: inspect and delete conversations. Off unless `admin_token_env` names a set variable.
+"""The admin API: inspect and delete conversations (long-term memories: `admin_memory.py`). Off
+unless `admin_token_env` names a set variable.
 
 The admin token is separate from client keys and upstream keys and compared in constant time.
 Without a configured token every /admin path answers 404, as if it did not exist.
@@ -30,7 +31,7 @@ from ..services import Services
 from ..store.base import Conversation, UsageQuery
 
 
-def _state(request: Request) -> Services:
+def state_of(request: Request) -> Services:
     state: Services = request.app.state.ctx
     variable = state.config.admin_token_env
     setting = (
@@ -40,7 +41,7 @@ def _state(request: Request) -> Services:
     return state
 
 
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
@@ -80,8 +81,8 @@ def _page(data: list[dict[str, Any]], limit: int, cursor: Any) -> dict[str, Any]
 
 
 async def list_conversations(request: Request) -> RawResponse:
-    state = _state(request)
-    limit = _int_param(request, "limit", 50, 1, 1000)
+    state = state_of(request)
+    limit = int_param(request, "limit", 50, 1, 1000)
     before_raw = request.query_params.get("before") or request.query_params.get("cursor")
     try:
         before = float(before_raw) if before_raw is not None else None
@@ -93,18 +94,18 @@ async def list_conversations(request: Request) -> RawResponse:
 
 
 async def get_conversation(request: Request) -> RawResponse:
-    state = _state(request)
+    state = state_of(request)
     conversation = await _conversation_or_404(state, request)
     branches = await state.store.list_branches(conversation.id)
     return json_response({**conversation.to_dict(), "branches": [b.to_dict() for b in branches]})
 
 
 async def list_events(request: Request) -> RawResponse:
-    state = _state(request)
+    state = state_of(request)
     conversation = await _conversation_or_404(state, request)
     branch_id = await _branch_or_default(state, request, conversation.id)
-    after = _int_param(request, "after", _int_param(request, "cursor", 0, 0, 1 << 62), 0, 1 << 62)
-    limit = _int_param(request, "limit", 100, 1, 1000)
+    after = int_param(request, "after", int_param(request, "cursor", 0, 0, 1 << 62), 0, 1 << 62)
+    limit = int_param(request, "limit", 100, 1, 1000)
     events = await state.store.lineage_events(branch_id, after, limit + 1)
     page = _page([e.to_dict() for e in events], limit, lambda row: str(row["seq"]))
     next_after = page["data"][-1]["seq"] if page["has_more"] else None
@@ -120,7 +121,7 @@ async def search_events(request: Request) -> RawResponse:
     """Search a branch's whole stored history (trimmed and summarized parts included) for people:
     `q` (words and "quoted phrases", case-insensitive, all must match), `role`, `tool`, `branch`,
     `limit`, `cursor`. Hits oldest first; `next_cursor` is null on the last page."""
-    state = _state(request)
+    state = state_of(request)
     conversation = await _conversation_or_404(state, request)
     params = request.query_params
     try:
@@ -131,8 +132,8 @@ async def search_events(request: Request) -> RawResponse:
     if role is not None and role not in KNOWN_ROLES:
         raise BadRequest(f"Query parameter 'role' must be one of {', '.join(KNOWN_ROLES)}, got {role!r}.", param="role")
     branch_id = await _branch_or_default(state, request, conversation.id)
-    limit = _int_param(request, "limit", 20, 1, 100)
-    cursor = _int_param(request, "cursor", 0, 0, 1 << 62)
+    limit = int_param(request, "limit", 20, 1, 100)
+    cursor = int_param(request, "cursor", 0, 0, 1 << 62)
     events = await state.store.lineage_events(branch_id, cursor, 1 << 30)
     hits = search(events, query, role=role, tool=params.get("tool") or None, excerpt_chars=SEARCH_EXCERPT_CHARS)
     page: list[Hit] = []
@@ -156,10 +157,10 @@ async def search_events(request: Request) -> RawResponse:
 
 
 async def list_calls(request: Request) -> RawResponse:
-    state = _state(request)
+    state = state_of(request)
     conversation = await _conversation_or_404(state, request)
-    limit = _int_param(request, "limit", 100, 1, 1000)
-    offset = _int_param(request, "offset", _int_param(request, "cursor", 0, 0, 1 << 62), 0, 1 << 62)
+    limit = int_param(request, "limit", 100, 1, 1000)
+    offset = int_param(request, "offset", int_param(request, "cursor", 0, 0, 1 << 62), 0, 1 << 62)
     calls = await state.store.list_calls(conversation.id, limit + 1, offset)
     page = _page([c.to_dict() for c in calls], limit, lambda row: str(offset + limit))
     return json_response({"conversation_id": conversation.id, **page})
@@ -178,7 +179,7 @@ async def _branch_or_default(state: Services, request: Request, conversation_id:
 async def get_projection(request: Request) -> RawResponse:
     """Exactly what the next call on this branch would send for the stored history, and why:
     the first thing to look at when an agent seems to have forgotten something."""
-    state = _state(request)
+    state = state_of(request)
     conversation = await _conversation_or_404(state, request)
     branch_id = await _branch_or_default(state, request, conversation.id)
     last = await state.store.last_call(branch_id, "main")
@@ -215,7 +216,7 @@ async def get_projection(request: Request) -> RawResponse:
 
 
 async def list_checkpoints(request: Request) -> RawResponse:
-    state = _state(request)
+    state = state_of(request)
     conversation = await _conversation_or_404(state, request)
     checkpoints = await state.store.list_checkpoints(conversation.id)
     return json_response(
@@ -224,11 +225,19 @@ async def list_checkpoints(request: Request) -> RawResponse:
 
 
 async def delete_conversation(request: Request) -> RawResponse:
-    state = _state(request)
+    """Delete a conversation; with `?memories=true`, the long-term memories that came from it too
+    (by default they stay: deleting a memory and deleting a conversation are separate actions)."""
+    state = state_of(request)
     conversation = await _conversation_or_404(state, request)
+    memories = request.query_params.get("memories", "false")
+    if memories not in ("true", "false"):
+        raise BadRequest("Query parameter 'memories' must be true or false.", param="memories")
     if not await state.store.delete_conversation(conversation.id):
         raise NotFound(f"No conversation {request.path_params['id']!r}.", param="id")
-    return json_response({"deleted": conversation.id})
+    out: dict[str, Any] = {"deleted": conversation.id}
+    if memories == "true":
+        out["memories_deleted"] = await state.store.delete_memories_from(conversation.tenant, conversation.id)
+    return json_response(out)
 
 
 def _time_param(request: Request, name: str) -> float | None:
@@ -256,7 +265,7 @@ async def usage(request: Request) -> RawResponse:
     """The ledger: token, cost and call totals over the calls matching the filters
     (`conversation`, `route`, `tenant`, `since`, `until`), per `group_by` (route, conversation,
     model) when asked. Unknown values are not summed as 0: see `proxy/ledger.py`."""
-    state = _state(request)
+    state = state_of(request)
     params = request.query_params
     group_by = params.get("group_by") or None
     if group_by is not None and group_by not in GROUP_BY:
@@ -277,19 +286,19 @@ async def usage(request: Request) -> RawResponse:
 
 async def rejected_tools(request: Request) -> RawResponse:
     """The routes and models not offered the recall tool now: why, since when, for how long."""
-    state = _state(request)
+    state = state_of(request)
     return json_response({"data": state.recalls_rejected.describe()})
 
 
 async def lift_rejected_tools(request: Request) -> RawResponse:
     """Offer the recall tool again everywhere (a mark comes back if the upstream rejects it again)."""
-    state = _state(request)
+    state = state_of(request)
     return json_response({"lifted": state.recalls_rejected.forget()})
 
 
 async def estimates(request: Request) -> RawResponse:
     """What this process has learned of each route and model's token counting (`proxy/estimate.py`)."""
-    state = _state(request)
+    state = state_of(request)
     return json_response({"data": state.projector.estimator.describe()})
 
 

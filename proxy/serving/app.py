@@ -42,7 +42,7 @@ from ..services import Services, history_cache
 from ..store import make_store
 from ..summarizer import Summarizer
 from ..upstream import RoutedUpstream, uses_litellm
-from . import admin, endpoints
+from . import admin, admin_memory, endpoints
 
 log = logging.getLogger("ctxproxy")
 
@@ -177,6 +177,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         *admin.routes,
+        *admin_memory.routes,
         *ui.routes,  # the inspector, /ui/ (proxy/ui/)
     ]
     # starlette types handlers as returning its Response; ours return plain ASGI responses

@@ -165,6 +165,23 @@ def _operator_global(method: str, path: str) -> Callable[..., None]:
     return check
 
 
+def _memories(method: str, template: str) -> Callable[..., None]:
+    """The memory admin API (proxy/serving/admin_memory.py): a client key of either tenant gets
+    401; with the admin token, a memory of no tenant named is a 404 (tenants are asked by
+    `?tenant=`, tests/e2e/test_memory.py covers what each tenant sees)."""
+
+    def check(probe: Probe, a: dict[str, Any]) -> None:
+        path = template.replace("{id}", "m_00" + "0" * 14)
+        for key in (MALLORY, ALICE):
+            assert probe.send(path, method, path, key=key, json={}).status_code == 401
+        if "{id}" in template:
+            admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            r = probe.send(path, method, path, key=None, headers=admin, params={"tenant": "team-m"}, json={"text": "x"})
+            assert r.status_code == 404, (path, r.text)
+
+    return check
+
+
 UI_OPEN = {("GET", "/ui"), ("GET", "/ui/login"), ("GET", "/ui/static/{name}")}
 """Inspector paths that answer without credentials: a redirect, the login form, static files."""
 
@@ -206,6 +223,17 @@ MATRIX: dict[tuple[str, str], Callable[..., None]] = {
     ("GET", "/admin/recall/rejected"): _operator_global("GET", "/admin/recall/rejected"),
     ("DELETE", "/admin/recall/rejected"): _operator_global("DELETE", "/admin/recall/rejected"),
     ("DELETE", "/admin/conversations/{id}"): _admin("", "DELETE"),
+    **{
+        (method, path): _memories(method, path)
+        for method, path in [
+            ("GET", "/admin/memories"),
+            ("POST", "/admin/memories"),
+            ("GET", "/admin/memories/{id}"),
+            ("PATCH", "/admin/memories/{id}"),
+            ("DELETE", "/admin/memories/{id}"),
+            ("POST", "/admin/memories/{id}/approve"),
+        ]
+    },
     **{("GET", f"/admin/conversations/{{id}}{suffix}"): _admin(suffix) for suffix in CONVERSATION_PATHS},
     # the inspector: one rule for all its paths, enforced by its guard (proxy/ui/guard.py)
     **{

@@ -23,8 +23,9 @@ from proxy.config import Policy
 from proxy.protocols.anthropic.wire import WIRE as ANTHROPIC
 from proxy.protocols.openai_chat.wire import WIRE as CHAT
 from proxy.protocols.responses.wire import WIRE as RESPONSES
-from proxy.recall.answer import recall_calls
+from proxy.recall.answer import recall
 from proxy.recall.tool import with_tool
+from proxy.recall.toolbox import Toolbox
 from proxy.recall.turns import intermediate_turn, tool_result
 from tests.support.anthropic_upstream import AnthropicUpstream, sign
 from tests.support.lanes import examples
@@ -221,9 +222,9 @@ def test_follow_ups_keep_tool_pairing(wire: str, plan: dict[str, Any]) -> None:
     for n, drawn in enumerate(plan["answers"]):
         message = codec.response(native_answer(wire, drawn, ids, plan["thinking"], n))[0]
         assert message is not None
-        calls = recall_calls(message, SETTINGS)
+        calls = Toolbox((recall(SETTINGS),), SETTINGS.max_rounds).calls(message)
         assert len(calls) == drawn["calls"].count(RECALL)
-        turn = intermediate_turn(wire, message, SETTINGS)
+        turn = intermediate_turn(wire, message, frozenset({SETTINGS.tool_name}))
         messages = [*messages, turn, *(tool_result(c, f"<conversation_history_search>{n}") for c in calls)]
         payload, _ = codec.encode(body, messages, False, None)
         assert payload is not None

@@ -1,6 +1,7 @@
 """The Store contract: every backend must pass this one suite.
 
-Add a backend by adding an entry to BACKENDS: a function that, given the test's tmp_path and a
+Add a backend by adding an entry to BACKENDS (conftest.py, whose `stores` and `store` fixtures
+run every test of this suite and of test_memories.py on each backend): a function that, given the test's tmp_path and a
 location name, returns an unopened store. The same name must reach the same data (so close+reopen
 can be tested); a different name must be an independent, empty store.
 """
@@ -9,10 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,99 +29,8 @@ from proxy.store.base import (
     Store,
     UsageQuery,
 )
-from proxy.store.redis import RedisStore
-from proxy.store.sqlite import SqliteStore
 from proxy.types import Message
-from tests.support.redis_server import session_cluster, session_server
-
-
-def _sqlite(tmp_path: Path, name: str) -> Store:
-    return SqliteStore(str(tmp_path / f"{name}.db"))
-
-
-def _redis_root(tmp_path: Path) -> str:
-    # A fresh key prefix per test (tmp_path is unique per test); the name picks a store inside it.
-    return "ctxtest:" + hashlib.sha1(str(tmp_path).encode()).hexdigest()[:16] + ":"
-
-
-def _redis(tmp_path: Path, name: str) -> Store:
-    return RedisStore(session_server().url, prefix=f"{_redis_root(tmp_path)}{name}:")
-
-
-def _redis_cleanup(tmp_path: Path) -> None:
-    client = session_server().client()
-    try:
-        keys = list(client.scan_iter(match=_redis_root(tmp_path) + "*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
-
-
-def _cluster(tmp_path: Path, name: str) -> Store:
-    return RedisStore(session_cluster().url, prefix=f"{_redis_root(tmp_path)}{name}:")
-
-
-def _cluster_cleanup(tmp_path: Path) -> None:
-    cluster = session_cluster()
-    for node in cluster.primaries():
-        client = node.client()
-        try:
-            with client.pipeline(transaction=False) as pipe:
-                for key in list(client.scan_iter(match=_redis_root(tmp_path) + "*", count=1000)):
-                    pipe.unlink(key)  # one key a command: a cluster node refuses keys of several slots
-                pipe.execute()
-        finally:
-            client.close()
-
-
-BACKENDS: dict[str, Callable[[Path, str], Store]] = {
-    "sqlite": _sqlite,
-    "redis": _redis,
-    "redis-cluster": _cluster,
-}
-# Per-backend needs of the `stores` fixture: a fixture to start first, a cleanup after each test.
-_SERVER_FIXTURE = {"redis": "redis_server", "redis-cluster": "redis_cluster"}
-_CLEANUP: dict[str, Callable[[Path], None]] = {"redis": _redis_cleanup, "redis-cluster": _cluster_cleanup}
-
-
-class Stores:
-    """Opens stores of one backend; everything opened is closed when the test ends."""
-
-    def __init__(self, make: Callable[[Path, str], Store], tmp_path: Path) -> None:
-        self._make = make
-        self._tmp_path = tmp_path
-        self.opened: list[Store] = []
-
-    async def open(self, name: str = "main") -> Store:
-        store = self._make(self._tmp_path, name)
-        await store.open()
-        self.opened.append(store)
-        return store
-
-    async def reopen(self, store: Store, name: str = "main") -> Store:
-        await store.close()
-        return await self.open(name)
-
-
-@pytest.fixture(
-    params=[pytest.param(name, marks=[pytest.mark.cluster] if name == "redis-cluster" else []) for name in BACKENDS]
-)
-async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
-    if request.param in _SERVER_FIXTURE:
-        request.getfixturevalue(_SERVER_FIXTURE[request.param])
-    factory = Stores(BACKENDS[request.param], tmp_path)
-    yield factory
-    for store in factory.opened:
-        await store.close()
-    if request.param in _CLEANUP:
-        _CLEANUP[request.param](tmp_path)
-
-
-@pytest.fixture
-async def store(stores: Stores) -> Store:
-    return await stores.open()
-
+from tests.store.conftest import Stores
 
 # -- helpers --------------------------------------------------------------------------------------
 

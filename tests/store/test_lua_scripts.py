@@ -33,7 +33,7 @@ KEY_NAMES |= {"CONVS", "TOMBSTONES", "CALL_INDEX", "CKS_RETIRED"}
 def test_every_key_a_script_touches_comes_from_keys() -> None:
     """Redis Cluster routes a script by its KEYS: a key name built from a value would reach
     another slot. Every command's key argument is KEYS[...] or one of lib.lua's names for them
-    (`ext` is KEYS[16])."""
+    (`ext` is KEYS[16]; `unpack(KEYS, 2)`: every key given from the second on)."""
     lua = resources.files("proxy.store.redis").joinpath("lua")
     lib = lua.joinpath("lib.lua").read_text(encoding="utf-8")
     named = set()
@@ -48,7 +48,10 @@ def test_every_key_a_script_touches_comes_from_keys() -> None:
             if command == "TIME":
                 continue
             assert (
-                key in KEY_NAMES or re.fullmatch(r"KEYS\[(\d+|i)\]", key) or (key == "ext" and "KEYS[16]" in source)
+                key in KEY_NAMES
+                or re.fullmatch(r"KEYS\[(\d+|i)\]", key)
+                or (key == "ext" and "KEYS[16]" in source)
+                or key == "unpack(KEYS"
             ), (
                 entry.name,
                 command,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proxy.store.base import Branch, CallRecord, Conversation, StoredCheckpoint, StoredEvent, iso_utc
+from proxy.store.base import Branch, CallRecord, Conversation, StoredCheckpoint, StoredEvent
+from proxy.store.public import iso_utc
 
 
 def test_public_shapes_keep_their_keys_in_order() -> None:

@@ -113,6 +113,36 @@ def test_summarizer_mode() -> None:
     assert len(found) == 1 and "mode" in found[0], found
 
 
+def test_memory_setting() -> None:
+    """Off by default; every field validated at load, one problem line each."""
+    config = parse_config({"routes": [route("r")]}, "cfg.yaml", {})
+    memory = config.policy_for(config.routes[0]).memory
+    assert (memory.enabled, memory.scopes, memory.inject_tokens, memory.write) == (
+        False,
+        ("project", "user"),
+        800,
+        "model",
+    )
+    on = {"enabled": "auto", "scopes": ["tenant"], "project": {"sources": ["system"], "pattern": "repo: (\\S+)"}}
+    config = parse_config({"routes": [route("r")], "policies": {"default": {"memory": on}}}, "cfg.yaml", {})
+    assert config.policy_for(config.routes[0]).memory.project.pattern == "repo: (\\S+)"
+    bad = {
+        "enabled": "sometimes",
+        "scopes": ["project", "team"],
+        "project": {"sources": ["cwd"], "pattern": "("},
+        "inject_tokens": -1,
+        "write": "always",
+        "unconfirmed": "show",
+    }
+    found = problems({"routes": [route("r")], "policies": {"default": {"memory": bad}}})
+    for field in ("enabled", "scopes", "sources", "pattern", "inject_tokens", "write", "unconfirmed"):
+        assert any(f"memory.{field}" in line or f".{field}" in line for line in found), (field, found)
+    same = {"memory": {"enabled": True, "tool_name": "ctxproxy_recall"}}
+    found = problems({"routes": [route("r")], "policies": {"default": same}})
+    assert any("memory.tool_name must differ from recall.tool_name" in line for line in found), found
+    assert problems({"routes": [route("r")], "policies": {"default": {"memory": {"scopes": []}}}})
+
+
 def test_config_is_frozen() -> None:
     config = parse_config({"routes": [route("r")]}, "cfg.yaml", {})
     with pytest.raises(pydantic.ValidationError):

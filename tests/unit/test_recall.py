@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.config import Policy
-from proxy.recall.answer import answer, recall_calls
+from proxy.recall.answer import answer, recall
 from proxy.recall.memory import RejectedTool
 from proxy.recall.read import relay_now
-from proxy.recall.tool import definition, offered, tool_name, with_tool, without_tool
+from proxy.recall.tool import definition, offered, tool_name, with_tool
+from proxy.recall.toolbox import Toolbox, without
 from proxy.recall.turns import intermediate_turn
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
@@ -25,6 +26,9 @@ class Ev:
     message: dict[str, Any]
     branch_id: str = "br"
     created_at: float = 0.0
+
+
+RECALL = "ctxproxy_recall"
 
 
 def test_offered_follows_the_policy():
@@ -67,15 +71,17 @@ def test_definition_is_a_function_of_the_policy_and_wire_alone():
     assert responses["type"] == "function" and responses["strict"] is False and "parameters" in responses
     body = {"tools": TOOLS, "tool_choice": "auto"}
     assert with_tool(body, "openai_chat", AUTO.recall) is not body and body["tools"] == TOOLS
-    assert without_tool(with_tool(body, "openai_chat", AUTO.recall), AUTO.recall) == body
-    assert without_tool(with_tool({"tool_choice": "auto"}, "anthropic", AUTO.recall), AUTO.recall) == {}
+    name = frozenset({AUTO.recall.tool_name})
+    assert without(with_tool(body, "openai_chat", AUTO.recall), name) == body
+    assert without(with_tool({"tool_choice": "auto"}, "anthropic", AUTO.recall), name) == {}
 
 
 def test_recall_calls_and_answers():
     call = {"id": "c", "type": "function", "function": {"name": "ctxproxy_recall", "arguments": '{"query": "port"}'}}
     other = {"id": "d", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
-    assert recall_calls({"role": "assistant", "tool_calls": [other, call]}, AUTO.recall) == [call]
-    assert recall_calls(None, AUTO.recall) == []
+    tools = Toolbox((recall(AUTO.recall),), AUTO.recall.max_rounds)
+    assert tools.calls({"role": "assistant", "tool_calls": [other, call]}) == [call]
+    assert tools.calls(None) == []
     events = [Ev(1, "user", {"role": "user", "content": "the port is 8443"})]
     assert "[event 1 | user" in answer(events, call, AUTO.recall, len)
     fetch = {**call, "function": {"name": "ctxproxy_recall", "arguments": '{"query": "", "event": 1}'}}
@@ -100,12 +106,12 @@ def test_relay_now():
 
 
 def test_intermediate_turn_keeps_only_recall_calls_per_wire():
-    recall = {"id": "r", "type": "function", "function": {"name": "ctxproxy_recall", "arguments": '{"query":"x"}'}}
+    recalled = {"id": "r", "type": "function", "function": {"name": RECALL, "arguments": '{"query":"x"}'}}
     bash = {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
     chat = intermediate_turn(
-        "openai_chat", {"role": "assistant", "content": "t", "tool_calls": [bash, recall]}, AUTO.recall
+        "openai_chat", {"role": "assistant", "content": "t", "tool_calls": [bash, recalled]}, frozenset({RECALL})
     )
-    assert chat == {"role": "assistant", "content": "t", "tool_calls": [recall]}
+    assert chat == {"role": "assistant", "content": "t", "tool_calls": [recalled]}
 
 
 def test_the_tool_counts_in_the_budget_on_every_wire():

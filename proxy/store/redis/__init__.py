@@ -21,7 +21,8 @@ answers 503). The pool reconnects, and the cluster client re-reads the slot map,
 One class, `RedisStore`, assembled from one module per concern over a shared connection:
 connection.py (client, scripts.py, the error boundary, scatter over shards), keys.py (the layout),
 identity.py (finding a conversation by its hashes), history.py (conversations, events, deletes),
-checkpoints.py (checkpoints, leases), calls.py (call records, the ledger), migrate.py (the
+checkpoints.py (checkpoints, leases), calls.py (call records, the ledger), memories.py (long-term
+memory records, in their tenant's slot), migrate.py (the
 conversion of data written before cluster support, at start-up).
 """
 
@@ -31,10 +32,11 @@ from .calls import Calls
 from .checkpoints import Checkpoints
 from .connection import DEFAULT_PREFIX, guarded
 from .history import History
+from .memories import Memories
 from .migrate import migrate
 
 
-class RedisStore(History, Checkpoints, Calls):
+class RedisStore(History, Checkpoints, Calls, Memories):
     """The `Store` over Redis; `RedisStore.from_url(url)` or `RedisStore(url, prefix)`."""
 
     @guarded

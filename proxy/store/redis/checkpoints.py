@@ -7,7 +7,8 @@ from dataclasses import asdict
 
 from ... import codec
 from ...errors import ConversationGone
-from ..base import CheckpointCandidate, StoredCheckpoint, new_id
+from ..base import CheckpointCandidate, StoredCheckpoint
+from ..public import new_id
 from .connection import RedisConnection, guarded, num
 from .keys import conversation_of, is_conversation_id
 

@@ -306,7 +306,7 @@ class RedisConnection:
         return bytes.fromhex(value)
 
 
-_READ_ONLY = frozenset({"probe", "active", "lineage"})
+_READ_ONLY = frozenset({"probe", "active", "lineage", "memory_read"})
 
 
 def _inside_redis_py(exc: BaseException) -> bool:

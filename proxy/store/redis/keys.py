@@ -38,6 +38,14 @@ script updates them in the conversation's own slot; listings scatter over the 25
     K orphan-calls      hash  call id -> record, for calls no conversation owns (tag from the call id)
     K cks-retired       zset  "{cid}|{ckid}" -> created_at (retention of superseded and failed checkpoints)
 
+Per memory tag (the first two hex digits of a tenant's hash, `memories.memory_tag`; a memory id
+carries it): one tenant's memories are one slot, so a save that supersedes is one script.
+
+    K memories                  hash  memory id -> record JSON (every tenant of the tag)
+    K mem-index                 zset  memory id -> updated_at (the admin listing, scattered)
+    K mem-tenant:{scoped}       zset  memory id -> updated_at (one tenant's; compare-and-set reads it)
+    K mem-scope:{scoped scope}  set   memory ids of one tenant's scope
+
 Untagged (single keys, anywhere in the cluster):
 
     P meta:tenant_salt                      string  hex salt of the tenant fingerprints
@@ -57,6 +65,8 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+
+from ..memories import memory_tag
 
 TAG_DIGITS = 2
 TAGS = tuple(f"{i:02x}" for i in range(16**TAG_DIGITS))
@@ -134,6 +144,21 @@ class Layout:
         """A call no conversation owns: its record hash, the call index and the tombstones of its shard."""
         tag = call_tag(call_id)
         return [self.tagged(tag, "orphan-calls"), self.tagged(tag, "call-index"), self.tagged(tag, "tombstones")]
+
+    def memory(self, tenant: str, scope: str) -> list[str]:
+        """One tenant's memory keys for one scope, in the order the memory scripts read KEYS."""
+        tag = memory_tag(tenant)
+        return [
+            self.tagged(tag, "memories"),
+            self.tagged(tag, "mem-index"),
+            self.tagged(tag, "mem-tenant", scoped(tenant, "")),
+            self.tagged(tag, "mem-scope", scoped(tenant, scope)),
+        ]
+
+    def memory_scopes(self, tenant: str, scopes: list[str]) -> list[str]:
+        """The records hash then one set per scope (memory_read.lua)."""
+        tag = memory_tag(tenant)
+        return [self.tagged(tag, "memories"), *(self.tagged(tag, "mem-scope", scoped(tenant, s)) for s in scopes)]
 
     def identity(self, tenant: str, chain_hash: str) -> str:
         return f"{self.prefix}hash:{scoped(tenant, chain_hash)}"

@@ -29,6 +29,9 @@ NAMES = (
     "purge_calls",
     "purge_orphans",
     "purge_cks",
+    "memory_put",
+    "memory_read",
+    "memory_delete",
 )
 
 

@@ -7,6 +7,7 @@ One class, `SqliteStore`, assembled from one module per concern over a shared co
     history.py      conversations, branches, events, blobs; identity lookups; deletes
     checkpoints.py  checkpoint commits (compare-and-set) and compaction leases
     calls.py        call records and the ledger's SQL aggregation
+    memories.py     long-term memory records
 
 and beside them: migrations.py (the schema, as ordered named steps), wal.py (the WAL's checkpoints
 on a thread of their own), rows.py (rows read by column name).
@@ -17,9 +18,10 @@ from __future__ import annotations
 from .calls import Calls
 from .checkpoints import Checkpoints
 from .history import History
+from .memories import Memories
 
 
-class SqliteStore(History, Checkpoints, Calls):
+class SqliteStore(History, Checkpoints, Calls, Memories):
     @classmethod
     def from_url(cls, url: str) -> SqliteStore:
         return cls(url.removeprefix("sqlite:///") or "ctxproxy.db")

@@ -6,7 +6,8 @@ import time
 from typing import Any
 
 from ...errors import ConversationGone
-from ..base import CheckpointCandidate, StoredCheckpoint, new_id
+from ..base import CheckpointCandidate, StoredCheckpoint
+from ..public import new_id
 from .connection import Db, SqliteConnection
 from .rows import Select
 

@@ -17,8 +17,8 @@ from ..base import (
     Position,
     ResponseTurn,
     StoredEvent,
-    new_id,
 )
+from ..public import new_id
 from .calls import insert_call
 from .connection import Db, SqliteConnection
 from .rows import Select

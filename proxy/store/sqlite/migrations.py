@@ -136,6 +136,34 @@ _M005_BRANCH_INDEXES = """
         CREATE INDEX branches_parent ON branches (parent_id, fork_seq) WHERE parent_id IS NOT NULL;
 """
 
+# Long-term memory (proxy/store/memories.py): one row per record, any status; the source
+# conversation in a column of its own so that deleting a conversation can delete what came from it.
+_M006_MEMORIES = """
+        CREATE TABLE memories (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            text TEXT NOT NULL,
+            status TEXT NOT NULL,
+            writer TEXT NOT NULL,
+            source TEXT NOT NULL,
+            source_conversation TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            confirmed_at REAL NOT NULL,
+            confirmations INTEGER NOT NULL,
+            confirmed_times TEXT NOT NULL,
+            listed_from REAL,
+            listed_until REAL,
+            superseded_by TEXT
+        );
+        CREATE INDEX memories_scope ON memories (tenant, scope);
+        CREATE INDEX memories_tenant ON memories (tenant, updated_at);
+        CREATE INDEX memories_updated ON memories (updated_at);
+        CREATE INDEX memories_source ON memories (tenant, source_conversation)
+            WHERE source_conversation IS NOT NULL;
+"""
+
 # Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
@@ -143,6 +171,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("003_ledger", _M003_LEDGER),
     ("004_leases", _M004_LEASES),
     ("005_branch_indexes", _M005_BRANCH_INDEXES),
+    ("006_memories", _M006_MEMORIES),
 ]
 
 

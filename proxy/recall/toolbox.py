@@ -1,0 +1,81 @@
+"""The proxy's own tools on one request: which are offered, how each is declared, who answers.
+
+Recall (`proxy.recall`) and long-term memory (`proxy.memory`) are tools the proxy offers the
+model and answers itself, through one detour (`detour`, `read`, `watch`, `splice`, `turns`):
+an answer that calls any of them is consumed, each call answered, and the request sent again.
+A `Toolbox` is the set a request carries, in a fixed order (recall, then memory), so their
+definitions are byte-identical on every request of a conversation; a `ProxyTool` is one of them:
+its name, its definition in each wire's format, and the coroutine that answers a call.
+
+Example: a request offered both -> `Toolbox((recall, memory), max_rounds=3)`; an answer calling
+`ctxproxy_memory` is answered by the memory tool, one calling both by each in call order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from policies.text import call_name, tool_calls
+
+from ..store.base import StoredEvent
+from ..types import Json, Message
+from .tool import tool_name
+
+Count = Callable[[str], int]
+Answer = Callable[[Mapping[str, Any], Sequence[StoredEvent], Count, int | None], Awaitable[str]]
+"""(the call, the branch's stored events, the route's token counter, the tokens the result may
+take, None: its own maximum) -> the tool result's text"""
+
+
+@dataclass(frozen=True)
+class ProxyTool:
+    name: str
+    definition: Callable[[str], dict[str, Any]]
+    """the tool as a wire (by name) declares tools; a function of the policy and the wire alone"""
+    answer: Answer
+
+
+@dataclass(frozen=True)
+class Toolbox:
+    tools: tuple[ProxyTool, ...]
+    max_rounds: int
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(tool.name for tool in self.tools)
+
+    def calls(self, message: Message | None) -> list[Mapping[str, Any]]:
+        """The answer's calls of these tools, in call order (client calls beside them dropped)."""
+        if message is None:
+            return []
+        names = self.names
+        return [call for call in tool_calls(message) if call_name(call) in names]
+
+    async def answer(
+        self, call: Mapping[str, Any], events: Sequence[StoredEvent], count: Count, limit: int | None
+    ) -> str:
+        name = call_name(call)
+        tool = next(t for t in self.tools if t.name == name)
+        return await tool.answer(call, events, count, limit)
+
+    def with_tools(self, body: Json, wire: str) -> Json:
+        """`body` with the tools appended to its tools (a copy; the client's body is untouched)."""
+        return {**body, "tools": [*(body.get("tools") or []), *(tool.definition(wire) for tool in self.tools)]}
+
+    def without_tools(self, body: Json) -> Json:
+        """`body` without these tools; with no tool left, without the fields that need tools."""
+        return without(body, self.names)
+
+
+def without(body: Json, names: frozenset[str]) -> Json:
+    """`body` without the tools named `names`; with no tool left, without the fields that need tools."""
+    tools = [tool for tool in body.get("tools") or [] if tool_name(tool) not in names]
+    out = {key: value for key, value in body.items() if key not in ("tools", "tool_choice", "parallel_tool_calls")}
+    if tools:
+        out["tools"] = tools
+        for key in ("tool_choice", "parallel_tool_calls"):
+            if key in body:
+                out[key] = body[key]
+    return out

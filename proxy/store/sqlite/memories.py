@@ -1,0 +1,152 @@
+"""Long-term memory records (proxy/store/memories.py) in one table; every write one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ... import codec
+from ..memories import Memory, MemoryQuery, superseded_by
+from .connection import Db, SqliteConnection
+from .rows import Select
+
+
+def _memory(
+    id: str,
+    tenant: str,
+    scope: str,
+    text: str,
+    status: str,
+    writer: str,
+    source: str,
+    created_at: float,
+    updated_at: float,
+    confirmed_at: float,
+    confirmations: int,
+    confirmed_times: str,
+    listed_from: float | None,
+    listed_until: float | None,
+    superseded_by: str | None,
+) -> Memory:
+    return Memory(
+        id,
+        tenant,
+        scope,
+        text,
+        status,
+        writer,
+        codec.loads(source),
+        created_at,
+        updated_at,
+        confirmed_at,
+        confirmations,
+        tuple(codec.loads(confirmed_times)),
+        listed_from,
+        listed_until,
+        superseded_by,
+    )
+
+
+_MEMORY = Select(_memory)
+_COLUMNS = (*_MEMORY.names, "source_conversation")
+
+
+def _values(memory: Memory) -> tuple[Any, ...]:
+    values = [getattr(memory, name) for name in _MEMORY.names]
+    values[_MEMORY.names.index("source")] = codec.dumps_str(memory.source)
+    values[_MEMORY.names.index("confirmed_times")] = codec.dumps_str(list(memory.confirmed_times))
+    conversation = memory.source.get("conversation_id")
+    return (*values, conversation if isinstance(conversation, str) else None)
+
+
+def _insert(db: Db, memory: Memory) -> None:
+    db.execute(
+        f"INSERT INTO memories ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", _values(memory)
+    )
+
+
+def _replace(db: Db, memory: Memory, expected: float) -> bool:
+    assignments = ", ".join(f"{name} = ?" for name in _COLUMNS[1:])
+    cursor = db.execute(
+        f"UPDATE memories SET {assignments} WHERE id = ? AND tenant = ? AND scope = ? AND updated_at = ?",
+        (*_values(memory)[1:], memory.id, memory.tenant, memory.scope, expected),
+    )
+    return cursor.rowcount > 0
+
+
+class Memories(SqliteConnection):
+    async def save_memory(self, memory: Memory, supersedes: Memory | None = None) -> bool:
+        def save(db: Db) -> bool:
+            if db.execute("SELECT 1 FROM memories WHERE id = ?", (memory.id,)).fetchone() is not None:
+                return False
+            if supersedes is not None:
+                superseded = superseded_by(supersedes, memory)
+                if superseded.tenant != memory.tenant or not _replace(db, superseded, supersedes.updated_at):
+                    return False
+            _insert(db, memory)
+            return True
+
+        return self._write(save)
+
+    async def replace_memory(self, memory: Memory, expected_updated_at: float) -> bool:
+        return self._write(_replace, memory, expected_updated_at)
+
+    async def get_memory(self, memory_id: str) -> Memory | None:
+        row = self._read(
+            lambda db: db.execute(f"SELECT {_MEMORY.sql} FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        )
+        return _MEMORY.one(row)
+
+    async def delete_memory(self, memory_id: str) -> bool:
+        return self._write(lambda db: db.execute("DELETE FROM memories WHERE id = ?", (memory_id,)).rowcount > 0)
+
+    async def scope_memories(self, tenant: str, scopes: Sequence[str]) -> list[Memory]:
+        if not scopes:
+            return []
+        marks = ", ".join("?" * len(scopes))
+        rows = self._read(
+            lambda db: db.execute(
+                f"SELECT {_MEMORY.sql} FROM memories WHERE tenant = ? AND scope IN ({marks})"
+                " ORDER BY updated_at DESC, id DESC",
+                (tenant, *scopes),
+            ).fetchall()
+        )
+        return _MEMORY.all(rows)
+
+    async def list_memories(self, query: MemoryQuery, limit: int, offset: int) -> list[Memory]:
+        where, args = _where(query)
+        rows = self._read(
+            lambda db: db.execute(
+                f"SELECT {_MEMORY.sql} FROM memories{where} ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?",
+                (*args, limit, offset),
+            ).fetchall()
+        )
+        return _MEMORY.all(rows)
+
+    async def delete_memories_from(self, tenant: str, conversation_id: str) -> int:
+        return self._write(
+            lambda db: (
+                db.execute(
+                    "DELETE FROM memories WHERE tenant = ? AND source_conversation = ?", (tenant, conversation_id)
+                ).rowcount
+            )
+        )
+
+
+def _where(query: MemoryQuery) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    args: list[Any] = []
+    for column, value in (
+        ("tenant", query.tenant),
+        ("scope", query.scope),
+        ("status", query.status),
+        ("source_conversation", query.conversation_id),
+    ):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            args.append(value)
+    if query.text:
+        # instr over lower(): a substring, not a LIKE pattern (no wildcards to escape)
+        clauses.append("instr(lower(text), ?) > 0")
+        args.append(query.text.lower())
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
