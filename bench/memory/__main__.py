@@ -8,8 +8,8 @@ import statistics
 import time
 
 from bench.memory.run import WIRES, run
-from proxy.config import Memory
 from proxy.memory.tool import definition
+from proxy.tool_settings import Memory
 from tests.support.upstream_server import count_text_tokens
 
 GOALS = (

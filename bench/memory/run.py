@@ -93,7 +93,7 @@ class Client:
         self.http, self.base, self.wire, self.model = http, base, wire, _model(wire, memory)
         self.headers = {"X-Ctxproxy-Project": project}
         if wire == "anthropic":
-            self.headers["x-api-key"] = KEYS[tenant]
+            self.headers.update({"x-api-key": KEYS[tenant], "anthropic-version": "2023-06-01"})
         else:
             self.headers["Authorization"] = f"Bearer {KEYS[tenant]}"
         self.system = f"You are a coding agent working on {project}."

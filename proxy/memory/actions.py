@@ -31,9 +31,9 @@ from typing import Any
 
 from policies.search import parse_query
 
-from ..config import Memory as Settings
 from ..store.base import Store, StoredEvent
 from ..store.memories import CURRENT, LISTED, Memory, new_memory_id, newest_first, superseded_by
+from ..tool_settings import Memory as Settings
 from ..types import Message
 from . import evidence, render
 from .scopes import Scopes

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from policies.text import message_text
 
-from ..config import Memory
+from ..tool_settings import Memory
 from ..types import Message
 
 MAX_KEY_CHARS = 200

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Memory, Policy
+from ..config import Policy
 from ..recall.memory import RejectedTool
 from ..recall.tool import client_tools, declared, room_for_tools, tool_name
+from ..tool_settings import Memory
 from ..types import Json
 
 ACTIONS = ("search", "save", "update", "forget")

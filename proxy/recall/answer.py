@@ -14,7 +14,7 @@ from policies.search import SearchableEvent, fit_newest, parse_query, render, re
 from policies.text import call_arguments
 
 from .. import codec
-from ..config import Recall
+from ..tool_settings import Recall
 from .tool import definition
 from .toolbox import ProxyTool
 

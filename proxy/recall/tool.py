@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import Policy, Recall
+from ..config import Policy
+from ..tool_settings import Recall
 from ..types import Json
 from .memory import RejectedTool
 

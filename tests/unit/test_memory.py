@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from proxy.config import Memory as Settings
 from proxy.config import Policy
 from proxy.memory import actions, evidence, render
 from proxy.memory.access import recollect
@@ -21,6 +20,7 @@ from proxy.memory.tool import definition, offered
 from proxy.recall.memory import RejectedTool
 from proxy.store.memories import Memory, MemoryQuery, new_memory_id
 from proxy.store.sqlite import SqliteStore
+from proxy.tool_settings import Memory as Settings
 
 ON = Settings(enabled=True, scopes=("project", "user", "tenant"))
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from proxy.config import Policy, Recall
+from proxy.config import Policy
 from proxy.projector import recall_tool
+from proxy.tool_settings import Recall
 
 CHAT = {"type": "function", "function": {"name": "ctxproxy_recall", "parameters": {}}}
 ANTHROPIC = {"name": "ctxproxy_recall", "input_schema": {"type": "object"}}
