@@ -134,7 +134,8 @@ def _ends(ranks: list[int], count: int, rank: int) -> None:
 
 def _errors(lines: Sequence[str], ranks: list[int]) -> bool:
     """Rank error lines 1 (a line of context 4) and Python tracebacks: the header 2, the last
-    frame and the exception line 1, the last frame's code 2. Whether any was found."""
+    frame and the exception line 1, the last frame's code 2, the other frames 4. Whether any
+    was found."""
     found = False
     n = len(lines)
     for i, line in enumerate(lines):
@@ -145,6 +146,7 @@ def _errors(lines: Sequence[str], ranks: list[int]) -> bool:
             while j < n and (lines[j].startswith((" ", "\t")) or not lines[j]):
                 if lines[j].lstrip().startswith('File "'):
                     frame = j
+                    _lower(ranks, j, 4)  # every frame when there is room, the last one first
                 j += 1
             if frame >= 0:
                 _lower(ranks, frame, 1)
