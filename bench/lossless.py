@@ -1,7 +1,7 @@
 """Lossless first, measured offline (issue 32): how much of the tool output agents send is repeated,
 how much of it the projection removes without losing a byte, and which key lines survive trimming.
 
-    python -m bench.lossless [--json results.json]
+    python -m bench.lossless [--json results.json] [--record]
 
 Over every shared transcript (`bench.bodies.transcript_files`: the shared set, else the vendored
 one) and generated sessions (`bench.bodies.generated_session`: real tool call/result pairs cycled,
@@ -30,6 +30,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from bench.bodies import generated_session, transcript_files
@@ -41,8 +42,13 @@ from policies.repeats import near_repeat
 from policies.text import content_text
 from policies.tokens import count_message, count_text, encoding_for_model
 from policies.trim_result import Shaping, shape_message, trim_message
+from policies.trim_tool_results import REPEAT_MIN_CHARS
 
 ENC = encoding_for_model("gpt-4o")
+RESULTS = Path(__file__).resolve().parent / "LOSSLESS.md"
+"""`--record` writes here; `python -m bench` appends it to BENCHMARKS.md (`bench.report`)"""
+HEADING = "## Lossless first: repeats and type-aware trimming (`python -m bench.lossless`, issue 32)"
+KEPT = "### Before and after"
 CAPS = (400, 2000, 8000)
 KEY = {
     "failure or error": re.compile(
@@ -60,6 +66,13 @@ TIGHT = replace(FORCED, tool_results=ToolResultsConfig(keep_recent_groups=2, cle
 BIG = Budget(1_000_000, 16_000, 0)
 
 
+DISTANCES = ("short", "1-3", "4-6", "7-12", "13+")
+
+
+def span_of(groups: int) -> str:
+    return "1-3" if groups <= 3 else "4-6" if groups <= 6 else "7-12" if groups <= 12 else "13+"
+
+
 def tokens(text: str) -> int:
     return count_text(text, ENC)
 
@@ -73,14 +86,19 @@ class Repeats:
     near_tokens: int = 0
     removed: dict[str, int] = field(default_factory=lambda: {"default": 0, "tight": 0})
     sent_as: dict[str, int] = field(default_factory=lambda: {"default": 0, "tight": 0})
+    distance: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DISTANCES, 0))
+    """exact-repeat tokens by how many groups later the nearest twin is (`short`: results of at most
+    `REPEAT_MIN_CHARS`, which a marker would not make shorter)"""
+
+    def share(self, n: int) -> str:
+        return f"{n:,} ({n / self.result_tokens:.1%})" if self.result_tokens else "-"
 
     def row(self, name: str) -> str:
-        share = lambda n: f"{n / self.result_tokens:.1%}" if self.result_tokens else "-"  # noqa: E731
+        removed = {how: f"{self.share(self.removed[how])} in {self.sent_as[how]:,}" for how in self.removed}
+        distance = ", ".join(f"{span} {self.distance[span]:,}" for span in DISTANCES)
         return (
-            f"| {name} | {self.runs} | {self.results:,} | {self.result_tokens:,} | {self.exact_tokens:,} ({share(self.exact_tokens)})"
-            f" | {self.near_tokens:,} ({share(self.near_tokens)})"
-            f" | {self.removed['default']:,} ({share(self.removed['default'])}) in {self.sent_as['default']:,}"
-            f" | {self.removed['tight']:,} ({share(self.removed['tight'])}) in {self.sent_as['tight']:,} |"
+            f"| {name} | {self.runs} | {self.results:,} | {self.result_tokens:,} | {self.share(self.exact_tokens)}"
+            f" ({distance}) | {self.share(self.near_tokens)} | {removed['default']} | {removed['tight']} |"
         )
 
 
@@ -94,19 +112,22 @@ def items_of(messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
 
 def repeats_of(messages: Sequence[dict[str, Any]], into: Repeats) -> None:
     prefix, items = items_of(messages)
-    results: list[tuple[int, str, str, str]] = []  # seq, tool, canonical arguments, text
-    for group in group_items(items):
+    results: list[tuple[int, str, str, str]] = []  # group index, tool, canonical arguments, text
+    for index, group in enumerate(group_items(items)):
         for item in group.items[1:] if group.kind == "tool_call" else ():
             tool, arguments = call_of(group, str(item.message.get("tool_call_id", "")))
-            results.append((item.seq, tool, canonical(arguments), content_text(item.message.get("content"))))
+            results.append((index, tool, canonical(arguments), content_text(item.message.get("content"))))
     into.runs += 1
-    for k, (_, tool, arguments, text) in enumerate(results):
+    for k, (index, tool, arguments, text) in enumerate(results):
         size = tokens(text)
         into.results += 1
         into.result_tokens += size
         later = results[k + 1 :]
-        if text and any(other == text for *_, other in later):
+        twins = [at for at, *_, other in later if other == text]
+        if text and twins:
             into.exact_tokens += size
+            span = "short" if len(text) <= REPEAT_MIN_CHARS else span_of(twins[0] - index)
+            into.distance[span] += size
             continue
         same = [other for _, t, a, other in later if t == tool and a == arguments and other]
         if same and near_repeat(same[-1], text) is not None:
@@ -183,9 +204,21 @@ def retention_of(messages: Sequence[dict[str, Any]], caps: dict[int, Retention])
                     into.keys[name] = into.keys.get(name, 0) + len(found)
 
 
+def record(lines: Sequence[str]) -> None:
+    """Write the tables to `RESULTS` under its heading, keeping what follows `KEPT` there (the
+    hand-written note on the other benches' before and after)."""
+    kept = ""
+    if RESULTS.exists():
+        text = RESULTS.read_text(encoding="utf-8")
+        at = text.find(KEPT)
+        kept = text[at:] if at >= 0 else ""
+    RESULTS.write_text("\n".join([HEADING, "", *lines, "", kept.rstrip()]).rstrip() + "\n", encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="write the numbers here too")
+    parser.add_argument("--record", action="store_true", help=f"write the tables to {RESULTS.name} (for BENCHMARKS.md)")
     args = parser.parse_args(argv)
     started = time.time()
     corpora: dict[str, list[list[dict[str, Any]]]] = {
@@ -200,10 +233,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if name == "transcripts":
                 retention_of(messages, retention)
     lines = [
-        f"`python -m bench.lossless` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.time() - started:.0f} s.",
+        f"`python -m bench.lossless` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        f" ({time.time() - started:.0f} s); tokens: o200k.",
         "",
-        "| corpus | runs | tool results | tool-result tokens | exact repeats | near repeats"
-        " | removed losslessly, default (results sent as markers) | removed losslessly, 2 recent groups |",
+        "| corpus | runs | tool results | tool-result tokens | exact repeats (by groups to the nearest twin)"
+        " | near repeats | removed losslessly, default (results sent as markers)"
+        " | removed losslessly, 2 recent groups |",
         "|---|---|---|---|---|---|---|---|",
         *(repeats[name].row(name) for name in corpora),
         "",
@@ -217,16 +252,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         kept = {how: sum(into.kept[how].get(name, 0) for name in counted) for how in into.kept}
         detail = {
             how: "; ".join(
-                f"{name} {into.kept[how].get(name, 0)}/{into.keys.get(name, 0)}" for name in (*counted, "earlier frames")
+                f"{name} {into.kept[how].get(name, 0)}/{into.keys.get(name, 0)}"
+                for name in (*counted, "earlier frames")
             )
             for how in into.kept
         }
+        share = {how: f"{kept[how] / max(total, 1):.1%} ({detail[how]})" for how in kept}
         lines.append(
-            f"| {cap:,} | {into.results:,} | {total:,} | {kept['head+tail'] / max(total, 1):.1%} ({detail['head+tail']})"
-            f" | {kept['type-aware'] / max(total, 1):.1%} ({detail['type-aware']})"
+            f"| {cap:,} | {into.results:,} | {total:,} | {share['head+tail']} | {share['type-aware']}"
             f" | {into.sent_tokens['head+tail']:,} | {into.sent_tokens['type-aware']:,} |"
         )
     print("\n".join(lines))
+    if args.record:
+        record(lines)
     out = {
         "repeats": {name: vars(value) for name, value in repeats.items()},
         "retention": {cap: vars(value) for cap, value in retention.items()},

@@ -26,18 +26,22 @@ Invariant: pure; ranks depend on the lines and the focus terms only.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from policies.excerpt import FILLER, GapNote
 
 ERROR_LINE = re.compile(
-    r"\b\w*(?:Error|Exception)\b(?::|$)|Traceback \(most recent call last\)"
-    r"|\b(?:ERROR|FATAL|FAILED|FAIL|PANIC|CRITICAL)\b|\b(?:error|fatal|panic)(?:\[\w+\])?:|panicked at"
+    r"(?:Error|Exception)(?::|$)|Traceback \(most recent call last\)"
+    r"|(?:ERROR|FATAL|FAILED|FAIL|PANIC|CRITICAL)\b|(?:error|fatal|panic)(?:\[\w+\])?:|panicked at",
+    re.M,
 )
+"""an error line (a leading literal, no leading `\\b`: the regex engine skips ahead to it)"""
 FILE_LINE = re.compile(r"[\w./\\-]+\.\w{1,8}:\d+|File \"[^\"]+\", line \d+")
-_LEVEL = re.compile(r"\b(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|FATAL|CRITICAL|SEVERE)\b")
+_LEVEL = re.compile(r"(TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|FATAL|CRITICAL|SEVERE)\b")
 _STAMP = re.compile(r"^[^\w\n]{0,2}(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\d\d:\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d)")
 _TEST_SUMMARY = re.compile(
     r"^=+ .*\b(?:passed|failed|errors?|skipped|deselected|xfailed|no tests ran)\b.*=+$"
@@ -56,23 +60,26 @@ _DIFF_FILE = re.compile(
     r"|rename (?:from|to) |Binary files )"
 )
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
-_NUMBERED = re.compile(r"^\s*\d+(?:→|\t|:|\|)")
-_NUMBER_PREFIX = re.compile(r"^\s*\d+(?:→|\t|: ?|\|)")
+_NUMBERED = re.compile(r"^[ \t]*\d+(?:→|\t|:|\|)")
+_NUMBER_PREFIX = re.compile(r"^[ \t]*\d+(?:→|\t|: ?|\|)")
 _DEFINITION = re.compile(
-    r"^\s*(?:(?:async\s+)?def\s|class\s|(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b|(?:pub(?:\([\w:]+\))?\s+)?"
+    r"^[ \t]*(?:(?:async\s+)?def\s|class\s|(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b|(?:pub(?:\([\w:]+\))?\s+)?"
     r"(?:async\s+)?fn\s|func\s|impl\b|struct\s|enum\s|trait\s|interface\s|type\s+\w+\s*=|(?:public|private|protected|"
     r"internal|static)\s[\w<>\[\], ]*\(|module\s|#define\s|(?:const|let|var)\s+\w+\s*=\s*(?:async\s*)?\()"
 )
-_DECORATOR = re.compile(r"^\s*@\w")
-_IMPORT = re.compile(r"^\s*(?:import\s|from\s+\S+\s+import\s|#include\s|use\s+\w|require\()")
+_DECORATOR = re.compile(r"^[ \t]*@\w")
+_IMPORT = re.compile(r"^[ \t]*(?:import\s|from\s+\S+\s+import\s|#include\s|use\s+\w|require\()")
 _DIGITS = re.compile(r"\d+")
 _BLANK = re.compile(r"^[ \t\r\f\v]*$", re.M)
 _LEVELED = re.compile(r"^(?:[^\n]*?" + _LEVEL.pattern + "|" + _STAMP.pattern[1:] + ")", re.M)
 _TEST_ANY = re.compile(f"(?:{_TEST_MARK.pattern})|(?:{_TEST_SUMMARY.pattern})", re.M)
 _HUNK_ANY = re.compile(_HUNK.pattern, re.M)
+_STAMP_ANY = re.compile(_STAMP.pattern, re.M)
 _NUMBERED_ANY = re.compile(_NUMBERED.pattern, re.M)
 _DEFINITION_ANY = re.compile(_DEFINITION.pattern, re.M)
-_ERROR_ANY = re.compile(ERROR_LINE.pattern + "|Traceback")
+_IMPORT_ANY = re.compile(_IMPORT.pattern, re.M)
+_ERROR_ANY = ERROR_LINE
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 SAMPLE = 60
 """lines a costly kind test reads first: a kind that fails on them is not tried on the rest"""
 _SEPARATORS = (",", "\t", "|")
@@ -89,22 +96,38 @@ class Ranked:
     unit: str = "lines"
 
 
-@dataclass(frozen=True, slots=True)
 class _Read:
-    """A text as the kinds read it: recognized by regexes over the whole text (C loops), ranked
-    line by line only by the kind that recognized it."""
+    """A text as the kinds read it: recognized by regexes over the whole text (C loops, each
+    tried first with a `search` that stops at the first hit), ranked line by line only by the
+    kind that recognized it."""
 
-    text: str
-    lines: Sequence[str]
-    filled: int
-    """lines with more than whitespace"""
+    __slots__ = ("_filled", "_starts", "lines", "text")
+
+    def __init__(self, text: str, lines: Sequence[str]) -> None:
+        self.text, self.lines = text, lines
+        self._filled = -1
+        self._starts: list[int] | None = None
+
+    @property
+    def starts(self) -> list[int]:
+        """The offset in `text` where each line starts."""
+        if self._starts is None:
+            self._starts = [0, *accumulate(len(line) + 1 for line in self.lines[:-1])]
+        return self._starts
+
+    @property
+    def filled(self) -> int:
+        """Lines with more than whitespace."""
+        if self._filled < 0:
+            self._filled = len(self.lines) - len(_BLANK.findall(self.text))
+        return self._filled
 
 
 def classify(lines: Sequence[str], focus: Sequence[str] = (), text: str | None = None) -> Ranked | None:
     """The first kind that recognizes `lines` (see the module doc), or None. `text`: the lines
     joined by newlines, when the caller has it."""
     text = "\n".join(lines) if text is None else text
-    read = _Read(text, lines, len(lines) - len(_BLANK.findall(text)))
+    read = _Read(text, lines)
     for kind in (_test_output, _diff, _log, _table, _source, _repetitive, _output):
         ranked = kind(read, focus)
         if ranked is not None:
@@ -132,15 +155,28 @@ def _ends(ranks: list[int], count: int, rank: int) -> None:
         _lower(ranks, i, rank)
 
 
-def _errors(lines: Sequence[str], ranks: list[int]) -> bool:
+def _matching_lines(read: _Read, pattern: re.Pattern[str]) -> list[int]:
+    """Indexes of the lines of `read` where `pattern` (a multiline regex) matches: one pass of
+    the regex over the whole text, offsets mapped to lines by bisection."""
+    starts = read.starts
+    found: list[int] = []
+    for match in pattern.finditer(read.text):
+        line = bisect_right(starts, match.start()) - 1
+        if not found or found[-1] != line:
+            found.append(line)
+    return found
+
+
+def _errors(read: _Read, ranks: list[int]) -> bool:
     """Rank error lines 1 (a line of context 4) and Python tracebacks: the header 2, the last
     frame and the exception line 1, the last frame's code 2, the other frames 4. Whether any
     was found."""
-    found = False
+    lines = read.lines
     n = len(lines)
-    for i, line in enumerate(lines):
-        if "Traceback (most recent call last)" in line:
-            found = True
+    errors = _matching_lines(read, ERROR_LINE)
+    tracebacks = set(_matching_lines(read, _TRACEBACK))
+    for i in errors:
+        if i in tracebacks:
             _lower(ranks, i, 2)
             j, frame = i + 1, -1
             while j < n and (lines[j].startswith((" ", "\t")) or not lines[j]):
@@ -152,11 +188,10 @@ def _errors(lines: Sequence[str], ranks: list[int]) -> bool:
                 _lower(ranks, frame, 1)
                 _lower(ranks, frame + 1, 2)
             _lower(ranks, j, 1)
-        elif ERROR_LINE.search(line):
-            found = True
+        else:
             _lower(ranks, i, 1)
             _around(ranks, i, 1, 4)
-    return found
+    return bool(errors)
 
 
 def _focus(lines: Sequence[str], focus: Sequence[str], ranks: list[int], rank: int, radius: int) -> bool:
@@ -178,7 +213,7 @@ def _test_output(read: _Read, focus: Sequence[str]) -> Ranked | None:
         return None
     lines = read.lines
     ranks = _ranks(lines)
-    _errors(lines, ranks)
+    _errors(read, ranks)
     for i, line in enumerate(lines):
         if _TEST_SUMMARY.search(line) or _TEST_FAILURE.search(line):
             _lower(ranks, i, 1)
@@ -222,7 +257,12 @@ def _level_note(gap: Sequence[str]) -> str:
 
 
 def _log(read: _Read, focus: Sequence[str]) -> Ranked | None:
-    if read.filled < 8 or len(_LEVELED.findall(read.text)) * 10 < read.filled * 4:
+    text = read.text
+    if not (_LEVEL.search(text) or _STAMP_ANY.search(text)) or read.filled < 8:
+        return None
+    stamped = len(_STAMP_ANY.findall(text))
+    leveled = stamped if stamped * 10 >= read.filled * 4 else len(_LEVELED.findall(text))
+    if leveled * 10 < read.filled * 4:
         return None
     lines = read.lines
     ranks = _ranks(lines)
@@ -236,7 +276,7 @@ def _log(read: _Read, focus: Sequence[str]) -> Ranked | None:
         elif name in ("WARN", "WARNING"):
             _lower(ranks, i, 2)
             _around(ranks, i, 1, 4)
-    _errors(lines, ranks)
+    _errors(read, ranks)
     _focus(lines, focus, ranks, 2, 1)
     _ends(ranks, 2, 3)
     return Ranked("log", "errors, warnings, first and last lines", ranks, _level_note)
@@ -245,9 +285,12 @@ def _log(read: _Read, focus: Sequence[str]) -> Ranked | None:
 def _table(read: _Read, focus: Sequence[str]) -> Ranked | None:
     if read.filled < 6:
         return None
-    lines = read.lines
+    lines, text = read.lines, read.text
+    separators = [sep for sep in _SEPARATORS if text.count(sep) * 10 >= read.filled * 8]  # one a row at least
+    if not separators:
+        return None
     filled = [line for line in lines[: SAMPLE * 2] if line.strip()][:SAMPLE]
-    for separator in _SEPARATORS:
+    for separator in separators:
         if _aligned(filled, separator) and _aligned([line for line in lines if line.strip()], separator):
             break
     else:
@@ -279,14 +322,17 @@ def _source(read: _Read, focus: Sequence[str]) -> Ranked | None:
     filled, text = read.filled, read.text
     if filled < 8:
         return None
-    numbered = len(_NUMBERED_ANY.findall(text)) * 10 >= filled * 7
+    numbered = _NUMBERED_ANY.search(text) is not None and len(_NUMBERED_ANY.findall(text)) * 10 >= filled * 7
     if not numbered:
-        found = len(_DEFINITION_ANY.findall(text))
+        found = len(_DEFINITION_ANY.findall(text)) if _DEFINITION_ANY.search(text) else 0
         if found < 2 or found * 40 < filled:
             return None
     lines = read.lines
-    code = [_code(line) for line in lines] if numbered else list(lines)
-    definitions = [i for i, line in enumerate(code) if _DEFINITION.match(line)]
+    if numbered:
+        code: Sequence[str] = [_code(line) for line in lines]
+        definitions = [i for i, line in enumerate(code) if _DEFINITION.match(line)]
+    else:
+        code, definitions = lines, _matching_lines(read, _DEFINITION_ANY)
     ranks = _ranks(lines)
     for i in definitions:
         _lower(ranks, i, 2)
@@ -294,9 +340,10 @@ def _source(read: _Read, focus: Sequence[str]) -> Ranked | None:
         while j >= 0 and _DECORATOR.match(code[j]):
             _lower(ranks, j, 4)
             j -= 1
-    for i, line in enumerate(code):
-        if _IMPORT.match(line):
-            _lower(ranks, i, 6)
+    for i in (
+        _matching_lines(read, _IMPORT_ANY) if not numbered else (i for i, c in enumerate(code) if _IMPORT.match(c))
+    ):
+        _lower(ranks, i, 6)
     kept = "definitions"
     if _focus(code, focus, ranks, 1, 2):
         kept += ", lines around " + ", ".join(repr(term) for term in focus[:3])
@@ -328,7 +375,7 @@ def _repetitive(read: _Read, focus: Sequence[str]) -> Ranked | None:
     for i, line in enumerate(lines):
         if line.strip() and template(line) in rare:
             _lower(ranks, i, outlier_rank)
-    if not _errors(lines, ranks) and not outliers:
+    if not _errors(read, ranks) and not outliers:
         return None  # the same line over and over: head + tail says as much
     _focus(lines, focus, ranks, 2, 0)
     _ends(ranks, 1, 4)
@@ -345,7 +392,7 @@ def _output(read: _Read, focus: Sequence[str]) -> Ranked | None:
         return None
     lines = read.lines
     ranks = _ranks(lines)
-    if not _errors(lines, ranks):
+    if not _errors(read, ranks):
         return None
     _focus(lines, focus, ranks, 2, 0)
     _ends(ranks, 2, 4)

@@ -240,7 +240,8 @@ def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[
     reading the groups up to its `context_horizon`; protected slots untouched."""
     config = ctx.config.tool_results
     renderer = ctx.renderer if ctx.renderer is not None else PLAIN
-    sizing = ctx.budget.sizing
+    keep, quantum = recent_groups(config, ctx.budget.sizing)
+    span = max(1, keep) - 1
     groups = ctx.groups
     out: list[Slot] = []
     entries: list[TrimEntry] = []
@@ -249,7 +250,8 @@ def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[
             out.append(slot)
             continue
         index = slot.index
-        later = tuple(groups[index + 1 : context_horizon(index, boundary, config, sizing)])
+        end = min((index // quantum + 1) * quantum, boundary)  # `context_horizon`, inlined
+        later = tuple(groups[index + 1 : end + span]) if end > 0 else ()
         new_slot, new_entries = renderer.trimmed_slot(slot, index < boundary, later, ctx, shape_slot)
         out.append(new_slot)
         entries.extend(new_entries)
