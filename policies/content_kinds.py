@@ -63,8 +63,8 @@ _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
 _NUMBERED = re.compile(r"^[ \t]*\d+(?:→|\t|:|\|)")
 _NUMBER_PREFIX = re.compile(r"^[ \t]*\d+(?:→|\t|: ?|\|)")
 _DEFINITION = re.compile(
-    r"^[ \t]*(?:(?:async\s+)?def\s|class\s|(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b|(?:pub(?:\([\w:]+\))?\s+)?"
-    r"(?:async\s+)?fn\s|func\s|impl\b|struct\s|enum\s|trait\s|interface\s|type\s+\w+\s*=|(?:public|private|protected|"
+    r"^[ \t]*(?:(?:async\s+)?def\s|class\s|(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b"
+    r"|(?:pub(?:\([\w:]+\))?\s+)?(?:async\s+)?fn\s|func\s|impl\b|struct\s|enum\s|trait\s|interface\s|type\s+\w+\s*=|(?:public|private|protected|"
     r"internal|static)\s[\w<>\[\], ]*\(|module\s|#define\s|(?:const|let|var)\s+\w+\s*=\s*(?:async\s*)?\()"
 )
 _DECORATOR = re.compile(r"^[ \t]*@\w")
