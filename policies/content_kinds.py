@@ -40,7 +40,6 @@ ERROR_LINE = re.compile(
     re.M,
 )
 """an error line (a leading literal, no leading `\\b`: the regex engine skips ahead to it)"""
-FILE_LINE = re.compile(r"[\w./\\-]+\.\w{1,8}:\d+|File \"[^\"]+\", line \d+")
 _LEVEL = re.compile(r"(TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|FATAL|CRITICAL|SEVERE)\b")
 _STAMP = re.compile(r"^[^\w\n]{0,2}(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d|\d\d:\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d)")
 _TEST_SUMMARY = re.compile(

@@ -107,8 +107,3 @@ def gap_line(gap: Sequence[str], note: GapNote | None, unit: str = "lines") -> s
     count = len(gap)
     word = unit if count != 1 else unit.rstrip("s")
     return f"[... {count:,} {word} left out{': ' + what if what else ''} ...]"
-
-
-def left_out(picked: Picked, total: int) -> int:
-    """How many of `total` lines the excerpt leaves out (cut lines count as kept)."""
-    return total - len(picked.kept)
