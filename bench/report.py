@@ -11,6 +11,7 @@ from bench.targets import row_where
 
 CLOSING_NOTE = Path(__file__).resolve().parent / "optimisations.md"
 CONTINUITY = Path(__file__).resolve().parent / "continuity" / "RESULTS.md"
+LOSSLESS = Path(__file__).resolve().parent / "LOSSLESS.md"
 """The last recorded `python -m bench.continuity --record` (a run of its own, not of `python -m bench`)."""
 
 
@@ -313,6 +314,8 @@ def render(report: dict[str, Any]) -> str:
         lines += _table(native.get("top_symbols", []), [("name", "shared object and symbol"), ("pct", "% samples")])
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
+    if LOSSLESS.exists():  # `python -m bench.lossless --record`
+        lines += ["", LOSSLESS.read_text().rstrip()]
     if CONTINUITY.exists():
         lines += ["", CONTINUITY.read_text().rstrip()]
     if CLOSING_NOTE.exists():  # what was optimised and what each step measured (hand-written)

@@ -19,6 +19,7 @@ from policies.base import (
     ProjectionRecord,
     SettingError,
     ToolResultsConfig,
+    ToolRule,
     TrimEntry,
 )
 from policies.projection import STEPS, project
@@ -36,6 +37,7 @@ __all__ = [
     "ProjectionRecord",
     "SettingError",
     "ToolResultsConfig",
+    "ToolRule",
     "TrimEntry",
     "project",
 ]

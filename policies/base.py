@@ -123,9 +123,42 @@ class Budget:
         return self.nominal_input or self.input_budget
 
 
+RULE_ACTIONS = ("keep", "trim", "type-aware")
+
+
+@dataclass(frozen=True)
+class ToolRule:
+    """A per-tool rule of `ToolResultsConfig.rules` (`policies.tool_rules`): results of the
+    tools whose name matches the glob `tool` are kept whole (`keep`), cut head + tail (`trim`) or
+    trimmed repeats first, then by content (`type-aware`, what tools no rule names get);
+    `max_chars` caps them once old instead of `old_max_chars`; `keep_last_n` treats only the
+    tool's n newest results as recent, older ones as old even among the recent groups."""
+
+    tool: str
+    action: str = "type-aware"
+    max_chars: int | None = None
+    keep_last_n: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tool, str) or not self.tool:
+            raise SettingError("tool", "tool must be a tool name or a glob such as 'mcp__*'")
+        if self.action not in RULE_ACTIONS:
+            raise SettingError("action", f"action must be one of {RULE_ACTIONS}, got {self.action!r}")
+        if self.max_chars is not None and self.max_chars < 0:
+            raise SettingError("max_chars", f"max_chars must be >= 0, got {self.max_chars}")
+        if self.keep_last_n is not None and self.keep_last_n < 1:
+            raise SettingError("keep_last_n", f"keep_last_n must be >= 1, got {self.keep_last_n}")
+        if self.action == "keep" and (self.max_chars is not None or self.keep_last_n is not None):
+            raise SettingError(
+                "action", "a kept tool's results are never trimmed: max_chars and keep_last_n do not apply"
+            )
+
+
 @dataclass(frozen=True)
 class ToolResultsConfig:
-    """Settings of `trim_tool_results` (see that module for the batching rule)."""
+    """Settings of `trim_tool_results` (see that module for the batching rule); `rules`: per-tool
+    rules, the first whose glob matches a tool's name applies (`exclude_tools` are `keep` rules
+    ahead of them)."""
 
     keep_recent_groups: int = 4
     recent_max_chars: int = 8000
@@ -133,9 +166,15 @@ class ToolResultsConfig:
     head_ratio: float = 0.5
     exclude_tools: tuple[str, ...] = ()
     clear_at_least: int = 4
+    rules: tuple[ToolRule, ...] = ()
 
     def __post_init__(self) -> None:
         _as_tuple(self, "exclude_tools")
+        if isinstance(self.rules, list):
+            object.__setattr__(self, "rules", tuple(self.rules))
+        for rule in self.rules:
+            if not isinstance(rule, ToolRule):
+                raise SettingError("rules", f"rules must hold ToolRule values, got {type(rule).__name__}")
         if self.keep_recent_groups < 0:
             raise SettingError("keep_recent_groups", f"keep_recent_groups must be >= 0, got {self.keep_recent_groups}")
         if self.old_max_chars < 0:
@@ -234,6 +273,8 @@ class TrimEntry:
     tool_call_id: str
     original_chars: int
     kept_chars: int
+    how: str = "head+tail"
+    """what shortened it: `head+tail`, `repeat`, `near-repeat` or a content kind (`test output`...)"""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -241,6 +282,7 @@ class TrimEntry:
             "tool_call_id": self.tool_call_id,
             "original_chars": self.original_chars,
             "kept_chars": self.kept_chars,
+            "how": self.how,
         }
 
 

@@ -219,16 +219,13 @@ def render_slot(index: int, group: Group, is_last: bool, keep: bool, protected: 
     return Slot(index, group, group.seqs, group.messages, group.item_tokens, keep, protected)
 
 
-TrimOne = Callable[
-    [Slot, Message, int, float, int, CountFn, str | None],
-    tuple[str, tuple[dict[str, object], TrimEntry] | None, int],
-]
-"""(slot, tool message, max_chars, head_ratio, seq, count, recall tool) -> (tool name, trimmed
-message and its entry or None, tokens of the trimmed message): one tool result's trimmed form,
-see `trim_tool_results.trim_one`"""
+ShapeOne = Callable[[Message, Any, CountFn], tuple[tuple[dict[str, object], TrimEntry] | None, int]]
+"""(tool message, its `trim_result.Shaping`, count) -> (trimmed message and its entry or None,
+tokens of the trimmed message): one tool result's trimmed form, see `trim_tool_results.shape_one`"""
 
-CapSlot = Callable[[Slot, int, StepContext, TrimOne | None], tuple[Slot, list[TrimEntry]]]
-"""(slot, max_chars, ctx, trim_one) -> the slot with its tool results capped and their entries"""
+ShapeSlot = Callable[[Slot, bool, Sequence[Group], StepContext, ShapeOne | None], tuple[Slot, list[TrimEntry]]]
+"""(slot, old, the later groups it may read, ctx, shape_one) -> the slot with its tool results
+trimmed and their entries, see `trim_tool_results.shape_slot`"""
 
 
 class Renderer:
@@ -256,10 +253,11 @@ class Renderer:
         return block, sum(count(message) for message in block)
 
     def trimmed_slot(
-        self, slot: Slot, max_chars: int, ctx: StepContext, cap: CapSlot
+        self, slot: Slot, old: bool, later: Sequence[Group], ctx: StepContext, shape: ShapeSlot
     ) -> tuple[Slot, Sequence[TrimEntry]]:
-        """`slot` with its tool results capped at `max_chars` (`cap` is how: the caller's rule)."""
-        return cap(slot, max_chars, ctx, None)
+        """`slot` with its tool results trimmed, as old or recent, reading `later` (`shape` is
+        how: the caller's rule)."""
+        return shape(slot, old, later, ctx, None)
 
 
 PLAIN = Renderer()

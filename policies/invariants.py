@@ -17,6 +17,8 @@ does not run them).
    and sent.
 5. `within_budget` — projected input tokens fit the input budget; `pruned_marked` — a request
    that dropped events carries the marker naming each of them (never a silent drop).
+6. `repeats_lossless` — every result sent as a repeat or near-repeat marker gives back exactly
+   its original text from the events it names (`repeats.reconstruct`, what recall reads).
 
 Example::
 
@@ -33,6 +35,7 @@ from policies.base import Budget, Checkpoint, Item, Message, Projection, Project
 from policies.fit_latest import FIT_MARKER_START
 from policies.groups import group_items, last_index, split_prefix
 from policies.prune_groups import PRUNED_MARKER_START
+from policies.repeats import MARKER_STARTS, marker_event, reconstruct
 from policies.text import content_text, tool_call_ids
 
 
@@ -179,6 +182,24 @@ def pruned_marked(messages: Sequence[Message], projection_record: ProjectionReco
     return [f"pruned events not named by the marker: {missing[:10]}"] if missing else []
 
 
+def repeats_lossless(items: Sequence[Item], messages: Sequence[Message]) -> list[str]:
+    """Invariant 6 over the messages sent for `items`."""
+    texts = {
+        item.seq: content_text(item.message.get("content")) for item in items if item.message.get("role") == "tool"
+    }
+    violations: list[str] = []
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        if message.get("role") != "tool" or not isinstance(content, str) or not content.startswith(MARKER_STARTS):
+            continue
+        seq = marker_event(content)
+        if seq is None or seq not in texts:
+            violations.append(f"message {index}: a repeat marker names no stored result of its own")
+        elif reconstruct(content, texts.get) != texts[seq]:
+            violations.append(f"message {index}: the repeat marker of e{seq} does not give back its text")
+    return violations
+
+
 def check_all(
     prefix: Sequence[Message],
     items: Sequence[Item],
@@ -196,5 +217,6 @@ def check_all(
         "coverage": coverage(items, checkpoint, projection.record),
         "within_budget": within_budget(projection.record.sent_tokens, budget),
         "pruned_marked": pruned_marked(messages, projection.record),
+        "repeats_lossless": repeats_lossless(items, messages),
     }
     return [f"{name}: {violation}" for name, found in checks.items() for violation in found]

@@ -5,16 +5,24 @@ a few turns later. Seed 002 keeps 8,000 chars for the last turns and 400 for old
 
 Rules (ToolResultsConfig):
 - groups older than the most recent `keep_recent_groups` are "old": each tool result longer than
-  `old_max_chars` becomes head + marker + tail, `old_max_chars` kept in total;
-- the rest are "recent": capped the same way at `recent_max_chars`;
+  `old_max_chars` is shortened to about that; the rest are "recent": capped at `recent_max_chars`;
+- lossless first (`trim_result`): a result identical to a later one (old or recent, whatever
+  its size past `REPEAT_MIN_CHARS`) becomes a marker naming that event, one that is the same call
+  as a later one a few lines apart becomes the line delta against it (`policies.repeats`); the
+  newest of them, and the protected groups, stay whole; then by content: test output keeps its
+  failures, a log its errors, JSON its structure, a diff its headers and changed lines
+  (`policies.shaping`); text of no kind is cut head + tail;
+- text a later tool call quotes verbatim (an edit's `old_string`) is never left out of the newest
+  result holding it (`policies.later`);
+- per-tool rules (`rules`, `policies.tool_rules`): `keep`, `trim` (head + tail), `type-aware`,
+  their own cap (`max_chars`), only the newest `keep_last_n` results kept as recent;
 - results of `exclude_tools`, pinned messages, the newest user turn and the in-flight last
   group are never touched;
 - the marker says what happened and where to get the rest:
   `[trimmed: tool result of bash, 48,210 chars; first 200 and last 200 kept; event 57]`, and
   when the request offers the recall tool, that it can fetch it:
   `[trimmed: tool result of bash, 48,210 chars; first 200 and last 200 kept; event 57;
-  ctxproxy_recall can fetch it]` (a function of the result and the tool name alone, so the
-  bytes stay the same from turn to turn).
+  ctxproxy_recall can fetch it]`.
 
 Pass-through: while no checkpoint applies and the request as the client sent it fits the input
 budget (`late_trim`, default the whole of it; never below the trigger), nothing is trimmed -- the
@@ -25,7 +33,11 @@ crosses that line it stays trimmed.
 Invariant (cache-friendly prefix, DESIGN 11): the old/recent boundary is counted in groups over
 the WHOLE branch history (covered groups included), then rounded down to a multiple of
 `clear_at_least`. Appending a group moves it only every `clear_at_least` groups, so consecutive
-turns produce byte-identical prefixes in between and upstream prompt caches keep hitting.
+turns produce byte-identical prefixes in between and upstream prompt caches keep hitting. What a
+result's rendering reads of later groups (repeats, quotes, newer results of its tool) ends at its
+horizon (`context_horizon`): the groups the history held when the boundary last moved, never
+past the one that made it old, so an old result's bytes never change again and a recent one's
+change only when the boundary moves.
 
 Small windows: at most one recent group per `RECENT_GROUP_TOKENS` of input budget (and the
 quantum no larger than that), so a 16k-window model keeps one recent group whole, not four:
@@ -43,11 +55,36 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from policies.base import Message, ToolResultsConfig, TrimEntry
-from policies.draft import PLAIN, CountFn, Draft, Slot, StepContext, TrimOne
-from policies.text import content_text, cut_text, non_text_parts, with_content
+from policies.draft import PLAIN, CountFn, Draft, ShapeOne, Slot, StepContext
+from policies.groups import Group
+from policies.later import Later, call_of
+from policies.text import content_text
+from policies.tool_rules import floor_cap, treatment
+from policies.trim_result import Shaping, Trimmed, recall_hint, shape_message, trim_marker, trim_message
+
+__all__ = [
+    "RECENT_GROUP_TOKENS",
+    "REPEAT_MIN_CHARS",
+    "cap_slot",
+    "context_horizon",
+    "first_reader",
+    "previous_boundary",
+    "recall_hint",
+    "recent_groups",
+    "shape_one",
+    "shape_slot",
+    "trim_boundary",
+    "trim_marker",
+    "trim_message",
+    "trim_slots",
+    "trim_tool_results",
+    "trimmed",
+]
 
 RECENT_GROUP_TOKENS = 8000
 """input budget per recent group: a 16k window keeps one recent group, 32k three, 128k four"""
+REPEAT_MIN_CHARS = 200
+"""a result this short is not worth a repeat marker (one is 120-170 characters)"""
 
 
 def recent_groups(config: ToolResultsConfig, input_budget: int | None = None) -> tuple[int, int]:
@@ -72,123 +109,150 @@ def previous_boundary(boundary: int, config: ToolResultsConfig, input_budget: in
     return max(0, boundary - recent_groups(config, input_budget)[1])
 
 
-def recall_hint(recall_tool: str | None) -> str:
-    """The end of a marker when the request offers the recall tool: it can fetch the rest."""
-    return f"; {recall_tool} can fetch it" if recall_tool else ""
+def context_horizon(index: int, boundary: int, config: ToolResultsConfig, input_budget: int | None = None) -> int:
+    """The end (exclusive) of the groups the result of group `index` may read (repeats, quotes,
+    newer results of its tool), for the trim `boundary`: the groups the history held when the
+    boundary moved to where it stands, or, for an old group, to where it first passed it. Every
+    group before it is whole (never the in-flight last one) and stays what it is as the history
+    grows, so the rendering of an old result never changes, and that of a recent one only when
+    the boundary moves."""
+    keep, quantum = recent_groups(config, input_budget)
+    passed = (index // quantum + 1) * quantum  # the boundary that makes `index` old
+    end = min(passed, boundary)
+    return end + max(1, keep) - 1 if end > 0 else 0  # a boundary at 0 stands from the first group on
 
 
-def trim_marker(
-    tool_name: str, original_chars: int, head: int, tail: int, seq: int, dropped: int, recall_tool: str | None = None
-) -> str:
-    extra = f"; {dropped} non-text part(s) dropped" if dropped else ""
-    return (
-        f"[trimmed: tool result of {tool_name}, {original_chars:,} chars; "
-        f"first {head:,} and last {tail:,} kept; event {seq}{extra}{recall_hint(recall_tool)}]"
-    )
-
-
-def trim_message(
-    message: Message, *, max_chars: int, head_ratio: float, tool_name: str, seq: int, recall_tool: str | None = None
-) -> tuple[dict[str, object], TrimEntry] | None:
-    """The trimmed copy of a tool result and its record, or None when it already fits."""
-    content = message.get("content")
-    text = content_text(content)
-    if len(text) <= max_chars:
-        return None
-    head, tail = cut_text(text, max_chars, head_ratio)
-    marker = trim_marker(tool_name, len(text), len(head), len(tail), seq, non_text_parts(content), recall_tool)
-    parts = [part for part in (head, marker, tail) if part]
-    if sum(len(part) + 1 for part in parts) >= len(text):
-        return None  # the marker would cost more than the cut saves
-    trimmed = with_content(message, "\n".join(parts))
-    tool_call_id = str(message.get("tool_call_id", ""))
-    return trimmed, TrimEntry(seq, tool_call_id, len(text), len(head) + len(tail))
+def first_reader(group: int, boundary: int, config: ToolResultsConfig, input_budget: int | None = None) -> int:
+    """The first group whose results read group `group` or a later one (its `context_horizon`
+    lies past `group`); `group` itself when no earlier one does. A memo that knows groups from
+    `group` on changed re-renders from here."""
+    first = group
+    while first > 0 and context_horizon(first - 1, boundary, config, input_budget) > group:
+        first -= 1
+    return first
 
 
 def cap_slot(
-    slot: Slot,
-    max_chars: int,
-    ctx: StepContext,
-    trim_one: TrimOne | None = None,
-    *,
-    exclude: tuple[str, ...] | None = None,
+    slot: Slot, max_chars: int, ctx: StepContext, *, exclude: tuple[str, ...] | None = None
 ) -> tuple[Slot, list[TrimEntry]]:
-    """Cap every eligible tool result of `slot` at `max_chars` (pinned ones and those of the
-    `exclude` tools untouched; default: the policy's `exclude_tools`), head + tail by the
-    policy's `head_ratio`, with markers naming the recall tool the request offers (a `CapSlot`:
-    what a `Renderer` trims with).
-
-    `trim_one`: how one result's trimmed form is found (e.g. remembered between projections);
-    it must return what `trim_one` below does. None: computed here, skipping the tool-name
-    lookup for results that fit (the hot path on long histories)."""
+    """Cap every eligible tool result of `slot` at `max_chars` head + tail (pinned ones and those
+    of the `exclude` tools untouched; default: the policy's `exclude_tools`), with markers naming
+    the recall tool the request offers: the last resort of `prune_groups`, blind to content."""
     config = ctx.config.tool_results
-    head_ratio, pinned, count, recall_tool = config.head_ratio, ctx.pinned, ctx.count, ctx.recall_tool
     exclude = config.exclude_tools if exclude is None else exclude
     entries: list[TrimEntry] = []
-    messages: list[Message] | None = None
-    counts: list[int] | None = None
+    out = slot
     for position, (seq, message) in enumerate(zip(slot.seqs, slot.messages, strict=True)):
-        if seq is None or message.get("role") != "tool" or seq in pinned:
+        if seq is None or message.get("role") != "tool" or seq in ctx.pinned:
             continue
-        if trim_one is not None:
-            tool_name, result, tokens = trim_one(slot, message, max_chars, head_ratio, seq, count, recall_tool)
-            if result is None or tool_name in exclude:
-                continue
-        else:
-            if len(content_text(message.get("content"))) <= max_chars:
-                continue  # fits: skip the name lookup (hot path on long histories)
-            tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
-            if tool_name in exclude:
-                continue
-            result = trim_message(
-                message,
-                max_chars=max_chars,
-                head_ratio=head_ratio,
-                tool_name=tool_name,
-                seq=seq,
-                recall_tool=recall_tool,
-            )
-            if result is None:
-                continue
-            tokens = count(result[0])
-        trimmed, entry = result
-        if messages is None or counts is None:
-            messages, counts = list(slot.messages), list(slot.tokens)
-        messages[position] = trimmed
-        counts[position] = tokens
-        entries.append(entry)
-    if messages is None or counts is None:
-        return slot, entries
-    return replace(slot, messages=tuple(messages), tokens=tuple(counts)), entries
+        if len(content_text(message.get("content"))) <= max_chars:
+            continue  # fits: skip the name lookup (hot path on long histories)
+        tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
+        if tool_name in exclude:
+            continue
+        result = trim_message(
+            message,
+            max_chars=max_chars,
+            head_ratio=config.head_ratio,
+            tool_name=tool_name,
+            seq=seq,
+            recall_tool=ctx.recall_tool,
+        )
+        if result is None:
+            continue
+        out = out.with_message(position, result[0], ctx.count(result[0]))
+        entries.append(result[1])
+    return out, entries
 
 
-def trim_one(
-    slot: Slot, message: Message, max_chars: int, head_ratio: float, seq: int, count: CountFn, recall_tool: str | None
-) -> tuple[str, tuple[dict[str, object], TrimEntry] | None, int]:
-    """(tool name, `trim_message` result, tokens of the trimmed message) of one tool result of
-    `slot` (a `TrimOne`); ("", None, 0) when it fits."""
-    if len(content_text(message.get("content"))) <= max_chars:
-        return "", None, 0
-    tool_name = slot.group.tool_name(str(message.get("tool_call_id", "")))
-    result = trim_message(
-        message, max_chars=max_chars, head_ratio=head_ratio, tool_name=tool_name, seq=seq, recall_tool=recall_tool
-    )
-    return tool_name, result, count(result[0]) if result is not None else 0
+def shape_one(message: Message, spec: Shaping, count: CountFn) -> tuple[Trimmed | None, int]:
+    """(`trim_result.shape_message` of the result, tokens of the trimmed message) (a `ShapeOne`)."""
+    result = shape_message(message, spec)
+    return result, count(result[0]) if result is not None else 0
+
+
+def shape_slot(
+    slot: Slot, old: bool, later: Sequence[Group], ctx: StepContext, shape: ShapeOne | None = None
+) -> tuple[Slot, list[TrimEntry]]:
+    """Trim the eligible tool results of `slot` (a group below the boundary when `old`), reading
+    `later` (the groups after it up to its `context_horizon`) for repeats, quotes and newer
+    results of the same tool (a `ShapeSlot`: what a `Renderer` trims with).
+
+    `shape`: how one result's trimmed form is found (e.g. remembered between projections); it
+    must return what `shape_one` does."""
+    config = ctx.config.tool_results
+    floor = min(floor_cap(config, old), REPEAT_MIN_CHARS)
+    shape = shape_one if shape is None else shape
+    entries: list[TrimEntry] = []
+    out = slot
+    reader: Later | None = None
+    for position, (seq, message) in enumerate(zip(slot.seqs, slot.messages, strict=True)):
+        if seq is None or message.get("role") != "tool" or seq in ctx.pinned:
+            continue
+        text = content_text(message.get("content"))
+        if len(text) <= floor:
+            continue  # fits whatever its tool and too short to repeat: no lookup (the hot path)
+        tool, arguments = call_of(slot.group, str(message.get("tool_call_id", "")))
+        how = treatment(config, tool)
+        if how.action == "keep":
+            continue
+        if reader is None:
+            reader = Later(later)
+        as_old = old
+        if how.keep_last_n is not None:
+            as_old = reader.count(tool) >= how.keep_last_n  # superseded: old; else kept as recent
+        cap = how.old_cap if as_old else how.recent_cap
+        repeats = how.action == "type-aware" and len(text) > REPEAT_MIN_CHARS
+        if len(text) <= cap and not repeats:
+            continue
+        after = [content_text(m.get("content")) for m in slot.messages[position + 1 :] if m.get("role") == "tool"]
+        quotes = reader.quotes(text, after)
+        twin = near = None
+        if repeats:
+            twin = None if quotes else reader.twin(text)  # a quoted result keeps its own bytes
+            near = None if twin is not None else reader.near(tool, arguments, text)
+        if len(text) <= cap and twin is None and near is None:
+            continue
+        spec = Shaping(
+            seq=seq,
+            tool=tool,
+            arguments=arguments,
+            max_chars=cap,
+            action=how.action,
+            head_ratio=config.head_ratio,
+            recall_tool=ctx.recall_tool,
+            twin=twin,
+            near=near.seq if near is not None else None,
+            reference=near.text if near is not None else None,
+            quotes=quotes,
+        )
+        result, tokens = shape(message, spec, ctx.count)
+        if result is None:
+            continue
+        out = out.with_message(position, result[0], tokens)
+        entries.append(result[1])
+    return out, entries
 
 
 def trim_slots(slots: Sequence[Slot], boundary: int, ctx: StepContext) -> tuple[tuple[Slot, ...], list[TrimEntry]]:
-    """`slots` with the results of tool-call groups capped: old ones (index below `boundary`)
-    at `old_max_chars`, the rest at `recent_max_chars`; protected slots untouched."""
+    """`slots` with the results of tool-call groups trimmed: old ones (index below `boundary`)
+    to `old_max_chars`, the rest capped at `recent_max_chars` (per-tool rules aside), each
+    reading the groups up to its `context_horizon`; protected slots untouched."""
     config = ctx.config.tool_results
     renderer = ctx.renderer if ctx.renderer is not None else PLAIN
+    keep, quantum = recent_groups(config, ctx.budget.sizing)
+    span = max(1, keep) - 1
+    groups = ctx.groups
     out: list[Slot] = []
     entries: list[TrimEntry] = []
     for slot in slots:
         if slot.protected or slot.group.kind != "tool_call":  # only tool_call groups hold results
             out.append(slot)
             continue
-        max_chars = config.old_max_chars if slot.index < boundary else config.recent_max_chars
-        new_slot, new_entries = renderer.trimmed_slot(slot, max_chars, ctx, cap_slot)
+        index = slot.index
+        end = min((index // quantum + 1) * quantum, boundary)  # `context_horizon`, inlined
+        later = tuple(groups[index + 1 : end + span]) if end > 0 else ()
+        new_slot, new_entries = renderer.trimmed_slot(slot, index < boundary, later, ctx, shape_slot)
         out.append(new_slot)
         entries.extend(new_entries)
     return tuple(out), entries

@@ -26,11 +26,12 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from policies.base import Item, Message, TrimEntry
-from policies.draft import CapSlot, CountFn, Renderer, Slot, StepContext, render_slot
+from policies.draft import CountFn, Renderer, ShapeSlot, Slot, StepContext, render_slot
 from policies.groups import Group
 from policies.history_index import HistoryIndex, SharedPrefix, index_items
 from policies.memo.tail import TailState
-from policies.trim_tool_results import trim_one
+from policies.trim_result import Shaping, Trimmed
+from policies.trim_tool_results import shape_one
 
 
 class ProjectionCache:
@@ -142,39 +143,34 @@ class MemoRenderer(Renderer):
         return block, tokens
 
     def trimmed_slot(
-        self, slot: Slot, max_chars: int, ctx: StepContext, cap: CapSlot
+        self, slot: Slot, old: bool, later: Sequence[Group], ctx: StepContext, shape: ShapeSlot
     ) -> tuple[Slot, Sequence[TrimEntry]]:
-        # the same slot object trimmed the same way: reuse the result (and its objects)
+        # the same slot object trimmed the same way, reading the same later groups (compared by
+        # identity first, then by value: equal groups render alike): reuse the result (and its objects)
         cache = self.cache
-        config = ctx.config.tool_results
         pinned_here = ctx.pinned.intersection(slot.seqs)
-        key = ("slot_trim", id(slot), max_chars)
-        settings = (config.head_ratio, config.exclude_tools, pinned_here, ctx.recall_tool)
+        key = ("slot_trim", id(slot), old)
+        settings = (ctx.config.tool_results, pinned_here, ctx.recall_tool)
         memo = cache.get(key)
-        if memo is not None and memo[0] is slot and memo[1] is ctx.count and memo[2] == settings:
-            return memo[3], memo[4]
-        new_slot, entries = cap(slot, max_chars, ctx, self.trim_one)
-        cache.put(key, (slot, ctx.count, settings, new_slot, tuple(entries)))
+        if (
+            memo is not None
+            and memo[0] is slot
+            and memo[1] is ctx.count
+            and memo[2] == settings
+            and (memo[3] is later or memo[3] == later)
+        ):
+            return memo[4], memo[5]
+        new_slot, entries = shape(slot, old, later, ctx, self.shape_one)
+        cache.put(key, (slot, ctx.count, settings, later, new_slot, tuple(entries)))
         return new_slot, entries
 
-    def trim_one(
-        self,
-        slot: Slot,
-        message: Message,
-        max_chars: int,
-        head_ratio: float,
-        seq: int,
-        count: CountFn,
-        recall_tool: str | None,
-    ) -> tuple[str, tuple[dict[str, object], TrimEntry] | None, int]:
-        """`trim_tool_results.trim_one`, once per message object and (max_chars, head_ratio); the
-        entry is checked against everything else it depends on (seq, the calling assistant
-        message that names the tool, `count`)."""
+    def shape_one(self, message: Message, spec: Shaping, count: CountFn) -> tuple[Trimmed | None, int]:
+        """`trim_tool_results.shape_one`, once per message object and `Shaping` (everything else
+        its bytes depend on) and `count`."""
         cache = self.cache
-        key = ("trim", id(message), max_chars, head_ratio, recall_tool)
-        call = slot.group.items[0].message  # names the tool
+        key = ("shape", id(message), spec)
         memo = cache.get(key)
-        if memo is None or memo[0] is not message or memo[1] is not count or memo[2] != seq or memo[3] is not call:
-            memo = (message, count, seq, call, *trim_one(slot, message, max_chars, head_ratio, seq, count, recall_tool))
+        if memo is None or memo[0] is not message or memo[1] is not count:
+            memo = (message, count, *shape_one(message, spec, count))
             cache.put(key, memo)
-        return memo[4], memo[5], memo[6]
+        return memo[2], memo[3]

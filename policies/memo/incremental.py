@@ -18,7 +18,9 @@ renders the rest. The reused slots are exactly what a fresh render would produce
   protection and repairs change) is `groups[state.stable_groups]`, re-rendered;
 - the covered boundary, `PolicyConfig` and `count` are the same (else: rebuilt from scratch);
 - trimming of a slot depends on its side of the trim boundary: when the (quantized) boundary
-  moves, slots from the lower of the two boundaries on are re-rendered;
+  moves, slots from the lower of the two boundaries on are re-rendered; and on the groups up to
+  its `context_horizon` (repeats, quotes): slots whose horizon reaches a group that may have
+  changed are re-rendered too (`first_reader`; none while the history only grows);
 - pins of the shared items cannot change (rules read the item only; the first user message
   is shared) unless pins are released (`pins.release_pins`; the state is rebuilt when the
   released seqs or the recall tool differ), and the only other flags that change —
@@ -54,7 +56,7 @@ from policies.memo.tail import NO_TRIM, TailState
 from policies.projection import run_steps
 from policies.projection_record import Sent, projection_record
 from policies.text import clone
-from policies.trim_tool_results import previous_boundary, trim_boundary, trim_slots
+from policies.trim_tool_results import first_reader, previous_boundary, trim_boundary, trim_slots
 
 
 def project_cached(cache: ProjectionCache, inputs: Inputs, shared: SharedPrefix | None = None) -> Projection:
@@ -140,6 +142,8 @@ def project_incremental(inputs: Inputs, index: HistoryIndex, cache: ProjectionCa
         boundary = trim_boundary(len(groups), config.tool_results, budget.sizing) if state.trims else NO_TRIM
         if boundary != state.boundary and max(boundary, state.boundary) > first_uncovered:
             resume = min(resume, boundary, state.boundary)
+        if state.trims:  # results that read the groups from `resume` on are rendered again
+            resume = first_reader(resume, boundary, config.tool_results, budget.sizing)
         keep = bisect_left(state.slot_groups, resume)
         start = max(resume, first_uncovered)
     raw = render(start)

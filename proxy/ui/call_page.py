@@ -17,8 +17,11 @@ from .guard import Ctx
 from .html import cell, cost, esc, frame, json_answer, link, message_text, ms, num, query, respond, table
 from .reconstruct import CallView, Rebuilder, Row, consumers, preview, shown_record
 
-MARKER = re.compile(r"\[(?:trimmed|cut for summarization): [^\]\n]*\]")
-"""The policies' markers in rewritten text (`trim_tool_results.trim_marker`, summary_tail's cut)."""
+MARKER = re.compile(
+    r"\[(?:trimmed|repeat|near-repeat|cut for summarization): [^\]\n]*\]|\[\.\.\. [\d,]+ \w+ left out[^\]\n]*\]"
+)
+"""The policies' markers in rewritten text (`trim_result`: head + tail, by content, the lines an
+excerpt left out; `repeats`: repeat and near-repeat; summary_tail's cut)."""
 ROWS_PAGE = 300
 SHOWN_CHARS = 6000
 """Of a trimmed result and of the summary block: enough to see both sides of the rewrite."""

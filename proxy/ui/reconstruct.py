@@ -274,7 +274,7 @@ def _rows(stored: Stored, projection: Projection | None) -> list[Row]:
         elif seq in trimmed:
             entry = trimmed[seq]
             sent = results.get(entry.tool_call_id)
-            note = f"{entry.original_chars:,} chars, {entry.kept_chars:,} kept"
+            note = f"{entry.how}: {entry.original_chars:,} chars, {entry.kept_chars:,} kept"
             rows.append(Row("trimmed", seq, message, sent, item.tokens, counter(sent) if sent else 0, note))
         elif seq in pinned:
             rows.append(

@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from policies.base import Budget, Checkpoint, Item, Message, PinsConfig, PolicyConfig, ToolResultsConfig
+from policies.base import Budget, Checkpoint, Item, Message, PinsConfig, PolicyConfig, ToolResultsConfig, ToolRule
 from policies.draft import pass_through_tokens
 from policies.fit_latest import cut_result
 from policies.groups import Group, effective_boundary, group_items, last_index, render_group
@@ -25,6 +25,15 @@ from policies.summary_prompt import summary_block
 from policies.text import content_text, non_text_parts
 
 TOOL_NAMES = ("bash", "read_file", "search", "edit")
+RULES = (
+    (),
+    (),
+    (ToolRule("read_file", keep_last_n=1),),
+    (ToolRule("search", "trim", max_chars=200), ToolRule("ba*", "keep")),
+    (ToolRule("*", "trim"),),
+    (ToolRule("edit", max_chars=1200), ToolRule("read_*", "type-aware", max_chars=50, keep_last_n=2)),
+)
+"""per-tool rules a policy may draw (`ToolResultsConfig.rules`); none in a third of them"""
 SIZES = (0, 12, 200, 900, 3000, 9000, 32000)
 
 
@@ -60,16 +69,28 @@ def user_message(draw: st.DrawFn, turn: int) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
+def file_version(version: int, size: int) -> str:
+    """The text of `src/app.py` at `version`: the same file each time, a line or two changed
+    (an agent re-reading a file it edits: exact repeats and near-repeats of earlier reads)."""
+    lines = [f"{n:4d}  def step_{n}(value): return value * {n}  # the quick brown fox" for n in range(size // 60 + 1)]
+    for edit in range(version):
+        lines[(edit * 7) % len(lines)] = f"{edit:4d}  EDITED in version {edit + 1}: return None"
+    return "\n".join(lines)
+
+
 @st.composite
 def tool_group(draw: st.DrawFn, turn: int) -> list[dict[str, Any]]:
     ids = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4, unique=True))
+    rereads = {i: draw(st.integers(0, 2)) for i in ids if draw(st.integers(0, 3)) == 0}  # id -> file version
     calls = [
         {
             "id": f"call_{i}",
             "type": "function",
             "function": {
-                "name": draw(st.sampled_from(TOOL_NAMES)),
-                "arguments": json.dumps({"command": f"step {turn} call {i}"}),
+                "name": "read_file" if i in rereads else draw(st.sampled_from(TOOL_NAMES)),
+                "arguments": json.dumps(
+                    {"path": "src/app.py"} if i in rereads else {"command": f"step {turn} call {i}"}
+                ),
             },
         }
         for i in ids
@@ -80,7 +101,11 @@ def tool_group(draw: st.DrawFn, turn: int) -> list[dict[str, Any]]:
         {
             "role": "tool",
             "tool_call_id": call["id"],
-            "content": make_text(f"out{turn}.{call['id']}", draw(st.sampled_from(SIZES))),
+            "content": (
+                file_version(rereads[int(call["id"][5:])], 3000)
+                if int(call["id"][5:]) in rereads
+                else make_text(f"out{turn}.{call['id']}", draw(st.sampled_from(SIZES)))
+            ),
         }
         for call in calls
     ]
@@ -149,6 +174,7 @@ def configs(draw: st.DrawFn) -> PolicyConfig:
             head_ratio=draw(st.sampled_from((0.5, 0.7, 1.0))),
             exclude_tools=draw(st.sampled_from(((), ("search",)))),
             clear_at_least=draw(st.integers(1, 5)),
+            rules=draw(st.sampled_from(RULES)),
         ),
         pins=PinsConfig(
             first_user=draw(st.booleans()),

@@ -98,7 +98,9 @@ def test_record_to_dict_is_json_safe_and_compact() -> None:
     )
     data = json.loads(json.dumps(record.to_dict()))
     assert data["sent_seqs"] == [[2, 4], [9, 9]]
-    assert data["trimmed"] == [{"seq": 3, "tool_call_id": "c1", "original_chars": 1000, "kept_chars": 400}]
+    assert data["trimmed"] == [
+        {"seq": 3, "tool_call_id": "c1", "original_chars": 1000, "kept_chars": 400, "how": "head+tail"}
+    ]
     assert data["compaction"]["chunks"] == [{"first_seq": 2, "last_seq": 3, "items": 2, "tokens": 12}]
     assert data["repaired"] == [{"seq": 2, "tool_call_id": "c9"}]
 

@@ -136,8 +136,11 @@ TRIMMING = PolicyConfig(
 
 
 def tool_history(groups: int) -> list[Item]:
-    """A task and `groups` tool calls, each with a 3,000-char result."""
-    return items(user("go"), *[m for i in range(groups) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3000))])
+    """A task and `groups` tool calls, each with a 3,000-char result of its own (identical ones
+    would be repeats, sent as markers)."""
+    return items(
+        user("go"), *[m for i in range(groups) for m in (calls(f"c{i}"), result(f"c{i}", f"{i:04d}" + "z" * 2996))]
+    )
 
 
 def test_one_turn_more_reuses_the_previous_rendering() -> None:

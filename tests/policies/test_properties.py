@@ -21,6 +21,7 @@ from policies.projection import STEPS, project
 from policies.projection_record import make_record
 from policies.summary_prompt import PINNED_MAX_CHARS, SUMMARY_PROMPT_TOKENS, summary_block
 from policies.summary_tail import MIN_CHUNK_TOKENS, chunk_limit
+from policies.tool_rules import floor_cap
 from policies.trim_tool_results import trim_boundary
 from tests.policies.strategies import (
     Case,
@@ -90,6 +91,8 @@ def _label(result: Projection | ContextOverflow) -> None:
     ):
         if hit:
             event(name)
+    for how in sorted({entry.how for entry in record.trimmed}):
+        event(f"trimmed as {how}")
 
 
 @SETTINGS
@@ -144,7 +147,7 @@ def test_prefix_is_stable_between_batch_steps(case: Case, data: st.DataObject) -
     event("prefix compared")
     position = [g.first_seq for g in group_items(case.items)].index(last.first_seq)
     old_now = position < trim_boundary(n_new, settings_, budget)
-    cap = settings_.old_max_chars if old_now else settings_.recent_max_chars
+    cap = floor_cap(settings_, old_now)  # the smallest cap a result may get, rules included
     if not last.missing_ids and all(
         len(str(item.message.get("content") or "")) <= cap for item in last.items if item.message.get("role") == "tool"
     ):

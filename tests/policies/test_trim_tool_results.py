@@ -72,7 +72,8 @@ def test_projection_markers_and_summary_name_the_recall_tool_only_when_offered()
     from policies.projection import project
     from policies.summary_prompt import summary_block
 
-    history = items(user("task"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", "z" * 3_000))])
+    results = [f"result {i}\n" + "z" * 3_000 for i in range(12)]  # distinct: identical ones are repeats
+    history = items(user("task"), *[m for i in range(12) for m in (calls(f"c{i}"), result(f"c{i}", results[i]))])
     checkpoint = Checkpoint(1, 3, "## Goal\nthe task", 20)
     budget = Budget(200_000, 1_000)
     now = PolicyConfig(late_trim=0.8)  # the checkpoint applies though the history would fit
@@ -214,7 +215,8 @@ def test_the_recent_groups_follow_the_windows_size_not_a_learned_budget() -> Non
     follows the window itself (`Budget.nominal_input`): learning never moves the boundary back."""
     from policies.projection import project
 
-    history = items(user("task"), *[m for k in range(12) for m in (calls(f"c{k}"), result(f"c{k}", "z" * 3_000))])
+    results = [f"{k:02d}" + "z" * 3_000 for k in range(12)]  # distinct: identical ones would be repeats
+    history = items(user("task"), *[m for k in range(12) for m in (calls(f"c{k}"), result(f"c{k}", results[k]))])
     config = PolicyConfig(late_trim=0.05, trigger=0.05, target=0.01)
     sent = {
         estimate: project([], history, None, Budget(512 + estimate, 512, nominal_input=23_488), config, fake_count)

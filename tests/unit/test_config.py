@@ -385,3 +385,29 @@ def test_check_config_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
     result = check_config(broken, {})
     assert result.returncode == 1
     assert result.stderr.startswith(f"{broken}: invalid YAML:")
+
+
+def test_per_tool_rules_load_and_the_documented_ones_are_valid() -> None:
+    import re
+
+    import yaml
+
+    from policies.base import ToolRule
+
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    block = re.search(r"## Per-tool rules.*?```yaml\n(.*?)```", page, re.S)
+    assert block is not None
+    documented = yaml.safe_load(block.group(1))["policies"]
+    routes = [{**route(name), "policy": name} for name in documented]
+    config = parse_config({"routes": routes, "policies": documented}, "cfg.yaml", {})
+    claude = config.policies["claude-code"].tool_results.rules
+    assert claude[0] == ToolRule("Task", "keep") and ToolRule("mcp__*", max_chars=1000) in claude
+    assert {"codex", "pi"} <= set(config.policies)
+    bad = {"tool_results": {"rules": [{"tool": "Read"}, {"tool": "x", "action": "keep", "keep_last_n": 2}]}}
+    assert problems({"routes": [route("r")], "policies": {"default": bad}}) == [
+        "cfg.yaml: policies.default.tool_results.rules.1.action: "
+        "a kept tool's results are never trimmed: max_chars and keep_last_n do not apply"
+    ]
+    assert problems(
+        {"routes": [route("r")], "policies": {"default": {"tool_results": {"rules": [{"tool": "x", "colour": 1}]}}}}
+    ) == ["cfg.yaml: policies.default.tool_results.rules.0.colour: Extra inputs are not permitted"]

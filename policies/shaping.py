@@ -1,0 +1,125 @@
+"""A long tool result's excerpt by what it is: JSON by its structure, text by the lines that matter.
+
+Problem: `trim_tool_results` needs, for one result and a character budget, the excerpt that keeps
+most of what the model may need later, and to say what it left out. This module picks the way:
+- JSON (the whole text parses as an object or array): the structure is kept whole, each long
+  array keeps its first items, its last one and a string saying how many were left out and how
+  many there were, long strings are cut (the cut said in the string); tighter each round until it
+  fits (`JSON_ROUNDS`);
+- other text: `content_kinds.classify` ranks its lines and `excerpt` keeps the best within the
+  budget; text a later call quotes verbatim (`quotes`) is kept whatever the budget;
+- text of no kind (and no quote to keep) gets None: the caller cuts it head + tail.
+
+Invariant: pure and deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from policies.content_kinds import Ranked, classify
+from policies.excerpt import FILLER, MUST, Picked, pick, render
+
+JSON_ROUNDS = ((3, 1, 200), (2, 1, 80), (1, 1, 40), (1, 0, 40), (1, 0, 16), (0, 0, 16))
+"""(items kept at the start of a long array, at its end, characters kept of a long string), per round"""
+
+
+@dataclass(frozen=True, slots=True)
+class Shaped:
+    body: str
+    """the excerpt, without the marker"""
+    kind: str
+    keeps: str
+    """what the excerpt keeps, for the marker ("the failures, their last frames and ...")"""
+    kept_chars: int
+    left_out: int
+    total: int
+    unit: str = "lines"
+
+
+def shape_text(text: str, max_chars: int, *, quotes: Sequence[str] = (), focus: Sequence[str] = ()) -> Shaped | None:
+    """The excerpt of `text` within `max_chars` (plus what quotes need), None for text of no
+    kind with nothing to keep (the caller cuts it head + tail) or when it would not be shorter."""
+    if not quotes:
+        shaped = shape_json(text, max_chars)
+        if shaped is not None:
+            return shaped
+    read = _ranked(text, tuple(quotes), tuple(focus))
+    if read is None:
+        return None
+    lines, ranked, ranks = read
+    picked: Picked = pick(lines, ranks, max_chars)
+    body = render(lines, picked, ranked.note, ranked.unit)
+    if len(body) >= len(text):
+        return None
+    keeps = ranked.keeps + (", text later calls quote" if MUST in ranks else "")
+    return Shaped(body, ranked.kind, keeps, picked.chars, len(lines) - len(picked.kept), len(lines), ranked.unit)
+
+
+@lru_cache(maxsize=64)
+def _ranked(text: str, quotes: tuple[str, ...], focus: tuple[str, ...]) -> tuple[list[str], Ranked, list[int]] | None:
+    """(lines, kind, ranks with the quotes' lines `MUST`) of `text`, None for text of no kind
+    and no quote (remembered: a result is shaped again at a tighter budget)."""
+    lines = text.split("\n")
+    if len(lines) < 3 and not quotes:
+        return None
+    ranked = classify(lines, focus, text)
+    if ranked is None:
+        if not quotes:
+            return None
+        ranked = Ranked("", "first and last lines", [FILLER] * len(lines))
+    ranks = list(ranked.ranks)
+    for quote in quotes:
+        start = text.find(quote)
+        if start >= 0:
+            first, last = text.count("\n", 0, start), text.count("\n", 0, start + max(len(quote) - 1, 0))
+            for i in range(first, last + 1):
+                ranks[i] = MUST
+    return lines, ranked, ranks
+
+
+class _Shrink:
+    def __init__(self, head: int, tail: int, chars: int) -> None:
+        self.head, self.tail, self.chars = head, tail, chars
+        self.items_out = 0
+        self.cut_strings = 0
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, list):
+            head, tail = self.head, self.tail
+            if len(value) > head + tail + 1:
+                left = len(value) - head - tail
+                self.items_out += left
+                note = f"[... {left:,} more items; {len(value):,} in all ...]"
+                return [*map(self, value[:head]), note, *map(self, value[len(value) - tail :])]
+            return [self(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self(item) for key, item in value.items()}
+        if isinstance(value, str) and len(value) > self.chars + 24:
+            self.cut_strings += 1
+            return value[: self.chars] + f"[... +{len(value) - self.chars:,} chars]"
+        return value
+
+
+def shape_json(text: str, max_chars: int) -> Shaped | None:
+    """A JSON object or array shrunk to `max_chars` (None: not JSON, or no round fits)."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "[{":
+        return None
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return None
+    for head, tail, chars in JSON_ROUNDS:
+        shrink = _Shrink(head, tail, chars)
+        body = json.dumps(shrink(value), ensure_ascii=False, separators=(", ", ": "))
+        if len(body) <= max_chars and len(body) < len(text):
+            keeps = "structure, ends of long arrays"
+            if shrink.cut_strings:
+                keeps += f", strings cut at {chars}"
+            return Shaped(body, "JSON", keeps, len(body), shrink.items_out, 0, "items")
+    return None
