@@ -10,12 +10,14 @@ most of what the model may need later, and to say what it left out. This module 
   budget; text a later call quotes verbatim (`quotes`) is kept whatever the budget;
 - text of no kind (and no quote to keep) gets None: the caller cuts it head + tail.
 
-Invariant: pure and deterministic.
+Invariant: pure and deterministic (what it remembers changes no answer, only how soon it comes).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -43,7 +45,30 @@ class Shaped:
 
 def shape_text(text: str, max_chars: int, *, quotes: Sequence[str] = (), focus: Sequence[str] = ()) -> Shaped | None:
     """The excerpt of `text` within `max_chars` (plus what quotes need), None for text of no
-    kind with nothing to keep (the caller cuts it head + tail) or when it would not be shorter."""
+    kind with nothing to keep (the caller cuts it head + tail) or when it would not be shorter.
+
+    Remembered by a digest of the text (`SHAPED_REMEMBERED` excerpts, the oldest forgotten first),
+    never the text itself: a projection made from scratch -- a branch whose memo was evicted, the
+    first request after a restart -- shapes again the results it shaped before, and classifying
+    them is most of its cost (a 2,000-event branch: ~150 ms)."""
+    key = (hashlib.blake2b(text.encode(), digest_size=16).digest(), max_chars, tuple(quotes), tuple(focus))
+    with _SHAPED_LOCK:
+        if key in _SHAPED:
+            return _SHAPED[key]
+    shaped = _shape_text(text, max_chars, quotes, focus)
+    with _SHAPED_LOCK:
+        if len(_SHAPED) >= SHAPED_REMEMBERED:
+            del _SHAPED[next(iter(_SHAPED))]
+        _SHAPED[key] = shaped
+    return shaped
+
+
+SHAPED_REMEMBERED = 8192
+_SHAPED: dict[tuple[bytes, int, tuple[str, ...], tuple[str, ...]], Shaped | None] = {}
+_SHAPED_LOCK = threading.Lock()
+
+
+def _shape_text(text: str, max_chars: int, quotes: Sequence[str], focus: Sequence[str]) -> Shaped | None:
     if not quotes:
         shaped = shape_json(text, max_chars)
         if shaped is not None:
