@@ -1,5 +1,6 @@
-"""Fixtures shared by the end-to-end tests: the raw-socket fault upstream (tests/support/fault_upstream.py)
-and scripted Anthropic upstreams: a fresh one per test, or one per module."""
+"""Fixtures shared by the end-to-end tests: the raw-socket fault upstream (tests/support/fault_upstream.py),
+scripted Anthropic upstreams (a fresh one per test, or one per module) and a scripted Responses
+upstream of the default windows per module, cleared for each test (`rup`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.fault_upstream import FaultUpstream
 from tests.support.proxy_process import UPSTREAM_KEY
+from tests.support.responses_upstream import ResponsesServer
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +44,18 @@ def claude_server() -> Iterator[AnthropicUpstream]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def responses_module_server() -> Iterator[ResponsesServer]:
+    server = ResponsesServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def rup(responses_module_server: ResponsesServer) -> Iterator[ResponsesServer]:
+    """The module's scripted Responses upstream, cleared before and after the test."""
+    responses_module_server.clear()
+    yield responses_module_server
+    responses_module_server.clear()

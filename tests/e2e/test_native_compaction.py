@@ -15,7 +15,6 @@ an altered item or block, and count tokens their own way).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -53,20 +52,6 @@ SERVER_ERROR = {
     }
 }
 ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-
-
-@pytest.fixture(scope="module")
-def responses_server() -> Iterator[ResponsesServer]:
-    server = ResponsesServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def rup(responses_server: ResponsesServer) -> Iterator[ResponsesServer]:
-    responses_server.clear()
-    yield responses_server
-    responses_server.clear()
 
 
 def _proxy(proxy: Any, upstream_url: str, pattern: str, policy: dict[str, Any]) -> Any:

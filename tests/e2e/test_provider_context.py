@@ -15,7 +15,6 @@ against the scripted Responses and Anthropic upstreams.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -40,20 +39,6 @@ CONTEXT_MANAGEMENT = [{"type": "compaction", "compact_threshold": 200000}]
 ANTHROPIC_CONTEXT = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 150000}}]}
 CLEARING = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}  # what Claude Code sends every time
 BETA = "compact-2026-01-12"
-
-
-@pytest.fixture(scope="module")
-def responses_server() -> Iterator[ResponsesServer]:
-    server = ResponsesServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def rup(responses_server: ResponsesServer) -> Iterator[ResponsesServer]:
-    responses_server.clear()
-    yield responses_server
-    responses_server.clear()
 
 
 def _proxy(proxy: Any, rup: ResponsesServer, claude: AnthropicUpstream, provider_context: str) -> Any:
