@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import Policy
 from ..recall.memory import RejectedTool
-from ..recall.tool import client_tools, declared, room_for_tools, tool_name
+from ..recall.tool import declared, offers
 from ..tool_settings import Memory
 from ..types import Json
 
@@ -46,13 +46,6 @@ def definition(wire: str, settings: Memory) -> dict[str, Any]:
 
 
 def offered(policy: Policy, wire: str, body: Json, rejected: RejectedTool, route: str, model: str) -> bool:
-    """Whether this request gets the memory tool: the policy offers it (`auto`: the client's own
-    request carries tools), the request has room for the proxy's tools, the client declares no
-    tool of that name."""
+    """Whether this request gets the memory tool (`recall.tool.offers`: the same rule as recall's)."""
     settings = policy.memory
-    if settings.enabled is False or not room_for_tools(wire, body, rejected, route, model):
-        return False
-    listed = client_tools(body)
-    if settings.enabled == "auto" and not listed:
-        return False
-    return not any(tool_name(tool) == settings.tool_name for tool in listed)
+    return offers(settings.enabled, settings.tool_name, wire, body, rejected, route, model)

@@ -37,15 +37,23 @@ Anthropic's `{"type": "none"}`), a forced tool (`{"type": "function", ...}`, Ant
 
 
 def offered(policy: Policy, wire: str, body: Json, rejected: RejectedTool, route: str, model: str) -> bool:
-    """Whether this request gets the recall tool: the policy offers it (`auto`: the client's own
-    request carries tools), the request has room for the proxy's tools (`room_for_tools`)."""
+    """Whether this request gets the recall tool (`offers`)."""
     settings = policy.recall
-    if settings.enabled is False or not room_for_tools(wire, body, rejected, route, model):
+    return offers(settings.enabled, settings.tool_name, wire, body, rejected, route, model)
+
+
+def offers(
+    enabled: bool | str, name: str, wire: str, body: Json, rejected: RejectedTool, route: str, model: str
+) -> bool:
+    """Whether a tool of the proxy's own named `name` goes on this request: its policy offers it
+    (`enabled`; `auto`: when the client's own request carries tools), the request has room for
+    the proxy's tools (`room_for_tools`) and the client declares no tool of that name."""
+    if enabled is False or not room_for_tools(wire, body, rejected, route, model):
         return False
     listed = client_tools(body)
-    if settings.enabled == "auto" and not listed:
+    if enabled == "auto" and not listed:
         return False
-    return not any(tool_name(tool) == settings.tool_name for tool in listed)
+    return not any(tool_name(tool) == name for tool in listed)
 
 
 def room_for_tools(wire: str, body: Json, rejected: RejectedTool, route: str, model: str) -> bool:

@@ -177,11 +177,21 @@ class Conversation:
 
 
 def bodies(server: Any, wire: str) -> list[dict[str, Any]]:
+    """The agent requests the upstream saw, in order; ctxproxy's own summarizer calls (a
+    compaction of another conversation may run meanwhile, in the background) left out."""
     if wire == "anthropic":
-        return [r.body for r in server.message_requests]
-    if wire == "openai_responses":
-        return list(server.bodies)
-    return [r.body for r in server.chat_requests]
+        found = [r.body for r in server.message_requests]
+    elif wire == "openai_responses":
+        found = list(server.bodies)
+    else:
+        found = [r.body for r in server.chat_requests]
+    return [body for body in found if not _summarizing(body)]
+
+
+def _summarizing(body: dict[str, Any]) -> bool:
+    messages = body.get("messages") or [{}]
+    system = body.get("instructions") or body.get("system") or messages[0].get("content") or ""
+    return isinstance(system, str) and system.startswith(SUMMARY)
 
 
 def raws(server: Any, wire: str) -> list[bytes]:
