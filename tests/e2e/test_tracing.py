@@ -2,11 +2,14 @@
 exports its spans over OTLP/HTTP to a collector in this process, which decodes them with
 opentelemetry-proto's own messages. A streamed call through the OpenAI SDK gives one request span
 with the GenAI attributes and ctxproxy's, a projection span and an upstream span under it; a
-streamed call with a recall detour adds the recall round's search and its upstream call; a request
-the proxy refuses says so; without the packages one line says so and calls are served."""
+streamed call with a recall detour adds the recall round's search and its upstream call; a
+compaction's summarizer call is in the trace of the request that started it, and a request sent
+from the checkpoint carries its generation and the tokens saved; a request the proxy refuses says
+so; without the packages one line says so and calls are served."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import threading
@@ -25,6 +28,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from proxy.tracing import Tracing
+from tests.e2e.test_rewriting import SMALL_POLICY, SUMMARY, WINDOW, drive, is_summary_request, wait_checkpoints
 from tests.support.e2e import user
 from tests.support.proxy_process import UPSTREAM_KEY, ProxyProcess, deep_merge, default_config, subprocess_env
 from tests.support.upstream_server import Reply, tool_call
@@ -122,17 +126,24 @@ class Collector:
         self.server.server_close()
 
 
-@pytest.fixture(scope="module")
-def traced(upstream_server: Any, closed_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@contextlib.contextmanager
+def traced_proxy(upstream_server: Any, closed_port: int, workdir: Path, policy: Any) -> Iterator[Any]:
+    """A proxy exporting its spans to a new `Collector`, with `policy` as its default."""
     collector = Collector()
-    config = deep_merge(default_config(upstream_server.base_url, closed_port), {"policies": {"default": POLICY}})
+    config = deep_merge(default_config(upstream_server.base_url, closed_port), {"policies": {"default": policy}})
     env = {**subprocess_env(), "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
-    p = ProxyProcess(config, Path(tmp_path_factory.mktemp("otel")), env).start()
+    p = ProxyProcess(config, workdir, env).start()
     try:
         yield p, collector
     finally:
         p.stop()
         collector.stop()
+
+
+@pytest.fixture(scope="module")
+def traced(upstream_server: Any, closed_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with traced_proxy(upstream_server, closed_port, Path(tmp_path_factory.mktemp("otel")), POLICY) as both:
+        yield both
 
 
 def _conversation(p: ProxyProcess, header: str) -> str:
@@ -221,6 +232,44 @@ def test_a_recall_detour_adds_the_search_and_its_upstream_call(traced, upstream,
     assert search["attributes"]["ctxproxy.recall.round"] == 1 and search["parent"] == root["id"]
     assert all(s["trace"] == root["trace"] for s in spans)
     _no_secrets(spans, api_key)
+
+
+def test_a_compaction_started_by_a_request_is_in_its_trace(upstream, closed_port, tmp_path, api_key, monkeypatch):
+    model = "gpt-otel-compaction"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    upstream.responder = lambda body: Reply(content=SUMMARY) if is_summary_request(body) else None
+    with traced_proxy(upstream, closed_port, tmp_path, SMALL_POLICY) as (p, collector):
+        client = p.client(api_key)
+        messages: list[dict[str, Any]] = [user(f"compaction {uuid.uuid4().hex}")]
+        header = drive(client, model, messages, 25, words=120)
+        wait_checkpoints(p, header)
+
+        def summarized() -> list[dict[str, Any]] | None:
+            spans = list(collector.spans)
+            summaries = [s for s in spans if s["attributes"].get("ctxproxy.purpose") == "summary"]
+            requests = {s["trace"]: s for s in spans if s["kind"] == "SPAN_KIND_SERVER"}
+            return [requests[s["trace"]] for s in summaries if s["trace"] in requests] or None
+
+        [request, *_] = wait_until(summarized, timeout=15, what="a summarizer span in a request's trace")
+        assert request["attributes"]["ctxproxy.conversation_id"] == _conversation(p, header)
+        summary = next(s for s in collector.spans if s["attributes"].get("ctxproxy.purpose") == "summary")
+        assert summary["name"] == f"summarize {model}" and summary["kind"] == "SPAN_KIND_CLIENT"
+        messages.append(user("one more"))
+        client.chat.completions.create(model=model, messages=messages)
+        conversation = _conversation(p, header)
+
+        def from_checkpoint() -> dict[str, Any] | None:
+            roots = [
+                s["attributes"]
+                for s in list(collector.spans)
+                if s["kind"] == "SPAN_KIND_SERVER"
+                and s["attributes"].get("ctxproxy.conversation_id") == conversation
+                and s["attributes"].get("ctxproxy.checkpoint.generation")
+            ]
+            return roots[-1] if roots else None
+
+        attributes = wait_until(from_checkpoint, timeout=15, what="a request span sent from a checkpoint")
+        assert attributes["ctxproxy.checkpoint.generation"] >= 1 and attributes["ctxproxy.tokens.saved"] > 0
 
 
 def test_without_the_packages_one_line_says_so_and_calls_are_served(upstream_server, closed_port, tmp_path, api_key):
