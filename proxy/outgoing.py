@@ -15,7 +15,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from . import record
+from . import record, tracing
 from .errors import BadRequest, ContextLengthExceeded
 from .exchange import Exchange
 from .memory.access import Recollection
@@ -60,7 +60,8 @@ class Outgoing:
         wire, ingested, attempt = exchange.wire, exchange.ingested, exchange.attempt
         self.sent = self.messages
         if self.credentials is not None:
-            projected = await self.project(attempt.cut)
+            with tracing.span("ctxproxy.projection", **{"ctxproxy.attempt": attempt.number}):
+                projected = await self.project(attempt.cut)
             projection = projected.projection
             attempt.prediction, attempt.limit, attempt.output = projected.prediction, projected.limit, projected.output
             record.projected(attempt.call, projected.summary())

@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from . import codec
+from . import codec, tracing
 from .catalog import ModelCatalog
 from .config import Route
 from .errors import ProxyError, StoreError, UpstreamTimeout
@@ -295,6 +295,7 @@ class Recorder:
         price_model = provider_model or call.model
         call.cost_usd = call_cost(call.usage, self.catalog.info(price_model)) if price_model else None
         self.metrics.observe_call(call, wire, error_kind)
+        tracing.recorded(call, wire)
         if self.requests is not None:
             self.requests.write(call, wire)
         try:

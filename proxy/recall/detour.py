@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 
-from .. import record
+from .. import record, tracing
 from ..exchange import Exchange
 from ..store.base import CallRecord
 from ..types import Json, Message
@@ -67,7 +67,8 @@ class Detour:
         if self.room is not None:
             self.room -= count(json.dumps(turn, ensure_ascii=False)) + FRAMING_TOKENS * len(calls)
             limit = self.room // max(1, len(calls))
-        results = [tool_result(c, await self.tools.answer(c, events, count, limit)) for c in calls]
+        with tracing.span("ctxproxy.recall", **{"ctxproxy.recall.round": self.rounds}):
+            results = [tool_result(c, await self.tools.answer(c, events, count, limit)) for c in calls]
         if self.room is not None:
             self.room -= sum(count(str(r["content"])) for r in results)
         self.messages = [*self.messages, turn, *results]

@@ -41,6 +41,7 @@ from ..request_log import RequestLogger
 from ..services import Services, history_cache
 from ..store import make_store
 from ..summarizer import Summarizer
+from ..tracing import Tracing, failed, traced
 from ..upstream import RoutedUpstream, uses_litellm
 from . import admin, admin_memory, endpoints
 
@@ -90,8 +91,10 @@ class ProxyApp:
     """The ASGI app: model calls straight to `chat.handle`, everything else to starlette
     (`site`, which also runs the lifespan and so holds the services in `state.ctx`)."""
 
-    def __init__(self, site: Starlette) -> None:
+    def __init__(self, site: Starlette, tracing: Tracing | None = None) -> None:
         self.site = site
+        self.tracing = tracing
+        """OpenTelemetry's request spans (`proxy/tracing.py`; None: off)"""
         self.model_paths: dict[str, Wire] = {path: wire for wire in WIRES for path in wire.paths}
 
     @property
@@ -110,18 +113,21 @@ class ProxyApp:
             return
         services: Services = self.site.state.ctx
         request = Incoming(scope, receive)
-        try:
-            if scope["method"] != "POST":
-                raise _not_allowed(scope["method"], scope["path"])
-            response = await handle(services, request, wire)
-        except Exception as exc:
-            response = _render(services, wire, exc, scope["path"], request.reported)
-        await response(scope, receive, send)
+        with traced(self.tracing, wire.name):  # the relayed stream and its record included
+            try:
+                if scope["method"] != "POST":
+                    raise _not_allowed(scope["method"], scope["path"])
+                response = await handle(services, request, wire)
+            except Exception as exc:
+                failed(exc)
+                response = _render(services, wire, exc, scope["path"], request.reported)
+            await response(scope, receive, send)
 
 
 def create_app(config: Config, env: dict[str, str] | None = None, config_path: str | None = None) -> ProxyApp:
     """The app for `config` (`config_path`: the file it was read from, shown in commands)."""
     keys = resolve_keys(config, env)
+    tracing = Tracing.from_env()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -168,6 +174,8 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
             await compactor.drain(timeout=max(10.0, config.server.shutdown_grace))
             await upstream.close()
             await store.close()
+            if tracing is not None:
+                await tracing.close()
 
     routes = [
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
@@ -186,4 +194,4 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
         HTTPException: _starlette_error,
         Exception: _starlette_error,
     }
-    return ProxyApp(Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers))
+    return ProxyApp(Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers), tracing)
