@@ -20,7 +20,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .config import Policy, Route, Timeouts, Upstream
@@ -78,7 +78,7 @@ class Summarizer:
         else:
             client_auth = {**wire.summary_headers, **client_auth}
         path, body = wire.summary_request(model, messages, max_tokens or settings.max_tokens)
-        result = await self._call(wire, route, policy, model, path, body, client_auth, wire.summary_text)
+        result = await self._call(wire, route, policy, model, path, body, client_auth, _summary_of(wire))
         result.latency_ms = round((time.monotonic() - started) * 1000, 3)
         return result
 
@@ -87,21 +87,13 @@ class Summarizer:
     ) -> SummaryResult:
         """One native compaction call (`request`, from `Wire.native_compaction`) on the route's upstream."""
         started = time.monotonic()
-        answers: list[Compacted] = []
 
-        def read(parsed: dict[str, Any]) -> tuple[str | None, Any]:
-            answers.append(wire.native_compacted(parsed))
-            return answers[-1].text, answers[-1].usage_raw
+        def read(parsed: dict[str, Any]) -> Compacted:
+            answer = wire.native_compacted(parsed)
+            return replace(answer, error=f"native compaction: {answer.error}") if answer.error else answer
 
         auth = {**request.headers, **client_auth}
         result = await self._call(wire, route, policy, model, request.path, request.body, auth, read)
-        if answers:
-            answer = answers[-1]
-            result.native = answer.messages
-            if answer.error is not None:
-                result.text, result.error = None, f"native compaction: {answer.error}"
-            elif answer.messages:
-                result.error = None
         result.latency_ms = round((time.monotonic() - started) * 1000, 3)
         return result
 
@@ -114,8 +106,10 @@ class Summarizer:
         path: str,
         body: dict[str, Any],
         auth: dict[str, str],
-        read: Callable[[dict[str, Any]], tuple[str | None, Any]],
+        read: Callable[[dict[str, Any]], Compacted],
     ) -> SummaryResult:
+        """POST `body`; a 200 answer's content is what `read` finds in it (a summary's text, or
+        a native compaction's messages or text)."""
         headers = {"Content-Type": "application/json", **auth}
         try:
             async with asyncio.timeout(policy.summarizer.timeout):
@@ -144,11 +138,23 @@ class Summarizer:
                 error=f"summarizer answered {response.status}: {data[:500].decode(errors='replace')}",
                 rejection=classify(response.status, data) if response.status >= 400 else None,
             )
-        text, usage_raw = read(parsed)
-        usage = usage_from_litellm(usage_raw) if route.upstream.model else wire.usage(usage_raw)
+        answer = read(parsed)
+        usage = usage_from_litellm(answer.usage_raw) if route.upstream.model else wire.usage(answer.usage_raw)
+        done = answer.text or answer.messages
         return SummaryResult(
-            text, model, usage_raw, usage, response.status, None if text else "summarizer returned no text"
+            answer.text,
+            model,
+            answer.usage_raw,
+            usage,
+            response.status,
+            answer.error or (None if done else "summarizer returned no text"),
+            native=answer.messages,
         )
+
+
+def _summary_of(wire: Wire) -> Callable[[dict[str, Any]], Compacted]:
+    """A summary call's answer read by `wire` (`Wire.summary_text`)."""
+    return lambda parsed: Compacted((), *wire.summary_text(parsed))
 
 
 def _litellm_route(route: Route, settings: SummarizerSettings) -> Route:
