@@ -111,12 +111,8 @@ class Arrival:
 async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival) -> Ingested:
     """Validate what is new in the arrival's messages, resolve the conversation and append the
     new events."""
-    tenant, messages = arrival.tenant, arrival.messages
-    prefix, history = identify.split_prefix(messages)
-    known = cache.lookup(tenant, history)
-    wire.validate(messages, 0, len(prefix))
-    wire.validate(messages, len(prefix) + (len(known.messages) if known else 0))
-    hashes = cache.hashes(tenant, history, known)
+    tenant = arrival.tenant
+    prefix, history, known, hashes = _read(cache, wire, arrival)
     system_hash = cache.prefix_hash(prefix, known)
     remembered = Remembered(history, hashes, 2 * arrival.body_size, prefix=prefix, system_hash=system_hash)
     head = _continued(known, hashes)
@@ -126,6 +122,19 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
     cache.remember(tenant, remembered)
     appended = hashes[identity.matched :]
     return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup)
+
+
+def _read(
+    cache: HistoryCache, wire: Wire, arrival: Arrival
+) -> tuple[list[Message], list[Message], Remembered | None, list[str]]:
+    """The arrival split into its system prefix and history, the remembered history it starts
+    with, and the history's chain hashes; what is new validated (the rest was, when remembered)."""
+    messages = arrival.messages
+    prefix, history = identify.split_prefix(messages)
+    known = cache.lookup(arrival.tenant, history)
+    wire.validate(messages, 0, len(prefix))
+    wire.validate(messages, len(prefix) + (len(known.messages) if known else 0))
+    return prefix, history, known, cache.hashes(arrival.tenant, history, known)
 
 
 @dataclass(frozen=True)
@@ -149,12 +158,8 @@ async def locate(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
     rules (explicit id, longest stored prefix with the one-message rule, agent session), with
     nothing appended, forked, created or remembered. A request that would start a conversation,
     or a session's new branch, continues no stored history: branch None."""
-    tenant, messages = arrival.tenant, arrival.messages
-    prefix, history = identify.split_prefix(messages)
-    known = cache.lookup(tenant, history)
-    wire.validate(messages, 0, len(prefix))
-    wire.validate(messages, len(prefix) + (len(known.messages) if known else 0))
-    hashes = cache.hashes(tenant, history, known)
+    tenant = arrival.tenant
+    prefix, history, known, hashes = _read(cache, wire, arrival)
     match: HashMatch | None = None
     if arrival.explicit is not None:
         _check_external(arrival.explicit)
