@@ -15,12 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.text import call_arguments
-
-from .. import codec
 from ..config import Policy
 from ..errors import StoreError
-from ..recall.toolbox import Count, ProxyTool
+from ..recall.toolbox import Count, ProxyTool, arguments_of
 from ..store.base import Store, StoredCheckpoint, StoredEvent
 from ..store.memories import Memory
 from ..types import Message
@@ -85,11 +82,8 @@ class Recollection:
         limit = maximum if limit is None else min(limit, maximum)
         if limit < MIN_RESULT_TOKENS:
             return NO_ROOM
-        try:
-            arguments = codec.loads(call_arguments(call) or "{}")
-        except ValueError:
-            arguments = None
-        if not isinstance(arguments, dict):
+        arguments = arguments_of(call)
+        if arguments is None:
             return "Error: the arguments must be a JSON object with a string `action`."
         try:
             return await actions.act(self.actor, arguments, events, count, limit)

@@ -11,12 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from policies.search import SearchableEvent, fit_newest, parse_query, render, render_event, search
-from policies.text import call_arguments
 
-from .. import codec
 from ..tool_settings import Recall
 from .tool import definition
-from .toolbox import ProxyTool
+from .toolbox import ProxyTool, arguments_of
 
 CHARS_PER_TOKEN = 4
 """Event texts are cut by characters; results are fitted by the route's tokenizer."""
@@ -52,11 +50,8 @@ def answer(
     limit = settings.max_result_tokens if limit is None else min(limit, settings.max_result_tokens)
     if limit < MIN_RESULT_TOKENS:
         return NO_ROOM
-    try:
-        arguments = codec.loads(call_arguments(call) or "{}")
-    except ValueError:
-        arguments = None
-    if not isinstance(arguments, dict):
+    arguments = arguments_of(call)
+    if arguments is None:
         return "Error: the arguments must be a JSON object with a string `query`."
     event = arguments.get("event")
     if isinstance(event, int) and not isinstance(event, bool):

@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from policies.text import call_name, tool_calls
+from policies.text import call_arguments, call_name, tool_calls
 
+from .. import codec
 from ..store.base import StoredEvent
 from ..types import Json, Message
 from .tool import tool_name
@@ -79,3 +80,12 @@ def without(body: Json, names: frozenset[str]) -> Json:
             if key in body:
                 out[key] = body[key]
     return out
+
+
+def arguments_of(call: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A tool call's arguments as a JSON object (None: not valid JSON, or not an object)."""
+    try:
+        arguments = codec.loads(call_arguments(call) or "{}")
+    except ValueError:
+        return None
+    return arguments if isinstance(arguments, dict) else None

@@ -168,17 +168,20 @@ def test_chat_completions_model(proxy, upstream, monkeypatch, tmp_path, streamed
     _check(p, name, answer, [r.body for r in requests], billed)
 
 
+def _agent_step(body: dict[str, Any]) -> ResponsesReply:
+    """The scripted model on the Responses API: a summary when asked, else the harness's next
+    shell step, then its answer."""
+    if harness.is_summary(body):
+        return ResponsesReply(text=harness.summary(body))
+    step = harness.next_step(body)
+    if step < harness.STEPS:
+        return ResponsesReply(calls=[fcall("shell", {"command": harness.step_command(step)})])
+    return ResponsesReply(text=harness.answer(body))
+
+
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 def test_responses_model(proxy, responses_upstream, tmp_path, streamed):
-    def respond(body: dict[str, Any]) -> ResponsesReply:
-        if harness.is_summary(body):
-            return ResponsesReply(text=harness.summary(body))
-        step = harness.next_step(body)
-        if step < harness.STEPS:
-            return ResponsesReply(calls=[fcall("shell", {"command": harness.step_command(step)})])
-        return ResponsesReply(text=harness.answer(body))
-
-    responses_upstream.responder = respond
+    responses_upstream.responder = _agent_step
     route = {
         "name": "responses",
         "match": {"model": "resp-*"},
@@ -217,14 +220,9 @@ def test_responses_compaction_session(proxy, responses_upstream, tmp_path):
     from agents.memory import OpenAIResponsesCompactionSession
 
     def respond(body: dict[str, Any]) -> ResponsesReply:
-        if harness.is_summary(body):
-            return ResponsesReply(text=harness.summary(body))
         if any(isinstance(i, dict) and i.get("type") == "compaction" for i in body.get("input") or []):
             return ResponsesReply(text="Still there: the work above is done.")
-        step = harness.next_step(body)
-        if step < harness.STEPS:
-            return ResponsesReply(calls=[fcall("shell", {"command": harness.step_command(step)})])
-        return ResponsesReply(text=harness.answer(body))
+        return _agent_step(body)
 
     responses_upstream.responder = respond
     route = {
