@@ -181,8 +181,9 @@ class Policy(PolicyConfig):
     """A request that asks the provider to compact its context (a `context_management` naming a
     compaction: Responses `{"type": "compaction"}`, an Anthropic `compact_*` edit): `defer`
     forwards it as sent (recorded and accounted, never trimmed or summarized: two compactors on
-    one window would undo each other); `combine` projects it as any other request and the
-    provider's compaction applies to what ctxproxy sends. Context editing alone (clearing old
+    one window would undo each other); `combine` projects it as any other request, below the
+    provider's trigger (`Wire.provider_trigger`), so ctxproxy's trim and summary act first and the
+    provider's compaction applies to what ctxproxy cannot bring under it. Context editing alone (clearing old
     thinking or tool uses) is always projected, the edits kept."""
     summarizer: Summarizer = Summarizer()
     recall: Recall = Recall()

@@ -113,9 +113,10 @@ class Outgoing:
             ingested.history, ingested.hashes, projector.counter(self.model), ingested.known, ingested.remembered
         )
         branch, route = ingested.identity.branch_id, exchange.route
-        wire = exchange.wire.name
+        wire, policy = exchange.wire, exchange.policy
+        ceiling = wire.provider_trigger(body) if policy.provider_context == "combine" else None
         return Asked(
-            exchange.policy, self.model, body, ingested.prefix, items, branch, ingested.remembered, route, wire
+            policy, self.model, body, ingested.prefix, items, branch, ingested.remembered, route, wire.name, ceiling
         )
 
     async def project(self, cut: int, asked: Asked | None = None, compact: bool = True) -> Projected:

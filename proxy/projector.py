@@ -64,6 +64,9 @@ class Asked:
     route: Route | None = None
     wire: str | None = None
     """The API the request came in (a provider's compaction serves its own only); None: any."""
+    ceiling: int | None = None
+    """The provider's own compaction trigger the projection stays below (`provider_context:
+    combine`, `Wire.provider_trigger`); None: only the window bounds it."""
 
 
 @dataclass(frozen=True)
@@ -177,15 +180,19 @@ class Projector:
         route: Route | None = None,
         branch_id: str | None = None,
         cut: int = 0,
+        ceiling: int | None = None,
     ) -> tuple[Budget, int]:
         """The projection's budget in the estimate's units, and the upstream tokens its input
-        may use (the window less the reply reserve and `cut`). Without a route, the estimate
-        is taken for the upstream's count (an operator's preview, a replay)."""
+        may use (the window less the reply reserve and `cut`, and below `ceiling`: the
+        provider's own compaction trigger under `provider_context: combine`). Without a route,
+        the estimate is taken for the upstream's count (an operator's preview, a replay)."""
         key = (route.name, model) if route is not None else None
         window = self.windows.window(policy, model, key).tokens
         output = self.windows.output(policy, model, body, window)
         fixed = fixed_tokens(counter, body)
         limit = max(1, window - output - max(0, cut))
+        if ceiling is not None:
+            limit = max(1, min(limit, ceiling - 1))
         estimated = limit
         if key is not None:
             estimated = max(1, self.estimator.limit(key, branch_id, fixed, limit, policy.safety_margin))
@@ -195,7 +202,7 @@ class Projector:
             context_window=output + estimated,
             max_output_tokens=output,
             fixed_tokens=fixed,
-            nominal_input=window - output,
+            nominal_input=window - output if ceiling is None else min(window - output, max(1, ceiling - 1)),
             summarizer=self.windows.summarizer_budget(policy, model, name, policy_name, policy.safety_margin),
             summary_max_tokens=self.windows.summary_max_tokens(policy, model, name, policy_name),
         )
@@ -271,7 +278,8 @@ class Projector:
                 window = self.windows.window(policy, model, (route.name, model) if route else None).tokens
                 raise ContextLengthExceeded(overflow_message(exc, window), param="messages") from None
 
-        budget, limit = self.budget(policy, model, body, counter, route, branch_id, cut)
+        ceiling = asked.ceiling
+        budget, limit = self.budget(policy, model, body, counter, route, branch_id, cut, ceiling)
         projection = project_within(budget)
         if route is None:
             return Projected(projection, None, limit, budget.max_output_tokens)
@@ -285,7 +293,7 @@ class Projector:
         prediction = predict(projection)
         if prediction.total > limit and prediction.carried == 0 and branch_id is not None:
             # budgeted as carrying the branch's last bill, but it does not: budget it whole
-            whole, limit = self.budget(policy, model, body, counter, route, None, cut)
+            whole, limit = self.budget(policy, model, body, counter, route, None, cut, ceiling)
             if whole.context_window != budget.context_window:
                 budget = whole
                 projection = project_within(budget)

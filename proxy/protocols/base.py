@@ -121,6 +121,12 @@ class Wire(Protocol):
         names a compaction; context editing alone, such as clearing old thinking, does not): the
         policy's `provider_context` decides whether ctxproxy still projects it."""
 
+    def provider_trigger(self, body: Json) -> int | None:
+        """The input tokens, in the provider's count, at which the provider compacts this request
+        (its `context_management`); None when it does not or the threshold is not stated. Under
+        `provider_context: combine` ctxproxy projects below it, so its own trim and summary act
+        first and the provider's compaction is left for what ctxproxy cannot bring under it."""
+
     def validate(self, messages: list[Message], start: int, stop: int | None = None) -> None:
         """Validate messages[start:stop]; the rest equals an earlier accepted request."""
 
@@ -204,6 +210,9 @@ class BaseWire:
     def provider_managed(self, body: Json) -> bool:
         """The Chat Completions API has no compaction of its own."""
         return False
+
+    def provider_trigger(self, body: Json) -> int | None:
+        return None
 
     def native_compaction(self, model: str, messages: list[Message], max_tokens: int) -> NativeRequest | None:
         """The Chat Completions API has no compaction of its own."""

@@ -228,3 +228,49 @@ def test_a_client_compaction_is_recorded_and_its_item_comes_back_unmodified(prox
     assert after.parse().output_text == "continued"
     assert after.headers["x-conversation-id"] == conversation
     assert [i for i in rup.bodies[-1]["input"] if i.get("type") == "compaction"] == [item]
+
+
+def test_combine_projects_below_the_providers_trigger(proxy, rup, anthropic_upstream, api_key):
+    """Under `combine` ctxproxy's budget stops below the provider's compaction trigger, so its own
+    trim and summary act first: a history that fits the window but crosses the trigger reaches
+    the upstream below it (in the upstream's own count) and the provider does not compact. The
+    same history under a window-sized budget (no trigger stated) would have crossed it."""
+    routes = [
+        {
+            "name": "responses",
+            "match": {"model": "resp-*"},
+            "upstream": {"base_url": rup.base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": TIMEOUTS},
+            "policy": "wide",
+        },
+        {
+            "name": "claude",
+            "match": {"model": "claude-*", "path": "/v1/messages"},
+            "upstream": {"base_url": anthropic_upstream.url, "api_key_env": "UPSTREAM_KEY", "timeouts": TIMEOUTS},
+            "policy": "wide",
+        },
+    ]
+    wide = {"context_window": 400_000, "max_output_tokens": 500, "provider_context": "combine"}
+    p = proxy(routes=routes, policies={"wide": wide})
+
+    threshold = 3000
+    rup.push(ResponsesReply(text="done"))
+    raw = _responses_body(14, context_management=[{"type": "compaction", "compact_threshold": threshold}])
+    answer = _post(f"{p.base_url}/responses", api_key, raw)
+    assert answer.status_code == 200, answer.text
+    assert rup.last.body["context_management"] == [{"type": "compaction", "compact_threshold": threshold}]
+    assert rup.compactions == [] and rup.last_reply.usage["input_tokens"] < threshold
+    rup.push(ResponsesReply(text="done"))
+    answer = _post(f"{p.base_url}/responses", api_key, _responses_body(14, context_management=[{"type": "compaction"}]))
+    assert answer.status_code == 200, answer.text
+    assert rup.last_reply.usage["input_tokens"] > threshold  # no threshold stated: the window's budget
+
+    trigger = {"type": "input_tokens", "value": 50_000}  # the API's least
+    management = {"edits": [{"type": "compact_20260112", "trigger": trigger}]}
+    anthropic_upstream.push(AnthropicReply(text="done"))
+    raw = _anthropic_body(110, context_management=management)
+    answer = _post(f"{p.base_url}/messages", api_key, raw, **{"anthropic-beta": BETA})
+    assert answer.status_code == 200, answer.text
+    sent = anthropic_upstream.message_requests[-1]
+    assert sent.body["context_management"] == management and len(sent.raw) < len(raw)
+    assert anthropic_upstream.compactions == []
+    assert json.loads(answer.text)["usage"]["input_tokens"] < trigger["value"]

@@ -611,3 +611,17 @@ def test_the_summary_block_gets_a_cache_breakpoint_of_its_own():
     assert mark_summary(own) == own  # the client's own marker is kept as it is
     plain = [{"role": "user", "content": "hello"}]
     assert mark_summary(plain) is plain
+
+
+def test_provider_trigger_reads_the_compact_edit_or_the_apis_default():
+    def body(*edits: Any) -> dict[str, Any]:
+        return {"context_management": {"edits": list(edits)}}
+
+    clearing = {"type": "clear_thinking_20251015", "keep": "all"}
+    trigger = {"type": "input_tokens", "value": 60_000}
+    assert WIRE.provider_trigger(body(clearing, {"type": "compact_20260112", "trigger": trigger})) == 60_000
+    assert WIRE.provider_trigger(body({"type": "compact_20260112"})) == 150_000
+    assert WIRE.provider_trigger(body(clearing)) is None  # clearing is no compaction
+    assert WIRE.provider_trigger({}) is None
+    for odd in ({"type": "tool_uses", "value": 3}, {"type": "input_tokens", "value": True}, "many"):
+        assert WIRE.provider_trigger(body({"type": "compact_20260112", "trigger": odd})) is None

@@ -500,3 +500,13 @@ def test_summary_request_and_text() -> None:
     }
     assert WIRE.summary_text(parsed) == ("## Goal\nx", USAGE)
     assert WIRE.summary_text({"output": []}) == (None, None)
+
+
+def test_provider_trigger_is_the_compaction_entrys_threshold():
+    def body(*entries: Any) -> dict[str, Any]:
+        return {"input": "hi", "context_management": list(entries)}
+
+    assert WIRE.provider_trigger(body({"type": "compaction", "compact_threshold": 9000})) == 9000
+    assert WIRE.provider_trigger(body({"type": "compaction"})) is None  # no documented default
+    assert WIRE.provider_trigger(body({"type": "compaction", "compact_threshold": 0})) is None
+    assert WIRE.provider_trigger({"input": "hi"}) is None

@@ -30,11 +30,20 @@ class AnthropicWire(BaseWire):
         """A `compact_*` edit in `context_management.edits` (`compact_20260112`): the server
         compacts. The clearing edits (`clear_tool_uses_*`, `clear_thinking_*`; Claude Code sends
         `clear_thinking_20251015` on every request) only thin what is sent and combine with ctxproxy's."""
-        config = body.get("context_management")
-        edits = config.get("edits") if isinstance(config, dict) else None
-        return isinstance(edits, list) and any(
-            isinstance(e, dict) and str(e.get("type", "")).startswith("compact_") for e in edits
-        )
+        return _compact_edit(body) is not None
+
+    def provider_trigger(self, body: Json) -> int | None:
+        """The compact edit's `trigger` (`{"type": "input_tokens", "value": N}`), or the API's
+        default of 150,000 input tokens when the edit names none."""
+        edit = _compact_edit(body)
+        if edit is None:
+            return None
+        trigger = edit.get("trigger")
+        if trigger is None:
+            return DEFAULT_COMPACT_TRIGGER
+        value = trigger.get("value") if isinstance(trigger, dict) else None
+        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        return value if ok and trigger.get("type") == "input_tokens" else None
 
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         return parse_body(raw) if memo is None else memo.parse(raw, "messages", parse_body)
@@ -126,3 +135,17 @@ WIRE = AnthropicWire()
 def _blocks(messages: list[Message]) -> int:
     """Content blocks of `messages` as sent (a string content is one)."""
     return sum(len(m["content"]) if isinstance(m.get("content"), list) else 1 for m in to_native(messages, prefix=0))
+
+
+DEFAULT_COMPACT_TRIGGER = 150_000
+"""input tokens at which `compact_20260112` compacts when its edit names no `trigger` (the API's
+default, platform.claude.com/docs/en/build-with-claude/compaction)"""
+
+
+def _compact_edit(body: Json) -> Json | None:
+    """The request's `compact_*` edit in `context_management.edits`, if it has one."""
+    config = body.get("context_management")
+    edits = config.get("edits") if isinstance(config, dict) else None
+    if not isinstance(edits, list):
+        return None
+    return next((e for e in edits if isinstance(e, dict) and str(e.get("type", "")).startswith("compact_")), None)

@@ -51,6 +51,18 @@ class ResponsesWire(BaseWire):
         entries = body.get("context_management")
         return isinstance(entries, list) and any(isinstance(e, dict) and e.get("type") == "compaction" for e in entries)
 
+    def provider_trigger(self, body: Json) -> int | None:
+        """The compaction entry's `compact_threshold`; None without one (the API documents no
+        default)."""
+        entries = body.get("context_management")
+        if not isinstance(entries, list):
+            return None
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("type") == "compaction":
+                value = entry.get("compact_threshold")
+                return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return None
+
     def rewrite_allowed(self, body: Json) -> bool:
         """False when the upstream owns the state or the input holds items the policies cannot
         treat safely: such requests are forwarded untouched (and still recorded)."""
