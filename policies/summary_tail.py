@@ -40,8 +40,11 @@ Example: input budget 14,000, trigger 0.8 -> compact above 11,200; target 0.5 ->
 the trigger that still goes as sent plans nothing: a session that ends before it stops fitting
 never pays a summarizer for a summary it does not use (the bench's replays: 6 of the 13 runs
 that fit an 8k window cost 1.23-1.43x without the proxy when the summary was computed early, from
-the trigger on; none now). The first request that stops fitting is trimmed and, if it is still
-over the trigger, plans; a checkpoint a branch already has waits meanwhile (`StepContext.deferred`).
+the trigger on; none now). The first request that stops fitting is trimmed and, with `first_rewrite:
+compact`, plans even under the trigger (`CompactionPlan.wait`: the request waits for the summary,
+so its rewrite of the prefix is the compaction's, not a trim's followed by the summary's);
+with `trim` it plans only if still over the trigger. A checkpoint a branch already has waits
+meanwhile (`StepContext.deferred`).
 The summarizer prompt, the summary block and the summary checks live in `summary_prompt` and are
 re-exported here.
 """
@@ -335,7 +338,8 @@ def plan_compaction(inputs: Inputs, standing: Standing, ctx: StepContext | None 
 def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
     """Pipeline step: flag the trigger and plan the next compaction (messages unchanged)."""
     over = draft.total > ctx.trigger_tokens
-    if not over:
+    first = first_rewrite(ctx, bool(draft.trimmed))
+    if not over and not first:
         return draft
     passing = ctx.covered_through <= 0 and not draft.trimmed and draft.total <= ctx.pass_through_tokens
     if passing:
@@ -349,7 +353,17 @@ def summary_tail(draft: Draft, ctx: StepContext) -> Draft:
                 sent[seq] = 0 if slot.keep else tokens
     tail_tokens = sum(slot.total for slot in draft.tail if not slot.keep)
     inputs = Inputs((), ctx.items, ctx.checkpoint, ctx.budget, ctx.config, ctx.count)
-    plan = plan_compaction(inputs, Standing(draft.total, draft.total - tail_tokens, sent), ctx)
-    if plan is not None and ctx.released:
-        plan = replace(plan, released_pins=ctx.released)
-    return replace(draft, over_trigger=True, plan=plan)
+    # the first rewrite plans from the trigger on whatever the trim left: the rewrite is the compaction's
+    standing = max(draft.total, ctx.trigger_tokens + 1) if first else draft.total
+    plan = plan_compaction(inputs, Standing(standing, draft.total - tail_tokens, sent), ctx)
+    if plan is not None and (ctx.released or first):
+        plan = replace(plan, released_pins=ctx.released, wait=first)
+    return replace(draft, over_trigger=over, plan=plan)
+
+
+def first_rewrite(ctx: StepContext, trimmed: bool) -> bool:
+    """Whether this projection is a branch's first rewrite that `first_rewrite: compact` turns
+    into a compaction: no checkpoint applies or waits (`deferred`), and the request, no longer
+    going as sent, was trimmed."""
+    compact = ctx.config.first_rewrite == "compact"
+    return compact and trimmed and ctx.covered_through <= 0 and ctx.checkpoint is None and ctx.deferred is None

@@ -121,8 +121,9 @@ class Outgoing:
 
     async def project(self, cut: int, asked: Asked | None = None, compact: bool = True) -> Projected:
         """Project the request (or `asked`) with the active checkpoint; start a compaction when
-        the plan asks for one (`compact`), and wait for it (bounded) only when the request could
-        not be served without dropping history."""
+        the plan asks for one (`compact`), and wait for it (bounded) when the request could not
+        be served without dropping history, or when it is the branch's first rewrite
+        (`CompactionPlan.wait`)."""
         exchange = self.exchange
         services, ingested, policy = exchange.services, exchange.ingested, exchange.policy
         identity, projector = ingested.identity, services.projector
@@ -150,7 +151,8 @@ class Outgoing:
             memory=self.memory if self.memory is not None and policy.memory.extraction else None,
         )
         task = services.compactor.request(job)
-        if task is None or not projected.projection.record.pruned_seqs or policy.on_overflow != "wait":
+        overflowing = bool(projected.projection.record.pruned_seqs) and policy.on_overflow == "wait"
+        if task is None or not (plan.wait or overflowing):
             return projected
         try:
             committed = await asyncio.wait_for(asyncio.shield(task), policy.overflow_wait)

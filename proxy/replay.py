@@ -4,7 +4,7 @@ How a user decides whether to adopt ctxproxy before deploying it: every point wh
 called the model (each assistant message of the transcript) becomes one request; the policy
 projects it exactly as the proxy would, a compaction plan is applied before the next request (as
 the proxy's background job would), or at once when the request could only be served by pruning
-(`on_overflow: wait`). The report compares what the client sent with what ctxproxy would send.
+(`on_overflow: wait`) or is the branch's first rewrite (`first_rewrite: compact`). The report compares what the client sent with what ctxproxy would send.
 
 The summarizer is a deterministic stand-in by default (`extractive_summary`: the first line of
 each event with its event id, bounded by the route's `summary_max_tokens` as the proxy bounds a
@@ -314,7 +314,8 @@ def replay(
         try:
             projection = project(prefix, request_items, checkpoint, budget, config, counter)
             plan = projection.record.compaction
-            if plan is not None and projection.record.pruned_seqs and policy.on_overflow == "wait":
+            overflowing = bool(projection.record.pruned_seqs) and policy.on_overflow == "wait"
+            if plan is not None and (plan.wait or overflowing):
                 checkpoint = compact(plan)
                 stat.compacted = True
                 projection = project(prefix, request_items, checkpoint, budget, config, counter)

@@ -56,6 +56,7 @@ from policies.memo.tail import NO_TRIM, TailState
 from policies.projection import run_steps
 from policies.projection_record import Sent, projection_record
 from policies.text import clone
+from policies.summary_tail import first_rewrite
 from policies.trim_tool_results import first_reader, previous_boundary, trim_boundary, trim_slots
 
 
@@ -185,6 +186,8 @@ def project_incremental(inputs: Inputs, index: HistoryIndex, cache: ProjectionCa
     for name in config.order:
         if name == "trim_tool_results":
             at, trimmed = total, trims and bool(head_entries or state.entries)
+        elif name == "summary_tail" and first_rewrite(ctx, trimmed):
+            return None  # the first rewrite: a compaction to plan, below the trigger too
         elif name == "summary_tail" and at > trigger and not (covered <= 0 and not trimmed and at <= passing):
             return None  # a compaction to plan (none while the request goes as sent)
         elif name == "prune_groups" and at > budget.input_budget:

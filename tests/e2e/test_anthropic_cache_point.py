@@ -13,6 +13,7 @@ breakpoint too on a move.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import anthropic
@@ -33,8 +34,14 @@ TOOLS = [
     }
 ]
 POLICY = {"context_window": 24_000, "max_output_tokens": 1_000}  # 2 recent groups, a move every 2
-WIDER = {"context_window": 40_000, "max_output_tokens": 1_000, "tool_results": {"old_max_chars": 100}}
+WIDER = {
+    "context_window": 40_000,
+    "max_output_tokens": 1_000,
+    "tool_results": {"old_max_chars": 100},
+    "first_rewrite": "trim",
+}
 # ... 4 recent groups, a move every 4; old results short enough that 40 turns need no compaction
+# (and the first rewrite trims: this test is about the moves of the trim boundary)
 
 
 def _route(server: AnthropicUpstream) -> dict[str, Any]:
@@ -198,3 +205,53 @@ def test_the_cap_of_4_drops_the_proxys_own_breakpoints_never_the_clients(
             own_seen.update(kind for _, kind in own)
     assert any("<conversation_summary" in str(b["messages"]) for b in agent), "no compaction: the test needs one"
     assert own_seen == (set() if tools_marked else {"tool_result"})
+
+
+@pytest.mark.parametrize("first_rewrite", ["compact", "trim"])
+def test_the_first_rewrite_is_the_compaction(proxy, anthropic_upstream, api_key, first_rewrite):
+    """The first request that no longer fits as sent rewrites the prefix either way. By default
+    (`compact`) that rewrite is the compaction: the summarizer is called before the request goes,
+    and the request carries the summary, so no request is ever sent trimmed without it (each
+    would be one more full cache write). With `trim` the first rewrite is a trim alone."""
+    policy = {"context_window": 40_000, "max_output_tokens": 1_000, "first_rewrite": first_rewrite}
+    p = proxy(routes=[_route(anthropic_upstream)], policies={"default": {**policy, "summarizer": {"timeout": 10}}})
+    client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=30)
+    # the agent reasons at length each turn, which no trim shortens: trimmed, the first request
+    # that no longer fits still lands above the target, so a summary has something to do
+    reasoning = "I will build the next module, then check its warnings before going on. " * 30
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if str(body.get("system", "")).startswith("You compress the history"):
+            return Reply(text=SUMMARY)
+        return Reply(text=reasoning, tool_uses=[{"name": "bash", "input": {"cmd": "make"}}])
+
+    anthropic_upstream.responder = respond
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Build every module."}]}]
+    conversation = None
+    for step in range(60):
+        newest = copy.deepcopy(messages[-1])
+        newest["content"][-1]["cache_control"] = CC
+        raw = client.messages.with_raw_response.create(
+            model=MODEL, max_tokens=512, system=SYSTEM, tools=TOOLS, messages=[*messages[:-1], newest]
+        )
+        conversation, reply = raw.headers["x-conversation-id"], raw.parse()
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        use = next(b for b in reply.content if b.type == "tool_use")
+        result = {"type": "tool_result", "tool_use_id": use.id, "content": _output(step, 40)}
+        messages.append({"role": "user", "content": [result]})
+        if any(r["purpose"] == "main" and r["projection"]["trimmed"] for r in p.calls(conversation)):
+            break  # the first rewrite went
+
+    assert anthropic_upstream.rejections == []
+    log = anthropic_upstream.message_requests
+    agent = [i for i, r in enumerate(log) if r.body.get("system") == SYSTEM]
+    first = agent[-1]  # the first rewritten request
+    carries = "<conversation_summary" in json.dumps(log[first].body)
+    records = sorted((c for c in p.calls(conversation) if c["purpose"] == "main"), key=lambda c: c["started_at"])
+    assert all(not r["projection"]["trimmed"] for r in records[:-1])  # the ones before went as sent
+    went = records[-1]["projection"]  # what was sent: after the commit it waited for
+    summaries = [i for i, r in enumerate(log) if i not in agent]
+    if first_rewrite == "compact":
+        assert summaries and max(summaries) < first and carries and went["covered_through_seq"] > 0
+    else:
+        assert not summaries and not carries and went["covered_through_seq"] == 0

@@ -130,9 +130,11 @@ TRIMMING = PolicyConfig(
     trigger=0.02,
     target=0.01,
     late_trim=0.02,
+    first_rewrite="trim",
     tool_results=ToolResultsConfig(keep_recent_groups=2, clear_at_least=2, old_max_chars=100),
 )
-"""trigger 3,920 tokens of `_project`'s budget; 2 recent groups, the boundary moves every 2"""
+"""trigger 3,920 tokens of `_project`'s budget; 2 recent groups, the boundary moves every 2; no
+checkpoint ever commits here, so the first rewrite trims (`compact` would plan on every call)"""
 
 
 def tool_history(groups: int) -> list[Item]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from policies.base import Budget, Checkpoint, Item, PolicyConfig
+from policies.base import Budget, Checkpoint, Item, PolicyConfig, SettingError
 from policies.draft import Inputs
 from policies.groups import group_items
+from policies.projection import project
 from policies.summary_tail import Standing, chunk_limit, cut_message, make_chunks, plan_compaction
 from tests.policies.helpers import calls, items, result, user
 from tests.policies.strategies import fake_count
@@ -222,3 +223,37 @@ def test_an_over_long_summary_is_kept_when_it_fits_else_cut_at_a_line() -> None:
     assert marker.startswith("[summary cut to its length limit: ") and "more lines left out]" in marker
     one_line = "x" * 4_000
     assert 0 < len(fit_summary(one_line, 100, count)) < len(one_line)
+
+
+def test_the_first_rewrite_is_the_compaction() -> None:
+    """A branch's first request that no longer goes as sent rewrites the cached prefix whatever
+    it does: with `first_rewrite: compact` (the default) it plans the compaction at once, though
+    trimmed it is under the trigger, and the plan asks the request to wait for it; with `trim`
+    it only trims. A branch that has its checkpoint compacts from the trigger on, as before; and
+    a trim that lands under the target needs no compaction at all."""
+    messages = [user("task")]
+    for k in range(60):  # two large results early (trimmed), many small ones (not)
+        text = " ".join(f"w{k}x{i}" for i in range(1500 if k in (2, 5) else 50))
+        messages += [calls(f"c{k}"), result(f"c{k}", text)]
+    history = items(*messages)
+    total = sum(item.tokens for item in history)
+    budget = Budget(int(total * 0.9) + 1000, 1000)  # it no longer fits as sent
+
+    first = project([], history, None, budget, PolicyConfig(), fake_count).record
+    assert first.trimmed and first.sent_tokens < first.trigger_tokens and not first.over_trigger
+    assert first.compaction is not None and first.compaction.wait
+    trim = project([], history, None, budget, PolicyConfig(first_rewrite="trim"), fake_count).record
+    assert trim.trimmed and trim.compaction is None
+    assert trim.sent_tokens == first.sent_tokens  # the same request goes if the summary is late
+
+    plan = first.compaction
+    checkpoint = Checkpoint(1, plan.through_seq, "s", 10)
+    later = project([], history, checkpoint, budget, PolicyConfig(), fake_count).record
+    assert later.sent_tokens < later.trigger_tokens and later.compaction is None
+
+    small = items(*messages[:21])  # its trim lands under the target: nothing to summarize
+    tight = Budget(int(sum(item.tokens for item in small) * 0.9) + 1000, 1000)
+    record = project([], small, None, tight, PolicyConfig(), fake_count).record
+    assert record.trimmed and record.compaction is None
+    with pytest.raises(SettingError):
+        PolicyConfig(first_rewrite="later")
