@@ -4,7 +4,8 @@ How a user decides whether to adopt ctxproxy before deploying it: every point wh
 called the model (each assistant message of the transcript) becomes one request; the policy
 projects it exactly as the proxy would, a compaction plan is applied before the next request (as
 the proxy's background job would), or at once when the request could only be served by pruning
-(`on_overflow: wait`) or is the branch's first rewrite (`first_rewrite: compact`). The report compares what the client sent with what ctxproxy would send.
+(`on_overflow: wait`) or is the branch's first rewrite (`first_rewrite: compact`). The report
+compares what the client sent with what ctxproxy would send.
 
 The summarizer is a deterministic stand-in by default (`extractive_summary`: the first line of
 each event with its event id, bounded by the route's `summary_max_tokens` as the proxy bounds a

@@ -55,8 +55,8 @@ from policies.memo.cache import ProjectionCache
 from policies.memo.tail import NO_TRIM, TailState
 from policies.projection import run_steps
 from policies.projection_record import Sent, projection_record
-from policies.text import clone
 from policies.summary_tail import first_rewrite
+from policies.text import clone
 from policies.trim_tool_results import first_reader, previous_boundary, trim_boundary, trim_slots
 
 
