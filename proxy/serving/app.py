@@ -44,7 +44,7 @@ from ..store import make_store
 from ..summarizer import Summarizer
 from ..tracing import Tracing, failed, traced
 from ..upstream import RoutedUpstream, uses_litellm
-from . import admin, admin_memory, endpoints
+from . import admin, admin_memory, admin_shadow, endpoints
 
 log = logging.getLogger("ctxproxy")
 
@@ -190,6 +190,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         *admin.routes,
         *admin_memory.routes,
+        *admin_shadow.routes,
         *ui.routes,  # the inspector, /ui/ (proxy/ui/)
     ]
     # starlette types handlers as returning its Response; ours return plain ASGI responses

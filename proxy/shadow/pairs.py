@@ -47,7 +47,7 @@ def kinds_of(projection: dict[str, Any] | None, recall: bool, memory: bool, rewr
     kinds = []
     if projection.get("trimmed"):
         kinds.append("trimmed")
-    if projection.get("covered_through_seq") is not None:
+    if projection.get("checkpoint_generation") is not None:
         kinds.append("summarized")
     if projection.get("pruned_seqs"):
         kinds.append("pruned")

@@ -194,9 +194,11 @@ class Shadows:
         if shadow.status != "complete":
             described["outcome"] = "failed"
             return described
-        verdict = compare(step_of(call.response, call.finish_reason), step_of(shadow.response, shadow.finish_reason))
+        client, twin = step_of(call.response, call.finish_reason), step_of(shadow.response, shadow.finish_reason)
+        verdict = compare(client, twin)
         described["outcome"] = "equivalent" if verdict.equivalent else "diverged"
         described["difference"] = verdict.difference
+        described["steps"] = {"client": client.to_dict(), "shadow": twin.to_dict()}
         return described
 
     async def drain(self, timeout: float) -> None:

@@ -1,0 +1,243 @@
+"""Shadow mode end to end: the real proxy, the OpenAI SDK, and a scripted model whose next step
+depends on what its context holds.
+
+The agent's history has a long tool result with a fact in its middle (`deploy_port=8123`). The
+policy's window (3,000 tokens) is far below the model's real one (gpt-4o: 128,000), so the proxy
+trims that result to fit, and the fact goes; the client's own request still fits the real window,
+so each request gets a shadow twin with everything. A model that needs the fact to decide
+(`deploy` with the port, else `read_config` again) diverges between the two; one that does not
+(always `run_tests`) stays equivalent; a request nothing rewrote, sent twice, gives the A/A floor.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from tests.support.proxy_process import ProxyProcess
+from tests.support.upstream_server import Reply, UpstreamServer, tool_call
+from tests.support.waiting import wait_until
+
+FACT = "deploy_port=8123"
+SHADOW = {"rate": 1.0, "max_usd_per_day": 100, "min_interval_s": 0}
+POLICY = {"context_window": 3000, "max_output_tokens": 300, "shadow": SHADOW}
+TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+    for name in ("read_config", "deploy", "run_tests")
+]
+
+
+def _summary_request(body: dict[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    return bool(messages) and str(messages[0].get("content", "")).startswith("You compress the history")
+
+
+def _context(body: dict[str, Any]) -> str:
+    return json.dumps(body.get("messages") or [])
+
+
+def needs_the_fact(body: dict[str, Any]) -> Reply:
+    """Deploys on the port when its context holds it, else reads the config again."""
+    if _summary_request(body):
+        return Reply(content="## Goal\nDeploy.\n## Next step\nDeploy.")
+    if FACT in _context(body):
+        return Reply(tool_calls=[tool_call("deploy", {"port": 8123}, id="call_deploy")])
+    return Reply(tool_calls=[tool_call("read_config", {}, id="call_read")])
+
+
+def ignores_the_fact(body: dict[str, Any]) -> Reply:
+    if _summary_request(body):
+        return Reply(content="## Goal\nDeploy.\n## Next step\nDeploy.")
+    return Reply(tool_calls=[tool_call("run_tests", {}, id="call_tests")])
+
+
+def agent_history(tag: str) -> list[dict[str, Any]]:
+    """A deploy session whose first tool result hides the fact in its middle (about 5,000 tokens)."""
+    filler = " ".join(f"line {i} of the config dump {tag}" for i in range(400))
+    config = f"{filler}\n{FACT}\n{filler}"
+    return [
+        {"role": "system", "content": "You are a deploy agent."},
+        {"role": "user", "content": f"Deploy the billing service ({tag})."},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("read_config", {}, id="call_1")]},
+        {"role": "tool", "tool_call_id": "call_1", "content": config},
+        {"role": "assistant", "content": "Read it."},
+        {"role": "user", "content": "Go ahead and deploy now."},
+    ]
+
+
+def shadow_pairs(p: ProxyProcess, conversation: str, n: int = 1) -> list[dict[str, Any]]:
+    """The conversation's shadow records once `n` of them are stored (they run in the background)."""
+
+    def stored() -> list[dict[str, Any]] | None:
+        calls = [c for c in p.calls(conversation) if c["purpose"] == "shadow"]
+        return calls if len(calls) >= n else None
+
+    found: list[dict[str, Any]] = wait_until(stored, timeout=20, interval=0.1, what="shadow records")
+    return found
+
+
+def ask(p: ProxyProcess, api_key: str, messages: list[dict[str, Any]], **kw: Any) -> tuple[Any, str]:
+    raw = p.client(api_key).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=messages, tools=TOOLS, **kw
+    )
+    return raw.parse(), raw.headers["x-conversation-id"]
+
+
+def shadowed(proxy: Callable[..., ProxyProcess], **shadow: Any) -> ProxyProcess:
+    policy = {**POLICY, "shadow": {**SHADOW, **shadow}}
+    return proxy(policies={"default": policy})
+
+
+def test_a_removed_fact_diverges_and_an_unneeded_one_does_not(
+    proxy: Callable[..., ProxyProcess], upstream: UpstreamServer, api_key: str
+) -> None:
+    p = shadowed(proxy)
+    upstream.responder = needs_the_fact
+    answer, conversation = ask(p, api_key, agent_history("a"))
+    assert answer.choices[0].message.tool_calls[0].function.name == "read_config"  # the trimmed context
+    [pair] = shadow_pairs(p, conversation)
+    shadow = pair["projection"]["shadow"]
+    assert shadow["outcome"] == "diverged"
+    assert "trimmed" in shadow["kinds"] and shadow["control"] is False
+    assert shadow["difference"] == {"tools": [["read_config"], ["deploy"]]}
+    assert shadow["steps"]["shadow"]["tools"] == [{"name": "deploy", "arguments": {"port": 8123}}]
+    events = p.events(conversation)
+    fact_seq = next(e["seq"] for e in events if FACT in json.dumps(e["message"]))
+    assert any(low <= fact_seq <= high for low, high in shadow["removed"]["cut"] + shadow["removed"]["missing"])
+    twin = upstream.chat_requests[-1].body  # the shadow: the client's own request, whole, unstreamed
+    assert FACT in _context(twin) and "stream" not in twin
+    assert [t["function"]["name"] for t in twin["tools"]] == ["read_config", "deploy", "run_tests"]
+
+    upstream.responder = ignores_the_fact
+    answer, conversation = ask(p, api_key, agent_history("b"))
+    [pair] = shadow_pairs(p, conversation)
+    assert pair["projection"]["shadow"]["outcome"] == "equivalent"
+    assert "trimmed" in pair["projection"]["shadow"]["kinds"]
+
+    report = p.admin_json("shadow", params={"tenant": pair_tenant(p, conversation)})
+    diverged = report["diverged"]
+    assert [d["of"] for d in diverged] == [shadow["of"]]
+    trimmed = next(g for g in report["report"]["groups"] if g["kind"] == "trimmed")
+    assert (trimmed["pairs"], trimmed["diverged"], trimmed["rate"]) == (2, 1, 0.5)
+    low, high = trimmed["interval"]
+    assert 0 <= low <= 0.5 <= high <= 1
+
+
+def pair_tenant(p: ProxyProcess, conversation: str) -> str:
+    tenant: str = p.conversation(conversation)["tenant"]
+    return tenant
+
+
+def test_an_unrewritten_request_sent_twice_is_the_a_a_floor(
+    proxy: Callable[..., ProxyProcess], upstream: UpstreamServer, api_key: str
+) -> None:
+    p = shadowed(proxy)
+    raw = p.client(api_key).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "What is two plus two?"}]
+    )
+    conversation = raw.headers["x-conversation-id"]
+    [pair] = shadow_pairs(p, conversation)
+    shadow = pair["projection"]["shadow"]
+    assert (shadow["control"], shadow["kinds"], shadow["outcome"]) == (True, [], "equivalent")
+    assert "removed" not in shadow
+    sent = [r.body for r in upstream.chat_requests]
+    assert sent[0]["messages"] == sent[1]["messages"]  # the same request, sent twice
+    groups = p.admin_json("shadow", params={"tenant": pair_tenant(p, conversation)})["report"]["groups"]
+    assert groups == [
+        {
+            "route": "main",
+            "model": "gpt-4o",
+            "kind": "aa",
+            "pairs": 1,
+            "diverged": 0,
+            "failed": 0,
+            "rate": 0.0,
+            "interval": [0.0, 0.0],
+            "floor": {"pairs": 1, "diverged": 0, "failed": 0, "rate": 0.0, "interval": [0.0, 0.0]},
+        }
+    ]
+
+
+def test_a_streamed_answer_gets_its_shadow_after_the_stream_and_nothing_of_it(
+    proxy: Callable[..., ProxyProcess], upstream: UpstreamServer, api_key: str
+) -> None:
+    p = shadowed(proxy)
+    held = threading.Event()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body.get("stream"):
+            return Reply(content="the client's own answer", hold=held)
+        return Reply(content="SHADOW-ONLY text the client never sees")
+
+    upstream.responder = respond
+    stream = p.client(api_key).chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Say something."}], stream=True
+    )
+    first = next(iter(stream))
+    assert len(upstream.chat_requests) == 1  # no shadow while the client's stream is open
+    held.set()
+    text = (first.choices[0].delta.content or "") + "".join(
+        c.choices[0].delta.content or "" for c in stream if c.choices
+    )
+    assert text == "the client's own answer"
+    conversation = find_conversation(p, "Say something.")
+    [pair] = shadow_pairs(p, conversation)
+    assert pair["stream"] is False and pair["projection"]["shadow"]["outcome"] == "diverged"
+    assert all("SHADOW-ONLY" not in json.dumps(e["message"]) for e in p.events(conversation))
+    mains = [c for c in p.calls(conversation) if c["purpose"] == "main"]
+    assert [m["response"]["content"] for m in mains] == ["the client's own answer"]
+    other = p.admin_json("shadow", params={"tenant": "t_someone_else"})
+    assert other["diverged"] == [] and other["report"]["groups"] == []
+
+
+def find_conversation(p: ProxyProcess, first_text: str) -> str:
+    for conversation in p.admin_json("conversations", params={"limit": 200})["data"]:
+        events = p.events(conversation["id"])
+        if events and events[0]["message"].get("content") == first_text:
+            found: str = conversation["id"]
+            return found
+    raise AssertionError(f"no conversation opens with {first_text!r}")
+
+
+def test_a_failed_shadow_is_recorded_and_never_reaches_the_client(
+    proxy: Callable[..., ProxyProcess], upstream: UpstreamServer, api_key: str
+) -> None:
+    p = shadowed(proxy)
+    upstream.push(Reply(content="fine"), Reply(status=500))
+    raw = p.client(api_key).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Will the shadow fail?"}]
+    )
+    assert raw.parse().choices[0].message.content == "fine"
+    [pair] = shadow_pairs(p, raw.headers["x-conversation-id"])
+    assert pair["status"] == "error" and pair["upstream_status"] == 500
+    assert pair["projection"]["shadow"]["outcome"] == "failed"
+
+
+def test_the_daily_cap_stops_shadow_calls(
+    proxy: Callable[..., ProxyProcess], upstream: UpstreamServer, api_key: str
+) -> None:
+    p = proxy(fresh=True, policies={"default": {**POLICY, "shadow": {**SHADOW, "max_usd_per_day": 0.000001}}})
+    first = p.client(api_key).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "first question"}]
+    )
+    [pair] = shadow_pairs(p, first.headers["x-conversation-id"])
+    assert pair["cost_usd"] > 0.000001  # the first one spent the day's cap
+    second = p.client(api_key).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "second question"}]
+    )
+    wait_until(
+        lambda: 'ctxproxy_shadow_skipped_total{route="main",reason="cap"} 1' in p_metrics(p),
+        timeout=10,
+        what="the cap's skip",
+    )
+    assert [c["purpose"] for c in p.calls(second.headers["x-conversation-id"])] == ["main"]
+    usage = p.admin_json("usage")["totals"]["calls_by_purpose"]
+    assert usage == {"main": 2, "shadow": 1}
+
+
+def p_metrics(p: ProxyProcess) -> str:
+    return httpx.get(f"{p.url}/metrics", timeout=5).text
