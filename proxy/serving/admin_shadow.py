@@ -10,14 +10,13 @@ most `pairs`): the call the client got, its shadow, what the rewrite left out an
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from starlette.requests import Request
 from starlette.routing import Route
 
 from ..asgi import RawResponse, json_response
 from ..services import Services
-from ..shadow.report import pair_of, report
+from ..shadow.report import diverged, report
 from ..store.base import CallRecord
 from .admin import int_param, state_of, time_param
 
@@ -32,33 +31,6 @@ async def shadow_calls(state: Services, request: Request) -> tuple[float, list[C
     calls = await state.store.calls_of_purpose("shadow", since, limit)
     tenant = request.query_params.get("tenant")
     return since, [call for call in calls if tenant is None or call.tenant == tenant]
-
-
-def diverged(calls: list[CallRecord], limit: int) -> list[dict[str, Any]]:
-    """The diverged pairs among `calls` (newest first), as the API and the inspector list them."""
-    out = []
-    for call in calls:
-        pair = pair_of(call)
-        if pair is None or pair.get("outcome") != "diverged":
-            continue
-        out.append(
-            {
-                "shadow_call": call.id,
-                "of": pair.get("of"),
-                "conversation_id": call.conversation_id,
-                "tenant": call.tenant,
-                "route": call.route,
-                "model": call.model,
-                "started_at": call.started_at,
-                "kinds": pair.get("kinds") or [],
-                "removed": pair.get("removed"),
-                "difference": pair.get("difference"),
-                "steps": pair.get("steps"),
-            }
-        )
-        if len(out) >= limit:
-            break
-    return out
 
 
 async def shadow_report(request: Request) -> RawResponse:

@@ -114,3 +114,30 @@ def _binomial_cdf(n: int, p: float) -> list[float]:
         running += math.exp(head - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_p + (n - k) * log_q)
         out.append(running)
     return out
+
+
+def diverged(calls: list[CallRecord], limit: int) -> list[dict[str, Any]]:
+    """The diverged pairs among `calls` (newest first), as the API and the inspector list them."""
+    out = []
+    for call in calls:
+        pair = pair_of(call)
+        if pair is None or pair.get("outcome") != "diverged":
+            continue
+        out.append(
+            {
+                "shadow_call": call.id,
+                "of": pair.get("of"),
+                "conversation_id": call.conversation_id,
+                "tenant": call.tenant,
+                "route": call.route,
+                "model": call.model,
+                "started_at": call.started_at,
+                "kinds": pair.get("kinds") or [],
+                "removed": pair.get("removed"),
+                "difference": pair.get("difference"),
+                "steps": pair.get("steps"),
+            }
+        )
+        if len(out) >= limit:
+            break
+    return out
