@@ -139,6 +139,13 @@ def test_a_streamed_answer_gets_its_shadow_after_the_stream_and_nothing_of_it(
     assert [m["response"]["content"] for m in mains] == ["the client's own answer"]
     other = p.admin_json("shadow", params={"tenant": "t_someone_else"})
     assert other["diverged"] == [] and other["report"]["groups"] == []
+    tenant = pair_tenant(p, conversation)
+    assert p.admin_json("shadow", params={"tenant": tenant})["report"]["totals"]["pairs"] == 1
+    assert p.admin(f"conversations/{conversation}", method="DELETE").is_success  # its pairs go with it
+    assert p.admin_json("shadow", params={"tenant": tenant})["report"] == {
+        "totals": {"pairs": 0, "diverged": 0, "failed": 0, "rate": None, "interval": None},
+        "groups": [],
+    }
 
 
 def find_conversation(p: ProxyProcess, first_text: str) -> str:
