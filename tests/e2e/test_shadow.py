@@ -16,8 +16,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import anthropic
 import httpx
 
+from tests.support.anthropic_upstream import AnthropicUpstream
+from tests.support.anthropic_upstream import Reply as AnthropicReply
 from tests.support.proxy_process import ProxyProcess
 from tests.support.shadow import (
     FACT,
@@ -195,3 +198,59 @@ def test_the_daily_cap_stops_shadow_calls(
 
 def p_metrics(p: ProxyProcess) -> str:
     return httpx.get(f"{p.url}/metrics", timeout=5).text
+
+
+def test_an_anthropic_stream_gets_its_pair_through_its_own_wire(
+    proxy: Callable[..., ProxyProcess], anthropic_upstream: AnthropicUpstream, api_key: str
+) -> None:
+    """Another API, streamed: its wire reads both answers (a stream and a whole body) into the
+    common model, and the equivalence of the two tool uses is the same as on chat completions."""
+    timeouts = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
+    route = {
+        "name": "claude",
+        "match": {"model": "claude-*", "path": "/v1/messages"},
+        "upstream": {"base_url": anthropic_upstream.url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
+        "policy": "default",
+    }
+    p = proxy(
+        routes=[route], policies={"default": {"context_window": 200000, "max_output_tokens": 4096, "shadow": SHADOW}}
+    )
+    anthropic_upstream.responder = lambda body: AnthropicReply(tool_uses=[{"name": "ls", "input": {"dir": "src"}}])
+    client = anthropic.Anthropic(base_url=p.url, api_key=api_key)
+    tools = [{"name": "ls", "description": "list a directory", "input_schema": {"type": "object"}}]
+    with client.messages.stream(
+        model="claude-test-1", max_tokens=200, tools=tools, messages=[{"role": "user", "content": "What is in src?"}]
+    ) as stream:
+        final = stream.get_final_message()
+        conversation = stream.response.headers["x-conversation-id"]
+    assert [block.name for block in final.content if block.type == "tool_use"] == ["ls"]
+    [pair] = shadow_pairs(p, conversation)
+    shadow = pair["projection"]["shadow"]
+    assert shadow["outcome"] == "equivalent", shadow
+    assert (
+        shadow["steps"]["client"]
+        == shadow["steps"]["shadow"]
+        == {
+            "kind": "tool_call",
+            "finish": "tool_use",
+            "tools": [{"name": "ls", "arguments": {"dir": "src"}}],
+        }
+    )
+    twin = anthropic_upstream.message_requests[-1].body
+    assert "stream" not in twin and twin["messages"] == [{"role": "user", "content": "What is in src?"}]
+
+
+def test_the_client_has_its_whole_answer_while_the_shadow_is_still_unanswered(
+    proxy: Callable[..., ProxyProcess], upstream: UpstreamServer, api_key: str
+) -> None:
+    p = proxy(fresh=True, policies={"default": POLICY})  # its own process: the slow shadow busies no other test
+    slow = Reply(content="the same answer", delay_before_headers=3)
+    upstream.push(Reply(content="the same answer"), slow)
+    raw = p.client(api_key).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Is the shadow on my path?"}]
+    )
+    assert raw.parse().choices[0].message.content == "the same answer"
+    upstream.wait_for_requests(2)  # the shadow went out after the answer...
+    assert not slow.done.is_set()  # ...and the client did not wait for its reply
+    [pair] = shadow_pairs(p, raw.headers["x-conversation-id"])
+    assert pair["projection"]["shadow"]["outcome"] == "equivalent"
