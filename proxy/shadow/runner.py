@@ -1,19 +1,19 @@
 """Shadow calls: the client's own request sent again, unrewritten, after its answer is complete.
 
-`Shadows` is built once by the app's lifespan, which drains it on shutdown. `chat.handle` asks
-it for a `Sample` of each request once the request is on its way upstream (only a sampled
-request of a policy with `shadow:` on gets one: `pairs.sampled`); when the request's call is
-recorded complete, `start` checks, in process and at once, that the client's payload fits the
-model's real window (litellm's map, else the policy's window: a rewrite that made a request fit
-has no unrewritten twin to compare with), that no shadow call of the policy is in flight and that
-`min_interval_s` has passed, then leaves the rest to a background task, never on the client's
-path: the daily cap, summed from the ledger's shadow calls of the policy's routes since UTC
+`Shadows` is built once by the app's lifespan, which drains it on shutdown. `chat.handle` asks it
+for a `Sample` of each request once the request is on its way upstream (only a sampled request of a
+policy with `shadow:` on gets one: `pairs.sampled`); when the request's call is recorded complete,
+`start` checks, in process and at once, that the client's payload fits the model's real window
+(`shadow.context_window`, else litellm's map, else the policy's window: a rewrite that made a
+request fit has no unrewritten twin to compare with), that no shadow call of the policy is in flight
+and that `min_interval_s` has passed, then leaves the rest to a background task, never on the
+client's path: the daily cap, summed from the ledger's shadow calls of the policy's routes since UTC
 midnight (so it holds across replicas), then one non-streamed call to the same upstream with the
-same headers, recorded as a call of purpose `shadow` (in the ledger like any call) that carries
-the pair in its `projection["shadow"]`: the call it shadows (`of`), the kinds or the A/A control,
-the outcome (`equivalent`, `diverged`, `failed`), the difference (`equivalence`) and what the
-rewrite left out (`pairs.removed`). The shadow's answer goes nowhere else: not to the client,
-not to the history, not to the calibration of estimates. A failure is recorded, logged, counted.
+same headers, recorded as a call of purpose `shadow` (in the ledger like any call) that carries the
+pair in its `projection["shadow"]`: the call it shadows (`of`), the kinds or the A/A control, the
+outcome (`equivalent`, `diverged`, `failed`), the difference (`equivalence`) and what the rewrite
+left out (`pairs.removed`). The shadow's answer goes nowhere else: not to the client, not to the
+history, not to the calibration of estimates. A failure is recorded, logged, counted.
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ class Shadows:
         if not isinstance(client, int):
             return False
         info = self.projector.catalog.info(sample.model)
-        window = (info.context_window if info else None) or sample.policy.context_window or DEFAULT_WINDOW
+        known = info.context_window if info else None
+        window = sample.policy.shadow.context_window or known or sample.policy.context_window or DEFAULT_WINDOW
         try:
             reserve = self.projector.windows.output(sample.policy, sample.model, sample.body, window)
         except ProxyError:

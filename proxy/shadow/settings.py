@@ -17,11 +17,15 @@ class Shadow(Frozen):
     by a hash of the request, not at random, so the same traffic samples the same requests.
     `max_usd_per_day`: the most the policy's shadow calls may cost per UTC day, summed from the
     ledger (so the cap holds across replicas); a call whose price litellm does not know counts 0.
-    `min_interval_s`: the least time between two shadow calls of the policy in one process."""
+    `min_interval_s`: the least time between two shadow calls of the policy in one process.
+    `context_window`: the model's real window, which the client's own request must fit to get a
+    twin (default: litellm's model map, else the policy's `context_window`): for a model litellm
+    does not know, on a policy whose window is a budget below the real one."""
 
     rate: float = Field(0.0, ge=0, le=1)
     max_usd_per_day: float = Field(1.0, ge=0)
     min_interval_s: float = Field(0.0, ge=0)
+    context_window: int | None = Field(None, gt=0)
 
     @property
     def enabled(self) -> bool:
