@@ -43,6 +43,11 @@ from .equivalence import compare, step_of
 
 log = logging.getLogger("ctxproxy")
 
+LEDGER_SECONDS = 30.0
+"""How long one read of the ledger's shadow spend of a policy is reused (plus what this process
+spent since): the cap costs a ledger read per policy per half minute, not one per shadow call,
+and other replicas' spend is seen within that time."""
+
 
 class Sent(Protocol):
     """What the request sent upstream (`proxy.outgoing.Outgoing`): read when its call ends, after
@@ -84,6 +89,8 @@ class Shadows:
         self._tasks: set[asyncio.Task[None]] = set()
         self._busy: set[str] = set()
         self._last: dict[str, float] = {}
+        self._spent: dict[str, tuple[str, float, float]] = {}
+        """per policy: the UTC day, when the ledger was read (monotonic), the USD spent since midnight"""
         self._closing = False
 
     def running(self) -> int:
@@ -147,13 +154,26 @@ class Shadows:
             self._busy.discard(sample.route.policy)
 
     async def _spent_today(self, policy_name: str) -> float:
-        """USD the policy's shadow calls cost since UTC midnight, from the ledger (every replica's)."""
+        """USD the policy's shadow calls cost since UTC midnight, from the ledger (every replica's),
+        read at most every `LEDGER_SECONDS`."""
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        day, now = midnight.date().isoformat(), time.monotonic()
+        cached = self._spent.get(policy_name)
+        if cached is not None and cached[0] == day and now - cached[1] < LEDGER_SECONDS:
+            return cached[2]
         routes = {r.name for r in self.config.routes if r.policy == policy_name}
-        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
-        cells = await self.store.usage_cells(UsageQuery(since=today, group_by="route"))
-        return sum(
+        cells = await self.store.usage_cells(UsageQuery(since=midnight.timestamp(), group_by="route"))
+        spent = sum(
             float(cell.sums.get("cost_usd") or 0.0) for cell in cells if cell.purpose == "shadow" and cell.key in routes
         )
+        self._spent[policy_name] = (day, now, spent)
+        return spent
+
+    def _spend(self, policy_name: str, cost: float | None) -> None:
+        """A shadow call of the policy cost `cost`: counted before the ledger is read again."""
+        cached = self._spent.get(policy_name)
+        if cached is not None and cost:
+            self._spent[policy_name] = (cached[0], cached[1], cached[2] + cost)
 
     async def _pair(self, sample: Sample, call: CallRecord) -> None:
         wire = sample.wire
@@ -178,6 +198,7 @@ class Shadows:
         shadow.projection = {"shadow": self._described(sample, call, shadow)}
         outcome = shadow.projection["shadow"]["outcome"]
         await self.recorder.finish(shadow, wire.name, kind)
+        self._spend(sample.route.policy, shadow.cost_usd)
         kinds = shadow.projection["shadow"]["kinds"] or [pairs.CONTROL]
         self.metrics.observe_shadow(call.route, call.model or "", kinds, outcome)
 
