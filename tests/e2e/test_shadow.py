@@ -12,6 +12,7 @@ so each request gets a shadow twin with everything. A model that needs the fact 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -96,6 +97,11 @@ def test_an_unrewritten_request_sent_twice_is_the_a_a_floor(
     assert "removed" not in shadow
     sent = [r.body for r in upstream.chat_requests]
     assert sent[0]["messages"] == sent[1]["messages"]  # the same request, sent twice
+    assert re.search(
+        r'^ctxproxy_shadow_pairs_total\{route="main",model="gpt-4o",kind="aa",outcome="equivalent"\} [1-9]',
+        p_metrics(p),
+        re.M,
+    )
     groups = p.admin_json("shadow", params={"tenant": pair_tenant(p, conversation)})["report"]["groups"]
     assert groups == [
         {
@@ -254,3 +260,19 @@ def test_the_client_has_its_whole_answer_while_the_shadow_is_still_unanswered(
     assert not slow.done.is_set()  # ...and the client did not wait for its reply
     [pair] = shadow_pairs(p, raw.headers["x-conversation-id"])
     assert pair["projection"]["shadow"]["outcome"] == "equivalent"
+
+
+def test_shutdown_waits_for_the_shadow_in_flight_and_records_it(
+    proxy: Callable[..., ProxyProcess], upstream: UpstreamServer, api_key: str
+) -> None:
+    p = proxy(fresh=True, policies={"default": POLICY})
+    upstream.push(Reply(content="answer"), Reply(content="answer", delay_before_headers=2))
+    raw = p.client(api_key).chat.completions.with_raw_response.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "Stop while my shadow runs."}]
+    )
+    upstream.wait_for_requests(2)  # the shadow is on its way when SIGTERM arrives
+    assert not upstream.last_reply.done.is_set()
+    p.stop()  # SIGTERM: the lifespan drains the shadow calls before the store closes
+    p.start()
+    [pair] = shadow_pairs(p, raw.headers["x-conversation-id"])
+    assert pair["status"] == "complete" and pair["projection"]["shadow"]["outcome"] == "equivalent"
