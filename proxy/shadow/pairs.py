@@ -26,7 +26,6 @@ from typing import Any
 from ..identify import canonical
 from ..types import Message
 
-KINDS = ("trimmed", "summarized", "pruned", "recall", "memory", "other")
 CONTROL = "aa"
 """The kind label of A/A pairs in reports and metrics."""
 

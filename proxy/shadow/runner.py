@@ -93,9 +93,6 @@ class Shadows:
         """per policy: the UTC day, when the ledger was read (monotonic), the USD spent since midnight"""
         self._closing = False
 
-    def running(self) -> int:
-        return len(self._tasks)
-
     def wants(self, policy_name: str, policy: Policy, conversation_id: str, hashes: Sequence[str]) -> bool:
         """Whether the request is in the policy's sample (cheap: a hash)."""
         settings = policy.shadow
