@@ -32,6 +32,7 @@ from .recall.detour import detour
 from .recall.tool import offered, with_tool
 from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect, relay_unchanged
 from .services import Services
+from .shadow.runner import Sample
 from .store.base import CallRecord
 from .tail_parse import BodyMemo
 from .tools import proxy_tools
@@ -84,6 +85,7 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         if policy.prompt_cache_key and mode is None and not routing.deferred(policy, wire, body):
             key = conversation_key(tenant, ingested.identity.conversation_id)
             body, raw = wire.with_cache_key(body, raw, key)
+        original = body  # the client's request as a shadow call sends it again (`proxy/shadow/`)
         if tools is not None:
             body = tools.with_tools(body, wire.name)  # before projecting: the tools count in the budget
         observing = None
@@ -108,6 +110,9 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         raise
     request.reported = _reported(header, ingested, exchange.call.projection, mode)
     exchange.headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
+    if services.shadows.wants(route.policy, policy, ingested.identity.conversation_id, ingested.hashes):
+        offered_tools = (tools is not None and recall, memory is not None)
+        exchange.shadow = _sample(exchange, provider_model, original, outgoing, offered_tools)
 
     async def resend() -> UpstreamResponse | None:
         try:
@@ -198,6 +203,8 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
     answer = call.response if call.status == "complete" else None
     turn = response_turn(ingested, answer, call.id, exchange.wire.purpose == "main")
     answer_stored(ingested, turn, await services.recorder.finish(call, exchange.wire.name, error_kind, turn))
+    if exchange.shadow is not None:  # the client has its answer: its twin may go now, in the background
+        services.shadows.start(exchange.shadow, call)
     prediction = exchange.attempt.prediction
     if (
         call.status == "complete"
@@ -209,6 +216,17 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
         # What the upstream billed (normalized by `finish`) is what it counted: the next call on
         # this branch carries it, and the route's statistics learn from it.
         services.projector.estimator.observe(prediction, call.usage.get("input_total"))
+
+
+def _sample(
+    exchange: Exchange, model: str, original: dict[str, Any], outgoing: Outgoing, tools: tuple[bool, bool]
+) -> Sample:
+    """The request's shadow pair, sampled: its client request (`original`) and what it sent."""
+    ingested = exchange.ingested
+    first_seq = ingested.position.seq - len(ingested.history) + 1
+    route, policy, wire, headers = exchange.route, exchange.policy, exchange.wire, exchange.headers
+    where = (ingested.history, first_seq)
+    return Sample(policy, route, wire, model, original, headers, *where, outgoing, tools, exchange.redact)
 
 
 @dataclass(frozen=True)

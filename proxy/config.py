@@ -31,6 +31,7 @@ from policies.base import PolicyConfig, SettingError
 from policies.projection import check_order
 
 from .errors import ConfigError
+from .shadow.settings import Shadow
 from .store.urls import FORMS, scheme_of
 from .tool_settings import Frozen as _Frozen
 from .tool_settings import Memory, Recall
@@ -188,6 +189,9 @@ class Policy(PolicyConfig):
     summarizer: Summarizer = Summarizer()
     recall: Recall = Recall()
     memory: Memory = Memory()
+    shadow: Shadow = Shadow()
+    """Shadow pairs (`proxy/shadow/`): the client's own request sent again, unrewritten, after
+    its answer, to measure whether rewriting changed the agent's next step. Off by default."""
     modes: tuple[Literal["passthrough", "observe"], ...] = ("passthrough", "observe")
     """The values of the `X-Ctxproxy-Mode` request header a client may send on the routes using
     this policy (proxy/modes.py); another value is a 400. Empty: no mode is allowed."""

@@ -39,7 +39,8 @@ def route_line(config: Config, route: Route) -> str:
     window = policy.context_window or "model default"
     return (
         f"route {route.name}: {match} -> {target(route)} ({key}); policy {route.policy} "
-        f"(window {window}, trigger {policy.trigger:g}, keep_recent_tokens {policy.keep_recent_tokens})"
+        f"(window {window}, trigger {policy.trigger:g}, keep_recent_tokens {policy.keep_recent_tokens}; "
+        f"{policy.shadow.describe()})"
     )
 
 

@@ -29,6 +29,7 @@ from .ingest import Ingested, reject
 from .protocols.base import Wire
 from .relay import or_disconnect
 from .services import Services
+from .shadow.runner import Sample
 from .store.base import CallRecord
 from .upstream.base import UpstreamResponse
 
@@ -67,6 +68,8 @@ class Exchange:
         """what goes upstream with every call of the request (set once the caller is known)"""
         self.t0 = time.monotonic()
         """when the call under way was sent"""
+        self.shadow: Sample | None = None
+        """the request's shadow pair to start once it is answered (None: not sampled)"""
 
     @property
     def call(self) -> CallRecord:

@@ -42,6 +42,16 @@ are spent money) but not in the request counters and histograms, which describe 
     ctxproxy_pruned_events_total{route}                  events dropped from main requests by
                                                          `prune_groups` (each request that dropped
                                                          any carries a marker naming them)
+    ctxproxy_shadow_pairs_total{route,model,kind,outcome}
+                                                         shadow pairs (proxy/shadow/): kind trimmed |
+                                                         summarized | pruned | recall | memory | other
+                                                         (a pair counts under each of its kinds) | aa
+                                                         (the A/A floor: an unrewritten request sent
+                                                         twice); outcome equivalent | diverged | failed.
+                                                         Divergence rate: diverged / (equivalent + diverged)
+    ctxproxy_shadow_skipped_total{route,reason}          sampled requests without a shadow: window (the
+                                                         client's payload exceeds the model's window) |
+                                                         busy | interval | cap (the daily USD cap)
     ctxproxy_recall_rejected{route,model}                gauge: 1 for each route and model whose
                                                          upstream rejected the recall tool, until
                                                          the mark expires (`Metrics.watch_rejected`)
@@ -214,6 +224,14 @@ class Metrics:
             "Requests sent as the client sent them at its asking (X-Ctxproxy-Mode), by mode.",
             ("route", "mode"),
         )
+        self.shadow_pairs = Counter(
+            "ctxproxy_shadow_pairs_total",
+            "Shadow pairs by rewrite kind (aa: the A/A floor) and outcome (equivalent, diverged, failed).",
+            ("route", "model", "kind", "outcome"),
+        )
+        self.shadow_skipped = Counter(
+            "ctxproxy_shadow_skipped_total", "Sampled requests that got no shadow call, by reason.", ("route", "reason")
+        )
         self.rejected = Readings(
             "ctxproxy_recall_rejected",
             "Routes and models not offered the recall tool (rejected; expires).",
@@ -274,6 +292,13 @@ class Metrics:
     def observe_recall(self, route: str, outcome: str) -> None:
         self.recall.inc((route, outcome))
 
+    def observe_shadow(self, route: str, model: str, kinds: list[str], outcome: str) -> None:
+        for kind in kinds:
+            self.shadow_pairs.inc((route, model, kind, outcome))
+
+    def observe_shadow_skipped(self, route: str, reason: str) -> None:
+        self.shadow_skipped.inc((route, reason))
+
     def observe_store_passthrough(self, route: str) -> None:
         self.store_passthrough.inc((route,))
 
@@ -300,6 +325,8 @@ class Metrics:
             self.overflows,
             self.pruned,
             self.modes,
+            self.shadow_pairs,
+            self.shadow_skipped,
             self.rejected,
         ):
             lines.extend(metric.render())

@@ -5,8 +5,9 @@ ends (`answered` for a whole body, `streamed` for a relayed stream, `failed` whe
 and `Recorder.finish` is the one place a record is completed and written: cost at the provider
 model's prices, metrics, then the store (an accepted main call's record together with its response
 turn). The purposes are `main` (the client's own call) and `summary` (a compaction's summarizer
-call) and `recall` (a call whose answer called the proxy's recall tool and was consumed by it,
-`proxy/recall/`); all go to the ledger, and only main calls feed the context calibration.
+call), `recall` (a call whose answer called the proxy's recall tool and was consumed by it,
+`proxy/recall/`) and `shadow` (the client's request sent again unrewritten, `proxy/shadow/`);
+all go to the ledger, and only main calls feed the context calibration.
 
 The status of a streamed call follows from who ended it: the end event reaching the client is
 `complete` (a disconnect after it is the client hanging up, not a loss); a client that went away
@@ -289,7 +290,7 @@ class Recorder:
         `turn`, the response turn of the accepted request the call answered; returns where its
         answer was stored (None: no answer stored). A store failure is logged, never raised: the
         client has (or is getting) its answer already."""
-        provider_model = self._provider_models.get(call.route) if call.purpose == "main" else None
+        provider_model = self._provider_models.get(call.route) if call.purpose in ("main", "shadow") else None
         if provider_model and call.usage_raw is not None:
             call.usage = usage_from_litellm(call.usage_raw).to_dict()  # litellm's cache writes are inside the input
         price_model = provider_model or call.model

@@ -15,6 +15,7 @@ from .metrics import Metrics
 from .projector import Projector
 from .recall.memory import RejectedTool
 from .record import Recorder
+from .shadow.runner import Shadows
 from .store.base import Store
 from .upstream import RoutedUpstream
 
@@ -32,6 +33,8 @@ class Services:
     history: HistoryCache
     salt: bytes
     """The store's tenant salt: a client key becomes a tenant only as a salted fingerprint."""
+    shadows: Shadows
+    """Shadow pairs (`proxy/shadow/`): started after answers, drained by the lifespan."""
     recalls_rejected: RejectedTool = field(default_factory=RejectedTool)
     """Routes and models whose upstream rejected the recall tool (in process memory)."""
     config_path: str | None = None

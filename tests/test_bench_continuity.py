@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.continuity.__main__ import record, summary, tables
+from bench.continuity.__main__ import record, shadow_table, summary, tables
 from bench.continuity.run import run
 
 pytestmark = pytest.mark.soak
@@ -47,3 +47,19 @@ def test_small_continuity_run():
     for r in (results["recall"], results["plain"]):
         assert r["proxy_main_calls"] == r["requests"]  # the admin API saw the whole session
         assert r["estimate_samples"] > 0 and r["estimate_error_p50"] is not None
+
+
+def test_shadow_pairs_measure_the_rewrites_against_the_a_a_floor():
+    """With `--shadow`, every proxied request gets its unrewritten twin: without recall, the facts
+    trimming and the summary took change some answers (diverged pairs); with recall, the model
+    recovers them; the A/A floor of the deterministic scripted model is 0."""
+    rows = run([8000], ["chat"], episodes=8, steps=11, concurrency=2, whole=False, countings=["exact"], shadow=1.0)
+    modes = {r["mode"]: r for r in rows}
+    assert all(r["errors"] == 0 and r["shadow_failed"] == 0 for r in rows), [r["first_errors"] for r in rows]
+    plain, recall = modes["plain"], modes["recall"]
+    assert plain["aa_pairs"] > 0 and plain["aa_rate"] == 0.0
+    assert plain["shadow_pairs"] > 0 and "trimmed" in plain["shadow_kinds"]
+    assert plain["shadow_diverged"] > 0  # a fact the rewrite removed changed the answer
+    assert recall["shadow_pairs"] > 0 and "recall" in recall["shadow_kinds"]
+    assert recall["shadow_diverged"] <= plain["shadow_diverged"]
+    assert "| exact | 8,000 | chat | plain |" in shadow_table(rows)

@@ -83,6 +83,36 @@ def tables(results: list[dict]) -> str:
     return "\n\n".join(out)
 
 
+SHADOW_HEAD = ["counting", "window", "wire", "mode", "rewrite pairs", "diverged", "kinds", "A/A pairs", "A/A floor"]
+
+
+def _rate(rate: float | None, span: list[float] | None) -> str:
+    return "-" if rate is None or span is None else f"{_pct(rate)} [{_pct(span[0])}, {_pct(span[1])}]"
+
+
+def shadow_table(results: list[dict]) -> str:
+    """`--shadow`: per counting mode, window, wire and mode (recall on or off), how often a
+    rewritten request's next step differed from its unrewritten twin's, beside the A/A floor
+    (unrewritten requests sent twice), with 95% bootstrap intervals."""
+    lines = ["| " + " | ".join(SHADOW_HEAD) + " |", "|" + "---|" * len(SHADOW_HEAD)]
+    for r in results:
+        if r["mode"] == "whole" or "shadow_pairs" not in r:
+            continue
+        cells = [
+            r["counting"],
+            f"{r['window']:,}",
+            r["wire"],
+            r["mode"],
+            str(r["shadow_pairs"]),
+            _rate(r["shadow_rate"], r["shadow_interval"]),
+            ", ".join(r["shadow_kinds"]) or "-",
+            str(r["aa_pairs"]),
+            _rate(r["aa_rate"], r["aa_interval"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 RECORD = Path(__file__).resolve().parent / "RESULTS.md"
 """The last recorded run (`--record`); `python -m bench` renders it into BENCHMARKS.md."""
 SUMMARY_HEAD = [
@@ -154,6 +184,14 @@ def record(results: list[dict], took: float, argv: list[str], before: tuple[str,
             GOALS,
             "Every run:",
             tables(results),
+            *(
+                [
+                    "Shadow pairs (`--shadow`, docs/shadow.md), rewrite pairs beside the A/A floor:",
+                    shadow_table(results),
+                ]
+                if any(r.get("shadow_pairs") or r.get("aa_pairs") for r in results)
+                else []
+            ),
         ]
     )
 
@@ -168,6 +206,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=11)
     ap.add_argument("--concurrency", type=int, default=6)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--shadow",
+        type=float,
+        default=0.0,
+        help="shadow pairs for this share of requests (0-1; docs/shadow.md); the upstream-side columns then "
+        "count the shadow calls too",
+    )
     ap.add_argument("--no-whole", action="store_true", help="skip the reference runs with the whole history")
     ap.add_argument("--record", action="store_true", help=f"write the results to {RECORD.name} (for BENCHMARKS.md)")
     ap.add_argument(
@@ -177,11 +222,15 @@ def main() -> None:
     windows = [int(w) for w in a.windows.split(",")]
     countings = [c.strip() for c in a.counting.split(",") if c.strip()]
     started = time.monotonic()
-    results = run(windows, a.wires.split(","), a.episodes, a.steps, a.concurrency, not a.no_whole, countings)
+    wires = a.wires.split(",")
+    results = run(windows, wires, a.episodes, a.steps, a.concurrency, not a.no_whole, countings, a.shadow)
     took = time.monotonic() - started
     print(tables(results))
     print()
     print(GOALS)
+    if a.shadow:
+        print()
+        print(shadow_table(results))
     print()
     for r in results:
         if r["first_errors"] or r["overflow_messages"]:

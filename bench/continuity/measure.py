@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from bench.continuity.wires import WIRES
+from proxy.shadow.report import interval
 
 MARKER = "<pruned_history"
 _RUN_TAG = re.compile(r"\[([A-Za-z0-9_.+-]+-\d+)\] Episode \d+:")
@@ -222,3 +223,21 @@ def compare_with_whole(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         reference = whole.get(r["wire"])
         r["whole_correct"] = reference["facts_correct"] if reference else None
     return rows
+
+
+def shadow_side(records: dict[str, list[dict[str, Any]]] | None) -> dict[str, Any]:
+    """The session's shadow pairs (`python -m bench.continuity --shadow`, `proxy/shadow/`): the
+    rewrite pairs and the A/A pairs (unrewritten requests sent twice), how many diverged, the
+    rates and their bootstrap intervals, the rewrite kinds met, and the pairs that failed."""
+    pairs = [c["projection"]["shadow"] for c in (records or {}).get("calls", []) if c.get("purpose") == "shadow"]
+    compared = [p for p in pairs if p.get("outcome") != "failed"]
+    rewrite = [p for p in compared if p.get("kinds")]
+    control = [p for p in compared if not p.get("kinds")]
+    out: dict[str, Any] = {"shadow_failed": len(pairs) - len(compared)}
+    for name, group in (("shadow", rewrite), ("aa", control)):
+        diverged = sum(p["outcome"] == "diverged" for p in group)
+        out[f"{name}_pairs"], out[f"{name}_diverged"] = len(group), diverged
+        out[f"{name}_rate"] = round(diverged / len(group), 4) if group else None
+        out[f"{name}_interval"] = interval(diverged, len(group))
+    out["shadow_kinds"] = sorted({kind for p in rewrite for kind in p["kinds"]})
+    return out

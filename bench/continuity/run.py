@@ -3,11 +3,13 @@
 Per counting mode (`tests.support.counting`: how the scripted upstreams count, enforce the window
 and bill), window and wire, the same session runs through the proxy with recall. For the first
 counting mode (the reference) it also runs without recall (`plain`) and straight to the upstream
-with a window that holds the whole history (`whole`, one per wire). Each counting mode has its
-own three scripted upstreams, which reject what the real APIs reject (an over-window request
-included, with the real 400 body, by their own count). The chat upstream of a mode also serves
-the summarizer: a model litellm does not know (`openai/acme-summarizer`) whose window the proxy
-is not told, enforced at `SUMMARIZER_WINDOW` in that mode's count.
+with a window that holds the whole history (`whole`, one per wire). Each counting mode has its own
+three scripted upstreams, which reject what the real APIs reject (an over-window request included,
+with the real 400 body, by their own count). With `shadow` (`--shadow`), the upstreams' windows hold
+the whole history and the policy's window is only ctxproxy's budget, so every request's unrewritten
+twin fits: the rewrites are measured against the whole context. The chat upstream of a mode also
+serves the summarizer: a model litellm does not know (`openai/acme-summarizer`) whose window the
+proxy is not told, enforced at `SUMMARIZER_WINDOW` in that mode's count.
 
 After the sessions, `measure.py` reads what happened from both sides: the upstreams' own
 records (overflows, counts) and the proxy's admin API (call records, checkpoints).
@@ -73,8 +75,11 @@ def _modes(counting: str, reference: str) -> tuple[str, ...]:
     return ("recall", "plain") if counting == reference else ("recall",)
 
 
-def proxy_config(urls: dict[str, dict[str, str]], windows: list[int], countings: list[str]) -> dict[str, Any]:
-    """Routes and policies per counting mode, window, mode and wire; `urls[counting][wire]`."""
+def proxy_config(
+    urls: dict[str, dict[str, str]], windows: list[int], countings: list[str], shadow: float = 0.0
+) -> dict[str, Any]:
+    """Routes and policies per counting mode, window, mode and wire; `urls[counting][wire]`;
+    `shadow`: the policies' shadow rate (`proxy/shadow/`, 0: off)."""
     timeouts = {"connect": 5, "first_byte": 60, "idle": 60, "total": 300}
     routes, policies = [], {}
     for counting in countings:
@@ -92,6 +97,14 @@ def proxy_config(urls: dict[str, dict[str, str]], windows: list[int], countings:
                     "recall": {"enabled": mode == "recall"},
                     "summarizer": summarizer,
                 }
+                if shadow:  # the upstreams hold the whole history: the policy's window is ctxproxy's budget
+                    twin = {
+                        "rate": shadow,
+                        "max_usd_per_day": 1000,
+                        "min_interval_s": 0,
+                        "context_window": WHOLE_WINDOW,
+                    }
+                    policies[policy]["shadow"] = twin
                 for wire in WIRES:
                     match: dict[str, str] = {"model": model_name(wire, window, mode, counting)}
                     if wire == "anthropic":
@@ -240,11 +253,17 @@ async def _main(
     concurrency: int,
     whole: bool,
     countings: list[str],
+    shadow: float,
 ) -> list[dict[str, Any]]:
     reference = countings[0]
     servers: dict[str, dict[str, Any]] = {}
     for counting in countings:
-        sized = {model_name(w, win, m, counting): win for w in wires for win in windows for m in ("recall", "plain")}
+        sized = {
+            model_name(w, win, m, counting): WHOLE_WINDOW if shadow else win
+            for w in wires
+            for win in windows
+            for m in ("recall", "plain")
+        }
         if counting == reference:
             sized.update({model_name(w, 0, "whole", counting): WHOLE_WINDOW for w in wires})
         servers[counting] = start_upstreams(counting, sized, steps)
@@ -255,7 +274,7 @@ async def _main(
     everything = [server for group in servers.values() for server in group.values()]
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            proxy = ProxyProcess(proxy_config(urls, windows, countings), Path(tmp), subprocess_env()).start()
+            proxy = ProxyProcess(proxy_config(urls, windows, countings, shadow), Path(tmp), subprocess_env()).start()
             try:
                 sessions = _sessions(wires, windows, countings, servers, whole)
                 bases = {"chat": proxy.base_url, "anthropic": proxy.url + "/v1", "responses": proxy.base_url}
@@ -281,6 +300,8 @@ async def _main(
         for server in everything:
             server.stop()
     rows = [measure.row(s, s.main, servers[s.counting]["chat"], records.get(s.model), SUMMARIZER) for s in done]
+    for s, r in zip(done, rows, strict=True):
+        r.update(measure.shadow_side(records.get(s.model)))
     return measure.compare_with_whole(rows)
 
 
@@ -292,6 +313,8 @@ def run(
     concurrency: int,
     whole: bool = True,
     countings: list[str] | tuple[str, ...] = ("exact",),
+    shadow: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """One row per (counting, window, wire, mode); see `measure.row` for the columns."""
-    return asyncio.run(_main(windows, wires, episodes, steps, concurrency, whole, list(countings)))
+    """One row per (counting, window, wire, mode); see `measure.row` and `measure.shadow_side`
+    for the columns. `shadow`: the share of requests that get a shadow pair (0: none)."""
+    return asyncio.run(_main(windows, wires, episodes, steps, concurrency, whole, list(countings), shadow))

@@ -149,6 +149,8 @@ class Wire(Protocol):
 
     def observer(self, body: Json) -> StreamObserver: ...
     def is_stream(self, content_type: str) -> bool: ...
+    def unstreamed(self, body: Json) -> Json:
+        """`body` asking for a whole answer instead of a stream (a shadow call, `proxy/shadow/`)."""
 
     fails_in_stream: bool
     """Whether the API may refuse a request inside a 200 stream, before its answer (then the
@@ -226,6 +228,11 @@ class BaseWire:
 
     def is_stream(self, content_type: str) -> bool:
         return "text/event-stream" in content_type
+
+    def unstreamed(self, body: Json) -> Json:
+        """The three APIs stream on `stream: true` (OpenAI's with `stream_options`) and answer
+        whole without it."""
+        return {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
 
     def probe(self, key: str | None) -> tuple[str, dict[str, str]]:
         """OpenAI's model list (the route's `base_url` ends in `/v1`), with the key as a bearer token."""

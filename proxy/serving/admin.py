@@ -240,7 +240,7 @@ async def delete_conversation(request: Request) -> RawResponse:
     return json_response(out)
 
 
-def _time_param(request: Request, name: str) -> float | None:
+def time_param(request: Request, name: str) -> float | None:
     """A time: Unix seconds (`1764800000`) or an ISO 8601 date or time (`2026-12-04`,
     `2026-12-04T21:00:00Z`, `2026-12-04T22:00+01:00`; without an offset, UTC)."""
     raw = request.query_params.get(name)
@@ -276,8 +276,8 @@ async def usage(request: Request) -> RawResponse:
         conversation_id=params.get("conversation") or None,
         route=params.get("route") or None,
         tenant=params.get("tenant") or None,
-        since=_time_param(request, "since"),
-        until=_time_param(request, "until"),
+        since=time_param(request, "since"),
+        until=time_param(request, "until"),
         group_by=group_by,
     )
     cells = await state.store.usage_cells(query)

@@ -39,11 +39,12 @@ from ..protocols.base import Wire
 from ..record import Recorder
 from ..request_log import RequestLogger
 from ..services import Services, history_cache
+from ..shadow.runner import Shadows
 from ..store import make_store
 from ..summarizer import Summarizer
 from ..tracing import Tracing, failed, traced
 from ..upstream import RoutedUpstream, uses_litellm
-from . import admin, admin_memory, endpoints
+from . import admin, admin_memory, admin_shadow, endpoints
 
 log = logging.getLogger("ctxproxy")
 
@@ -157,6 +158,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
             metrics,
             history_cache(config.caches),
             salt,
+            Shadows(config, store, upstream, recorder, projector, metrics),
             config_path=config_path,
         )
         app.state.ctx = services
@@ -170,6 +172,8 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
                 purger.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await purger
+            # shadow calls in flight are billed too: recorded before the store closes
+            await services.shadows.drain(timeout=max(10.0, config.server.shutdown_grace))
             # summarizer calls in flight are billed: give them the shutdown grace to answer and be recorded
             await compactor.drain(timeout=max(10.0, config.server.shutdown_grace))
             await upstream.close()
@@ -186,6 +190,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         *admin.routes,
         *admin_memory.routes,
+        *admin_shadow.routes,
         *ui.routes,  # the inspector, /ui/ (proxy/ui/)
     ]
     # starlette types handlers as returning its Response; ours return plain ASGI responses

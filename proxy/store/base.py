@@ -383,6 +383,10 @@ class Store(MemoryStore, Protocol):
     async def list_branches(self, conversation_id: str) -> list[Branch]: ...
     async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]: ...
     async def list_calls(self, conversation_id: str, limit: int, offset: int) -> list[CallRecord]: ...
+    async def calls_of_purpose(self, purpose: str, since: float, limit: int) -> list[CallRecord]:
+        """Up to `limit` of every tenant's calls of `purpose` started at or after `since`, newest
+        first (the shadow report, `proxy/shadow/`: admin reads, not the request path)."""
+
     async def usage_cells(self, query: UsageQuery) -> list[UsageCell]:
         """The ledger over the calls matching `query`, one cell per (group key, purpose, status);
         `proxy.ledger.cells_from_calls` is the reference the backend must agree with."""

@@ -4,8 +4,9 @@
 headers), `guard` (the gate around every handler), `data` (reads through the store), `reconstruct`
 (what a past call sent, rebuilt from the log), `charts` (inline SVG), `html` (the page frame), and
 the pages: `pages` (login, list, usage), `conversation`, `call_page` (the diff, where the tokens
-went), `memories` (long-term memory: see, edit, approve, delete). Static files (`static/`) ship
-as package data; nothing is loaded from elsewhere.
+went), `memories` (long-term memory: see, edit, approve, delete), `shadow_page` (shadow pairs:
+divergence against the A/A floor, the diverged pairs). Static files (`static/`) ship as package
+data; nothing is loaded from elsewhere.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from starlette.routing import Route
 
 from ..asgi import RawResponse
 from ..errors import NotFound
-from . import access, call_page, conversation, memories, pages
+from . import access, call_page, conversation, memories, pages, shadow_page
 from .access import SECURITY_HEADERS
 from .guard import api, page
 
@@ -49,6 +50,7 @@ routes = [
     Route("/ui/logout", pages.logout, methods=["POST"]),
     Route("/ui/", page(pages.conversations), methods=["GET"]),
     Route("/ui/usage", page(pages.usage), methods=["GET"]),
+    Route("/ui/shadow", page(shadow_page.shadow_page), methods=["GET"]),
     Route("/ui/memories", page(memories.memories_page), methods=["GET"]),
     Route("/ui/memories/{id}/edit", page(memories.edit_memory), methods=["POST"]),
     Route("/ui/memories/{id}/approve", page(memories.approve_memory), methods=["POST"]),
@@ -63,6 +65,7 @@ routes = [
     Route(C + "/tokens", page(call_page.tokens_page), methods=["GET"]),
     Route("/ui/api/conversations", api(pages.conversations_json), methods=["GET"]),
     Route("/ui/api/usage", api(pages.usage_json), methods=["GET"]),
+    Route("/ui/api/shadow", api(shadow_page.shadow_json), methods=["GET"]),
     Route("/ui/api" + C[3:] + "/state", api(conversation.state_json), methods=["GET"]),
     Route("/ui/api" + C[3:] + "/calls/{call}", api(call_page.call_json), methods=["GET"]),
     Route("/ui/api" + C[3:] + "/tokens", api(call_page.tokens_json), methods=["GET"]),

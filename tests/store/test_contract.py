@@ -696,6 +696,21 @@ async def test_blobs_round_trip(store: Store) -> None:
     assert await store.get_blob(digest) == "system text ü"
 
 
+async def test_calls_of_purpose_newest_first_across_tenants(store: Store) -> None:
+    conv = await store.create_conversation(T1, None)
+    other = await store.create_conversation(T2, None)
+    await store.record_call(call_record(conv.id, conv.main_branch_id, "s1", 100.0, purpose="shadow"))
+    await store.record_call(call_record(conv.id, conv.main_branch_id, "m1", 150.0))
+    await store.record_call(call_record(other.id, other.main_branch_id, "s2", 200.0, purpose="shadow", tenant=T2))
+    await store.record_call(call_record(None, None, "s3", 300.0, purpose="shadow"))
+    await store.record_call(call_record(conv.id, conv.main_branch_id, "s0", 50.0, purpose="shadow"))
+    assert [c.id for c in await store.calls_of_purpose("shadow", 100.0, 10)] == ["s3", "s2", "s1"]
+    assert [c.id for c in await store.calls_of_purpose("shadow", 0.0, 2)] == ["s3", "s2"]
+    assert [c.id for c in await store.calls_of_purpose("main", 0.0, 10)] == ["m1"]
+    assert await store.delete_conversation(conv.id)
+    assert [c.id for c in await store.calls_of_purpose("shadow", 0.0, 10)] == ["s3", "s2"]
+
+
 async def test_last_call_by_branch_and_purpose(store: Store) -> None:
     conv = await store.create_conversation(T1, None)
     main = conv.main_branch_id

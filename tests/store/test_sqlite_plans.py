@@ -55,6 +55,7 @@ async def _workload(store: SqliteStore) -> None:
     await store.record_call(call_record(conv.id, main, "c2", 1.0))
     assert await store.last_call(main, "main") is not None
     assert len(await store.list_calls(conv.id, 10, 0)) == 2
+    assert await store.calls_of_purpose("shadow", 0.5, 10) == []  # the shadow report and its cap
     await store.purge_calls(0.5)
     await store.purge_checkpoints(0.5)
     await store.stale_conversations(0.5, 10)

@@ -250,6 +250,17 @@ def test_no_routes_and_not_a_mapping() -> None:
     assert problems(None) == ["cfg.yaml: the top level must be a mapping"]
 
 
+def test_shadow_is_off_by_default_and_validated() -> None:
+    config = parse_config({"routes": [route("r")]}, "cfg.yaml", {})
+    assert not config.policies["default"].shadow.enabled
+    shadow = {"rate": 1.5, "max_usd_per_day": -1, "min_interval_s": 0, "sample": "all"}
+    assert problems({"routes": [route("r")], "policies": {"default": {"shadow": shadow}}}) == [
+        "cfg.yaml: policies.default.shadow.rate: Input should be less than or equal to 1",
+        "cfg.yaml: policies.default.shadow.max_usd_per_day: Input should be greater than or equal to 0",
+        "cfg.yaml: policies.default.shadow.sample: Extra inputs are not permitted",
+    ]
+
+
 def test_invalid_pin_regex() -> None:
     (line,) = problems({"routes": [route("r")], "policies": {"default": {"pins": {"patterns": ["("]}}}})
     assert line.startswith("cfg.yaml: policies.default.pins.patterns: invalid regex '(':")
@@ -329,7 +340,9 @@ routes:
     upstream: {base_url: "http://127.0.0.1:8000/v1"}
 policies:
   default: {}
-  small: {context_window: 16000, trigger: 0.75, target: 0.5, keep_recent_tokens: 4000}
+  small:
+    {context_window: 16000, trigger: 0.75, target: 0.5, keep_recent_tokens: 4000,
+     shadow: {rate: 0.05, max_usd_per_day: 2.5, min_interval_s: 10}}
 """
 
 
@@ -343,9 +356,9 @@ def test_check_config_ok(tmp_path: Path) -> None:
         "admin API: on when $CTXTEST_ADMIN is set",
         "open access: callers without a client key may use routes with the operator's key",
         "route main: model gpt-* -> https://api.openai.com/v1 (key from $CTXTEST_KEY); policy small "
-        "(window 16000, trigger 0.75, keep_recent_tokens 4000)",
+        "(window 16000, trigger 0.75, keep_recent_tokens 4000; shadow 0.05 of requests, at most $2.5/day, 10s apart)",
         "route local: model *, path /v1/chat/completions -> http://127.0.0.1:8000/v1 (client's own key); "
-        "policy default (window model default, trigger 0.8, keep_recent_tokens 20000)",
+        "policy default (window model default, trigger 0.8, keep_recent_tokens 20000; shadow off)",
     ]
     assert "sk-secret-value-123" not in result.stdout + result.stderr
 

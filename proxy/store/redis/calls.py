@@ -111,6 +111,16 @@ class Calls(Identity):
                 return cells_from_calls([], query)
             ids = await self.r.zrangebyscore(self.keys.one(query.conversation_id, "calls"), low, high)
             return cells_from_calls(await self._records(query.conversation_id, ids), query)
+        return cells_from_calls(await self._calls_between(low, high), query)
+
+    @guarded
+    async def calls_of_purpose(self, purpose: str, since: float, limit: int) -> list[CallRecord]:
+        calls = [c for c in await self._calls_between(num(since), "+inf") if c.purpose == purpose]
+        calls.sort(key=lambda call: call.started_at, reverse=True)
+        return calls[:limit]
+
+    async def _calls_between(self, low: str, high: str) -> list[CallRecord]:
+        """Every call of the sharded time index scored from `low` to `high`."""
         shards = await self.scatter(
             lambda pipe, tag: pipe.zrangebyscore(self.keys.tagged(tag, "call-index"), low, high)
         )
@@ -126,7 +136,7 @@ class Calls(Identity):
                 else:
                     values = await self.r.hmget(self.keys.tagged(tag, "orphan-calls"), ids)
                     calls.extend(_call(v) for v in values if v is not None)
-        return cells_from_calls(calls, query)
+        return calls
 
     @guarded
     async def purge_calls(self, before: float) -> int:

@@ -82,6 +82,16 @@ class Calls(SqliteConnection):
         )
         return _RECORD.all(rows)
 
+    async def calls_of_purpose(self, purpose: str, since: float, limit: int) -> list[CallRecord]:
+        rows = self._read(
+            lambda db: db.execute(
+                f"SELECT {_RECORD.sql} FROM calls WHERE started_at >= ? AND purpose = ? "
+                "ORDER BY started_at DESC, rowid DESC LIMIT ?",
+                (since, purpose, limit),
+            ).fetchall()
+        )
+        return _RECORD.all(rows)
+
     async def last_call(self, branch_id: str, purpose: str) -> CallRecord | None:
         row = self._read(
             lambda db: db.execute(
