@@ -241,12 +241,9 @@ class PolicyConfig:
     the trigger. At or below the trigger, trimming and a new checkpoint apply from the trigger
     (fewer stale tool results in front of the model, at that price)."""
     first_rewrite: str = "compact"
-    """What the first request that no longer goes as sent does (`late_trim`; a branch with no
-    checkpoint). It rewrites the cached prefix whatever it does, so `compact` makes that rewrite
-    the compaction: it plans one at once, even below the trigger, and the proxy waits for the
-    summary (up to `overflow_wait`, else the trimmed request goes). The prefix is rewritten once,
-    not trimmed first and rewritten again by the summary a few requests later, each write billed
-    in full by the prompt cache. `trim`: trim, and compact only from the trigger on."""
+    """The first request that no longer goes as sent rewrites the cached prefix anyway: `compact`
+    makes that the compaction (planned under the trigger too, waited for), so the prefix is written
+    once, not by a trim and again by the summary; `trim` compacts from the trigger on."""
 
     def __post_init__(self) -> None:
         _as_tuple(self, "order")
@@ -255,9 +252,7 @@ class PolicyConfig:
         if not 0.0 < self.late_trim <= 1.0:
             raise SettingError("late_trim", f"late_trim must be within (0, 1], got {self.late_trim}")
         if self.first_rewrite not in ("compact", "trim"):
-            raise SettingError(
-                "first_rewrite", f"first_rewrite must be 'compact' or 'trim', got {self.first_rewrite!r}"
-            )
+            raise SettingError("first_rewrite", f"must be 'compact' or 'trim', got {self.first_rewrite!r}")
         if not self.target > 0.0:
             raise SettingError("target", f"target must be > 0, got {self.target}")
         if not self.target < self.trigger:  # compaction must land well below the point that triggers it
@@ -315,8 +310,7 @@ class CompactionPlan:
     between target and trigger); None: not known. A summary over `Budget.summary_max_tokens` but
     within it is kept (recorded as long); a longer one is cut to it"""
     wait: bool = False
-    """the request that planned it waits for the commit (`PolicyConfig.first_rewrite`): its
-    rewrite of the prefix is then the compaction's, not a trim's"""
+    """the request that planned it waits for the commit (`PolicyConfig.first_rewrite`)"""
 
     def to_dict(self) -> dict[str, Any]:
         return {
