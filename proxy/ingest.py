@@ -98,10 +98,25 @@ class Ingested:
     """The chain hashes of the events this request appended (what `reject` retracts)."""
     lookup: str
     """How the position was found: `remembered` (appended at the remembered head, no lookup),
-    `stale` (that head was refused, so looked up) or `lookup` (no remembered head to continue)."""
+    `stale` (that head was refused, so looked up), `lookup` (no remembered head to continue) or
+    `side_call` (an agent's compaction call: `purpose`)."""
     purpose: str = "main"
     """`main`, or `client_compaction`: the agent's own compaction call, a side call of the branch
     its history continues (`proxy.side_calls`): nothing appended, its answer not stored."""
+
+    @property
+    def fork(self) -> str | None:
+        """Why this request forked a branch (`ctxproxy_forks_total{cause}`), None when it did not:
+        `start` (a branch from the start: an agent session's history rebuilt after its own
+        compaction, or a named conversation whose first message differs), `answer` (the
+        first message that differed is an answer: regenerated, or re-rendered in a way identity
+        does not read back) or `edit` (it is the client's own message)."""
+        identity = self.identity
+        if not identity.forked:
+            return None
+        if identity.matched == 0:
+            return "start"
+        return "answer" if self.history[identity.matched].get("role") == "assistant" else "edit"
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,7 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
                 known,
                 remembered,
                 [],
-                "lookup",
+                "side_call",
                 side_calls.PURPOSE,
             )
     head = _continued(known, hashes)

@@ -12,6 +12,7 @@ session's line and the rebuilt one.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -87,7 +88,7 @@ def _session(p: ProxyProcess, api_key: str, session: str) -> tuple[str, list[dic
 def test_claude_code_compact_is_a_side_call_and_the_rebuilt_history_its_next_branch(
     proxy, anthropic_upstream, api_key, interrupted
 ):
-    p = proxy(**_config(anthropic_upstream.url))
+    p = proxy(fresh=True, **_config(anthropic_upstream.url))
     session = str(uuid.uuid4())
     conversation, history = _session(p, api_key, session)
     if interrupted:  # the third turn's stream is cut before its answer is whole: no answer stored
@@ -117,11 +118,14 @@ def test_claude_code_compact_is_a_side_call_and_the_rebuilt_history_its_next_bra
     branches = p.conversation(conversation)["branches"]
     assert len(branches) == 2
     assert {b["fork_seq"] for b in branches if b["parent_id"]} == {0}
+    metrics = httpx.get(f"{p.url}/metrics", timeout=10).text
+    assert 'ctxproxy_identity_total{how="side_call"} 1' in metrics
+    assert re.findall(r'ctxproxy_forks_total\{cause="(\w+)"\} (\S+)', metrics) == [("start", "1")]
 
 
 def test_a_compaction_prompt_on_a_history_never_seen_is_a_turn(proxy, anthropic_upstream, api_key):
     """Nothing stored to be a side call of: the request is ingested as any first request."""
-    p = proxy(**_config(anthropic_upstream.url))
+    p = proxy(fresh=True, **_config(anthropic_upstream.url))
     messages = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
     conversation = _post(p, api_key, str(uuid.uuid4()), [*messages, {"role": "user", "content": COMPACT}])
     assert [c["purpose"] for c in p.wait_calls(conversation, 1)] == ["main"]

@@ -55,9 +55,9 @@ def _script(body: dict[str, Any]) -> Reply:
     )
 
 
-def _identity_counts(p: ProxyProcess) -> dict[str, int]:
+def _identity_counts(p: ProxyProcess, metric: str = "ctxproxy_identity_total", label: str = "how") -> dict[str, int]:
     text = httpx.get(f"{p.url}/metrics", timeout=10).text
-    return {how: int(float(n)) for how, n in re.findall(r'ctxproxy_identity_total\{how="(\w+)"\} (\S+)', text)}
+    return {how: int(float(n)) for how, n in re.findall(metric + r"\{" + label + r'="(\w+)"\} (\S+)', text)}
 
 
 def _lines(p: ProxyProcess) -> tuple[list[str], int]:
@@ -86,6 +86,7 @@ def test_smolagents_tool_calling_agent_is_one_conversation_one_branch(proxy, ups
     # every request after the first continued the head the previous answer left: no lookup
     counts = _identity_counts(p)
     assert (counts.get("remembered"), counts.get("lookup"), counts.get("stale", 0)) == (STEPS, 1, 0)
+    assert _identity_counts(p, "ctxproxy_forks_total", "cause") == {}
 
 
 def _chat(p: ProxyProcess, api_key: str, messages: list[dict[str, Any]]) -> tuple[str, str]:
@@ -117,6 +118,7 @@ def test_renderings_of_other_answers_fork_and_other_tenants_stay_apart(proxy, up
     }
     assert {conversation for conversation, _ in forks} == {line[0]}
     assert len({branch for _, branch in forks} | {line[1]}) == 3
+    assert _identity_counts(p, "ctxproxy_forks_total", "cause") == {"answer": 2}
     other_tenant = _chat(p, api_key + "-other", [task, _rendered("call_1", "ls"), observation])
     assert other_tenant[0] != line[0]
     conversations, branches = _lines(p)
