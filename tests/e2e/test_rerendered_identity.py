@@ -20,7 +20,7 @@ from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from tests.support.proxy_process import ProxyProcess
 from tests.support.upstream_server import Reply, tool_call
 
-STEPS = 12
+STEPS = 20
 
 
 @tool
