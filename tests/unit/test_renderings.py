@@ -16,6 +16,7 @@ from smolagents.models import get_clean_message_list, tool_role_conversions
 from smolagents.monitoring import Timing
 
 from proxy import identify, renderings
+from proxy.protocols.anthropic import convert as anthropic
 
 TASK = {"role": "user", "content": "New task:\nList the rows."}
 
@@ -206,3 +207,12 @@ def test_a_date_reminder_part_is_transient() -> None:
 )
 def test_what_is_not_transient(a: dict[str, Any], b: dict[str, Any]) -> None:
     assert identify.chain("t", [a]) != identify.chain("t", [b])
+
+
+def test_a_date_reminder_block_is_transient_on_the_messages_api_too() -> None:
+    """Qwen Code in Anthropic mode sends the same parts as text blocks."""
+
+    def chain(content: Any) -> list[str]:
+        return identify.chain("t", anthropic.to_common({"messages": [{"role": "user", "content": content}]}))
+
+    assert chain([reminder("Friday, December 4, 2026"), PROMPT]) == chain([PROMPT]) == chain("Read the README.")
