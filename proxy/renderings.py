@@ -16,7 +16,8 @@ the canonical form of what they render:
   single text part); that text is `Calling tools:\\n` then a Python literal list, optionally
   preceded by the answer's own text and a newline (`I will look.\\nCalling tools:\\n[...]`); the
   list is not empty and every element is exactly `{'id': str, 'type': 'function', 'function':
-  {'name': str, 'arguments': ...}}` with a non-empty id (nothing more, nothing less). The answer it
+  {'name': str, 'arguments': ...}}` with a non-empty id (nothing more, nothing less), the values
+  what `repr` writes for JSON data (read in one linear pass, never evaluated). The answer it
   stands for has that text as its content and those calls, their arguments as JSON. The tool-call
   ids are the provider's own unique ids, and the chain hash covers the whole history before the
   message and the tenant, so a rendering can only ever equal an answer with the very same ids,
@@ -37,16 +38,17 @@ the canonical form of what they render:
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from typing import Any
 
+from . import codec
 from .types import Message
 
 CALLING_TOOLS = "Calling tools:\n"
-RENDERING_MAX_CHARS = 1 << 20
-"""A longer text is not read as a rendering (a Python literal that large is not worth parsing)."""
+RENDERING_MAX_CHARS = 1 << 18
+"""A longer text is not read as a rendering (an answer's calls are rarely that long; reading a
+literal costs about as much per byte as counting its tokens)."""
 
 REMINDER_OPEN = "<system-reminder>"
 REMINDER_CLOSE = "</system-reminder>"
@@ -87,15 +89,57 @@ def rendered_answer(message: Message) -> Message | None:
     return {"role": "assistant", "content": text[: max(at - 1, 0)], "tool_calls": calls}
 
 
+_LITERAL_TOKEN = re.compile(
+    r"""\s*(?:('[^'\\]*(?:\\.[^'\\]*)*'|"[^"\\]*(?:\\.[^"\\]*)*")"""
+    r"|(True|False|None|-?inf|nan)|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|([\[\]{}:,]))",
+    re.DOTALL,
+)
+_WORDS = {"True": "true", "False": "false", "None": "null", "inf": "1e999", "-inf": "-1e999", "nan": "NaN"}
+_ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([\\'\"nrt]))")
+_ESCAPED = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1) or match.group(2) or match.group(3)
+    return chr(int(code, 16)) if code else _ESCAPED[match.group(4)]
+
+
+def literal_value(literal: str) -> Any:
+    """The value of a Python literal made of what `repr` writes for JSON data (lists, dicts,
+    strings, numbers, True, False, None), read in one linear pass into JSON; None for anything
+    else. `ast.literal_eval` would take seconds on a hostile megabyte."""
+    out: list[str] = []
+    at, end = 0, len(literal)
+    while at < end:
+        token = _LITERAL_TOKEN.match(literal, at)
+        if token is None:
+            if literal[at:].strip():
+                return None
+            break
+        text, word, number, mark = token.groups()
+        if text is not None:
+            body = text[1:-1]
+            if "\\" in body:
+                unescaped = _ESCAPE.sub(_unescape, body)
+                if "\\" in _ESCAPE.sub("", body):  # an escape repr never writes
+                    return None
+                body = unescaped
+            out.append(json.dumps(body, ensure_ascii=False))
+        else:
+            out.append(_WORDS[word] if word is not None else number or mark)
+        at = token.end()
+    try:
+        return codec.loads(" ".join(out))
+    except codec.JsonRejected:
+        return None
+
+
 def _calls(literal: str) -> list[dict[str, Any]] | None:
     """The tool calls of a rendered list, their arguments as JSON; None unless every element has
     exactly the shape of a rendered call."""
     if not literal.startswith("[") or not literal.endswith("]"):
         return None
-    try:
-        value = ast.literal_eval(literal)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
+    value = literal_value(literal)
     if not isinstance(value, list) or not value:
         return None
     calls = []

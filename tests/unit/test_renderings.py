@@ -102,7 +102,7 @@ CALL = "[{'id': 'call_1', 'type': 'function', 'function': {'name': 'shell', 'arg
         text("Calling tools:\n" + CALL.replace("'call_1'", "''")),  # an empty id
         text("Calling tools:\n" + CALL.replace("'call_1'", "1")),  # an id that is no string
         text("Calling tools:\n[__import__('os').system('true')]"),  # not a literal
-        text("Calling tools:\n" + "[" * 5000 + "]" * 5000),  # nested beyond the parser
+        text("Calling tools:\n" + "[" * 5000 + "]" * 5000),  # nested beyond the JSON depth limit
         {"role": "user", "content": "Calling tools:\n" + CALL},  # not the assistant's
         {
             "role": "assistant",
@@ -132,10 +132,31 @@ def test_a_huge_text_is_not_parsed() -> None:
 
 ids = st.text(string.ascii_letters + string.digits + "_", min_size=1, max_size=8)
 values = st.recursive(
-    st.none() | st.booleans() | st.integers(-1000, 1000) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers(-1000, 1000)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=6,
 )
+
+
+@given(values)
+def test_a_literal_reads_back_what_repr_wrote(value: Any) -> None:
+    """`literal_value` reads what Python's `repr` (smolagents' `str` of its calls) writes for JSON
+    data, escapes included."""
+    assert renderings.literal_value(repr([value])) == [value]
+
+
+@pytest.mark.parametrize(
+    "literal",
+    ["[1+1]", "[(1, 2)]", "[{1, 2}]", "['a\\qb']", "[1,]", "[x]", "[1 2]", "['a' 'b']", "[" + "9" * 30 + "]", "[b'a']"],
+)
+def test_what_is_not_a_literal_of_json_data(literal: str) -> None:
+    assert renderings.literal_value(literal) is None
+
+
 calls_of = st.lists(
     st.tuples(ids, st.sampled_from(["shell", "read"]), st.dictionaries(st.text(max_size=4), values, max_size=3)),
     min_size=1,
