@@ -64,10 +64,11 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         session = identify.session_of(config.session_headers, request.headers, body.get("tools"))
         arrival = Arrival(tenant, messages, request.headers.get(header), len(raw), session)
         ingested = await ingest(services.store, services.history, wire, arrival)
-        services.metrics.observe_identity(ingested.lookup)
+        services.metrics.observe_identity(ingested.lookup, ingested.fork)
         # from here on every answer, errors included, names the conversation
         request.reported = _reported(header, ingested, None, mode)
-        call = await _open_call(services, route, model, (wire.purpose, stream), body, ingested, started)
+        purpose = ingested.purpose if wire.purpose == "main" else wire.purpose
+        call = await _open_call(services, route, model, (purpose, stream), body, ingested, started)
         exchange = Exchange(services, wire, route, policy, request, ingested, call)
         projectable = routing.projectable(policy, wire, body)
         rewriting = projectable and mode is None

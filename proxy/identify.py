@@ -18,8 +18,24 @@ in any order; with text content as `"hi"` or `[{"type": "text", "text": "hi"}]` 
 `cache_control`); and with tool-call arguments spelled `{"a": 1, "b": 2}` or `{"b":2,"a":1}`
 (compared as parsed JSON; the raw string when it does not parse). A key whose value is null, "" or
 an empty list is treated as absent. `annotations` are always ignored (citation metadata some
-clients drop). Anything else that differs -- other text, another tool id or argument value, an
-extra non-empty field -- is a different message, and the history forks there.
+clients drop). An answer's parallel tool calls compare in the order of their ids, and the text
+beside them without surrounding whitespace.
+
+Two re-renderings are the message they render (`proxy.renderings` states the rules and their
+risk): an answer's tool calls rendered as assistant text -- the same answer rendered differently --
+and a user message without its transient date reminder part. "The same answer" means the same
+tool calls, each with the same id, name and arguments (as parsed JSON), and the same text beside
+them; the rendering carries them as `Calling tools:\n` and a Python literal list, the text before
+it (smolagents' `ToolCallingAgent`). Example: the stored answer `{"role": "assistant",
+"tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "ls", "arguments":
+"{\"path\": \".\"}"}}]}` and the client's `{"role": "assistant", "content": "Calling tools:\n[{'id':
+'call_1', 'type': 'function', 'function': {'name': 'ls', 'arguments': {'path': '.'}}}]"}` hash the
+same, so the request continues the branch past that answer; with `'call_2'` or `{'path': '..'}`
+it is another answer, and the history forks there. The stored answer stays as the upstream gave
+it (history is append-only); the client's rendering is what the chain matches it by and what is
+projected upstream (the request's own messages). Anything else that differs -- other text,
+another tool id or argument value, an extra non-empty field -- is a different message, and the
+history forks there.
 
 Example: [sys, u1, a1, u2] after a stored [u1, a1] matches 2 messages (sys is not chained); u2 is
 appended. If the client then sends [sys, u1, a1', u3] with an edited a1', the match stops at u1 and
@@ -34,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import codec
+from . import codec, renderings
 from .types import Message
 
 PREFIX_ROLES = frozenset({"system", "developer"})
@@ -94,15 +110,28 @@ def _strip(obj: dict[str, Any]) -> dict[str, Any]:
 def canonical(message: Message) -> dict[str, Any]:
     """The form that is hashed; see the module docstring for what is treated as equal."""
     out = _strip(message)
+    rendered = renderings.rendered_answer(out)
+    if rendered is not None:
+        out = {**_strip(rendered), **{k: v for k, v in out.items() if k not in ("content", "role")}}
+    if out.get("role") == "user" and isinstance(out.get("content"), list):
+        out["content"] = renderings.without_transient(out["content"])
+    calls = out.get("tool_calls")
     if "content" in out:
         content = _canonical_content(out["content"])
+        if isinstance(content, str) and isinstance(calls, list):
+            content = content.strip()
         if content in _EMPTY:
             del out["content"]
         else:
             out["content"] = content
-    if "tool_calls" in out and isinstance(out["tool_calls"], list):
-        out["tool_calls"] = [_canonical_tool_call(c) for c in out["tool_calls"]]
+    if isinstance(calls, list):
+        out["tool_calls"] = sorted((_canonical_tool_call(c) for c in calls), key=_call_order)
     return out
+
+
+def _call_order(call: Any) -> str:
+    """Parallel calls are compared in the order of their ids (smolagents renders them sorted so)."""
+    return str(call.get("id")) if isinstance(call, dict) else ""
 
 
 def _digest(data: bytes) -> str:

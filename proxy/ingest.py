@@ -23,6 +23,12 @@ new messages, and the store resolves the conversation and appends. Resolution:
   call) resolves as if there were no header: its own conversation, so it never forks the main
   line nor becomes it. The session's first request with tools founds the conversation (external
   id `session:<digest>`, tenant-scoped); a side call never does.
+* the agent's own compaction call (`proxy.side_calls`: its summary prompt as the newest user text)
+  whose history before that prompt is all stored: a side call of the branch there, purpose
+  `client_compaction`. Nothing is appended (neither the prompt nor the summary it gets), so the
+  line neither grows nor forks -- also when the prompt came as a second text block of a user
+  message that is the branch's head (a turn the user interrupted). The history the agent rebuilds
+  from the summary continues the session as its next branch (the rule above).
 
 The append is idempotent: re-sent messages whose chain hash is stored only move the position,
 and the first new message after a non-head position forks a branch there.
@@ -59,7 +65,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from . import identify
+from . import identify, side_calls
 from .errors import BadRequest
 from .history_cache import Head, HistoryCache, Remembered
 from .protocols.base import Wire
@@ -92,7 +98,25 @@ class Ingested:
     """The chain hashes of the events this request appended (what `reject` retracts)."""
     lookup: str
     """How the position was found: `remembered` (appended at the remembered head, no lookup),
-    `stale` (that head was refused, so looked up) or `lookup` (no remembered head to continue)."""
+    `stale` (that head was refused, so looked up), `lookup` (no remembered head to continue) or
+    `side_call` (an agent's compaction call: `purpose`)."""
+    purpose: str = "main"
+    """`main`, or `client_compaction`: the agent's own compaction call, a side call of the branch
+    its history continues (`proxy.side_calls`): nothing appended, its answer not stored."""
+
+    @property
+    def fork(self) -> str | None:
+        """Why this request forked a branch (`ctxproxy_forks_total{cause}`), None when it did not:
+        `start` (a branch from the start: an agent session's history rebuilt after its own
+        compaction, or a named conversation whose first message differs), `answer` (the
+        first message that differed is an answer: regenerated, or re-rendered in a way identity
+        does not read back) or `edit` (it is the client's own message)."""
+        identity = self.identity
+        if not identity.forked:
+            return None
+        if identity.matched == 0:
+            return "start"
+        return "answer" if self.history[identity.matched].get("role") == "assistant" else "edit"
 
 
 @dataclass(frozen=True)
@@ -115,6 +139,23 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
     prefix, history, known, hashes = _read(cache, wire, arrival)
     system_hash = cache.prefix_hash(prefix, known)
     remembered = Remembered(history, hashes, 2 * arrival.body_size, prefix=prefix, system_hash=system_hash)
+    if side_calls.is_compaction_call(history):
+        side = await _side_call(store, arrival, system_hash, hashes)
+        if side is not None:  # not remembered: the agent's next request carries another history
+            position, identity = side
+            return Ingested(
+                identity,
+                position,
+                prefix,
+                history,
+                hashes,
+                system_hash,
+                known,
+                remembered,
+                [],
+                "side_call",
+                side_calls.PURPOSE,
+            )
     head = _continued(known, hashes)
     position, identity, lookup = await _append_request(store, arrival, system_hash, history, hashes, head)
     if hashes:  # until `answer_stored` moves it to the answer (a next request may come first)
@@ -174,6 +215,26 @@ async def locate(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
         return Located(prefix, history, hashes, known, None, 0)
     position = match.position
     return Located(prefix, history, hashes, known, position.branch_id, position.seq, position.conversation_id)
+
+
+async def _side_call(
+    store: Store, arrival: Arrival, system_hash: str, hashes: list[str]
+) -> tuple[Position, Identity] | None:
+    """Where an agent's compaction call reads from: the stored event its history before the
+    compaction prompt ends with, when all of that history is stored (by the rules of a lookup);
+    None otherwise (it is then ingested as any request)."""
+    tenant, before = arrival.tenant, hashes[:-1]
+    conversation_id = external = None
+    if arrival.explicit is not None:
+        _check_external(arrival.explicit)
+        conversation = await store.find_conversation(tenant, arrival.explicit)
+        if conversation is None:
+            return None
+        conversation_id, external = conversation.id, conversation.external_id
+    match = await store.find_longest(before, tenant, conversation_id)
+    if match is None or match.count != len(before) or (match.count < 2 and match.system_hash != system_hash):
+        return None
+    return match.position, _identity(tenant, match.position, match.position, match.count, external, False)
 
 
 def _continued(known: Remembered | None, hashes: list[str]) -> Head | None:
@@ -321,6 +382,8 @@ def response_turn(ingested: Ingested, message: Message | None, call_id: str, mai
     """The upstream accepted the request: the turn that stamps its events (and, for the agent's
     own calls, `main`, the system prefix it was called with: a client's compaction call carries
     none, and the branch's prefix is the agent's) and appends the answer, when there is a whole one."""
+    if ingested.purpose != "main":  # a side call: its answer is no turn of the branch
+        return ResponseTurn(ingested.position, None, None)
     answer = None
     if message is not None:
         parent = ingested.hashes[-1] if ingested.hashes else identify.root_hash(ingested.identity.tenant)

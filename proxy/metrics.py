@@ -24,7 +24,18 @@ are spent money) but not in the request counters and histograms, which describe 
     ctxproxy_identity_total{how}                         how a request's place in its history was found:
                                                          remembered (appended at the branch head the
                                                          previous answer left, no lookup) | stale (that
-                                                         head had moved: looked up) | lookup
+                                                         head had moved: looked up) | lookup |
+                                                         side_call (an agent's own compaction call:
+                                                         nothing appended, `proxy.side_calls`)
+    ctxproxy_forks_total{cause}                          requests that forked a branch, by the first
+                                                         message that differed from the stored one:
+                                                         edit (the client's own message) | answer (an
+                                                         answer regenerated, or re-rendered in a way
+                                                         identity does not read back) | start (a
+                                                         branch from the start: an agent session's
+                                                         history rebuilt after its own compaction,
+                                                         or a named conversation whose first
+                                                         message differs)
     ctxproxy_cost_usd_total{route}
     ctxproxy_cache_entries{cache}                        gauge, read at render time from the
                                                          per-process caches (`Metrics.watch`)
@@ -203,6 +214,9 @@ class Metrics:
         self.identity = Counter(
             "ctxproxy_identity_total", "Requests by how their place in the stored history was found.", ("how",)
         )
+        self.forks = Counter(
+            "ctxproxy_forks_total", "Requests that forked a branch, by the first message that differed.", ("cause",)
+        )
         self.caches = Readings("ctxproxy_cache_entries", "Entries held by each per-process cache.", ("cache",))
         self.cache_lookups = Readings(
             "ctxproxy_cache_lookups_total",
@@ -302,8 +316,10 @@ class Metrics:
     def observe_store_passthrough(self, route: str) -> None:
         self.store_passthrough.inc((route,))
 
-    def observe_identity(self, how: str) -> None:
+    def observe_identity(self, how: str, fork: str | None = None) -> None:
         self.identity.inc((how,))
+        if fork is not None:
+            self.forks.inc((fork,))
 
     def render(self) -> bytes:
         lines: list[str] = []
@@ -319,6 +335,7 @@ class Metrics:
             self.recall,
             self.store_passthrough,
             self.identity,
+            self.forks,
             self.caches,
             self.cache_lookups,
             self.compactions_running,

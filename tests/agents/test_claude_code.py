@@ -205,11 +205,12 @@ def test_claude_code_interactive_compact(proxy, claude_upstream, tmp_path):
     assert claude_upstream.rejections == [], claude_upstream.rejections[:1]
     requests = claude_upstream.message_requests
     got = harness.outcome(p, len(requests))
-    # Claude Code sent no side call here (CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC): one
-    # conversation, whose branches are: the main line (its /compact request continues it) and
-    # the history rebuilt after /compact, linked by x-claude-code-session-id
+    # Claude Code sent no title or classification call here (CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC):
+    # one conversation, whose branches are: the main line and the history rebuilt after /compact,
+    # linked by x-claude-code-session-id; the /compact request is the line's side call, not a turn
     assert len(got.conversations) == 1, got.conversations
     assert len(got.branches) == 2, got.branches
+    assert [c["purpose"] for c in got.calls].count("client_compaction") == 1, got.calls
     assert {b["fork_seq"] for b in got.branches if b["parent_id"]} == {0}
     assert any(c["status"] == "active" for c in got.checkpoints), got.checkpoints
     assert all(c["status"] == "complete" for c in got.calls), [c["status"] for c in got.calls]

@@ -117,6 +117,31 @@ def test_anthropic_two_blocks_are_not_one_string() -> None:
     assert anthropic_hashes([{"role": "user", "content": two}]) != anthropic_hashes([{"role": "user", "content": "PQ"}])
 
 
+def test_anthropic_moving_cache_markers_never_change_identity() -> None:
+    """Claude Code moves its breakpoints every turn, inside a message too: its `/compact` after an
+    interrupted turn marks the newest block instead of the one marked before; a tool result and
+    an assistant answer lose theirs on the next turn."""
+
+    def marked(*at: int) -> list[dict[str, Any]]:
+        texts = [{"type": "text", "text": t} for t in ("step 2", "[Request interrupted by user]")]
+        for i in set(at) & {0, 1}:
+            texts[i] = {**texts[i], "cache_control": CC}
+        use = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}
+        result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"}
+        answer = [{"type": "text", "text": "A"}, use]
+        if 2 in at:
+            answer = [answer[0], {**use, "cache_control": CC}]
+            result = {**result, "cache_control": CC}
+        return [
+            {"role": "user", "content": texts},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": [result]},
+        ]
+
+    chains = {tuple(anthropic_hashes(marked(*at))) for at in [(), (0,), (1,), (0, 1), (2,), (1, 2)]}
+    assert len(chains) == 1
+
+
 def test_anthropic_block_prompt_goes_back_as_blocks_with_its_marker() -> None:
     """Identity drops the placing info of a whole user message; the encoding still rebuilds the
     client's blocks, cache_control at its key position."""
