@@ -77,11 +77,11 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     from proxy.metrics import Metrics
     from proxy.projector import Asked, Projector
     from proxy.protocols import OPENAI_CHAT
+    from proxy.protocols.openai_chat.usage import from_openai_chat
     from proxy.record import Recorder
     from proxy.rolling import CompactionJob
     from proxy.store import make_store
     from proxy.summarizer import SummaryResult
-    from proxy.usage import from_openai_chat
 
     class StubSummarizer:
         calls = 0

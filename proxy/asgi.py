@@ -13,6 +13,7 @@ import asyncio
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 import anyio
 from starlette.datastructures import Headers
@@ -22,7 +23,9 @@ from starlette.types import Receive, Scope, Send
 from . import codec
 from .config import Limits
 from .errors import BadRequest, NotFound, PayloadTooLarge, ProxyError, RequestTimeout, Unauthorized, openai_error_bytes
-from .protocols.base import Wire
+from .protocols.base import NO_QUERY, Wire, bearer_token
+
+__all__ = ["bearer_token"]  # the inspector's and the operator endpoints' tokens are bearer tokens
 
 SHUTDOWN_KEY = "ctxproxy.shutdown"
 """Scope key of the event set when in-flight calls must end (proxy/relay.py ends its stream with
@@ -34,15 +37,22 @@ class Incoming:
     starlette `Request`: the model endpoints bypass starlette's router, `proxy/serving/app.py`).
     `reported` holds the headers that say what happened to the request (`chat._reported`),
     set once its conversation is known, so that every answer from then on, errors included,
-    carries them."""
+    carries them. `query` is the query string's parameters (an API may take its key there)."""
 
-    __slots__ = ("scope", "receive", "headers", "reported")
+    __slots__ = ("scope", "receive", "headers", "reported", "query")
 
-    def __init__(self, scope: Scope, receive: Receive) -> None:
+    def __init__(self, scope: Scope, receive: Receive, query: Mapping[str, str] | None = None) -> None:
         self.scope = scope
         self.receive = receive
         self.headers = Headers(scope=scope)
         self.reported: list[tuple[str, str]] = []
+        self.query = query_of(scope) if query is None else query
+
+
+def query_of(scope: Scope) -> Mapping[str, str]:
+    """The parameters of the request's query string (the last of a repeated name)."""
+    raw = scope.get("query_string") or b""
+    return dict(parse_qsl(raw.decode("latin-1"))) if raw else NO_QUERY
 
 
 class RawResponse:
@@ -114,19 +124,6 @@ def _too_large(size: int, limits: Limits) -> str:
         f"The request body is {size:,} bytes or more; this proxy accepts at most {limits.max_body_bytes:,} bytes "
         "(limits.max_body_bytes). Shorten the request or raise the limit."
     )
-
-
-def bearer_token(headers: Mapping[str, str]) -> str | None:
-    """The token of an `Authorization: Bearer ...` header, or None."""
-    auth = headers.get("authorization")
-    if auth and auth[:7].lower() == "bearer ":
-        return auth[7:].strip() or None
-    return None
-
-
-def client_api_key(headers: Mapping[str, str]) -> str | None:
-    """The client's own key in any of the three ways the APIs take it (OpenAI, Anthropic, Azure)."""
-    return bearer_token(headers) or headers.get("x-api-key") or headers.get("api-key") or None
 
 
 def require_token(request: Request, expected: str | None, what: str, setting: str, code: str) -> None:

@@ -4,7 +4,7 @@ Problem: a route with the operator's key (`api_key_env`) lets whoever reaches th
 that key, and clients without a key of their own would share one anonymous tenant.
 
 Rules, per request, once its route is known:
-* A configured client key (`clients:`, any of the three ways the APIs carry a key) authenticates
+* A configured client key (`clients:`, wherever the called API carries a key: `Wire.client_key`) authenticates
   the request as that client: its tenant is the client's configured tenant, a route outside its
   `routes` is a 403, and the key never goes upstream (the route's own key does, or none).
 * Without one, a route with the operator's key answers 401 -- unless `open_access: true`.
@@ -20,11 +20,9 @@ Example: clients alice and bob, both `tenant: team-a`, share conversations (an i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import identify
-from .asgi import client_api_key
 from .config import Config, Route
 from .credentials import Keys
 from .errors import Forbidden, Unauthorized
@@ -42,8 +40,8 @@ class Caller:
         return self.client is None
 
 
-def authenticate(keys: Keys, config: Config, route: Route, headers: Mapping[str, str], salt: bytes) -> Caller:
-    presented = client_api_key(headers)
+def authenticate(keys: Keys, config: Config, route: Route, presented: str | None, salt: bytes) -> Caller:
+    """Who is calling with the key `presented` (the caller's own, as its API carries it: `Wire.client_key`)."""
     client = keys.client_for(presented)
     if client is not None:
         if client.routes is not None and route.name not in client.routes:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import auth, identify, modes, record, routing
-from .asgi import Incoming, RawResponse, client_api_key, read_body
+from .asgi import Incoming, RawResponse, read_body
 from .cache_key import conversation_key
 from .config import Route
 from .errors import ConversationGone, ProxyError, StoreError
@@ -27,7 +27,7 @@ from .ingest import Arrival, Ingested, answer_stored, ingest, response_turn
 from .memory.access import recollect
 from .outgoing import Outgoing
 from .overflow import recover
-from .protocols.base import Wire
+from .protocols.base import Target, Wire
 from .recall.detour import detour
 from .recall.tool import offered, with_tool
 from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect, relay_unchanged
@@ -43,17 +43,19 @@ log = logging.getLogger("ctxproxy")
 DEGRADED_HEADER = "X-Ctxproxy-Degraded"
 
 
-async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
+async def handle(services: Services, request: Incoming, wire: Wire, target: Target | None = None) -> Any:
+    """`target`: what the request's path says (`Wire.target`), where the API puts the model there."""
     config = services.config
     started = time.time()
 
     raw = await read_body(request.headers, request.receive, config.limits)
-    memo = BodyMemo(services.history, client_api_key(request.headers))
+    presented = wire.client_key(request.headers, request.query)
+    memo = BodyMemo(services.history, presented)
     body = wire.parse(raw, memo)
-    model, stream = wire.envelope(body)
+    model, stream = wire.envelope(body, target)
     messages = wire.messages(body, memo)
     route, policy = routing.route_for(config, wire.path, model)
-    caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
+    caller = auth.authenticate(services.keys, config, route, presented, services.salt)
     mode = modes.mode_of(request.headers, route, policy)  # a refused mode: nothing stored or sent
     memo.commit()
     tenant = caller.tenant
@@ -68,11 +70,11 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         # from here on every answer, errors included, names the conversation
         request.reported = _reported(header, ingested, None, mode)
         purpose = ingested.purpose if wire.purpose == "main" else wire.purpose
-        call = await _open_call(services, route, model, (purpose, stream), body, ingested, started)
+        call = await _open_call(services, route, model, (wire, purpose, stream), body, ingested, started)
         exchange = Exchange(services, wire, route, policy, request, ingested, call)
         projectable = routing.projectable(policy, wire, body)
         rewriting = projectable and mode is None
-        recall = projectable and offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
+        recall = projectable and offered(policy, wire, body, services.recalls_rejected, route.name, model)
         identity = ingested.identity
         where = (identity.conversation_id, identity.branch_id)
         memory = (
@@ -88,11 +90,15 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
             body, raw = wire.with_cache_key(body, raw, key)
         original = body  # the client's request as a shadow call sends it again (`proxy/shadow/`)
         if tools is not None:
-            body = tools.with_tools(body, wire.name)  # before projecting: the tools count in the budget
+            body = tools.with_tools(body, wire)  # before projecting: the tools count in the budget
         observing = None
         if projectable and mode == "observe":  # the body the projection would have been made for
-            observing = with_tool(body, wire.name, policy.recall) if recall else body
-        credentials = routing.summary_auth(services.keys, wire, route, request.headers, caller) if rewriting else None
+            observing = with_tool(body, wire, policy.recall) if recall else body
+        credentials = (
+            routing.summary_auth(services.keys, wire, route, request.headers, caller, request.query)
+            if rewriting
+            else None
+        )
         # A litellm route's window and prices are its provider model's, whatever the client calls it.
         provider_model = route.upstream.model or model
         detouring = tools is not None
@@ -103,14 +109,16 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     except StoreError as exc:
         if policy.store_failure != "passthrough" or isinstance(exc, ConversationGone):
             raise
-        headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
-        return await _passthrough(services, Unstored(wire, route, headers, raw, body, stream), exc)
+        headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller, request.query)
+        return await _passthrough(services, Unstored(wire, route, headers, raw, body, (model, stream)), exc)
     except ProxyError:
         if ingested is not None:  # refused by the proxy itself (an impossible budget): nothing stays
             await retract(services, ingested)
         raise
     request.reported = _reported(header, ingested, exchange.call.projection, mode)
-    exchange.headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller)
+    exchange.headers = routing.upstream_headers(
+        services.keys, wire, route, request.headers, drop, caller, request.query
+    )
     if services.shadows.wants(route.policy, policy, ingested.identity.conversation_id, ingested.hashes):
         offered_tools = (tools is not None and recall, memory is not None)
         exchange.shadow = _sample(exchange, provider_model, original, outgoing, offered_tools)
@@ -147,14 +155,14 @@ async def _open_call(
     services: Services,
     route: Route,
     model: str,
-    kind: tuple[str, bool],
+    kind: tuple[Wire, str, bool],
     body: dict[str, Any],
     ingested: Ingested,
     started: float,
 ) -> CallRecord:
-    """The call's record, opened as `kind` (its purpose, whether streamed)."""
-    purpose, stream = kind
-    call = services.recorder.open(ingested.identity.tenant, route, model, purpose, stream, started)
+    """The call's record, opened as `kind` (its wire, its purpose, and whether streamed)."""
+    wire, purpose, stream = kind
+    call = services.recorder.open(ingested.identity.tenant, route, wire, model, purpose, stream, started)
     tools_hash = await services.recorder.blob(body.get("tools"))
     identity = ingested.identity
     record.attach(call, identity.conversation_id, identity.branch_id, ingested.system_hash, tools_hash)
@@ -203,7 +211,7 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
         return
     answer = call.response if call.status == "complete" else None
     turn = response_turn(ingested, answer, call.id, exchange.wire.purpose == "main")
-    answer_stored(ingested, turn, await services.recorder.finish(call, exchange.wire.name, error_kind, turn))
+    answer_stored(ingested, turn, await services.recorder.finish(call, exchange.wire, error_kind, turn))
     if exchange.shadow is not None:  # the client has its answer: its twin may go now, in the background
         services.shadows.start(exchange.shadow, call)
     prediction = exchange.attempt.prediction
@@ -239,19 +247,21 @@ class Unstored:
     headers: dict[str, str]
     raw: bytes
     body: dict[str, Any]
-    stream: bool
+    asked: tuple[str, bool]
+    """the model and whether a stream was asked for"""
 
 
 async def _passthrough(services: Services, request: Unstored, exc: StoreError) -> Any:
     """`store_failure: passthrough`: the store is down, so relay the client's request unrewritten,
     record nothing, and say so in a response header."""
-    wire, route, body, stream, headers = request.wire, request.route, request.body, request.stream, request.headers
+    wire, route, body, headers = request.wire, request.route, request.body, request.headers
+    model, stream = request.asked
     log.warning("store unavailable on %s (route %s); relaying unrewritten: %s", wire.path, route.name, exc)
     services.metrics.observe_store_passthrough(route.name)
     encoded, _ = wire.encode(body, None, stream, None)
     degraded = [(DEGRADED_HEADER, "store-unavailable")]
     payload = request.raw if encoded is None else encoded
-    upstream = await services.upstream.send(route, "POST", wire.upstream_path, payload, headers)
+    upstream = await services.upstream.send(route, "POST", wire.upstream_path_for(model, stream), payload, headers)
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         return StreamRelay(upstream, wire.observer(body), _unrecorded, degraded)
     return await relay_unchanged(services.keys, upstream, degraded)

@@ -50,7 +50,7 @@ from .errors import StoreError, UpstreamError
 from .ingest import Arrival, locate
 from .memory.access import recollect
 from .projector import Asked, Projected
-from .protocols.base import Wire
+from .protocols.base import Target, Wire
 from .recall.tool import offered
 from .services import Services
 from .tools import proxy_tools
@@ -70,19 +70,27 @@ class Counted:
     relayed: UpstreamResponse | None = None
 
 
-async def count(services: Services, headers: Mapping[str, str], receive: Receive, wire: Wire) -> Counted:
-    """The input tokens of the model call this body would make (module docstring)."""
+async def count(
+    services: Services,
+    headers: Mapping[str, str],
+    receive: Receive,
+    wire: Wire,
+    where_from: tuple[Target, Mapping[str, str]],
+) -> Counted:
+    """The input tokens of the model call this body would make (module docstring); `where_from`:
+    what the counting path says (`Wire.count_target`) and the query string's parameters."""
+    target, query = where_from
     config = services.config
     raw = await read_body(headers, receive, config.limits)
     body = wire.parse(raw)
-    model, _ = wire.envelope(body)
+    model, _ = wire.envelope(body, target)
     route, policy = routing.route_for(config, wire.path, model)
-    caller = auth.authenticate(services.keys, config, route, headers, services.salt)
+    caller = auth.authenticate(services.keys, config, route, wire.client_key(headers, query), services.salt)
     header = config.conversation_header
     upstream_headers = routing.upstream_headers(
-        services.keys, wire, route, headers, frozenset({header.lower()}), caller
+        services.keys, wire, route, headers, frozenset({header.lower()}), caller, query
     )
-    path = wire.upstream_count_path
+    path = wire.upstream_count_path_for(model)
     assert path is not None, f"{wire.name} has no counting endpoint"
     if not routing.projectable(policy, wire, body):
         return Counted(None, "relayed", await services.upstream.send(route, "POST", path, raw, upstream_headers))
@@ -103,10 +111,10 @@ async def count(services: Services, headers: Mapping[str, str], receive: Receive
     memory = recollect(
         policy, services.store, caller.tenant, caller.client, headers, where, located.prefix, located.history
     )
-    recall = offered(policy, wire.name, body, services.recalls_rejected, route.name, model)
+    recall = offered(policy, wire, body, services.recalls_rejected, route.name, model)
     tools = proxy_tools(services, policy, wire, body, (route.name, model), recall, memory)
     if tools is not None:
-        body = tools.with_tools(body, wire.name)  # the call would carry them: they count
+        body = tools.with_tools(body, wire)  # the call would carry them: they count
     window_model = route.upstream.model or model
     projector = services.projector
     counter = projector.counter(window_model)

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from urllib.parse import parse_qsl, urlencode
 
 from .config import Client, Config, Route
 from .errors import ConfigError
+from .protocols import CREDENTIAL_QUERY
 
 REDACTED = b"[redacted]"
 
@@ -75,6 +78,35 @@ class Keys:
     def _secrets(self) -> list[bytes]:
         found = {*self.values.values(), *self.routes.values(), self.admin_token, self.metrics_token}
         return sorted((s.encode() for s in found if s and len(s) >= 8), key=len, reverse=True)
+
+
+def redact_query(target: str, names: frozenset[str] = CREDENTIAL_QUERY) -> str:
+    """A request target (`path?query`) with the values of the query parameters that carry a
+    caller's key (`names`: every wire's `credential_query`) replaced."""
+    path, mark, query = target.partition("?")
+    if not mark or not names:
+        return target
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if not any(name in names for name, _ in pairs):
+        return target
+    return path + "?" + urlencode([(name, REDACTED.decode() if name in names else value) for name, value in pairs])
+
+
+class QueryRedaction(logging.Filter):
+    """uvicorn's access log line (`--access-log`) without a key given in the query string."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) > 2 and isinstance(args[2], str):
+            record.args = (*args[:2], redact_query(args[2]), *args[3:])
+        return True
+
+
+def redact_access_log() -> None:
+    """Install `QueryRedaction` on uvicorn's access logger (once)."""
+    access = logging.getLogger("uvicorn.access")
+    if CREDENTIAL_QUERY and not any(isinstance(f, QueryRedaction) for f in access.filters):
+        access.addFilter(QueryRedaction())
 
 
 def _summarizer_key(policy: str, model: str) -> list[str]:

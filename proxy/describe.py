@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from .config import Client, Config, Route
+from .protocols import WIRES
 
 _PASSWORD = re.compile(r"(://[^:/@]*):[^@/]*@")
 
@@ -70,5 +71,6 @@ def banner(config: Config, url: str, admin_on: bool, version: str) -> list[str]:
         lines.append("admin API and inspector: off (set admin_token_env in the config, and export that variable)")
     log = config.request_log
     lines.append("request log: off" if log.level == "off" else f"request log: {log.level}, {log.format}, on stderr")
-    lines.append(f"clients: OpenAI SDKs base_url {url}/v1; Anthropic SDK and Claude Code base URL {url}")
+    hints = dict.fromkeys(wire.client_hint.format(url=url) for wire in WIRES if wire.client_hint)
+    lines.append("clients: " + "; ".join(hints))
     return lines

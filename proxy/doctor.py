@@ -29,7 +29,7 @@ from .credentials import Keys
 from .describe import store_url, target
 from .errors import ProxyError, StoreError
 from .projector import Projector
-from .protocols import OPENAI_CHAT, wire_for_path
+from .protocols import DEFAULT, wire_for_path
 from .store import make_store, store_problem
 from .upstream import RoutedUpstream
 
@@ -90,7 +90,7 @@ async def route_check(upstream: RoutedUpstream, keys: Keys, route: Route) -> Che
     what = f"route {route.name}"
     if route.upstream.model:
         return litellm_check(what, route.upstream, keys)
-    wire = (wire_for_path(route.match.path) if route.match.path else None) or OPENAI_CHAT
+    wire = (wire_for_path(route.match.path) if route.match.path else None) or DEFAULT
     return await probe(upstream, what, route, wire.probe, keys.upstream_key(route), route.upstream.api_key_env)
 
 
@@ -104,7 +104,7 @@ async def summarizer_check(upstream: RoutedUpstream, keys: Keys, policy: str, se
     # an OpenAI-compatible server named by `base_url`: its model list, with the summarizer's key
     route = Route(name=f"summarizer-{policy}", upstream=Upstream(base_url=settings.base_url))
     key = keys.get(settings.api_key_env)
-    return await probe(upstream, what, route, OPENAI_CHAT.probe, key, settings.api_key_env)
+    return await probe(upstream, what, route, DEFAULT.probe, key, settings.api_key_env)
 
 
 def litellm_check(what: str, upstream: Upstream, keys: Keys) -> Check:

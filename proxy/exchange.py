@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import record
-from .asgi import Incoming, client_api_key
+from .asgi import Incoming
 from .config import Policy, Route
 from .errors import ProxyError, StoreError
 from .estimate import Prediction
@@ -77,13 +77,13 @@ class Exchange:
 
     def redact(self, data: bytes) -> bytes:
         """`data` without any secret: the operator's keys and the caller's own."""
-        return self.services.keys.redact(data, client_api_key(self.request.headers))
+        return self.services.keys.redact(data, self.wire.client_key(self.request.headers, self.request.query))
 
     async def send(self, payload: bytes | None) -> UpstreamResponse | None:
         """Send the call under way; None when the client left before the answer began. A hop that
         fails ends the call (`fail`) and raises."""
         self.t0 = time.monotonic()
-        sending = self.services.upstream.send(self.route, "POST", self.wire.upstream_path, payload, self.headers)
+        sending = self.services.upstream.send(self.route, "POST", self.upstream_path, payload, self.headers)
         try:
             return await or_disconnect(self.request.receive, sending)
         except ProxyError as exc:
@@ -93,7 +93,13 @@ class Exchange:
     async def open(self, payload: bytes | None) -> UpstreamResponse:
         """Send a follow-up whose answer the client is already waiting in (a relayed stream's
         recall round): it has no record of its own, the relay's is the request's."""
-        return await self.services.upstream.send(self.route, "POST", self.wire.upstream_path, payload, self.headers)
+        return await self.services.upstream.send(self.route, "POST", self.upstream_path, payload, self.headers)
+
+    @property
+    def upstream_path(self) -> str:
+        """Where the request's calls go on the route's `base_url` (`Wire.upstream_path_for`)."""
+        call = self.call
+        return self.wire.upstream_path_for(call.model or "", call.stream)
 
     def follow(self, purpose: str = "main", **attempt: Any) -> CallRecord:
         """The record of the request's next call (a follow-up, a retry), now under way."""
@@ -103,7 +109,7 @@ class Exchange:
 
     async def finish(self, call: CallRecord, error_kind: str | None = None) -> None:
         """Write a record of the request that is not its answer (refused, consumed, failed)."""
-        await self.services.recorder.finish(call, self.wire.name, error_kind)
+        await self.services.recorder.finish(call, self.wire, error_kind)
 
     async def fail(self, exc: ProxyError, answering: bool = False, call: CallRecord | None = None) -> None:
         """The request got no answer: the record says why and is written, it is no branch's last

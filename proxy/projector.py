@@ -40,6 +40,8 @@ from .errors import ContextLengthExceeded
 from .estimate import Estimator, Key, Prediction
 from .eviction import Eviction
 from .history_cache import Remembered
+from .protocols import DEFAULT, wire_named
+from .protocols.base import Wire
 from .store.base import StoredCheckpoint
 from .token_counter import TokenCounter
 from .types import Json, Message
@@ -265,7 +267,7 @@ class Projector:
             else None
         )
         memo = self.branch_memo(branch_id)
-        tool = recall_tool(policy, body)
+        tool = recall_tool(policy, body, wire_named(asked.wire))
 
         def project_within(budget: Budget) -> Projection:
             try:
@@ -309,20 +311,14 @@ def fixed_tokens(counter: TokenCounter, body: Json) -> int:
     )
 
 
-def recall_tool(policy: Policy, body: Json) -> str | None:
-    """The recall tool's name when the request's tools hold it (in any wire's tool shape:
-    `{"function": {"name"}}` or a top-level `name`), else None."""
+def recall_tool(policy: Policy, body: Json, wire: Wire | None = None) -> str | None:
+    """The recall tool's name when the request's tools hold it (as `wire` declares tools; the
+    default wire's shape when unknown), else None."""
     name = policy.recall.tool_name
-    tools = body.get("tools")
-    if policy.recall.enabled is False or not isinstance(tools, list):
+    if policy.recall.enabled is False:
         return None
-    for tool in tools:
-        if not isinstance(tool, dict):
-            continue
-        function = tool.get("function")
-        if tool.get("name") == name or (isinstance(function, dict) and function.get("name") == name):
-            return name
-    return None
+    wire = wire or DEFAULT
+    return name if any(wire.tool_name(tool) == name for tool in wire.declared_tools(body)) else None
 
 
 def overflow_message(exc: ContextOverflow, window: int | None = None) -> str:

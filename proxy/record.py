@@ -240,7 +240,14 @@ class Recorder:
         self._known_blobs = BoundedSet()
 
     def open(
-        self, tenant: str, route: Route, model: str | None, purpose: str, stream: bool, started: float | None = None
+        self,
+        tenant: str,
+        route: Route,
+        wire: Wire,
+        model: str | None,
+        purpose: str,
+        stream: bool,
+        started: float | None = None,
     ) -> CallRecord:
         return CallRecord(
             id=new_call_id(),
@@ -250,10 +257,11 @@ class Recorder:
             purpose=purpose,
             stream=stream,
             started_at=time.time() if started is None else started,
+            wire=wire.name,
         )
 
     def follow(self, previous: CallRecord, purpose: str = "main") -> CallRecord:
-        """The record of another call for the same request: its tenant, route, model, stream,
+        """The record of another call for the same request: its tenant, route, wire, model, stream,
         conversation, branch, prefix and tools."""
         return CallRecord(
             id=new_call_id(),
@@ -267,6 +275,7 @@ class Recorder:
             branch_id=previous.branch_id,
             system_hash=previous.system_hash,
             tools_hash=previous.tools_hash,
+            wire=previous.wire,
         )
 
     async def blob(self, value: Any, digest: str | None = None) -> str | None:
@@ -284,7 +293,7 @@ class Recorder:
         return digest
 
     async def finish(
-        self, call: CallRecord, wire: str, error_kind: str | None = None, turn: ResponseTurn | None = None
+        self, call: CallRecord, wire: Wire, error_kind: str | None = None, turn: ResponseTurn | None = None
     ) -> Position | None:
         """The one place a record is completed: cost, metrics, then the store -- in one write with
         `turn`, the response turn of the accepted request the call answered; returns where its
@@ -295,10 +304,10 @@ class Recorder:
             call.usage = usage_from_litellm(call.usage_raw).to_dict()  # litellm's cache writes are inside the input
         price_model = provider_model or call.model
         call.cost_usd = call_cost(call.usage, self.catalog.info(price_model)) if price_model else None
-        self.metrics.observe_call(call, wire, error_kind)
-        tracing.recorded(call, wire)
+        self.metrics.observe_call(call, wire.name, error_kind)
+        tracing.recorded(call, wire.provider)
         if self.requests is not None:
-            self.requests.write(call, wire)
+            self.requests.write(call, wire.name)
         try:
             if turn is None:
                 await self.store.record_call(call)

@@ -177,10 +177,8 @@ class Rolling:
 
     async def record(self, result: SummaryResult, chunk: tuple[Item, ...], estimated: int) -> None:
         job = self.job
-        call = self.recorder.open(job.tenant, job.route, result.model, "summary", stream=False)
+        call = self.recorder.open(job.tenant, job.route, job.wire, result.model, "summary", stream=False)
         record.attach(call, job.conversation_id, job.branch_id)
         record.summarized(call, result, chunk[0].seq if chunk else None, chunk[-1].seq if chunk else None, estimated)
         status = result.upstream_status
-        await self.recorder.finish(
-            call, job.wire.name, f"http_{status}" if status is not None and status >= 400 else None
-        )
+        await self.recorder.finish(call, job.wire, f"http_{status}" if status is not None and status >= 400 else None)

@@ -8,8 +8,11 @@ is byte-faithful, and keeps the incomplete rest for the next piece.
 
 from __future__ import annotations
 
+import json
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from . import codec
 
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _LINE = re.compile(r"\r\n|\r|\n")
@@ -66,3 +69,19 @@ class SseSplitter:
     def rest(self) -> bytes:
         """Bytes of an unterminated final event (an upstream that closed mid-event)."""
         return self._buffer
+
+
+def event_json(event: SseEvent) -> dict[str, Any] | None:
+    """An event's data as a JSON object (None: no data, not JSON, not an object)."""
+    if event.data is None:
+        return None
+    try:
+        data = codec.loads(event.data)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def json_event(name: str, data: dict[str, Any]) -> bytes:
+    """One `event:` + `data:` SSE event."""
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()

@@ -27,7 +27,7 @@ from .config import Policy, Route, Timeouts, Upstream
 from .config import Summarizer as SummarizerSettings
 from .credentials import Keys
 from .errors import ProxyError
-from .protocols import OPENAI_CHAT
+from .protocols import DEFAULT, caller_key
 from .protocols.base import Compacted, NativeRequest, Wire
 from .types import Message
 from .upstream.base import Hop
@@ -74,7 +74,7 @@ class Summarizer:
             # Any provider through litellm: an OpenAI chat request on a route of its own.
             key = self.keys.get(settings.api_key_env)
             route = _litellm_route(route, settings)
-            model, wire, client_auth = settings.model, OPENAI_CHAT, {"Authorization": f"Bearer {key}"} if key else {}
+            model, wire, client_auth = settings.model, DEFAULT, DEFAULT.auth_headers(key) if key else {}
         else:
             client_auth = {**wire.summary_headers, **client_auth}
         path, body = wire.summary_request(model, messages, max_tokens or settings.max_tokens)
@@ -127,9 +127,7 @@ class Summarizer:
         except (UnicodeDecodeError, json.JSONDecodeError):
             parsed = None
         if response.status != 200 or not isinstance(parsed, dict):
-            caller = next(
-                (v.rsplit(" ", 1)[-1] for k, v in auth.items() if k.lower() in ("authorization", "x-api-key")), None
-            )
+            caller = caller_key({k.lower(): v for k, v in auth.items()})
             data = self.keys.redact(data, caller)  # an upstream that echoes the key it was sent
             return SummaryResult(
                 None,

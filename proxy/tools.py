@@ -27,6 +27,6 @@ def proxy_tools(
     """The proxy's own tools this request carries, in their fixed order (recall, memory), or None."""
     route, model = target
     offered_tools: list[ProxyTool] = [recall_tool(policy.recall)] if recall else []
-    if memory is not None and memory_tool.offered(policy, wire.name, body, services.recalls_rejected, route, model):
+    if memory is not None and memory_tool.offered(policy, wire, body, services.recalls_rejected, route, model):
         offered_tools.append(memory.tool())
     return Toolbox(tuple(offered_tools), policy.recall.max_rounds) if offered_tools else None

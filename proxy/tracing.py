@@ -74,11 +74,12 @@ class Tracing:
         return cls(provider, provider.get_tracer("ctxproxy"))
 
     @contextlib.contextmanager
-    def request(self, wire: str) -> Iterator[None]:
-        """The request span of one client model call on `wire`, current while it is served."""
+    def request(self, provider: str) -> Iterator[None]:
+        """The request span of one client model call to `provider` (`Wire.provider`), current
+        while it is served."""
         from opentelemetry import trace
 
-        span = self.tracer.start_span("chat", kind=trace.SpanKind.SERVER, attributes=_provider(wire))
+        span = self.tracer.start_span("chat", kind=trace.SpanKind.SERVER, attributes=_provider(provider))
         token = _current.set(_Request(self.tracer, span))
         try:
             with trace.use_span(span, end_on_exit=True):
@@ -92,12 +93,12 @@ class Tracing:
 
 
 @contextlib.contextmanager
-def traced(tracing: Tracing | None, wire: str) -> Iterator[None]:
+def traced(tracing: Tracing | None, provider: str) -> Iterator[None]:
     """`Tracing.request`, or nothing when tracing is off."""
     if tracing is None:
         yield
         return
-    with tracing.request(wire):
+    with tracing.request(provider):
         yield
 
 
@@ -125,7 +126,7 @@ def failed(exc: Exception) -> None:
     current.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
 
 
-def recorded(call: CallRecord, wire: str) -> None:
+def recorded(call: CallRecord, provider: str) -> None:
     """A span for `call`, just completed; a main call also describes the request span."""
     current = _current.get()
     if current is None:
@@ -134,7 +135,7 @@ def recorded(call: CallRecord, wire: str) -> None:
     from opentelemetry.trace import Status, StatusCode
 
     operation = OPERATIONS.get(call.purpose, call.purpose)
-    attributes = {**_provider(wire), **_attributes(call, operation)}
+    attributes = {**_provider(provider), **_attributes(call, operation)}
     # the record is completed as its call ends; its latency runs from the moment it was sent
     end = time.time_ns()
     start = max(end - int((call.latency_ms or 0.0) * 1e6), getattr(current.span, "start_time", None) or 0)
@@ -148,9 +149,8 @@ def recorded(call: CallRecord, wire: str) -> None:
         current.span.set_attributes(attributes)
 
 
-def _provider(wire: str) -> dict[str, str]:
-    """The client API's provider, by both names the GenAI conventions have used."""
-    provider = "anthropic" if wire.startswith("anthropic") else "openai"
+def _provider(provider: str) -> dict[str, str]:
+    """The client API's provider (`Wire.provider`), by both names the GenAI conventions have used."""
     return {"gen_ai.provider.name": provider, "gen_ai.system": provider}
 
 

@@ -9,6 +9,11 @@
   `bench/` reaches no `_private` attribute of another object either (it measures the product
   through its public entry points); no module of `proxy/` or `policies/` is longer than 500 lines
   (STYLE: "rarely over 500");
+- the client APIs are known in one place (`proxy/protocols/`, issue 31): no module of the proxy
+  outside it names a wire -- no string equal to a wire's name, no identifier containing one, no
+  import of a wire's own package or of a wire object by name -- so routing, auth, recall, the
+  inspector and the ledger ask the `Wire` instead of branching on which one it is, and adding an
+  API is its package plus one line in the registry;
 - every repository path README.md and `docs/*.md` name in backquotes exists, and every relative
   link between them reaches a file and, with a `#fragment`, a heading of it (the walk-through in
   docs/request-flow.md is how a newcomer finds the code).
@@ -185,6 +190,93 @@ def test_bench_reaches_no_private_attribute() -> None:
         for found in private_attributes(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
+
+
+PROTOCOLS = REPO / "proxy" / "protocols"
+WIRE_PACKAGES = frozenset(p.name for p in PROTOCOLS.iterdir() if (p / "__init__.py").exists())
+"""The wires' own packages (`proxy/protocols/<wire>/`)."""
+KNOWN_ELSEWHERE: dict[str, str] = {}
+"""Modules outside `proxy/protocols/` allowed to name a wire, each with the reason why: none."""
+
+
+def wire_names() -> frozenset[str]:
+    """The `name` every wire class declares (`name = "..."` in a class of a wire package)."""
+    names = set()
+    for path in PROTOCOLS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                for statement in node.body:
+                    if (
+                        isinstance(statement, (ast.Assign, ast.AnnAssign))
+                        and any(isinstance(t, ast.Name) and t.id == "name" for t in _targets(statement))
+                        and isinstance(statement.value, ast.Constant)
+                        and isinstance(statement.value.value, str)
+                    ):
+                        names.add(statement.value.value)
+    return frozenset(names)
+
+
+def _targets(statement: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+
+
+def wire_objects() -> frozenset[str]:
+    """The names the registry (`proxy/protocols/__init__.py`) binds to a wire package's exports."""
+    tree = ast.parse((PROTOCOLS / "__init__.py").read_text(encoding="utf-8"))
+    return frozenset(
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "") in WIRE_PACKAGES
+        for alias in node.names
+    )
+
+
+def naming_a_wire(module: str, names: frozenset[str], objects: frozenset[str]) -> list[str]:
+    """`line: what` wherever `module` names a wire."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(SOURCES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and node.value in names:
+            found.append(f"{node.lineno}: the string {node.value!r}")
+        identifier = {
+            ast.Name: lambda n: n.id,
+            ast.Attribute: lambda n: n.attr,
+            ast.FunctionDef: lambda n: n.name,
+            ast.AsyncFunctionDef: lambda n: n.name,
+            ast.ClassDef: lambda n: n.name,
+            ast.arg: lambda n: n.arg,
+            ast.alias: lambda n: n.asname or n.name.rsplit(".", 1)[-1],
+        }.get(type(node))
+        text = identifier(node) if identifier is not None else None
+        if text and any(name in text.lower() for name in names):
+            found.append(f"{getattr(node, 'lineno', 0)}: the identifier {text}")
+    for target, name, line in imports(module):
+        parts = target.split(".")
+        if parts[:2] == ["proxy", "protocols"] and len(parts) > 2 and parts[2] in WIRE_PACKAGES:
+            found.append(f"{line}: an import of {target}")
+        elif target == "proxy.protocols" and name in objects:
+            found.append(f"{line}: an import of {name} from proxy.protocols")
+    return sorted(set(found), key=lambda f: int(f.split(":")[0]))
+
+
+def test_the_wire_name_finder_finds_them() -> None:
+    names, objects = wire_names(), wire_objects()
+    assert {"openai_chat", "anthropic", "openai_responses"} <= names
+    assert {"OPENAI_CHAT", "ANTHROPIC"} <= objects
+    assert naming_a_wire("proxy.protocols.anthropic.wire", names, objects)  # the wire itself does
+    assert naming_a_wire("proxy.protocols", names, objects)  # the registry imports the wires
+
+
+def test_no_module_outside_the_protocols_names_a_wire() -> None:
+    names, objects = wire_names(), wire_objects()
+    offenders = {
+        str(MODULES[module].relative_to(REPO)): found
+        for module in MODULES
+        if module.startswith("proxy.")  # `policies/` counts tokens by the provider's rendering (tokens.py)
+        and not module.startswith("proxy.protocols")
+        and (found := naming_a_wire(module, names, objects))
+        and str(MODULES[module].relative_to(REPO)) not in KNOWN_ELSEWHERE
+    }
+    assert offenders == {}, "ask the Wire (proxy/protocols/base.py) instead of naming one"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Policy
+from ..protocols.base import Wire
 from ..recall.memory import RejectedTool
-from ..recall.tool import declared, offers
+from ..recall.tool import offers
 from ..tool_settings import Memory
 from ..types import Json
 
@@ -40,12 +41,12 @@ def parameters(settings: Memory) -> dict[str, Any]:
     }
 
 
-def definition(wire: str, settings: Memory) -> dict[str, Any]:
+def definition(wire: Wire, settings: Memory) -> dict[str, Any]:
     """The memory tool as `wire` declares tools."""
-    return declared(wire, settings.tool_name, DESCRIPTION, parameters(settings))
+    return wire.tool_definition(settings.tool_name, DESCRIPTION, parameters(settings))
 
 
-def offered(policy: Policy, wire: str, body: Json, rejected: RejectedTool, route: str, model: str) -> bool:
+def offered(policy: Policy, wire: Wire, body: Json, rejected: RejectedTool, route: str, model: str) -> bool:
     """Whether this request gets the memory tool (`recall.tool.offers`: the same rule as recall's)."""
     settings = policy.memory
     return offers(settings.enabled, settings.tool_name, wire, body, rejected, route, model)

@@ -11,12 +11,48 @@ common messages, so that an unchanged message converts back to its exact native 
 `BaseObserver` hold the defaults of the members most wires do not need to change, and the three
 wires inherit them. So the orchestrator calls `wire.rewrite_allowed(body)` and
 `observer.failure()` directly instead of probing for them.
+
+The Wire is the only place that knows its API: routing, authentication, recall, the inspector,
+the ledger and tracing consult these hooks and never branch on a wire's name (nothing outside
+this package names a wire: `tests/test_structure.py`). Adding an API is writing
+`proxy/protocols/<api>/`, one line in `proxy/protocols/__init__.py` (`WIRES`) and its samples
+for the wire contract suite (`tests/wires/samples_<name>.py`), which every registered wire
+passes. The hooks, by concern:
+
+* paths -- `name` (recorded in `CallRecord.wire`), `path` (what `routes[].match.path` is matched
+  against, whatever path the request came on), `paths` (its fixed model paths), `target(path,
+  query)` (whether a request path is the wire's, and the model and stream flag the path or query
+  carry: Gemini's `/v1beta/models/{model}:streamGenerateContent`), `owns(path)` (the paths whose
+  errors take the wire's shape), `upstream_path` and `upstream_path_for(model, stream)` (where
+  the call goes on the route's `base_url`), `count_paths`, `count_target`, `upstream_count_path`
+  and `upstream_count_path_for(model)`, `count_answer`;
+* the request -- `parse`, `envelope(body, target)` (the model and stream flag, from the body or
+  the `Target`), `messages`, `validate`, `rewrite_allowed`, `provider_managed`, `encode`,
+  `with_cache_point`, `with_cache_key`;
+* credentials -- `credential_headers` and `credential_query` (where a caller's key travels:
+  read, stripped before upstream on a route that spends the operator's key, redacted),
+  `client_key(headers, query)`, `auth_headers(key)` (how a key is sent upstream), `probe`;
+* answers -- `observer` (stream observation), `is_stream`, `fails_in_stream`,
+  `opening_failure`, `response`, `usage` (the API's usage normalized to `Usage`), `provider`
+  (the GenAI provider tracing names), `error_body` (every `ProxyError` in the API's shape),
+  `client_hint` (who calls it, with which base URL: `serve`'s banner);
+* the proxy's own tools (recall, memory) -- `declared_tools`, `tool_name`, `room_for_tools`
+  (whether the request leaves room for a tool of the proxy's own), `tool_definition`,
+  `with_tools`, `without_tools`, `detour_turn` (the assistant turn of a detour, with only the
+  proxy's calls), `tool_result`, `call_markers` / `text_markers` (bytes of the stream events
+  that may start a call or carry text), `continuation` and `splices_relayed` (how a follow-up's
+  stream continues a client stream already relayed);
+* the provider's own work -- `summary_request`, `summary_text`, `summary_headers`,
+  `native_compaction`, `native_compacted`, `purpose`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from policies.text import call_name, tool_calls
 
 from .. import codec
 from ..errors import ProxyError, sse_error_event
@@ -24,6 +60,21 @@ from ..sse import SseEvent
 from ..tail_parse import BodyMemo
 from ..types import Json, Message, SentBody
 from ..usage import Usage
+
+Continue = Callable[[SseEvent], bytes | None]
+"""One event of a follow-up's stream -> the bytes that continue the client's stream (None: dropped)."""
+NO_QUERY: Mapping[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a model call's path (and query) says: the path it came on, and the model and stream
+    flag when the API carries them there (Gemini: `/v1beta/models/{model}:streamGenerateContent`);
+    None where the body says (`Wire.envelope`)."""
+
+    path: str
+    model: str | None = None
+    stream: bool | None = None
 
 
 class StreamObserver(Protocol):
@@ -87,8 +138,76 @@ class Compacted:
 
 class Wire(Protocol):
     name: str
+    """The wire's identifier: recorded with every call (`CallRecord.wire`), in metrics and logs."""
     path: str
     """The client-facing path, matched against `routes[].match.path`."""
+    provider: str
+    """The GenAI provider its calls are traced as (`gen_ai.provider.name`)."""
+    client_hint: str
+    """Who calls the API and the base URL they take, `{url}` the proxy's (`serve`'s banner); "":
+    said by another wire already."""
+    credential_headers: tuple[str, ...]
+    """The headers (lower case) a caller's key may travel in, in the order they are read
+    (`authorization` as a bearer token)."""
+    credential_query: tuple[str, ...]
+    """The query parameters a caller's key may travel in (Gemini's `key`)."""
+    call_markers: tuple[bytes, ...]
+    """Bytes of the stream events that can start a tool call: only after one is a stream's message
+    reassembled to look for a call (after every delta would make a long stream quadratic)."""
+    text_markers: tuple[bytes, ...]
+    """Bytes of the stream events that can carry text."""
+    splices_relayed: bool
+    """Whether `continuation` reads the events already relayed (else they are not kept)."""
+
+    def target(self, path: str, query: Mapping[str, str]) -> Target | None:
+        """The request path's `Target` when `path` is one of the wire's model paths, else None."""
+
+    def owns(self, path: str) -> bool:
+        """Whether `path` belongs to the API (its model paths, its counting paths, the paths
+        below them): an error there is answered in the API's shape."""
+
+    def upstream_path_for(self, model: str, stream: bool) -> str:
+        """Where a call of `model` goes, appended to the route's `base_url` (`upstream_path`
+        unless the API puts the model or the stream in the path)."""
+
+    def count_target(self, path: str, query: Mapping[str, str]) -> Target:
+        """What a counting path (one of `count_paths`) says, as `target` for a model path."""
+
+    def upstream_count_path_for(self, model: str) -> str | None:
+        """Where the upstream counts a request of `model` (`upstream_count_path`), None without one."""
+
+    def client_key(self, headers: Mapping[str, str], query: Mapping[str, str] = NO_QUERY) -> str | None:
+        """The caller's own key, from `credential_headers` then `credential_query`; None without one."""
+
+    def declared_tools(self, body: Json) -> list[Any]:
+        """The tools the request declares, in the API's shape."""
+
+    def tool_name(self, tool: Any) -> str | None:
+        """A declared tool's name (None: not a named function tool)."""
+
+    def room_for_tools(self, body: Json) -> bool:
+        """Whether the proxy may add tools of its own: the request's tool choice leaves the model
+        free to call them, and a detour can append a turn (no assistant prefill to continue)."""
+
+    def tool_definition(self, name: str, description: str, parameters: Json) -> Json:
+        """A function tool of the proxy's own, as the API declares tools."""
+
+    def with_tools(self, body: Json, definitions: Sequence[Json]) -> Json:
+        """`body` with `definitions` (`tool_definition`s) after its own tools (a copy)."""
+
+    def without_tools(self, body: Json, names: frozenset[str]) -> Json:
+        """`body` without the tools named `names`; with no tool left, without what needs tools."""
+
+    def detour_turn(self, message: Message, names: frozenset[str]) -> Message:
+        """The assistant turn that called the proxy's tools (`names`), common model, with those
+        calls only and whatever the API requires around them (signatures, reasoning items)."""
+
+    def tool_result(self, call: Mapping[str, Any], text: str) -> Message:
+        """The result of one of the proxy's tool calls, common model."""
+
+    def continuation(self, relayed: Sequence[bytes]) -> Continue:
+        """How a follow-up's events continue a client stream that already got `relayed`."""
+
     paths: tuple[str, ...]
     """Every path the wire is served on (aliases of `path`)."""
     upstream_path: str
@@ -105,8 +224,9 @@ class Wire(Protocol):
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         """The body as a dict; with `memo`, only its new tail when it extends a recent body."""
 
-    def envelope(self, body: Json) -> tuple[str, bool]:
-        """The model and whether a stream was asked for; BadRequest for a malformed body."""
+    def envelope(self, body: Json, target: Target | None = None) -> tuple[str, bool]:
+        """The model and whether a stream was asked for (from the body, or from `target` where
+        the API carries them in the path); BadRequest for a malformed body."""
 
     def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
         """The request's messages in the common model (system/developer first); with the `memo`
@@ -192,12 +312,102 @@ class Wire(Protocol):
 
 
 class BaseWire:
-    """Defaults of the `Wire` members a wire may leave alone."""
+    """Defaults of the `Wire` members a wire may leave alone: fixed paths, a model and stream
+    flag in the body, and OpenAI's conventions (bearer keys, function tools, `tool_choice`)."""
 
+    name: str
+    path: str
+    paths: tuple[str, ...]
+    upstream_path: str
     fails_in_stream = False
     purpose = "main"
     count_paths: tuple[str, ...] = ()
     upstream_count_path: str | None = None
+    provider = "openai"
+    client_hint = ""
+    credential_headers: tuple[str, ...] = ("authorization", "x-api-key", "api-key")
+    """OpenAI's bearer token, Anthropic's `x-api-key`, Azure's `api-key`: every wire accepts
+    all three, as clients of one API often send another's."""
+    credential_query: tuple[str, ...] = ()
+    call_markers: tuple[bytes, ...] = ()
+    text_markers: tuple[bytes, ...] = ()
+    splices_relayed = False
+
+    def target(self, path: str, query: Mapping[str, str]) -> Target | None:
+        """One of the fixed `paths`; the model and stream flag are in the body."""
+        return Target(path) if path in self.paths else None
+
+    def owns(self, path: str) -> bool:
+        """The wire's paths and counting paths, and the paths below them (Anthropic's
+        `/v1/messages/count_tokens` is below `/v1/messages`)."""
+        return any(path == p or path.startswith(p + "/") for p in (*self.paths, *self.count_paths))
+
+    def upstream_path_for(self, model: str, stream: bool) -> str:
+        return self.upstream_path
+
+    def count_target(self, path: str, query: Mapping[str, str]) -> Target:
+        return Target(path)
+
+    def upstream_count_path_for(self, model: str) -> str | None:
+        return self.upstream_count_path
+
+    def client_key(self, headers: Mapping[str, str], query: Mapping[str, str] = NO_QUERY) -> str | None:
+        for name in self.credential_headers:
+            value = bearer_token(headers) if name == "authorization" else headers.get(name)
+            if value:
+                return value
+        for name in self.credential_query:
+            if query.get(name):
+                return query[name]
+        return None
+
+    def declared_tools(self, body: Json) -> list[Any]:
+        tools = body.get("tools")
+        return tools if isinstance(tools, list) else []
+
+    def tool_name(self, tool: Any) -> str | None:
+        """Chat nests the name under `function`; Anthropic's and the Responses API's are flat."""
+        if not isinstance(tool, Mapping):
+            return None
+        function = tool.get("function")
+        named = function if isinstance(function, Mapping) else tool
+        name = named.get("name")
+        return name if isinstance(name, str) else None
+
+    def room_for_tools(self, body: Json) -> bool:
+        """A `tool_choice` that leaves the model free to call the proxy's tools (`OPEN_CHOICES`)."""
+        return body.get("tool_choice") in OPEN_CHOICES
+
+    def tool_definition(self, name: str, description: str, parameters: Json) -> Json:
+        """A chat-completions function tool."""
+        return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+    def with_tools(self, body: Json, definitions: Sequence[Json]) -> Json:
+        return {**body, "tools": [*(body.get("tools") or []), *definitions]}
+
+    def without_tools(self, body: Json, names: frozenset[str]) -> Json:
+        """Without `tools`, `tool_choice` and `parallel_tool_calls` once no tool is left."""
+        tools = [tool for tool in body.get("tools") or [] if self.tool_name(tool) not in names]
+        out = {key: value for key, value in body.items() if key not in TOOL_FIELDS}
+        if tools:
+            out["tools"] = tools
+            for key in TOOL_FIELDS[1:]:
+                if key in body:
+                    out[key] = body[key]
+        return out
+
+    def detour_turn(self, message: Message, names: frozenset[str]) -> Message:
+        """The text and the calls of `names` from `tool_calls`."""
+        calls = [call for call in tool_calls(message) if call_name(call) in names]
+        return {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
+
+    def tool_result(self, call: Mapping[str, Any], text: str) -> Message:
+        """A `role: tool` message answering the call's id; every wire's encoder renders it."""
+        return {"role": "tool", "tool_call_id": str(call.get("id", "")), "content": text}
+
+    def continuation(self, relayed: Sequence[bytes]) -> Continue:
+        """Independent deltas (chat chunks): the follow-up's events go through as they are."""
+        return _unchanged
 
     def count_answer(self, tokens: int) -> Json:
         """Anthropic's shape (`{"input_tokens": N}`); the Responses API adds its `object`."""
@@ -251,6 +461,25 @@ class BaseWire:
     def with_cache_key(self, body: Json, raw: bytes, key: str) -> tuple[Json, bytes]:
         """The API has no routing key (Anthropic caches by its breakpoints)."""
         return body, raw
+
+
+OPEN_CHOICES: tuple[Any, ...] = (None, "auto", "required", {"type": "auto"}, {"type": "any"})
+"""`tool_choice` values that leave the model free to call the proxy's tools. Not: `none` (OpenAI's
+string, Anthropic's `{"type": "none"}`), a forced tool (`{"type": "function", ...}`, Anthropic
+`{"type": "tool", ...}`) or an allowed list the proxy's tool is not on."""
+TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
+
+
+def _unchanged(event: SseEvent) -> bytes | None:
+    return event.raw
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an `Authorization: Bearer ...` header, or None."""
+    auth = headers.get("authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return None
 
 
 def with_prompt_cache_key(body: Json, raw: bytes, key: str) -> tuple[Json, bytes]:

@@ -6,20 +6,22 @@ store still has it whole; the model only needs a way to ask.
 
 How, one module per step:
 
-* `tool` -- whether a request gets the tool, and its definition in each wire's own format (chat
-  `function`, Anthropic `input_schema`, Responses flat function tool). The definition depends
+* `tool` -- whether a request gets the tool, and its definition in each wire's own format
+  (`Wire.tool_definition`: a chat `function`, an Anthropic `input_schema`, ...). The definition depends
   only on the policy and the wire, so it is byte-identical on every request of a conversation and
   prompt caches keep hitting; it is appended before projecting, so it counts in the budget.
 * `read` -- the upstream's answer, read just far enough to see whether it calls the tool: a whole
   body is read whole; a stream is buffered until its first text (then relayed) or, once it calls
   any tool, to its end (a recall call beside client calls consumes the whole answer).
-* `watch` + `splice` -- a stream relayed from its first text is still watched: a recall call after
-  the text is answered and the follow-up's events continue the client's stream, rewritten per
-  wire (block indexes, output indexes, sequence numbers), so the client gets one message.
-* `turns` -- the follow-up request's new messages in the common model, per wire: the assistant turn
-  with its recall calls only (Anthropic thinking / redacted_thinking blocks with their signatures
-  kept before the `tool_use`; Responses reasoning items with `encrypted_content` kept before the
-  `function_call`), then one tool result per call (`answer`).
+* `watch` -- a stream relayed from its first text is still watched: a recall call after the text
+  is answered and the follow-up's events continue the client's stream, rewritten by the wire
+  (`Wire.continuation`: block indexes, output indexes, sequence numbers), so the client gets one
+  message.
+* the follow-up request's new messages are the wire's, in the common model: the assistant turn
+  with its recall calls only (`Wire.detour_turn`: Anthropic thinking / redacted_thinking blocks
+  with their signatures kept before the `tool_use`; Responses reasoning items with
+  `encrypted_content` kept before the `function_call`), then one tool result per call
+  (`Wire.tool_result`, its text from `answer`).
 * `answer` -- the tool result: a search of the branch's lineage (`policies.search`) or one event
   whole, bounded by `max_result_tokens`.
 * `detour` -- the loop: answer, call upstream again, at most `max_rounds` times (the last round

@@ -2,11 +2,11 @@
 
 At most `max_rounds` consumed answers; the last follow-up goes without the tool, so the model has to
 answer. Each follow-up is the same request plus, per round, the assistant turn with its recall
-calls and their results (`turns`); it is encoded by the client's wire, so tool pairing is the
-wire's own (a chat `tool_calls` + `tool` messages, an Anthropic `tool_use` + `tool_result`, a
-Responses `function_call` + `function_call_output` by `call_id`). The final answer's call record is
-the `main` one, marked with `recall_rounds` in its projection record so the estimate is not
-calibrated with a request the projection did not build.
+calls and their results (`Wire.detour_turn`, `Wire.tool_result`); it is encoded by the client's
+wire, so tool pairing is the wire's own (a chat `tool_calls` + `tool` messages, an Anthropic
+`tool_use` + `tool_result`, a Responses `function_call` + `function_call_output` by `call_id`).
+The final answer's call record is the `main` one, marked with `recall_rounds` in its projection
+record so the estimate is not calibrated with a request the projection did not build.
 
 The follow-ups stay inside the window: the room the projection left (`input_budget` -
 `sent_tokens` of its record) pays for each round's assistant turn and results, so a result gets
@@ -31,7 +31,6 @@ from ..upstream.base import UpstreamResponse
 from ..upstream.classify import classify
 from .read import read_recorded, read_stream, read_whole
 from .toolbox import Toolbox
-from .turns import intermediate_turn, tool_result
 
 FRAMING_TOKENS = 16
 """What a tool result block / message adds around its text, generously."""
@@ -62,17 +61,17 @@ class Detour:
         events = await services.store.lineage_events(self.branch, 0, 1 << 30)
         count = services.projector.counter(self.model).count_text
         calls = self.tools.calls(message)
-        turn = intermediate_turn(wire.name, message, self.tools.names)
+        turn = wire.detour_turn(message, self.tools.names)
         limit = None
         if self.room is not None:
             self.room -= count(json.dumps(turn, ensure_ascii=False)) + FRAMING_TOKENS * len(calls)
             limit = self.room // max(1, len(calls))
         with tracing.span("ctxproxy.recall", **{"ctxproxy.recall.round": self.rounds}):
-            results = [tool_result(c, await self.tools.answer(c, events, count, limit)) for c in calls]
+            results = [wire.tool_result(c, await self.tools.answer(c, events, count, limit)) for c in calls]
         if self.room is not None:
             self.room -= sum(count(str(r["content"])) for r in results)
         self.messages = [*self.messages, turn, *results]
-        body = self.body if self.more() else self.tools.without_tools(self.body)
+        body = self.body if self.more() else self.tools.without_tools(self.body, wire)
         payload, _ = wire.encode(body, self.messages, bool(self.body.get("stream")), None)
         return payload
 
@@ -133,7 +132,7 @@ async def _without_tool(
     rejected = exchange.call
     kind = record.consumed(rejected, wire, upstream, data, exchange.t0, "recall")
     record.explained(rejected, REJECTED.format(detail=data[:2000].decode("utf-8", errors="replace")))
-    payload, _ = wire.encode(tools.without_tools(body), messages, bool(body.get("stream")), None)
+    payload, _ = wire.encode(tools.without_tools(body, wire), messages, bool(body.get("stream")), None)
     _carried(exchange.follow(), rejected, recall_rounds=0, recall_tool="rejected")
     await exchange.finish(rejected, kind)
     answer = await exchange.send(payload)

@@ -6,7 +6,7 @@ calls any tool it is read to its end, because a recall call may follow a client 
 then the whole answer is consumed (the client calls are dropped and the model issues them again).
 Tool-call arguments are not shown to people as they stream, so holding them costs no visible
 latency. A recall call after text that already went to the client is answered too, and the
-follow-up continues the client's stream (`watch`, `splice`).
+follow-up continues the client's stream (`watch`, `Wire.continuation`).
 
 An answer that called recall is recorded here with `purpose: recall`; any other answer is handed
 back to the orchestrator to relay as if it had never been looked at (`HeldResponse`, `Replayed`), a
@@ -83,7 +83,7 @@ async def read_stream(
             for i, event in enumerate(events):
                 answer.observer(event)
                 head.append(event)
-                if calling or not (may_call(event) or may_write(event)):
+                if calling or not (may_call(wire, event) or may_write(wire, event)):
                     continue
                 message = answer.observer.message()
                 calling = bool(message and tool_calls(message))

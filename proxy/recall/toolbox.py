@@ -1,7 +1,7 @@
 """The proxy's own tools on one request: which are offered, how each is declared, who answers.
 
 Recall (`proxy.recall`) and long-term memory (`proxy.memory`) are tools the proxy offers the
-model and answers itself, through one detour (`detour`, `read`, `watch`, `splice`, `turns`):
+model and answers itself, through one detour (`detour`, `read`, `watch`):
 an answer that calls any of them is consumed, each call answered, and the request sent again.
 A `Toolbox` is the set a request carries, in a fixed order (recall, then memory), so their
 definitions are byte-identical on every request of a conversation; a `ProxyTool` is one of them:
@@ -20,9 +20,9 @@ from typing import Any
 from policies.text import call_arguments, call_name, tool_calls
 
 from .. import codec
+from ..protocols.base import Wire
 from ..store.base import StoredEvent
 from ..types import Json, Message
-from .tool import tool_name
 
 Count = Callable[[str], int]
 Answer = Callable[[Mapping[str, Any], Sequence[StoredEvent], Count, int | None], Awaitable[str]]
@@ -33,8 +33,8 @@ take, None: its own maximum) -> the tool result's text"""
 @dataclass(frozen=True)
 class ProxyTool:
     name: str
-    definition: Callable[[str], dict[str, Any]]
-    """the tool as a wire (by name) declares tools; a function of the policy and the wire alone"""
+    definition: Callable[[Wire], dict[str, Any]]
+    """the tool as a wire declares tools; a function of the policy and the wire alone"""
     answer: Answer
 
 
@@ -61,25 +61,13 @@ class Toolbox:
         tool = next(t for t in self.tools if t.name == name)
         return await tool.answer(call, events, count, limit)
 
-    def with_tools(self, body: Json, wire: str) -> Json:
+    def with_tools(self, body: Json, wire: Wire) -> Json:
         """`body` with the tools appended to its tools (a copy; the client's body is untouched)."""
-        return {**body, "tools": [*(body.get("tools") or []), *(tool.definition(wire) for tool in self.tools)]}
+        return wire.with_tools(body, [tool.definition(wire) for tool in self.tools])
 
-    def without_tools(self, body: Json) -> Json:
+    def without_tools(self, body: Json, wire: Wire) -> Json:
         """`body` without these tools; with no tool left, without the fields that need tools."""
-        return without(body, self.names)
-
-
-def without(body: Json, names: frozenset[str]) -> Json:
-    """`body` without the tools named `names`; with no tool left, without the fields that need tools."""
-    tools = [tool for tool in body.get("tools") or [] if tool_name(tool) not in names]
-    out = {key: value for key, value in body.items() if key not in ("tools", "tool_choice", "parallel_tool_calls")}
-    if tools:
-        out["tools"] = tools
-        for key in ("tool_choice", "parallel_tool_calls"):
-            if key in body:
-                out[key] = body[key]
-    return out
+        return wire.without_tools(body, self.names)
 
 
 def arguments_of(call: Mapping[str, Any]) -> dict[str, Any] | None:

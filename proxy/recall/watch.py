@@ -5,7 +5,7 @@ event by event and keeps reading the answer on the side; once the answer calls a
 events are held until its end. Then either nothing called recall and the held events follow, or
 recall was called: the held events are dropped, the answer is recorded as a `recall` call, the
 follow-up goes upstream (`Rounds.next_answer`), and its events continue the client's stream
-(`splice.continuation`), watched the same way, while rounds remain. The relay's own observer sees
+(`Wire.continuation`), watched the same way, while rounds remain. The relay's own observer sees
 exactly what the client gets, so the stored answer and the main call record are the client's view.
 """
 
@@ -21,30 +21,23 @@ from policies.text import tool_calls
 from .. import record
 from ..errors import UpstreamError
 from ..exchange import Exchange
-from ..protocols.base import StreamObserver, Wire
+from ..protocols.base import Continue, StreamObserver, Wire
 from ..relay import StreamOutcome
 from ..sse import SseEvent, SseSplitter
 from ..types import Json, Message
 from ..upstream.base import UpstreamResponse
-from .splice import Continue, continuation
 from .toolbox import Toolbox
 
-_CALLS = (b'"tool_calls"', b"content_block_start", b"output_item.added")
-"""Bytes of the events that can start a tool call: a chat delta's `tool_calls`, an Anthropic
-block, a Responses item. Only after such an event is the message reassembled to look for a
-call: reassembling after every text, thinking or argument delta would make a long stream
-quadratic."""
-_TEXT = (b'"content"', b"text_delta", b"text.delta")
-"""Bytes of the events that can carry text: chat `content`, Anthropic `text_delta`, Responses
-`output_text.delta`."""
+
+def may_call(wire: Wire, event: SseEvent) -> bool:
+    """Whether the event may start a tool call (`Wire.call_markers`): only after one is the
+    message reassembled to look for a call."""
+    return any(marker in event.raw for marker in wire.call_markers)
 
 
-def may_call(event: SseEvent) -> bool:
-    return any(marker in event.raw for marker in _CALLS)
-
-
-def may_write(event: SseEvent) -> bool:
-    return any(marker in event.raw for marker in _TEXT)
+def may_write(wire: Wire, event: SseEvent) -> bool:
+    """Whether the event may carry text (`Wire.text_markers`)."""
+    return any(marker in event.raw for marker in wire.text_markers)
 
 
 class Rounds(Protocol):
@@ -93,8 +86,8 @@ class Watched(UpstreamResponse):
         self.answer.upstream.close()
 
     async def pieces(self) -> AsyncIterator[bytes]:
-        # what the client got, for the splice to continue from (chat needs none of it)
-        keep = self.wire.name != "openai_chat"
+        # what the client got, for the follow-up to continue from (when the wire's continuation reads it)
+        keep = self.wire.splices_relayed
         relayed: list[bytes] = [event.raw for event in self.head] if keep else []
         for event in self.head:
             yield event.raw
@@ -104,7 +97,7 @@ class Watched(UpstreamResponse):
             answer, held, calling = self.answer, [], False
             async for event in _events(answer, pending):
                 answer.observer(event)
-                calling = calling or (may_call(event) and bool(tool_calls(answer.observer.message() or {})))
+                calling = calling or (may_call(self.wire, event) and bool(tool_calls(answer.observer.message() or {})))
                 if calling:
                     held.append(event)
                     continue
@@ -130,7 +123,7 @@ class Watched(UpstreamResponse):
             sent = time.monotonic()
             upstream = await self.rounds.next_answer(message)
             self.answer = await _opened(self.wire, self.body, upstream, sent)
-            shift = continuation(self.wire.name, relayed)
+            shift = self.wire.continuation(relayed)
 
     async def _consumed(self, answer: Answer) -> None:
         """Record the answer that called recall after its text went out; mark the main record."""

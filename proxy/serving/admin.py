@@ -27,6 +27,7 @@ from ..asgi import RawResponse, json_response, require_token
 from ..errors import BadRequest, Conflict, NotFound
 from ..ledger import GROUP_BY, summarize
 from ..projector import Asked
+from ..protocols import DEFAULT, wire_named
 from ..services import Services
 from ..store.base import Conversation, UsageQuery
 
@@ -186,7 +187,7 @@ async def get_projection(request: Request) -> RawResponse:
     if last is None or last.model is None:
         raise NotFound(f"Branch {branch_id!r} has no calls yet, so there is no model or route to project for.")
     route = next((r for r in state.config.routes if r.name == last.route), None)
-    route = route or state.config.route_for("/v1/chat/completions", last.model)
+    route = route or state.config.route_for((wire_named(last.wire) or DEFAULT).path, last.model)
     if route is None:
         raise NotFound(f"No configured route serves model {last.model!r} any more.")
     events = await state.store.lineage_events(branch_id, 0, 1 << 30)

@@ -1,6 +1,6 @@
 """create_app(config): the ASGI application and its lifespan (store, upstream session).
 
-The model endpoints (the three APIs' paths, `Wire.paths`) are dispatched by `ProxyApp` on the
+The model endpoints (the APIs' paths: `Wire.target`) are dispatched by `ProxyApp` on the
 scope's path and method before starlette sees the request: they are most of the traffic, and
 starlette's layers (error middleware, exception middleware, router matching every route, the
 `Request` object, the endpoint wrapper) cost about as much per call as the whole bare hop. The
@@ -25,16 +25,16 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from .. import retention, ui
-from ..asgi import Incoming, RawResponse, error_response
+from ..asgi import Incoming, RawResponse, error_response, query_of
 from ..catalog import ModelCatalog
 from ..chat import handle
 from ..compaction import Compactor
 from ..config import Config
-from ..credentials import resolve_keys
+from ..credentials import redact_access_log, resolve_keys
 from ..errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable
 from ..metrics import Metrics
 from ..projector import Projector
-from ..protocols import WIRES, wire_for_path
+from ..protocols import WIRES, wire_for_path, wire_for_request
 from ..protocols.base import Wire
 from ..record import Recorder
 from ..request_log import RequestLogger
@@ -97,6 +97,7 @@ class ProxyApp:
         self.tracing = tracing
         """OpenTelemetry's request spans (`proxy/tracing.py`; None: off)"""
         self.model_paths: dict[str, Wire] = {path: wire for wire in WIRES for path in wire.paths}
+        """The wires' fixed model paths (a wire may serve more: `Wire.target`, `wire_for_request`)."""
 
     @property
     def state(self) -> State:
@@ -104,21 +105,23 @@ class ProxyApp:
 
     @property
     def routes(self) -> list[BaseRoute]:
-        """starlette's routes (the model paths are `model_paths`, POST only)."""
+        """starlette's routes (the model paths are the wires' own, `wire_for_request`, POST only)."""
         return self.site.routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        wire = self.model_paths.get(scope["path"]) if scope["type"] == "http" else None
-        if wire is None:
+        query = query_of(scope) if scope["type"] == "http" else None
+        found = wire_for_request(scope["path"], query) if query is not None else None
+        if found is None:
             await self.site(scope, receive, send)
             return
+        wire, target = found
         services: Services = self.site.state.ctx
-        request = Incoming(scope, receive)
-        with traced(self.tracing, wire.name):  # the relayed stream and its record included
+        request = Incoming(scope, receive, query)
+        with traced(self.tracing, wire.provider):  # the relayed stream and its record included
             try:
                 if scope["method"] != "POST":
                     raise _not_allowed(scope["method"], scope["path"])
-                response = await handle(services, request, wire)
+                response = await handle(services, request, wire, target)
             except Exception as exc:
                 failed(exc)
                 response = _render(services, wire, exc, scope["path"], request.reported)
@@ -128,6 +131,7 @@ class ProxyApp:
 def create_app(config: Config, env: dict[str, str] | None = None, config_path: str | None = None) -> ProxyApp:
     """The app for `config` (`config_path`: the file it was read from, shown in commands)."""
     keys = resolve_keys(config, env)
+    redact_access_log()  # an API may take the caller's key in the query string
     tracing = Tracing.from_env()
 
     @contextlib.asynccontextmanager

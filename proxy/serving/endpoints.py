@@ -13,19 +13,24 @@ from ..config import Config, Route
 from ..count import count
 from ..errors import BadRequest
 from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ..protocols import OPENAI_CHAT, wire_for_path
+from ..protocols import CREDENTIAL_HEADERS, DEFAULT, WIRES, wire_for_path
 from ..relay import relay_unchanged
 from ..services import Services
-from ..upstream.base import CREDENTIAL_HEADERS, upstream_request_headers
+from ..upstream.base import upstream_request_headers
 
 SOURCE_HEADER = "X-Ctxproxy-Count"
 """Where a count came from: `carried` (the last bill plus the estimated change), `upstream` (its
 own count of the projected body) or `estimated`."""
 
-ROOT_HINT = {
-    "service": "ctxproxy",
-    "hint": "POST /v1/chat/completions, /v1/responses or /v1/messages here; health: GET /healthz",
-}
+
+def _hint() -> str:
+    """The model paths of the APIs served (one per wire the client calls for answers)."""
+    paths = list(dict.fromkeys(wire.path for wire in WIRES if wire.purpose == "main"))
+    listed = ", ".join(paths[:-1]) + " or " + paths[-1] if len(paths) > 1 else paths[0]
+    return f"POST {listed} here; health: GET /healthz"
+
+
+ROOT_HINT = {"service": "ctxproxy", "hint": _hint()}
 
 
 async def root(request: Request) -> RawResponse:
@@ -55,10 +60,10 @@ async def metrics(request: Request) -> RawResponse:
 
 def _models_route(config: Config) -> Route | None:
     """The route whose upstream lists the models: the first OpenAI-compatible (not litellm) one
-    that serves chat completions, whatever the model (`GET /v1/models` is OpenAI's path: a route
-    limited to another API's path, such as Anthropic's, does not answer it)."""
+    that serves chat completions (the default wire's paths), whatever the model (`GET /v1/models`
+    is OpenAI's path: a route limited to another API's path, such as Anthropic's, does not answer it)."""
     for route in config.routes:
-        if not route.upstream.model and route.match.path in (None, *OPENAI_CHAT.paths):
+        if not route.upstream.model and route.match.path in (None, *DEFAULT.paths):
             return route
     return None
 
@@ -69,17 +74,20 @@ async def list_models(request: Request) -> RawResponse:
     services: Services = request.app.state.ctx
     route = _models_route(services.config)
     if route is None:
-        auth.authenticate(services.keys, services.config, services.config.routes[0], request.headers, services.salt)
+        presented = DEFAULT.client_key(request.headers)
+        auth.authenticate(services.keys, services.config, services.config.routes[0], presented, services.salt)
         data = [
             {"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
             for r in services.config.routes
             if r.upstream.model
         ]
         return json_response({"object": "list", "data": data})
-    caller = auth.authenticate(services.keys, services.config, route, request.headers, services.salt)
+    caller = auth.authenticate(
+        services.keys, services.config, route, DEFAULT.client_key(request.headers), services.salt
+    )
     key = services.upstream_key(route)
     drop = frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
-    headers = upstream_request_headers(request.headers, OPENAI_CHAT.auth_headers(key) if key else None, drop)
+    headers = upstream_request_headers(request.headers, DEFAULT.auth_headers(key) if key else None, drop)
     return await relay_unchanged(services.keys, await services.upstream.send(route, "GET", "/models", None, headers))
 
 
@@ -106,12 +114,12 @@ async def embeddings(request: Request) -> RawResponse:
             "relayed to OpenAI-compatible upstreams (base_url) only.",
             param="model",
         )
-    caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
+    caller = auth.authenticate(services.keys, config, route, DEFAULT.client_key(request.headers), services.salt)
     key = services.upstream_key(route)
     drop = frozenset({config.conversation_header.lower()}) | (
         frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
     )
-    headers = upstream_request_headers(request.headers, OPENAI_CHAT.auth_headers(key) if key else None, drop)
+    headers = upstream_request_headers(request.headers, DEFAULT.auth_headers(key) if key else None, drop)
     return await relay_unchanged(
         services.keys, await services.upstream.send(route, "POST", "/embeddings", raw, headers)
     )
@@ -124,7 +132,9 @@ async def count_tokens(request: Request) -> RawResponse:
     services: Services = request.app.state.ctx
     wire = wire_for_path(request.url.path)
     assert wire is not None and wire.count_paths, request.url.path
-    counted = await count(services, request.headers, request.receive, wire)
+    query = dict(request.query_params)
+    target = wire.count_target(request.url.path, query)
+    counted = await count(services, request.headers, request.receive, wire, (target, query))
     if counted.relayed is not None:
         return await relay_unchanged(services.keys, counted.relayed)
     assert counted.tokens is not None

@@ -180,7 +180,8 @@ class Shadows:
         t0 = time.monotonic()
         kind: str | None
         try:
-            answer = await self.upstream.send(sample.route, "POST", wire.upstream_path, payload, sample.headers)
+            path = wire.upstream_path_for(sample.model, False)
+            answer = await self.upstream.send(sample.route, "POST", path, payload, sample.headers)
             record.arrived(shadow, answer, t0)
             try:
                 data = await answer.read()
@@ -194,7 +195,7 @@ class Shadows:
             kind = record.error_kind(exc)
         shadow.projection = {"shadow": self._described(sample, call, shadow)}
         outcome = shadow.projection["shadow"]["outcome"]
-        await self.recorder.finish(shadow, wire.name, kind)
+        await self.recorder.finish(shadow, wire, kind)
         self._spend(sample.route.policy, shadow.cost_usd)
         kinds = shadow.projection["shadow"]["kinds"] or [pairs.CONTROL]
         self.metrics.observe_shadow(call.route, call.model or "", kinds, outcome)

@@ -128,6 +128,8 @@ class CallRecord(PublicRecord):
     projection: dict[str, Any] | None = None
     cost_usd: float | None = None
     """At litellm's prices for the normalized usage (`proxy/ledger.py`); None when unknown."""
+    wire: str | None = None
+    """The client API that served the call (`Wire.name`); None in records written before it was kept."""
 
     @property
     def day(self) -> str:
@@ -155,6 +157,7 @@ class CallRecord(PublicRecord):
         "request_id",
         "projection",
         "cost_usd",
+        "wire",
     )
 
 

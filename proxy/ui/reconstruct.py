@@ -32,14 +32,14 @@ from policies.memo import ProjectionCache, project_cached
 
 from ..covered import checkpoint_of, readable
 from ..projector import recall_tool
+from ..protocols import DEFAULT, WIRES, wire_named
+from ..protocols.base import Wire
 from ..recall.tool import with_tool
 from ..services import Services
 from ..store.base import Branch, CallRecord, StoredCheckpoint, StoredEvent
 from ..types import Message
 from .data import ALL, Detail
 
-RECALL_WIRES = ("openai_chat", "anthropic", "openai_responses")
-"""The shapes `recall.tool.definition` gives the tool; the record does not say which wire called."""
 COMPARED = ("sent", "trimmed", "trimmed_chars", "pruned_seqs", "covered_through_seq", "pinned_seqs", "sent_tokens")
 """The stored record's fields the rebuilt projection must reproduce to count as verified."""
 
@@ -185,8 +185,9 @@ class Rebuilder:
         if record is None or not call.branch_id or not call.model:
             return None
         config = self.services.config
+        wire = wire_named(call.wire)
         route = next((r for r in config.routes if r.name == call.route), None)
-        route = route or config.route_for("/v1/chat/completions", call.model)
+        route = route or config.route_for((wire or DEFAULT).path, call.model)
         model = (route.upstream.model if route else None) or call.model
         log = await self._log(call.branch_id, model)
         head = min(head_seq(record), len(log.items))
@@ -200,9 +201,9 @@ class Rebuilder:
             policy = config.policy_for(route)
             bodies: list[dict[str, Any]] = [{"model": model, **({"tools": tools} if tools else {})}]
             if policy.recall.enabled:  # the call may have carried the recall tool, in its wire's shape
-                bodies += [with_tool(bodies[0], wire, policy.recall) for wire in RECALL_WIRES]
+                bodies += [with_tool(bodies[0], w, policy.recall) for w in _wires(wire)]
             for body in bodies:
-                projection, mismatches = self._project(policy, body, stored)
+                projection, mismatches = self._project(policy, body, stored, wire)
                 if not mismatches:
                     break
         rows = _rows(stored, projection)
@@ -210,7 +211,9 @@ class Rebuilder:
         tools_tokens = stored.counter.count_tools(tools, None) if isinstance(tools, list) else 0
         return CallView(call, head, rows, checkpoint, verified, mismatches, tools_tokens)
 
-    def _project(self, policy: Any, body: dict[str, Any], stored: Stored) -> tuple[Projection | None, list[str]]:
+    def _project(
+        self, policy: Any, body: dict[str, Any], stored: Stored, wire: Wire | None
+    ) -> tuple[Projection | None, list[str]]:
         record, checkpoint = stored.record, stored.checkpoint
         budget, _ = self.services.projector.budget(policy, stored.model, body, stored.counter)
         recorded = record.get("input_budget")
@@ -221,7 +224,7 @@ class Rebuilder:
             active = replace(active, covered_through_seq=int(record["covered_through_seq"]))
         try:
             inputs = Inputs(
-                stored.prefix, stored.items, active, budget, policy, stored.counter, recall_tool(policy, body)
+                stored.prefix, stored.items, active, budget, policy, stored.counter, recall_tool(policy, body, wire)
             )
             projection = project_cached(stored.log.cache, inputs)
         except ContextOverflow as exc:
@@ -233,6 +236,15 @@ class Rebuilder:
             for name in COMPARED
             if kept.get(name) != rebuilt.get(name)
         ]
+
+
+def _wires(wire: Wire | None) -> list[Wire]:
+    """The wires whose shape of the recall tool the call may have carried: the one it recorded
+    (`CallRecord.wire`), or for a record written before wires were recorded each wire's, one
+    shape per distinct definition."""
+    if wire is not None:
+        return [wire]
+    return list({w.name: w for w in WIRES}.values())
 
 
 def _rows(stored: Stored, projection: Projection | None) -> list[Row]:

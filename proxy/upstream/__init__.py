@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from ..config import Route
-from .base import CREDENTIAL_HEADERS, Hop, UpstreamResponse, upstream_request_headers
+from .base import Hop, UpstreamResponse, upstream_request_headers
 from .http import HttpHop
 from .litellm import LitellmHop, uses_litellm
 
 __all__ = [
-    "CREDENTIAL_HEADERS",
     "Hop",
     "RoutedUpstream",
     "UpstreamResponse",

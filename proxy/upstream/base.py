@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar
 
 from ..config import Route
 from ..errors import UpstreamTimeout
+from ..protocols import CREDENTIAL_HEADERS
 
 T = TypeVar("T")
 
@@ -39,9 +40,6 @@ _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "cook
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "server", "set-cookie"}
 
 
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
-
-
 OWN_PREFIX = "x-ctxproxy-"
 """The proxy's own headers (`proxy/modes.py`): a client's never go upstream, and an upstream's (a
 ctxproxy in front of another) are replaced by this proxy's own."""
@@ -51,7 +49,8 @@ def upstream_request_headers(
     client_headers: Mapping[str, str], auth: dict[str, str] | None, drop: frozenset[str]
 ) -> dict[str, str]:
     """The client's headers minus hop-by-hop ones and our own; with `auth` (the route's key in
-    the wire's header) the client's credentials are replaced, without it they are forwarded."""
+    the wire's header) the client's credentials (in any wire's header: `CREDENTIAL_HEADERS`) are
+    replaced, without it they are forwarded."""
     out: dict[str, str] = {}
     # Fields named in Connection are hop-by-hop too (RFC 9110 7.6.1).
     named = {t.strip().lower() for k, v in client_headers.items() if k.lower() == "connection" for t in v.split(",")}

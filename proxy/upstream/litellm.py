@@ -29,10 +29,10 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from .. import codec
-from ..asgi import client_api_key
 from ..config import Route
 from ..errors import UpstreamError, UpstreamTimeout
-from ..usage import Usage, from_openai_chat
+from ..protocols import DEFAULT, caller_key
+from ..usage import Usage
 from .base import UpstreamResponse, within_deadlines
 
 # OpenAI chat-completions request fields passed to litellm; everything else in the body is dropped.
@@ -131,7 +131,7 @@ def usage_from_litellm(raw: Any) -> Usage:
     `cached_tokens` a part of it) and adds the cache writes that OpenAI's shape has no field for
     (`prompt_tokens_details.cache_creation_tokens`, Anthropic's `cache_creation_input_tokens`),
     which are inside `prompt_tokens` as well: they come out of the uncached input here."""
-    usage = from_openai_chat(raw)
+    usage = DEFAULT.usage(raw)  # litellm speaks the chat-completions API
     if not isinstance(raw, dict):
         return usage
     details = raw.get("prompt_tokens_details")
@@ -257,7 +257,7 @@ def _where(route: Route) -> str:
 
 
 def _api_key(headers: Mapping[str, str]) -> str | None:
-    return client_api_key({name.lower(): value for name, value in headers.items()})
+    return caller_key({name.lower(): value for name, value in headers.items()})
 
 
 class LitellmResponse(UpstreamResponse):

@@ -18,6 +18,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from proxy.recall.turns import intermediate_turn, tool_result
 
 from proxy.config import Policy
 from proxy.protocols.anthropic.wire import WIRE as ANTHROPIC
@@ -26,7 +27,6 @@ from proxy.protocols.responses.wire import WIRE as RESPONSES
 from proxy.recall.answer import recall
 from proxy.recall.tool import with_tool
 from proxy.recall.toolbox import Toolbox
-from proxy.recall.turns import intermediate_turn, tool_result
 from tests.support.anthropic_upstream import AnthropicUpstream, sign
 from tests.support.lanes import examples
 from tests.support.responses_upstream import ResponsesServer

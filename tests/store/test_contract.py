@@ -596,6 +596,7 @@ def call_record(conv_id: str | None, branch_id: str | None, call_id: str, starte
         system_hash="sys-hash",
         tools_hash="tools-hash",
         projection={"kept": [1, 2], "summary": None, "tokens": 1234},
+        wire="openai_chat",
     )
     fields.update(kw)
     return CallRecord(**fields)
@@ -632,6 +633,7 @@ async def test_record_and_list_calls_round_trip(store: Store) -> None:
         projection=None,
         purpose="summary",
         model=None,
+        wire=None,  # a record written before the wire was kept
     )
     await store.record_call(second)
     await store.record_call(first)

@@ -17,8 +17,8 @@ from proxy.protocols.anthropic import WIRE
 from proxy.protocols.anthropic.cache_control import EPHEMERAL, cache_markers, cap_own_markers
 from proxy.protocols.anthropic.convert import OMITTED_TEXT, to_common, to_native
 from proxy.protocols.anthropic.stream import MessageStream
+from proxy.protocols.anthropic.usage import from_anthropic
 from proxy.sse import SseSplitter
-from proxy.usage import from_anthropic
 from tests.support.lanes import examples
 
 CC = {"type": "ephemeral"}

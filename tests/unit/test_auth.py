@@ -11,6 +11,7 @@ from proxy.auth import authenticate
 from proxy.config import parse_config
 from proxy.credentials import resolve_keys
 from proxy.errors import ConfigError, Forbidden, Unauthorized
+from proxy.protocols import DEFAULT
 
 SALT = b"s" * 32
 OPERATOR = "sk-operator-key-123456"
@@ -88,7 +89,7 @@ def test_who_a_request_is() -> None:
     paid, own = cfg.routes
 
     def who(route: Any, **headers: str) -> Any:
-        return authenticate(keys, cfg, route, headers, SALT)
+        return authenticate(keys, cfg, route, DEFAULT.client_key(headers), SALT)
 
     alice = who(paid, authorization="Bearer alice-key")
     assert (alice.tenant, alice.client, alice.forwards_key) == ("team-a", "alice", False)
@@ -109,9 +110,9 @@ def test_who_a_request_is() -> None:
 def test_open_access_keeps_fingerprint_tenants() -> None:
     cfg = config(open_access=True)
     keys = resolve_keys(cfg, {"K": OPERATOR})
-    caller = authenticate(keys, cfg, cfg.routes[0], {"authorization": "Bearer sk-a"}, SALT)
+    caller = authenticate(keys, cfg, cfg.routes[0], "sk-a", SALT)
     assert caller.tenant.startswith("t_") and caller.forwards_key
-    assert authenticate(keys, cfg, cfg.routes[0], {}, SALT).tenant == "anonymous"
+    assert authenticate(keys, cfg, cfg.routes[0], None, SALT).tenant == "anonymous"
 
 
 def test_operator_secrets_are_redacted_from_echoes() -> None:

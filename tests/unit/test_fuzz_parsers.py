@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 from proxy.config import parse_config
 from proxy.errors import ConfigError, ProxyError
 from proxy.protocols import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
+from proxy.protocols.anthropic.usage import from_anthropic
 from proxy.protocols.base import Wire
+from proxy.protocols.openai_chat.usage import from_openai_chat
+from proxy.protocols.responses.usage import from_openai_responses
 from proxy.sse import SseSplitter
-from proxy.usage import from_anthropic, from_openai_chat, from_openai_responses
 from tests.support.lanes import examples
 
 FUZZ = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])

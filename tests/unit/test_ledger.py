@@ -10,10 +10,11 @@ import pytest
 from proxy.catalog import ModelCatalog, ModelInfo
 from proxy.ledger import call_cost, cells_from_calls, summarize
 from proxy.metrics import Metrics
+from proxy.protocols.openai_chat.usage import from_openai_chat
 from proxy.store.base import CallRecord, UsageQuery
 from proxy.store.sqlite import SqliteStore
 from proxy.upstream.litellm import usage_from_litellm
-from proxy.usage import Usage, from_openai_chat
+from proxy.usage import Usage
 
 CATALOG = ModelCatalog()
 PRICED = ModelInfo(

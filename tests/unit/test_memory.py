@@ -17,10 +17,13 @@ from proxy.memory import actions, evidence, render
 from proxy.memory.access import recollect
 from proxy.memory.scopes import Scopes, scopes_of
 from proxy.memory.tool import definition, offered
+from proxy.protocols import WIRES
 from proxy.recall.memory import RejectedTool
 from proxy.store.memories import Memory, MemoryQuery, new_memory_id
 from proxy.store.sqlite import SqliteStore
 from proxy.tool_settings import Memory as Settings
+
+W = {wire.name: wire for wire in WIRES}
 
 ON = Settings(enabled=True, scopes=("project", "user", "tenant"))
 
@@ -198,18 +201,22 @@ def test_conflicts_are_named_and_tags_defused() -> None:
 
 
 def test_the_definition_depends_on_the_policy_and_wire_only() -> None:
-    for wire in ("openai_chat", "anthropic", "openai_responses"):
+    for wire in (W["openai_chat"], W["anthropic"], W["openai_responses"]):
         assert json.dumps(definition(wire, ON)) == json.dumps(
             definition(wire, Settings(enabled=True, scopes=ON.scopes))
         )
-    assert definition("anthropic", ON)["input_schema"]["properties"]["scope"]["enum"] == ["project", "user", "tenant"]
-    assert definition("openai_responses", ON)["strict"] is False
+    assert definition(W["anthropic"], ON)["input_schema"]["properties"]["scope"]["enum"] == [
+        "project",
+        "user",
+        "tenant",
+    ]
+    assert definition(W["openai_responses"], ON)["strict"] is False
     none = RejectedTool()
     body = {"model": "m", "messages": [user("hi")]}
-    assert offered(Policy(memory=ON), "openai_chat", body, none, "r", "m")
-    assert not offered(Policy(memory=ON.model_copy(update={"enabled": "auto"})), "openai_chat", body, none, "r", "m")
-    assert not offered(Policy(memory=ON), "openai_chat", {**body, "tool_choice": "none"}, none, "r", "m")
-    assert not offered(Policy(), "openai_chat", body, none, "r", "m")  # off by default
+    assert offered(Policy(memory=ON), W["openai_chat"], body, none, "r", "m")
+    assert not offered(Policy(memory=ON.model_copy(update={"enabled": "auto"})), W["openai_chat"], body, none, "r", "m")
+    assert not offered(Policy(memory=ON), W["openai_chat"], {**body, "tool_choice": "none"}, none, "r", "m")
+    assert not offered(Policy(), W["openai_chat"], body, none, "r", "m")  # off by default
 
 
 # -- actions against a store ----------------------------------------------------------------------
@@ -340,11 +347,10 @@ async def test_one_toolbox_answers_recall_and_memory_calls_by_name(store: Any) -
     from proxy.memory.access import Recollection
     from proxy.recall.answer import recall
     from proxy.recall.toolbox import Toolbox
-    from proxy.recall.turns import intermediate_turn
 
     memory = Recollection(actor(store))
     tools = Toolbox((recall(Policy().recall), memory.tool()), 3)
-    assert [t["function"]["name"] for t in tools.with_tools({}, "openai_chat")["tools"]] == [
+    assert [t["function"]["name"] for t in tools.with_tools({}, W["openai_chat"])["tools"]] == [
         "ctxproxy_recall",
         "ctxproxy_memory",
     ]
@@ -354,7 +360,7 @@ async def test_one_toolbox_answers_recall_and_memory_calls_by_name(store: Any) -
     bash = {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
     message = {"role": "assistant", "content": None, "tool_calls": [bash, search, save]}
     assert tools.calls(message) == [search, save]
-    turn = intermediate_turn("openai_chat", message, tools.names)
+    turn = W["openai_chat"].detour_turn(message, tools.names)
     assert turn["tool_calls"] == [search, save]
     events = said("the port is 8443")
     assert (await tools.answer(search, events, words, None)).startswith("<conversation_history_search>")
@@ -363,7 +369,7 @@ async def test_one_toolbox_answers_recall_and_memory_calls_by_name(store: Any) -
         await tools.answer({**save, "function": {"name": "ctxproxy_memory", "arguments": "[1]"}}, events, words, None)
     ).startswith("Error:")
     assert "no room left" in await tools.answer(save, events, words, 10)
-    assert tools.without_tools(tools.with_tools({"tools": [bash]}, "anthropic")) == {"tools": [bash]}
+    assert tools.without_tools(tools.with_tools({"tools": [bash]}, W["anthropic"]), W["anthropic"]) == {"tools": [bash]}
 
 
 def test_durable_facts_are_asked_for_only_with_extraction_and_parsed_with_their_events() -> None:

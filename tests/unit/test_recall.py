@@ -7,16 +7,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.config import Policy
+from proxy.protocols import DEFAULT
+from proxy.protocols import WIRES as REGISTERED
 from proxy.recall.answer import answer, recall
 from proxy.recall.memory import RejectedTool
 from proxy.recall.read import relay_now
-from proxy.recall.tool import definition, offered, tool_name, with_tool
-from proxy.recall.toolbox import Toolbox, without
-from proxy.recall.turns import intermediate_turn
+from proxy.recall.tool import definition, offered, with_tool
+from proxy.recall.toolbox import Toolbox
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 AUTO = Policy()
-WIRES = ("openai_chat", "anthropic", "openai_responses")
+W = {wire.name: wire for wire in REGISTERED}
+WIRES = (W["openai_chat"], W["anthropic"], W["openai_responses"])
+tool_name = DEFAULT.tool_name
 
 
 @dataclass(frozen=True)
@@ -40,23 +43,23 @@ def test_offered_follows_the_policy():
         assert not offered(Policy(recall={"enabled": False}), wire, body, none, "r", "m")
         assert not offered(AUTO, wire, {"model": "m", "messages": []}, none, "r", "m")  # auto: no client tools
         assert offered(Policy(recall={"enabled": True}), wire, {"model": "m", "messages": []}, none, "r", "m")
-    assert not offered(AUTO, "openai_chat", {**body, "tool_choice": "none"}, none, "r", "m")
-    assert not offered(AUTO, "openai_responses", {**body, "tool_choice": "none"}, none, "r", "m")
-    assert not offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "none"}}, none, "r", "m")
-    assert offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "auto"}}, none, "r", "m")
-    assert offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "any"}}, none, "r", "m")
-    assert offered(AUTO, "openai_chat", {**body, "tool_choice": "required"}, none, "r", "m")
+    assert not offered(AUTO, W["openai_chat"], {**body, "tool_choice": "none"}, none, "r", "m")
+    assert not offered(AUTO, W["openai_responses"], {**body, "tool_choice": "none"}, none, "r", "m")
+    assert not offered(AUTO, W["anthropic"], {**body, "tool_choice": {"type": "none"}}, none, "r", "m")
+    assert offered(AUTO, W["anthropic"], {**body, "tool_choice": {"type": "auto"}}, none, "r", "m")
+    assert offered(AUTO, W["anthropic"], {**body, "tool_choice": {"type": "any"}}, none, "r", "m")
+    assert offered(AUTO, W["openai_chat"], {**body, "tool_choice": "required"}, none, "r", "m")
     forced = {"type": "function", "function": {"name": "bash"}}
-    assert not offered(AUTO, "openai_chat", {**body, "tool_choice": forced}, none, "r", "m")  # forced elsewhere
-    assert not offered(AUTO, "anthropic", {**body, "tool_choice": {"type": "tool", "name": "bash"}}, none, "r", "m")
+    assert not offered(AUTO, W["openai_chat"], {**body, "tool_choice": forced}, none, "r", "m")  # forced elsewhere
+    assert not offered(AUTO, W["anthropic"], {**body, "tool_choice": {"type": "tool", "name": "bash"}}, none, "r", "m")
     prefill = {**body, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "{"}]}
-    assert not offered(AUTO, "anthropic", prefill, none, "r", "m")  # a prefill continues the last turn
+    assert not offered(AUTO, W["anthropic"], prefill, none, "r", "m")  # a prefill continues the last turn
     rejected = RejectedTool()
     rejected.remember("r", "m", "tools: unknown type", 60)
-    assert not offered(AUTO, "openai_chat", body, rejected, "r", "m")
-    assert offered(AUTO, "openai_chat", body, rejected, "r", "other-model")
-    mine = {**body, "tools": [*TOOLS, definition("openai_chat", AUTO.recall)]}
-    assert not offered(AUTO, "openai_chat", mine, none, "r", "m")  # the client declares one itself
+    assert not offered(AUTO, W["openai_chat"], body, rejected, "r", "m")
+    assert offered(AUTO, W["openai_chat"], body, rejected, "r", "other-model")
+    mine = {**body, "tools": [*TOOLS, definition(W["openai_chat"], AUTO.recall)]}
+    assert not offered(AUTO, W["openai_chat"], mine, none, "r", "m")  # the client declares one itself
 
 
 def test_definition_is_a_function_of_the_policy_and_wire_alone():
@@ -65,15 +68,15 @@ def test_definition_is_a_function_of_the_policy_and_wire_alone():
         b = json.dumps(with_tool({"tools": [], "messages": [2, 3]}, wire, AUTO.recall)["tools"][-1])
         assert a == b == json.dumps(definition(wire, AUTO.recall))
         assert tool_name(definition(wire, AUTO.recall)) == "ctxproxy_recall"
-    assert definition("openai_chat", AUTO.recall)["function"]["parameters"]["required"] == ["query"]
-    assert set(definition("anthropic", AUTO.recall)) == {"name", "description", "input_schema"}
-    responses = definition("openai_responses", AUTO.recall)
+    assert definition(W["openai_chat"], AUTO.recall)["function"]["parameters"]["required"] == ["query"]
+    assert set(definition(W["anthropic"], AUTO.recall)) == {"name", "description", "input_schema"}
+    responses = definition(W["openai_responses"], AUTO.recall)
     assert responses["type"] == "function" and responses["strict"] is False and "parameters" in responses
     body = {"tools": TOOLS, "tool_choice": "auto"}
-    assert with_tool(body, "openai_chat", AUTO.recall) is not body and body["tools"] == TOOLS
+    assert with_tool(body, W["openai_chat"], AUTO.recall) is not body and body["tools"] == TOOLS
     name = frozenset({AUTO.recall.tool_name})
-    assert without(with_tool(body, "openai_chat", AUTO.recall), name) == body
-    assert without(with_tool({"tool_choice": "auto"}, "anthropic", AUTO.recall), name) == {}
+    assert W["openai_chat"].without_tools(with_tool(body, W["openai_chat"], AUTO.recall), name) == body
+    assert W["anthropic"].without_tools(with_tool({"tool_choice": "auto"}, W["anthropic"], AUTO.recall), name) == {}
 
 
 def test_recall_calls_and_answers():
@@ -108,8 +111,8 @@ def test_relay_now():
 def test_intermediate_turn_keeps_only_recall_calls_per_wire():
     recalled = {"id": "r", "type": "function", "function": {"name": RECALL, "arguments": '{"query":"x"}'}}
     bash = {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
-    chat = intermediate_turn(
-        "openai_chat", {"role": "assistant", "content": "t", "tool_calls": [bash, recalled]}, frozenset({RECALL})
+    chat = W["openai_chat"].detour_turn(
+        {"role": "assistant", "content": "t", "tool_calls": [bash, recalled]}, frozenset({RECALL})
     )
     assert chat == {"role": "assistant", "content": "t", "tool_calls": [recalled]}
 
@@ -122,9 +125,9 @@ def test_the_tool_counts_in_the_budget_on_every_wire():
     policy = Policy(context_window=20000, max_output_tokens=1000)
     counter = projector.counter("gpt-4o")
     client_tools = {
-        "openai_chat": TOOLS,
-        "anthropic": [{"name": "bash", "input_schema": {"type": "object"}}],
-        "openai_responses": [{"type": "function", "name": "bash", "parameters": {"type": "object"}}],
+        W["openai_chat"]: TOOLS,
+        W["anthropic"]: [{"name": "bash", "input_schema": {"type": "object"}}],
+        W["openai_responses"]: [{"type": "function", "name": "bash", "parameters": {"type": "object"}}],
     }
     for wire, tools in client_tools.items():
         body = {"model": "m", "tools": tools}
@@ -151,7 +154,6 @@ def _sse(name: str, data: dict[str, Any]) -> bytes:
 
 
 def test_splice_continues_the_clients_stream():
-    from proxy.recall.splice import continuation
     from proxy.sse import parse_event
 
     relayed = [
@@ -159,7 +161,7 @@ def test_splice_continues_the_clients_stream():
         _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}),
         _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
     ]
-    go = continuation("anthropic", relayed)
+    go = W["anthropic"].continuation(relayed)
     start = {"type": "message_start", "message": {"usage": {"input_tokens": 9, "cache_read_input_tokens": 2}}}
     assert go(parse_event(_sse("message_start", start))) is None
     assert go(parse_event(_sse("ping", {"type": "ping"}))) is None
@@ -177,7 +179,7 @@ def test_splice_continues_the_clients_stream():
             {"type": "response.output_item.done", "sequence_number": 7, "output_index": 0, "item": item},
         ),
     ]
-    go = continuation("openai_responses", relayed)
+    go = W["openai_responses"].continuation(relayed)
     assert go(parse_event(_sse("response.created", {"type": "response.created", "sequence_number": 0}))) is None
     added = go(
         parse_event(
@@ -196,7 +198,7 @@ def test_splice_continues_the_clients_stream():
     done = json.loads(parse_event(go(parse_event(_sse("response.completed", final))) or b"").data or "")
     assert done["sequence_number"] == 9 and done["response"]["output"] == [item, {"type": "message"}]
     chat = parse_event(b'data: {"choices": []}\n\n')
-    assert continuation("openai_chat", [])(chat) == chat.raw
+    assert W["openai_chat"].continuation([])(chat) == chat.raw
 
 
 def test_rejected_pairs_are_bounded_oldest_forgotten_first():

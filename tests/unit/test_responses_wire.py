@@ -19,8 +19,9 @@ from proxy.protocols.responses.convert import items_to_messages, request_message
 from proxy.protocols.responses.items import PRIVATE
 from proxy.protocols.responses.output import output_message
 from proxy.protocols.responses.stream import ResponsesObserver
+from proxy.protocols.responses.usage import from_openai_responses
 from proxy.sse import SseSplitter
-from proxy.usage import Usage, from_openai_responses
+from proxy.usage import Usage
 from tests.support.lanes import examples
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from proxy.usage import Usage, from_openai_chat
+from proxy.protocols.openai_chat.usage import from_openai_chat
+from proxy.usage import Usage
 
 
 def test_full_usage() -> None:

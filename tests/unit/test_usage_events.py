@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from proxy.protocols.anthropic.stream import MessageStream
+from proxy.protocols.anthropic.usage import from_anthropic
 from proxy.protocols.openai_chat.stream import StreamAccumulator
+from proxy.protocols.openai_chat.usage import from_openai_chat
 from proxy.sse import parse_event
-from proxy.usage import from_anthropic, from_openai_chat
 
 
 def sse(data: dict, event: str | None = None) -> bytes:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ... import codec
 from ...errors import ProxyError
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody, as_list
-from ...usage import Usage, from_anthropic
-from ..base import BaseWire, Compacted, NativeRequest
+from ...usage import Usage
+from ..base import BaseWire, Compacted, Continue, NativeRequest, Target
+from . import detour
 from .cache_control import NEAR_LOOKBACK, cache_markers, cap_own_markers, mark_point, mark_summary
 from .convert import assistant_to_common, messages_to_common, system_to_common, to_native
 from .errors import error_bytes
 from .native import VERSION, compacted, compaction_request
 from .stream import MessageStream
+from .usage import from_anthropic
 from .validate import parse_body, validate_envelope
 
 
@@ -25,6 +28,11 @@ class AnthropicWire(BaseWire):
     upstream_path = "/v1/messages"
     count_paths: tuple[str, ...] = ("/v1/messages/count_tokens",)
     upstream_count_path: str | None = "/v1/messages/count_tokens"
+    provider = "anthropic"
+    client_hint = "Anthropic SDK and Claude Code base URL {url}"
+    call_markers: tuple[bytes, ...] = (b"content_block_start",)
+    text_markers: tuple[bytes, ...] = (b"text_delta",)
+    splices_relayed = True
 
     def provider_managed(self, body: Json) -> bool:
         """A `compact_*` edit in `context_management.edits` (`compact_20260112`): the server
@@ -48,7 +56,7 @@ class AnthropicWire(BaseWire):
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         return parse_body(raw) if memo is None else memo.parse(raw, "messages", parse_body)
 
-    def envelope(self, body: Json) -> tuple[str, bool]:
+    def envelope(self, body: Json, target: Target | None = None) -> tuple[str, bool]:
         return validate_envelope(body)
 
     def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
@@ -80,6 +88,19 @@ class AnthropicWire(BaseWire):
         if previous is not None and previous < point and _blocks(messages[previous + 1 : point + 1]) > NEAR_LOOKBACK:
             out[previous] = mark_point(messages[previous])  # groups of parallel calls: too far back
         return out
+
+    def room_for_tools(self, body: Json) -> bool:
+        return super().room_for_tools(body) and detour.room_for_a_turn(body)
+
+    def tool_definition(self, name: str, description: str, parameters: Json) -> Json:
+        return detour.tool_definition(name, description, parameters)
+
+    def detour_turn(self, message: Message, names: frozenset[str]) -> Message:
+        turn = detour.detour_turn(message, names)
+        return turn if turn is not None else super().detour_turn(message, names)
+
+    def continuation(self, relayed: Sequence[bytes]) -> Continue:
+        return detour.continuation(relayed)
 
     def observer(self, body: Json) -> MessageStream:
         return MessageStream()

@@ -7,10 +7,11 @@ from typing import Any
 from ...errors import ProxyError, openai_error_bytes
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
-from ...usage import Usage, from_openai_chat
-from ..base import BaseWire, with_prompt_cache_key
+from ...usage import Usage
+from ..base import BaseWire, Target, with_prompt_cache_key
 from .encode import encode_body, with_usage_requested
 from .stream import StreamFilter, client_wants_usage
+from .usage import from_openai_chat
 from .validate import parse_body, validate_envelope, validate_messages
 
 
@@ -30,11 +31,14 @@ class OpenAIChatWire(BaseWire):
     path = "/v1/chat/completions"
     paths: tuple[str, ...] = ("/v1/chat/completions", "/chat/completions")
     upstream_path = "/chat/completions"
+    client_hint = "OpenAI SDKs base_url {url}/v1"
+    call_markers: tuple[bytes, ...] = (b'"tool_calls"',)
+    text_markers: tuple[bytes, ...] = (b'"content"',)
 
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         return parse_body(raw) if memo is None else memo.parse(raw, "messages", parse_body)
 
-    def envelope(self, body: Json) -> tuple[str, bool]:
+    def envelope(self, body: Json, target: Target | None = None) -> tuple[str, bool]:
         model, _, stream = validate_envelope(body)
         return model, stream
 

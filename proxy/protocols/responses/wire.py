@@ -7,6 +7,7 @@ and still recorded.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ... import codec
@@ -14,14 +15,16 @@ from ...errors import ProxyError, openai_error_bytes
 from ...sse import SseEvent
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
-from ...usage import Usage, from_openai_responses
-from ..base import BaseWire, Compacted, NativeRequest, with_prompt_cache_key
+from ...usage import Usage
+from ..base import BaseWire, Compacted, Continue, NativeRequest, Target, with_prompt_cache_key
 from ..openai_chat.validate import parse_body
+from . import detour
 from .convert import ExactItems, message_to_items, request_messages, text_of
 from .items import PRIVATE, is_mappable
 from .native import compacted, compaction_request
 from .output import finish_of, output_message, output_text
 from .stream import ResponsesObserver
+from .usage import from_openai_responses
 from .validate import validate_envelope
 
 
@@ -32,6 +35,9 @@ class ResponsesWire(BaseWire):
     upstream_path = "/responses"
     count_paths: tuple[str, ...] = ("/v1/responses/input_tokens", "/responses/input_tokens")
     upstream_count_path: str | None = "/responses/input_tokens"
+    call_markers: tuple[bytes, ...] = (b"output_item.added",)
+    text_markers: tuple[bytes, ...] = (b"text.delta",)
+    splices_relayed = True
 
     def count_answer(self, tokens: int) -> Json:
         return {"object": "response.input_tokens", "input_tokens": tokens}
@@ -39,7 +45,7 @@ class ResponsesWire(BaseWire):
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         return parse_body(raw) if memo is None else memo.parse(raw, "input", parse_body)
 
-    def envelope(self, body: Json) -> tuple[str, bool]:
+    def envelope(self, body: Json, target: Target | None = None) -> tuple[str, bool]:
         return validate_envelope(body)
 
     def messages(self, body: Json, memo: BodyMemo | None = None) -> list[Message]:
@@ -96,6 +102,16 @@ class ResponsesWire(BaseWire):
         out = {key: (data if key == "input" else value) for key, value in body.items()}
         out.setdefault("input", data)
         return codec.dumps(out), None
+
+    def tool_definition(self, name: str, description: str, parameters: Json) -> Json:
+        return detour.tool_definition(name, description, parameters)
+
+    def detour_turn(self, message: Message, names: frozenset[str]) -> Message:
+        turn = detour.detour_turn(message, names)
+        return turn if turn is not None else super().detour_turn(message, names)
+
+    def continuation(self, relayed: Sequence[bytes]) -> Continue:
+        return detour.continuation(relayed)
 
     def observer(self, body: Json) -> ResponsesObserver:
         return ResponsesObserver()

@@ -35,6 +35,7 @@ def _record(
     tools_hash: str | None,
     projection: str | None,
     cost_usd: float | None,
+    wire: str | None,
     *usage: int | None,
 ) -> CallRecord:
     return CallRecord(
@@ -61,6 +62,7 @@ def _record(
         tools_hash=tools_hash,
         projection=_loads(projection),
         cost_usd=cost_usd,
+        wire=wire,
     )
 
 
@@ -140,6 +142,7 @@ def insert_call(db: Db, call: CallRecord) -> None:
         "tools_hash": call.tools_hash,
         "projection": _dumps(call.projection),
         "cost_usd": call.cost_usd,
+        "wire": call.wire,
         "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
     }
     db.execute(

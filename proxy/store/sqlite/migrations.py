@@ -164,6 +164,11 @@ _M006_MEMORIES = """
             WHERE source_conversation IS NOT NULL;
 """
 
+# The client API that served each call (`CallRecord.wire`); earlier records have none.
+_M007_CALL_WIRE = """
+        ALTER TABLE calls ADD COLUMN wire TEXT;
+"""
+
 # Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
@@ -172,6 +177,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("004_leases", _M004_LEASES),
     ("005_branch_indexes", _M005_BRANCH_INDEXES),
     ("006_memories", _M006_MEMORIES),
+    ("007_call_wire", _M007_CALL_WIRE),
 ]
 
 
