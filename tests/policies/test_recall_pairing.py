@@ -3,7 +3,7 @@
 Hypothesis draws a tool-using history in each wire's native form and up to three intermediate
 answers that call recall -- alone, beside client tool calls, after text, after Anthropic thinking
 (signed, and redacted) or Responses reasoning items. The follow-up request is built the way the
-detour builds it (the wire's own conversion of the answer, `intermediate_turn`, one `tool_result`
+detour builds it (the wire's own conversion of the answer, `Wire.detour_turn`, one `Wire.tool_result`
 per recall call, the wire's encoder) and must pass the scripted upstreams' validators, which check
 pairing as the real APIs do (chat `tool_calls` + `tool` messages, Anthropic `tool_use` +
 `tool_result` in the next user turn with thinking first and signatures intact, Responses
@@ -18,7 +18,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from proxy.recall.turns import intermediate_turn, tool_result
 
 from proxy.config import Policy
 from proxy.protocols.anthropic.wire import WIRE as ANTHROPIC
@@ -191,7 +190,7 @@ def request(wire: str, plan: dict[str, Any]) -> dict[str, Any]:
             "input": responses_history(turns, ids, thinking),
             "tools": [{"type": "function", "name": "bash"}],
         }
-    return with_tool(body, wire, SETTINGS)
+    return with_tool(body, WIRES[wire], SETTINGS)
 
 
 def native_answer(wire: str, answer: dict[str, Any], ids: Ids, thinking: bool, n: int) -> dict[str, Any]:
@@ -224,8 +223,8 @@ def test_follow_ups_keep_tool_pairing(wire: str, plan: dict[str, Any]) -> None:
         assert message is not None
         calls = Toolbox((recall(SETTINGS),), SETTINGS.max_rounds).calls(message)
         assert len(calls) == drawn["calls"].count(RECALL)
-        turn = intermediate_turn(wire, message, frozenset({SETTINGS.tool_name}))
-        messages = [*messages, turn, *(tool_result(c, f"<conversation_history_search>{n}") for c in calls)]
+        turn = codec.detour_turn(message, frozenset({SETTINGS.tool_name}))
+        messages = [*messages, turn, *(codec.tool_result(c, f"<conversation_history_search>{n}") for c in calls)]
         payload, _ = codec.encode(body, messages, False, None)
         assert payload is not None
         follow = json.loads(payload)
