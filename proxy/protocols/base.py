@@ -28,7 +28,8 @@ passes. The hooks, by concern:
   and `upstream_count_path_for(model)`, `count_answer`;
 * the request -- `parse`, `envelope(body, target)` (the model and stream flag, from the body or
   the `Target`), `messages`, `validate`, `rewrite_allowed`, `provider_managed`, `encode`,
-  `with_cache_point`, `with_cache_key`;
+  `with_cache_point`, `with_cache_key`, `provider_trigger` (the input tokens at which the
+  provider compacts the request itself), `unstreamed` (the request asking for a whole answer);
 * credentials -- `credential_headers` and `credential_query` (where a caller's key travels:
   read, stripped before upstream on a route that spends the operator's key, redacted),
   `client_key(headers, query)`, `auth_headers(key)` (how a key is sent upstream), `probe`;
