@@ -9,6 +9,7 @@ import time
 
 from bench.memory.run import WIRES, run
 from proxy.memory.tool import definition
+from proxy.protocols import OPENAI_CHAT
 from proxy.tool_settings import Memory
 from tests.support.upstream_server import count_text_tokens
 
@@ -45,7 +46,7 @@ def report(results: dict[str, dict], took: float, projects: int) -> str:
             f"| {key} | {r['right']}/{r['asked']} ({100 * r['right'] / max(1, r['asked']):.0f}%) | {r['stale']} | "
             f"{r['leaked']} | {r['forgotten']} | {tokens} | {r['calls']} | {r['input_tokens']:,} |"
         )
-    tool = count_text_tokens(json.dumps(definition("openai_chat", Memory(enabled=True, scopes=("project",)))))
+    tool = count_text_tokens(json.dumps(definition(OPENAI_CHAT, Memory(enabled=True, scopes=("project",)))))
     lines.append(
         f"\nEvery request with memory also carries the tool's definition (~{tool} tokens as JSON), and every "
         "save, search or forget is one more upstream call (the `requests` column): in these short sessions "

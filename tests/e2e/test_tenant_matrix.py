@@ -219,6 +219,7 @@ MATRIX: dict[tuple[str, str], Callable[..., None]] = {
     ("GET", "/metrics"): _plain("/metrics"),
     ("GET", "/admin/usage"): _admin_collection("/admin/usage"),
     ("GET", "/admin/conversations"): _admin_collection("/admin/conversations"),
+    ("GET", "/admin/shadow"): _admin_collection("/admin/shadow"),
     ("GET", "/admin/estimates"): _operator_global("GET", "/admin/estimates"),
     ("GET", "/admin/recall/rejected"): _operator_global("GET", "/admin/recall/rejected"),
     ("DELETE", "/admin/recall/rejected"): _operator_global("DELETE", "/admin/recall/rejected"),
