@@ -1,0 +1,161 @@
+"""The PostgreSQL connection pool and the one boundary where asyncpg's errors become ours.
+
+`postgresql://USER:PASSWORD@HOST:PORT/DATABASE?schema=NAME&pool_min=1&pool_max=10` (`postgres://`
+too). `schema` (default `public`) holds the tables, so several deployments can share a database;
+`pool_min` / `pool_max` size the pool of one worker process: a deployment opens up to replicas x
+workers x `pool_max` connections, which must stay under the server's `max_connections`. Any other
+query parameter (`sslmode`, `application_name`, ...) is asyncpg's own.
+
+asyncpg prepares each statement on first use and caches it per connection, so the hot path's
+statements are parsed and planned once per connection, not per request. (Behind PgBouncer in
+transaction mode, set `statement_cache_size=0` in the URL.)
+
+Every statement of a Store method runs inside `_read` or `_write`: `_write` is one transaction,
+rolled back whole if anything raises. A failing server (refused or dropped connections, a
+restart, a failover, a statement error) leaves the store as StoreError, which the app answers 503
+exactly like a Redis outage; the pool replaces broken connections on the next call. The error
+names the server by host, port and database: the URL's password never appears in an error or log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from ...errors import StoreError
+from .migrations import migrate
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class Conn(Protocol):
+    """What the store uses of an asyncpg connection (asyncpg ships no type hints)."""
+
+    async def execute(self, query: str, *args: Any) -> str: ...
+    async def fetch(self, query: str, *args: Any) -> list[Any]: ...
+    async def fetchrow(self, query: str, *args: Any) -> Any: ...
+    async def fetchval(self, query: str, *args: Any) -> Any: ...
+    def transaction(self) -> Any: ...
+
+
+_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+def parse_url(url: str) -> tuple[str, str, int, int, str]:
+    """(the DSN for asyncpg, the schema, pool_min, pool_max, where: host:port/database without
+    credentials). Raises StoreError, naming no secret, when an option is malformed."""
+    parts = urlsplit(url)
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    schema = options.pop("schema", "public")
+    if not _SCHEMA.fullmatch(schema):
+        raise StoreError(f"postgresql store: schema={schema!r} must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
+    sizes = []
+    for name, default in (("pool_min", 1), ("pool_max", 10)):
+        raw = options.pop(name, str(default))
+        if not raw.isdigit() or not 0 <= int(raw) <= 1000:
+            raise StoreError(f"postgresql store: {name}={raw!r} must be a whole number from 0 to 1000")
+        sizes.append(int(raw))
+    pool_min, pool_max = sizes
+    if pool_max < 1 or pool_min > pool_max:
+        raise StoreError(f"postgresql store: need 1 <= pool_max and pool_min <= pool_max (got {pool_min}, {pool_max})")
+    try:
+        host = parts.hostname or "localhost"
+        port = parts.port or 5432
+    except ValueError as exc:
+        raise StoreError(f"postgresql store: the port of the URL is not a number ({exc})") from None
+    where = f"{host}:{port}{parts.path or '/'}"
+    dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(options), ""))
+    return dsn, schema, pool_min, pool_max, where
+
+
+class PostgresConnection:
+    def __init__(self, url: str, *, connect_timeout: float = 5.0, command_timeout: float = 10.0) -> None:
+        self._dsn, self.schema, self.pool_min, self.pool_max, self.location = parse_url(url)
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self._pool: asyncpg.Pool | None = None
+
+    def _fail(self, exc: BaseException) -> StoreError:
+        detail = str(exc).replace(self._dsn, "<url>")
+        return StoreError(f"postgresql store at {self.location} failed: {type(exc).__name__}: {detail}")
+
+    async def open(self) -> None:
+        try:
+            conn = await asyncpg.connect(self._dsn, timeout=self.connect_timeout)
+            try:
+                await migrate(conn, self.schema)
+            finally:
+                await conn.close()
+            self._pool = await asyncpg.create_pool(
+                self._dsn,
+                min_size=self.pool_min,
+                max_size=self.pool_max,
+                timeout=self.connect_timeout,
+                command_timeout=self.command_timeout,
+                server_settings={"search_path": f'"{self.schema}"'},
+            )
+        except StoreError:
+            raise
+        except _ERRORS as exc:
+            raise self._fail(exc) from None
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), timeout=5)
+            except (TimeoutError, *_ERRORS):
+                pool.terminate()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StoreError("the store is not open")
+        return self._pool
+
+    async def _read(self, fn: Callable[Concatenate[Conn, P], Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`fn(conn, ...)` on a pooled connection, outside a transaction."""
+        try:
+            async with self.pool.acquire(timeout=self.connect_timeout) as conn:
+                return await fn(conn, *args, **kwargs)
+        except StoreError:
+            raise
+        except _ERRORS as exc:
+            raise self._fail(exc) from exc
+
+    async def _write(self, fn: Callable[Concatenate[Conn, P], Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`fn(conn, ...)` in one transaction, rolled back if anything raises."""
+        try:
+            async with self.pool.acquire(timeout=self.connect_timeout) as conn, conn.transaction():
+                return await fn(conn, *args, **kwargs)
+        except StoreError:
+            raise
+        except _ERRORS as exc:
+            raise self._fail(exc) from exc
+
+    async def ping(self) -> bool:
+        await self._read(lambda conn: conn.fetchval("SELECT 1"))
+        return True
+
+    async def tenant_salt(self) -> bytes:
+        return bytes.fromhex(await self._write(_tenant_salt))
+
+
+async def _tenant_salt(conn: Conn) -> str:
+    await conn.execute(
+        "INSERT INTO meta (key, value) VALUES ('tenant_salt', $1) ON CONFLICT (key) DO NOTHING", secrets.token_hex(32)
+    )
+    return str(await conn.fetchval("SELECT value FROM meta WHERE key = 'tenant_salt'"))
+
+
+def count(status: str) -> int:
+    """The row count of a command's status (`DELETE 3` -> 3)."""
+    return int(status.rsplit(" ", 1)[-1])
