@@ -1,0 +1,191 @@
+"""What only the PostgreSQL backend has: migrations under an advisory lock (replicas starting at
+once), its URL's options, the password kept out of errors, two replicas' pools writing one
+conversation, a lease held by a replica killed -9, retention in batches, and a server restart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from proxy.errors import StoreError
+from proxy.store import make_store, store_problem
+from proxy.store.base import Position
+from proxy.store.postgres import PostgresStore, calls
+from proxy.store.postgres.migrations import MIGRATIONS
+from tests.store.test_contract import T1, call_record, new_events, user
+from tests.support.postgres_server import PostgresServer
+
+
+def _store(server: PostgresServer, schema: str, **options: int) -> PostgresStore:
+    query = "".join(f"&{k}={v}" for k, v in options.items())
+    return PostgresStore(server.url() + f"?schema={schema}{query}")
+
+
+async def test_replicas_starting_at_once_migrate_once(postgres_server: PostgresServer) -> None:
+    stores = [_store(postgres_server, "starting", pool_min=0) for _ in range(8)]
+    try:
+        await asyncio.gather(*(store.open() for store in stores))
+        rows = postgres_server.psql("SELECT number || ':' || name FROM starting.schema_migrations ORDER BY number")
+        assert rows.split() == [f"{n}:{name}" for n, (name, _) in enumerate(MIGRATIONS, start=1)]
+        conv = await stores[0].create_conversation(T1, "ext")
+        assert await stores[7].find_conversation(T1, "ext") == conv
+    finally:
+        for store in stores:
+            await store.close()
+        postgres_server.drop_schemas("starting")
+
+
+async def test_a_schema_migrated_by_a_newer_version_is_refused(postgres_server: PostgresServer) -> None:
+    store = _store(postgres_server, "newer")
+    try:
+        await store.open()
+        await store.close()
+        postgres_server.psql(f"INSERT INTO newer.schema_migrations VALUES ({len(MIGRATIONS) + 1}, '999_future', 0)")
+        with pytest.raises(StoreError, match="999_future.*newer version"):
+            await _store(postgres_server, "newer").open()
+    finally:
+        postgres_server.drop_schemas("newer")
+
+
+@pytest.mark.parametrize(
+    ("query", "problem"),
+    [
+        ("schema=Bad-Name", "schema='Bad-Name' must be a lower-case SQL identifier"),
+        ("pool_max=many", "pool_max='many' must be a whole number"),
+        ("pool_min=5&pool_max=2", "pool_min <= pool_max"),
+    ],
+)
+def test_malformed_options_are_refused_before_connecting(query: str, problem: str) -> None:
+    url = f"postgresql://u:s3cret@db.example:5432/ctx?{query}"
+    with pytest.raises(StoreError, match=problem) as refused:
+        make_store(url)
+    assert "s3cret" not in str(refused.value)
+    assert problem.split("'")[0] in (store_problem(url) or "")
+    assert store_problem("postgresql://u:s3cret@db.example:5432/ctx?schema=team_a&pool_max=20") is None
+
+
+async def test_the_password_never_appears_in_an_error(postgres_server: PostgresServer) -> None:
+    closed = PostgresServer()  # a port nothing listens on
+    store = PostgresStore(f"postgresql://postgres:hunter2secret@127.0.0.1:{closed.port}/postgres")
+    with pytest.raises(StoreError) as failed:
+        await store.open()
+    assert f"127.0.0.1:{closed.port}/postgres" in str(failed.value)
+    assert "hunter2secret" not in str(failed.value)
+
+
+async def test_two_replicas_append_to_one_conversation_at_once(postgres_server: PostgresServer) -> None:
+    """Each replica's pool is its own; the conversation's row lock serializes their appends, so
+    every turn of both lands once, in one lineage, with no error."""
+    one, two = _store(postgres_server, "replicas"), _store(postgres_server, "replicas")
+    try:
+        await one.open()
+        await two.open()
+        conv = await one.create_conversation(T1, None)
+        history = [user(f"u{i}") for i in range(40)]
+        events = new_events(T1, history)
+
+        async def replica(store: PostgresStore) -> None:
+            start = Position(conv.id, conv.main_branch_id, 0)
+            for n in range(1, len(history) + 1):
+                start = await store.append(start, events[n - 1 : n], None)
+
+        await asyncio.gather(replica(one), replica(two))
+        lineage = await two.lineage_events(conv.main_branch_id, 0, 100)
+        assert [e.message["content"] for e in lineage] == [f"u{i}" for i in range(40)]
+        assert len(await one.list_branches(conv.id)) == 1
+    finally:
+        await one.close()
+        await two.close()
+        postgres_server.drop_schemas("replicas")
+
+
+_HOLDER = """
+import asyncio, sys
+from proxy.store.postgres import PostgresStore
+async def main():
+    store = PostgresStore(sys.argv[1])
+    await store.open()
+    print(await store.acquire_lease(sys.argv[2], "replica-killed", 1.0), flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+async def test_a_lease_held_by_a_replica_killed_9_expires(postgres_server: PostgresServer) -> None:
+    url = postgres_server.url() + "?schema=killed"
+    store = PostgresStore(url)
+    try:
+        await store.open()
+        conv = await store.create_conversation(T1, None)
+        branch = conv.main_branch_id
+        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        holder = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(_HOLDER), url, branch], stdout=subprocess.PIPE, env=env
+        )
+        assert holder.stdout is not None
+        token = int(holder.stdout.readline())
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+        assert await store.acquire_lease(branch, "replica-b", 30) is None  # still live: nobody else may take it
+        await asyncio.sleep(1.1)  # the killed replica's lease was for 1 s: it expires, nobody releases it
+        taken = await store.acquire_lease(branch, "replica-b", 30)
+        assert taken is not None and taken > token
+        assert await store.renew_lease(branch, "replica-killed", token, 30) is False
+    finally:
+        await store.close()
+        postgres_server.drop_schemas("killed")
+
+
+async def test_retention_purges_in_bounded_batches(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(calls, "PURGE_BATCH", 7)
+    store = _store(postgres_server, "retention")
+    try:
+        await store.open()
+        statements: list[str] = []
+        async with store.pool.acquire() as conn:
+            conn.add_query_logger(lambda record: statements.append(record.query))
+        for i in range(30):
+            await store.record_call(call_record(None, None, f"old{i}", 1.0 + i))
+        await store.record_call(call_record(None, None, "new", 1000.0))
+        statements.clear()
+        assert await store.purge_calls(500.0) == 30
+        assert sum(1 for sql in statements if sql.startswith("DELETE FROM calls")) == 5  # 7+7+7+7+2
+        assert postgres_server.psql("SELECT id FROM retention.calls").split() == ["new"]
+    finally:
+        await store.close()
+        postgres_server.drop_schemas("retention")
+
+
+async def test_the_store_recovers_after_the_server_restarts() -> None:
+    server = PostgresServer().start()
+    store = PostgresStore(server.url() + "?pool_min=2&pool_max=2")
+    try:
+        await store.open()
+        conv = await store.create_conversation(T1, "before-restart")
+        server.kill()  # an immediate shutdown: every pooled connection is cut
+        with pytest.raises(StoreError):
+            await store.find_conversation(T1, "before-restart")
+        server.start()
+
+        async def answers() -> bool:
+            try:
+                return await store.find_conversation(T1, "before-restart") == conv
+            except StoreError:
+                return False
+
+        for _ in range(50):
+            if await answers():
+                break
+            await asyncio.sleep(0.1)
+        assert await store.find_conversation(T1, "before-restart") == conv
+    finally:
+        await store.close()
+        server.close()
