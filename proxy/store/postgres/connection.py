@@ -11,10 +11,15 @@ statements are parsed and planned once per connection, not per request. (Behind 
 transaction mode, set `statement_cache_size=0` in the URL.)
 
 Every statement of a Store method runs inside `_read` or `_write`: `_write` is one transaction,
-rolled back whole if anything raises. A failing server (refused or dropped connections, a
-restart, a failover, a statement error) leaves the store as StoreError, which the app answers 503
-exactly like a Redis outage; the pool replaces broken connections on the next call. The error
-names the server by host, port and database: the URL's password never appears in an error or log.
+rolled back whole if anything raises. A server that cannot be reached (refused or dropped
+connections, a restart, a failover, one starting up) is waited out for at most `failover_wait_ms`
+(URL option, default 5000): the method runs again on a fresh connection every 0.2 s -- but a
+transaction is run again only when it failed before its COMMIT was sent (it was rolled back, so
+running it again writes it once); one whose COMMIT was cut off may or may not have landed, and
+fails. A deadlock or serialization failure (rolled back too) is run again the same way. Anything
+else, and a server still gone after the wait, leaves the store as StoreError, which the app
+answers 503 exactly like a Redis outage. The error names the server by host, port and database:
+the URL's password never appears in an error or log.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -47,23 +53,36 @@ class Conn(Protocol):
 
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+_AGAIN = (
+    OSError,
+    asyncpg.InterfaceError,  # "connection is closed"
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,  # starting up or shutting down
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.DeadlockDetectedError,
+    asyncpg.SerializationError,
+)
+"""Failures after which the work was not done and may be run again (a statement, or a
+transaction that had not reached its COMMIT)."""
 
 
-def parse_url(url: str) -> tuple[str, str, int, int, str]:
-    """(the DSN for asyncpg, the schema, pool_min, pool_max, where: host:port/database without
-    credentials). Raises StoreError, naming no secret, when an option is malformed."""
+def parse_url(url: str) -> tuple[str, str, int, int, int, str]:
+    """(the DSN for asyncpg, the schema, pool_min, pool_max, failover_wait_ms, where:
+    host:port/database without credentials). Raises StoreError, naming no secret, when an option
+    is malformed."""
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     schema = options.pop("schema", "public")
     if not _SCHEMA.fullmatch(schema):
         raise StoreError(f"postgresql store: schema={schema!r} must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
     sizes = []
-    for name, default in (("pool_min", 1), ("pool_max", 10)):
+    for name, default, most in (("pool_min", 1, 1000), ("pool_max", 10, 1000), ("failover_wait_ms", 5000, 600_000)):
         raw = options.pop(name, str(default))
-        if not raw.isdigit() or not 0 <= int(raw) <= 1000:
-            raise StoreError(f"postgresql store: {name}={raw!r} must be a whole number from 0 to 1000")
+        if not raw.isdigit() or not 0 <= int(raw) <= most:
+            raise StoreError(f"postgresql store: {name}={raw!r} must be a whole number from 0 to {most}")
         sizes.append(int(raw))
-    pool_min, pool_max = sizes
+    pool_min, pool_max, failover_wait_ms = sizes
     if pool_max < 1 or pool_min > pool_max:
         raise StoreError(f"postgresql store: need 1 <= pool_max and pool_min <= pool_max (got {pool_min}, {pool_max})")
     try:
@@ -73,12 +92,13 @@ def parse_url(url: str) -> tuple[str, str, int, int, str]:
         raise StoreError(f"postgresql store: the port of the URL is not a number ({exc})") from None
     where = f"{host}:{port}{parts.path or '/'}"
     dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(options), ""))
-    return dsn, schema, pool_min, pool_max, where
+    return dsn, schema, pool_min, pool_max, failover_wait_ms, where
 
 
 class PostgresConnection:
     def __init__(self, url: str, *, connect_timeout: float = 5.0, command_timeout: float = 10.0) -> None:
-        self._dsn, self.schema, self.pool_min, self.pool_max, self.location = parse_url(url)
+        self._dsn, self.schema, self.pool_min, self.pool_max, wait_ms, self.location = parse_url(url)
+        self.failover_wait = wait_ms / 1000
         self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
         self._pool: asyncpg.Pool | None = None
@@ -122,24 +142,38 @@ class PostgresConnection:
         return self._pool
 
     async def _read(self, fn: Callable[Concatenate[Conn, P], Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-        """`fn(conn, ...)` on a pooled connection, outside a transaction."""
-        try:
-            async with self.pool.acquire(timeout=self.connect_timeout) as conn:
-                return await fn(conn, *args, **kwargs)
-        except StoreError:
-            raise
-        except _ERRORS as exc:
-            raise self._fail(exc) from exc
+        """`fn(conn, ...)` on a pooled connection, outside a transaction; it only reads, so it
+        is run again while the server cannot be reached (at most `failover_wait`)."""
+        deadline = time.monotonic() + self.failover_wait
+        while True:
+            try:
+                async with self.pool.acquire(timeout=self.connect_timeout) as conn:
+                    return await fn(conn, *args, **kwargs)
+            except StoreError:
+                raise
+            except _ERRORS as exc:
+                if not isinstance(exc, _AGAIN) or time.monotonic() >= deadline:
+                    raise self._fail(exc) from exc
+            await asyncio.sleep(0.2)
 
     async def _write(self, fn: Callable[Concatenate[Conn, P], Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-        """`fn(conn, ...)` in one transaction, rolled back if anything raises."""
-        try:
-            async with self.pool.acquire(timeout=self.connect_timeout) as conn, conn.transaction():
-                return await fn(conn, *args, **kwargs)
-        except StoreError:
-            raise
-        except _ERRORS as exc:
-            raise self._fail(exc) from exc
+        """`fn(conn, ...)` in one transaction, rolled back if anything raises; run again (at
+        most `failover_wait`) when it failed before its COMMIT was sent."""
+        deadline = time.monotonic() + self.failover_wait
+        while True:
+            committing = False
+            try:
+                async with self.pool.acquire(timeout=self.connect_timeout) as conn:
+                    async with conn.transaction():
+                        result = await fn(conn, *args, **kwargs)
+                        committing = True
+                    return result
+            except StoreError:
+                raise
+            except _ERRORS as exc:
+                if committing or not isinstance(exc, _AGAIN) or time.monotonic() >= deadline:
+                    raise self._fail(exc) from exc
+            await asyncio.sleep(0.2)
 
     async def ping(self) -> bool:
         await self._read(lambda conn: conn.fetchval("SELECT 1"))

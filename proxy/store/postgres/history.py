@@ -310,6 +310,9 @@ async def _extend(conn: Conn, head: Position, head_hash: str, events: list[NewEv
 
 
 async def _answered(conn: Conn, call: CallRecord, turn: ResponseTurn, now: float) -> Position | StoreError | None:
+    # The conversation's row is locked for update before the record's share lock takes it: two
+    # answers of one conversation would otherwise both hold it shared and deadlock upgrading it.
+    await _lock(conn, turn.end.conversation_id, now, stamp=False)
     await insert_call(conn, call)  # refused (a deleted conversation): nothing is written, the turn neither
     # The turn in a savepoint of its own: when it is refused, only it is undone.
     try:
