@@ -6,9 +6,10 @@ upstream, a private PostgreSQL.
   conversation interleaved with its own compaction, and a replica SIGKILLed while its summary
   call is in flight (the other compacts once the dead replica's lease has expired).
 - PostgreSQL itself restarted (an immediate shutdown: every connection cut) while conversations
-  run on both replicas: clients retry 503s as agents do; every turn succeeds, every history is complete and ordered on one branch with one active
-  checkpoint, and the ledger equals the upstream's usage: zero acknowledged events or call
-  records lost.
+  run on both replicas: the store waits the restart out (`failover_wait_ms`), clients would
+  retry a 503 as agents do; every turn succeeds, every history is complete and ordered on one
+  branch with one active checkpoint, and the ledger equals the upstream's usage: zero
+  acknowledged events or call records lost.
 """
 
 from __future__ import annotations
