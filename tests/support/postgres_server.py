@@ -48,7 +48,10 @@ class PostgresServer:
     """One `postgres` process on 127.0.0.1, trust authentication for user `postgres` (its password
     is never checked, so tests can put one in the URL and see it kept out of errors)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fsync: bool = False) -> None:
+        """`fsync`: as a production server runs (every commit flushed to disk) -- for
+        benchmarks; the tests run without."""
+        self.fsync = fsync
         bindir = _bindir()
         if bindir is None:
             pytest.fail(MISSING, pytrace=False)
@@ -79,7 +82,8 @@ class PostgresServer:
         log = open(self.dir / "postgres.log", "ab")  # noqa: SIM115 -- closed with the process
         if self._as:
             os.chown(self.dir / "postgres.log", pwd.getpwnam("postgres").pw_uid, self._as["group"])
-        settings = ["listen_addresses=127.0.0.1", f"unix_socket_directories={self.dir}", "fsync=off"]
+        settings = ["listen_addresses=127.0.0.1", f"unix_socket_directories={self.dir}"]
+        settings += [] if self.fsync else ["fsync=off"]
         settings += ["max_connections=300", "shared_buffers=32MB"]
         cmd = [str(self.bindir / "postgres"), "-D", str(self.dir / "data"), "-p", str(self.port)]
         for setting in settings:
