@@ -72,10 +72,16 @@ def _record(
 # A CallRecord's columns: its fields, with `usage` stored as one column per token field.
 _RECORD = Select(_record, rest=TOKEN_FIELDS)
 _COLUMNS = (*_RECORD.names, "tokens_saved")
-_INSERT = (
-    f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES ({', '.join(f'${i}' for i in range(1, len(_COLUMNS) + 1))}) "
-    f"ON CONFLICT (id) DO UPDATE SET {', '.join(f'{c} = EXCLUDED.{c}' for c in _COLUMNS[1:])}"
-)
+
+
+def _insert_sql(first: int) -> str:
+    """The record's upsert, its values numbered from `$first`."""
+    marks = ", ".join(f"${i}" for i in range(first, first + len(_COLUMNS)))
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS[1:])
+    return f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE SET {updates}"
+
+
+_INSERT = _insert_sql(1)
 
 
 class Calls(PostgresConnection):
@@ -130,6 +136,12 @@ async def insert_call(conn: Conn, call: CallRecord) -> None:
         await conn.fetchval("SELECT 1 FROM conversations WHERE id = $1 FOR SHARE", call.conversation_id)
         if await conn.fetchval("SELECT 1 FROM tombstones WHERE conversation_id = $1", call.conversation_id):
             raise ConversationGone(f"conversation {call.conversation_id} was deleted")
+    sql, values = call_insert(call, first=1)
+    await conn.execute(sql, *values)
+
+
+def call_insert(call: CallRecord, first: int) -> tuple[str, list[Any]]:
+    """The record's upsert with its values numbered from `$first`, and those values."""
     values = {
         "id": call.id,
         "tenant": call.tenant,
@@ -156,7 +168,7 @@ async def insert_call(conn: Conn, call: CallRecord) -> None:
         **{field: call.usage.get(field) for field in TOKEN_FIELDS},  # one column per token field
         "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
     }
-    await conn.execute(_INSERT, *(values[c] for c in _COLUMNS))
+    return (_INSERT if first == 1 else _insert_sql(first)), [values[c] for c in _COLUMNS]
 
 
 _GROUP_SQL = {"day": "to_char(to_timestamp(started_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"}

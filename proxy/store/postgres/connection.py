@@ -34,7 +34,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
-from ...errors import StoreError
+from ...errors import ConversationGone, StoreError
 from .migrations import migrate
 
 P = ParamSpec("P")
@@ -104,6 +104,11 @@ class PostgresConnection:
         self._pool: asyncpg.Pool | None = None
 
     def _fail(self, exc: BaseException) -> StoreError:
+        state = getattr(exc, "sqlstate", None)
+        if state == "CX001":  # raised by ctxproxy_append (migrations.py): the conversation is gone
+            return ConversationGone(str(exc))
+        if state == "CX002":  # ... or the branch to append to
+            return StoreError(str(exc))
         detail = str(exc).replace(self._dsn, "<url>")
         return StoreError(f"postgresql store at {self.location} failed: {type(exc).__name__}: {detail}")
 
@@ -174,6 +179,14 @@ class PostgresConnection:
                 if committing or not isinstance(exc, _AGAIN) or time.monotonic() >= deadline:
                     raise self._fail(exc) from exc
             await asyncio.sleep(0.2)
+
+    async def _one(self, fn: Callable[Concatenate[Conn, P], Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`fn(conn, ...)` outside an explicit transaction, for a function that runs one
+        statement (its own transaction: one round trip, no BEGIN and COMMIT); run again like
+        `_read` while the server cannot be reached (a statement cut off before its answer may
+        have committed: those run here are idempotent, an append by its chain hashes and a call
+        record by its id)."""
+        return await self._read(fn, *args, **kwargs)
 
     async def ping(self) -> bool:
         await self._read(lambda conn: conn.fetchval("SELECT 1"))

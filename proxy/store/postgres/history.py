@@ -14,14 +14,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import asyncpg
-
 from ... import codec
-from ...errors import ConversationGone, StoreError
+from ...errors import StoreError
 from ..base import Branch, CallRecord, Conversation, HashMatch, NewEvent, Position, ResponseTurn, StoredEvent
 from ..public import new_id
 from ..sqlite.rows import Select
-from .calls import insert_call
+from .calls import call_insert
 from .connection import Conn, PostgresConnection, count
 
 
@@ -122,18 +120,18 @@ class History(PostgresConnection):
     async def append(
         self, start: Position, events: list[NewEvent], system_hash: str | None, stamp: bool = True
     ) -> Position:
-        return await self._write(_append, start, events, system_hash, time.time(), stamp)
+        return await self._one(_append, start, events, system_hash, time.time(), stamp)
 
     async def extend(self, head: Position, head_hash: str, events: list[NewEvent]) -> Position | None:
         if not events:
             return None
-        return await self._write(_extend, head, head_hash, events, time.time())
+        return await self._one(_extend, head, head_hash, events, time.time())
 
     async def retract(self, end: Position, hashes: list[str]) -> bool:
         return bool(hashes) and await self._write(_retract, end, hashes)
 
     async def record_answered(self, call: CallRecord, turn: ResponseTurn) -> Position | StoreError | None:
-        return await self._write(_answered, call, turn, time.time())
+        return await self._one(_answered, call, turn, time.time())
 
     # -- blobs -------------------------------------------------------------------------------
     async def put_blob(self, digest: str, data: str) -> None:
@@ -206,128 +204,74 @@ async def _find(
     return HashMatch(Position(conv_id, branch_id, seq), offset + found + 1, system_hash)
 
 
-async def _lock(conn: Conn, conversation_id: str, now: float, stamp: bool) -> bool:
-    """Lock the conversation's row for this transaction (stamping it when `stamp`); False when gone."""
-    if stamp:
-        return (
-            count(await conn.execute("UPDATE conversations SET updated_at = $1 WHERE id = $2", now, conversation_id))
-            > 0
-        )
+async def _lock(conn: Conn, conversation_id: str) -> bool:
+    """Lock the conversation's row for this transaction; False when it is gone."""
     return await conn.fetchval("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", conversation_id) is not None
+
+
+def _append_args(
+    start: Position, events: list[NewEvent], system_hash: str | None, now: float, stamp: bool
+) -> tuple[Any, ...]:
+    """The arguments of `ctxproxy_append` (migrations.py) but the last two (probe, soft)."""
+    return (
+        start.conversation_id,
+        start.branch_id,
+        start.seq,
+        stamp,
+        now,
+        system_hash,
+        [e.role for e in events],
+        [codec.dumps_str(e.message) for e in events],
+        [e.chain_hash for e in events],
+        [e.source for e in events],
+        [e.tokens for e in events],
+        [e.call_id for e in events],
+        [new_id("b") for _ in events],  # a fresh id for each fork the events may need
+    )
+
+
+_APPEND = f"SELECT out_branch, out_seq, refused FROM ctxproxy_append({', '.join(f'${i}' for i in range(1, 16))})"
 
 
 async def _append(
     conn: Conn, start: Position, events: list[NewEvent], system_hash: str | None, now: float, stamp: bool
 ) -> Position:
     """Unstamped appends (`stamp` False: a request not yet accepted upstream) move heads but no
-    `updated_at`, so they cannot change which branch is the default one. The events' stored
-    positions are read in one query and the new ones inserted in one (`unnest`)."""
-    conversation = start.conversation_id
-    if not await _lock(conn, conversation, now, stamp):
-        raise ConversationGone(f"conversation {conversation} no longer exists")
-    stored: dict[str, tuple[str, int]] = {}
-    if events:
-        rows = await conn.fetch(
-            "SELECT chain_hash, branch_id, seq FROM events WHERE chain_hash = ANY($1::text[]) AND conversation_id = $2",
-            [e.chain_hash for e in events],
-            conversation,
-        )
-        stored = {r[0]: (r[1], r[2]) for r in rows}
-    branch, seq = start.branch_id, start.seq
-    heads: dict[str, int] = {}  # head_seq of the branches read or written so far
-    moved: list[str] = []  # branches whose head this append moved, in order
-    columns: list[list[Any]] = [[] for _ in range(10)]
-    for event in events:
-        if event.chain_hash in stored:
-            branch, seq = stored[event.chain_hash]
-            continue
-        head = heads.get(branch)
-        if head is None:
-            head = await conn.fetchval("SELECT head_seq FROM branches WHERE id = $1", branch)
-            if head is None:  # retracted meanwhile: the fork a rejected request created, now empty
-                raise StoreError(f"append refused: branch {branch} no longer exists")
-            heads[branch] = head
-        if seq != head:
-            child = new_id("b")
-            await conn.execute(
-                "INSERT INTO branches (id, conversation_id, parent_id, fork_seq, head_seq, created_at, updated_at) "
-                "VALUES ($1, $2, $3, $4, $4, $5, $5)",
-                child,
-                conversation,
-                branch,
-                seq,
-                now,
-            )
-            branch = child
-        seq += 1
-        row = (branch, seq, conversation, event.role, codec.dumps_str(event.message), event.chain_hash)
-        for column, value in zip(columns, (*row, event.source, event.tokens, event.call_id, now), strict=True):
-            column.append(value)
-        heads[branch] = seq
-        if branch not in moved:
-            moved.append(branch)
-    if columns[0]:
-        await conn.execute(_INSERT_EVENTS, *columns)
-    stamped = ", updated_at = $3" if stamp else ""
-    for other in moved:
-        if other != branch:
-            await conn.execute(
-                f"UPDATE branches SET head_seq = $1{stamped} WHERE id = $2",
-                heads[other],
-                other,
-                *([now] if stamp else []),
-            )
-    sets: list[str] = []
-    params: list[Any] = []
-    if stamp:
-        sets.append(f"updated_at = ${len(params) + 1}")
-        params.append(now)
-    if branch in moved:
-        sets.append(f"head_seq = ${len(params) + 1}")
-        params.append(heads[branch])
-    if stamp and system_hash is not None:
-        sets.append(f"system_hash = ${len(params) + 1}")
-        params.append(system_hash)
-    if sets:
-        await conn.execute(f"UPDATE branches SET {', '.join(sets)} WHERE id = ${len(params) + 1}", *params, branch)
-    return Position(conversation, branch, seq)
+    `updated_at`, so they cannot change which branch is the default one. One statement: the
+    function `ctxproxy_append` (migrations.py) does the walk server-side."""
+    row = await conn.fetchrow(_APPEND, *_append_args(start, events, system_hash, now, stamp), None, False)
+    return Position(start.conversation_id, row[0], row[1])
 
 
 async def _extend(conn: Conn, head: Position, head_hash: str, events: list[NewEvent], now: float) -> Position | None:
-    if not await _lock(conn, head.conversation_id, now, stamp=False):
-        return None
-    # One indexed probe proves what `find_longest` + `append` would find: the head's hash stored
-    # once (chain hashes are tenant-rooted, so nowhere else in the tenant), at a branch head, and
-    # the first new hash nowhere (a stored later one would imply it: events are stored in chains).
-    rows = await conn.fetch(
-        "SELECT e.branch_id, e.seq, e.chain_hash, b.head_seq FROM events e JOIN branches b ON b.id = e.branch_id "
-        "WHERE e.chain_hash = ANY($1::text[])",
-        [head_hash, events[0].chain_hash],
-    )
-    if [tuple(r) for r in rows] != [(head.branch_id, head.seq, head_hash, head.seq)]:
-        return None
-    return await _append(conn, head, events, None, now, stamp=False)
+    # One indexed probe, in the function, proves what `find_longest` + `append` would find: the
+    # head's hash stored once (chain hashes are tenant-rooted, so nowhere else in the tenant), at
+    # a branch head, and the first new hash nowhere (a stored later one would imply it: events
+    # are stored in chains).
+    row = await conn.fetchrow(_APPEND, *_append_args(head, events, None, now, False), head_hash, False)
+    return None if row is None else Position(head.conversation_id, row[0], row[1])
 
 
 async def _answered(conn: Conn, call: CallRecord, turn: ResponseTurn, now: float) -> Position | StoreError | None:
-    # The conversation's row is locked for update before the record's share lock takes it: two
-    # answers of one conversation would otherwise both hold it shared and deadlock upgrading it.
-    await _lock(conn, turn.end.conversation_id, now, stamp=False)
-    await insert_call(conn, call)  # refused (a deleted conversation): nothing is written, the turn neither
-    # The turn in a savepoint of its own: when it is refused, only it is undone.
-    try:
-        async with conn.transaction():
-            answer = [] if turn.answer is None else [turn.answer]
-            position = await _append(conn, turn.end, answer, turn.system_hash, now, True)
-    except StoreError as exc:
-        return exc
-    except asyncpg.UniqueViolationError as exc:  # a fork id drawn twice, or a concurrent writer's event
-        return StoreError(f"the answer could not be appended: {exc}")
-    return None if turn.answer is None else position
+    """The record and the turn in one statement: the record's INSERT as a data-modifying CTE of
+    the `ctxproxy_append` call, which raises (so nothing is written) when the conversation is
+    gone, and returns a refused turn (the record stored all the same)."""
+    answer = [] if turn.answer is None else [turn.answer]
+    insert, values = call_insert(call, first=16)
+    row = await conn.fetchrow(
+        f"WITH recorded AS ({insert}) {_APPEND}",
+        *_append_args(turn.end, answer, turn.system_hash, now, True),
+        None,
+        True,
+        *values,
+    )
+    if row[2] is not None:
+        return StoreError(str(row[2]))
+    return None if turn.answer is None else Position(turn.end.conversation_id, row[0], row[1])
 
 
 async def _retract(conn: Conn, end: Position, hashes: list[str]) -> bool:
-    if not await _lock(conn, end.conversation_id, 0.0, stamp=False):
+    if not await _lock(conn, end.conversation_id):
         return False
     row = await conn.fetchrow("SELECT head_seq, fork_seq, parent_id FROM branches WHERE id = $1", end.branch_id)
     if row is None:
@@ -380,7 +324,7 @@ async def _lineage_events(conn: Conn, branch_id: str, after_seq: int, limit: int
 
 
 async def _delete(conn: Conn, conversation_id: str, now: float) -> bool:
-    found = await _lock(conn, conversation_id, now, stamp=False)
+    found = await _lock(conn, conversation_id)
     # Events go by branch (keyed by branch_id, seq); then everything else the conversation owns.
     await conn.execute(
         "DELETE FROM events WHERE branch_id IN (SELECT id FROM branches WHERE conversation_id = $1)", conversation_id

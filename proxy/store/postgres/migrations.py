@@ -163,10 +163,111 @@ _M003_MEMORIES = """
     CREATE INDEX memories_source ON memories (tenant, source_conversation) WHERE source_conversation IS NOT NULL;
 """
 
+# `Store.append` as one function, so an append, an extend and an answer are each one round trip
+# (one statement, its own transaction) instead of one per statement. It locks the conversation's
+# row first (CX001 when the row is gone; with `p_probe`, the extend's check, NULL instead),
+# then walks the events as history.py's docstring says; a start branch that no longer exists
+# refuses the append before anything is written (CX002, or returned in `refused` with `p_soft`).
+# Heads are written once per branch the append leaves, not once per event.
+_M004_APPEND = """
+    CREATE FUNCTION ctxproxy_append(
+        p_conv TEXT, p_branch TEXT, p_seq BIGINT, p_stamp BOOLEAN, p_now DOUBLE PRECISION, p_system_hash TEXT,
+        p_roles TEXT[], p_messages TEXT[], p_hashes TEXT[], p_sources TEXT[], p_tokens BIGINT[],
+        p_call_ids TEXT[], p_fork_ids TEXT[], p_probe TEXT, p_soft BOOLEAN
+    ) RETURNS TABLE (out_branch TEXT, out_seq BIGINT, refused TEXT)
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+    DECLARE
+        v_branch TEXT := p_branch;
+        v_seq BIGINT := p_seq;
+        v_head BIGINT;
+        f_branch TEXT;
+        f_seq BIGINT;
+        forks INT := 0;
+        pend_branch TEXT;
+        pend_head BIGINT;
+        probed INT;
+        probe_ok BOOLEAN;
+    BEGIN
+        PERFORM 1 FROM conversations WHERE id = p_conv FOR UPDATE;
+        IF NOT FOUND THEN
+            IF p_probe IS NOT NULL THEN
+                RETURN;
+            END IF;
+            RAISE EXCEPTION USING ERRCODE = 'CX001', MESSAGE = 'conversation ' || p_conv || ' no longer exists';
+        END IF;
+        IF p_probe IS NOT NULL THEN
+            SELECT count(*), bool_and(e.branch_id = p_branch AND e.seq = p_seq AND e.chain_hash = p_probe
+                                      AND b.head_seq = p_seq)
+              INTO probed, probe_ok
+              FROM events e JOIN branches b ON b.id = e.branch_id
+             WHERE e.chain_hash = ANY (ARRAY[p_probe, p_hashes[1]]);
+            IF probed <> 1 OR NOT probe_ok THEN
+                RETURN;
+            END IF;
+        END IF;
+        FOR i IN 1 .. coalesce(cardinality(p_hashes), 0) LOOP
+            SELECT e.branch_id, e.seq INTO f_branch, f_seq
+              FROM events e WHERE e.chain_hash = p_hashes[i] AND e.conversation_id = p_conv;
+            IF FOUND THEN
+                v_branch := f_branch;
+                v_seq := f_seq;
+                CONTINUE;
+            END IF;
+            IF v_branch = pend_branch THEN
+                v_head := pend_head;
+            ELSE
+                SELECT head_seq INTO v_head FROM branches WHERE id = v_branch;
+                IF NOT FOUND THEN  -- retracted meanwhile: the fork a rejected request created, now empty
+                    IF p_soft THEN
+                        RETURN QUERY SELECT NULL::TEXT, NULL::BIGINT,
+                            'append refused: branch ' || v_branch || ' no longer exists';
+                        RETURN;
+                    END IF;
+                    RAISE EXCEPTION USING ERRCODE = 'CX002',
+                        MESSAGE = 'append refused: branch ' || v_branch || ' no longer exists';
+                END IF;
+            END IF;
+            IF v_seq <> v_head THEN
+                forks := forks + 1;
+                INSERT INTO branches (id, conversation_id, parent_id, fork_seq, head_seq, created_at, updated_at)
+                VALUES (p_fork_ids[forks], p_conv, v_branch, v_seq, v_seq, p_now, p_now);
+                v_branch := p_fork_ids[forks];
+            END IF;
+            v_seq := v_seq + 1;
+            INSERT INTO events (branch_id, seq, conversation_id, role, message, chain_hash, source, tokens,
+                                call_id, created_at)
+            VALUES (v_branch, v_seq, p_conv, p_roles[i], p_messages[i], p_hashes[i], p_sources[i], p_tokens[i],
+                    p_call_ids[i], p_now);
+            IF pend_branch IS DISTINCT FROM v_branch THEN
+                IF pend_branch IS NOT NULL THEN
+                    UPDATE branches SET head_seq = pend_head,
+                        updated_at = CASE WHEN p_stamp THEN p_now ELSE updated_at END
+                     WHERE id = pend_branch;
+                END IF;
+                pend_branch := v_branch;
+            END IF;
+            pend_head := v_seq;
+        END LOOP;
+        IF pend_branch IS NOT NULL THEN
+            UPDATE branches SET head_seq = pend_head,
+                updated_at = CASE WHEN p_stamp THEN p_now ELSE updated_at END
+             WHERE id = pend_branch;
+        END IF;
+        IF p_stamp THEN
+            UPDATE conversations SET updated_at = p_now WHERE id = p_conv;
+            UPDATE branches SET updated_at = p_now, system_hash = coalesce(p_system_hash, system_hash)
+             WHERE id = v_branch;
+        END IF;
+        RETURN QUERY SELECT v_branch, v_seq, NULL::TEXT;
+    END
+    $fn$;
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
     ("002_checkpoints_and_leases", _M002_CHECKPOINTS),
     ("003_memories", _M003_MEMORIES),
+    ("004_append_function", _M004_APPEND),
 ]
 
 
