@@ -31,6 +31,10 @@ _SUPERSEDE_AND_INSERT = (
     "WHERE branch_id = $3 AND status = 'active' RETURNING id) "
     f"INSERT INTO checkpoints ({_CHECKPOINT.sql}) VALUES ({_VALUES})"
 )
+_OWN = (
+    f"SELECT b.parent_id, b.fork_seq, {', '.join('c.' + name for name in _CHECKPOINT.names)} FROM branches b "
+    "LEFT JOIN checkpoints c ON c.branch_id = b.id AND c.status = 'active' WHERE b.id = $1"
+)
 _ACQUIRE = (
     "INSERT INTO leases (branch_id, conversation_id, owner, token, expires_at) "
     "SELECT id, conversation_id, $2, 1, $3::float8 + $4::float8 FROM branches WHERE id = $1 "
@@ -125,16 +129,17 @@ async def _require_conversation(conn: Conn, conversation_id: str) -> None:
 
 
 async def _active(conn: Conn, branch_id: str) -> StoredCheckpoint | None:
-    own = _CHECKPOINT.one(
-        await conn.fetchrow(
-            f"SELECT {_CHECKPOINT.sql} FROM checkpoints WHERE branch_id = $1 AND status = 'active'", branch_id
-        )
-    )
+    # The branch's own active checkpoint and where it forked, in one query (one round trip on
+    # every request; the walk below runs only for a fork without a summary of its own).
+    row = await conn.fetchrow(_OWN, branch_id)
+    if row is None:
+        return None
+    own = _CHECKPOINT.one(row[2:]) if row[2] is not None else None
     if own is not None:
         return own
     # A branch without its own summary inherits the newest ancestor summary that stops at or
     # before the fork point: a summary of events the branch does not share would be wrong.
-    current = await conn.fetchrow("SELECT parent_id, fork_seq FROM branches WHERE id = $1", branch_id)
+    current = row[:2]
     limit = None
     while current is not None:
         parent, fork_seq = current
