@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -117,6 +118,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 async def test_a_lease_held_by_a_replica_killed_9_expires(postgres_server: PostgresServer) -> None:
     url = postgres_server.url() + "?schema=killed"
     store = PostgresStore(url)
@@ -164,6 +166,7 @@ async def test_retention_purges_in_bounded_batches(
         postgres_server.drop_schemas("retention")
 
 
+@pytest.mark.slow
 async def test_a_restart_is_waited_out_and_a_long_outage_is_a_store_error() -> None:
     server = PostgresServer().start()
     patient = PostgresStore(server.url() + "?pool_min=2&pool_max=2&failover_wait_ms=20000")
@@ -175,6 +178,10 @@ async def test_a_restart_is_waited_out_and_a_long_outage_is_a_store_error() -> N
         server.kill()  # an immediate shutdown: every pooled connection is cut
         with pytest.raises(StoreError, match="127.0.0.1"):
             await hasty.find_conversation(T1, "before-restart")
+        probed = time.monotonic()
+        with pytest.raises(StoreError):
+            await patient.ping()  # a health probe is answered at once, not waited out
+        assert time.monotonic() - probed < 5
         # A write begun while the server is down lands once it is back, exactly once.
         start = Position(conv.id, conv.main_branch_id, 0)
         write = asyncio.ensure_future(patient.append(start, new_events(T1, [user("during")]), None))
