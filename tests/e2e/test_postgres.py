@@ -9,7 +9,7 @@ upstream, a private PostgreSQL.
   run on both replicas: the store waits the restart out (`failover_wait_ms`), clients would
   retry a 503 as agents do; every turn succeeds, every history is complete and ordered on one
   branch with one active checkpoint, and the ledger equals the upstream's usage: zero
-  acknowledged events or call records lost.
+  acknowledged events or call records lost; the URL's password in no log line.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def own_postgres() -> Iterator[PostgresServer]:
 
 def test_postgres_restarted_mid_run(proxy, own_postgres, upstream, api_key, monkeypatch):
     monkeypatch.setitem(upstream.context_windows, MODEL, WINDOW)
-    a, b = _pair(proxy, own_postgres.url() + "?pool_max=4")
+    password = "pg-secret-" + uuid.uuid4().hex  # trust authentication: carried, never checked
+    a, b = _pair(proxy, own_postgres.url(password=password) + "?pool_max=4")
     upstream.responder = SlowSummaries(0.3)
     n_convs, n_turns = 6, 14
     done_turns = [0] * n_convs
@@ -133,3 +134,6 @@ def test_postgres_restarted_mid_run(proxy, own_postgres, upstream, api_key, monk
     assert sum(c["usage"]["input_total"] for c in complete) == sum(reported_usage(r)[0] for r in upstream.replies_sent)
     assert sum(c["usage"]["output"] for c in complete) == sum(reported_usage(r)[1] for r in upstream.replies_sent)
     assert sum(1 for c in complete if c["purpose"] == "main") == n_convs * n_turns
+    # the store URL's password: in no log line of either replica, through the restart's errors too
+    assert "postgresql://" in a.stderr() + b.stderr()  # the banner names the store (masked)
+    assert password not in a.stderr() + b.stderr()
