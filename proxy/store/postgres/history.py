@@ -1,12 +1,17 @@
 """Conversations, branches and their events: identity lookups, appends and forks, deletes; an
 answered call's record with its response turn.
 
-Concurrency: every write that touches a conversation's history first locks its `conversations`
-row (`UPDATE` when the write stamps it, `SELECT ... FOR UPDATE` otherwise), so appends, retracts,
-answers and the delete of one conversation serialize as SQLite's `BEGIN IMMEDIATE` makes them,
-while different conversations write in parallel. A write that finds the row gone was overtaken
-by a delete and is refused (`ConversationGone`); call records check the tombstone under a share
-lock on the same row, so a record cannot land after the delete that removed its conversation.
+An append, an extend and an answer are one statement each: a call of the `ctxproxy_append`
+function (migrations.py), which walks the events server-side (the answer's call record is a
+data-modifying CTE of the same statement), so each is one round trip and its own transaction.
+
+Concurrency: every write to a conversation's history first locks its `conversations` row
+(`SELECT ... FOR UPDATE`, in the function or in the transaction of a retract or a delete), so
+appends, retracts, answers and the delete of one conversation serialize as SQLite's `BEGIN
+IMMEDIATE` makes them, while different conversations write in parallel. A write that finds the
+row gone was overtaken by a delete and is refused (`ConversationGone`); a call record written on
+its own checks the tombstone under a share lock on the same row, so it cannot land after the
+delete that removed its conversation.
 """
 
 from __future__ import annotations
