@@ -13,7 +13,7 @@ transaction mode, set `statement_cache_size=0` in the URL.)
 Every statement of a Store method runs inside `_read` or `_write`: `_write` is one transaction,
 rolled back whole if anything raises. A server that cannot be reached (refused or dropped
 connections, a restart, a failover, one starting up) is waited out for at most `failover_wait_ms`
-(URL option, default 5000): the method runs again on a fresh connection every 0.2 s -- but a
+(URL option, default 10000, as a Redis Cluster's): the method runs again on a fresh connection every 0.2 s -- but a
 transaction is run again only when it failed before its COMMIT was sent (it was rolled back, so
 running it again writes it once); one whose COMMIT was cut off may or may not have landed, and
 fails. A deadlock or serialization failure (rolled back too) is run again the same way. Anything
@@ -77,7 +77,7 @@ def parse_url(url: str) -> tuple[str, str, int, int, int, str]:
     if not _SCHEMA.fullmatch(schema):
         raise StoreError(f"postgresql store: schema={schema!r} must be a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
     sizes = []
-    for name, default, most in (("pool_min", 1, 1000), ("pool_max", 10, 1000), ("failover_wait_ms", 5000, 600_000)):
+    for name, default, most in (("pool_min", 1, 1000), ("pool_max", 10, 1000), ("failover_wait_ms", 10_000, 600_000)):
         raw = options.pop(name, str(default))
         if not raw.isdigit() or not 0 <= int(raw) <= most:
             raise StoreError(f"postgresql store: {name}={raw!r} must be a whole number from 0 to {most}")
