@@ -71,6 +71,23 @@ def test_malformed_options_are_refused_before_connecting(query: str, problem: st
     assert store_problem("postgresql://u:s3cret@db.example:5432/ctx?schema=team_a&pool_max=20") is None
 
 
+async def test_options_size_the_pool_and_reach_the_server(postgres_server: PostgresServer) -> None:
+    """pool_min / pool_max size this process's pool; any other option is a session setting."""
+    store = PostgresStore(postgres_server.url() + "?schema=sized&pool_min=2&pool_max=3&application_name=ctx_sized")
+    try:
+        await store.open()
+        assert (store.pool.get_min_size(), store.pool.get_max_size()) == (2, 3)
+        held = [await store.pool.acquire() for _ in range(3)]
+        names = postgres_server.psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ctx_sized'")
+        assert int(names) == 3
+        for conn in held:
+            await store.pool.release(conn)
+        assert "sized" in postgres_server.psql("SELECT nspname FROM pg_namespace").split()
+    finally:
+        await store.close()
+        postgres_server.drop_schemas("sized")
+
+
 async def test_the_password_never_appears_in_an_error(postgres_server: PostgresServer) -> None:
     closed = PostgresServer()  # a port nothing listens on
     store = PostgresStore(f"postgresql://postgres:hunter2secret@127.0.0.1:{closed.port}/postgres")
