@@ -16,7 +16,7 @@ import pytest
 
 from proxy.errors import StoreError
 from proxy.store import make_store, store_problem
-from proxy.store.base import Position
+from proxy.store.base import CheckpointCandidate, Position
 from proxy.store.postgres import PostgresStore, calls
 from proxy.store.postgres.migrations import MIGRATIONS
 from tests.store.test_contract import T1, call_record, new_events, user
@@ -133,6 +133,30 @@ async def main():
     await asyncio.sleep(3600)
 asyncio.run(main())
 """
+
+
+async def test_the_unique_generation_refuses_a_second_commit_of_one_parent(postgres_server: PostgresServer) -> None:
+    """The backstop under the compare-and-set: a generation already stored for the branch (here
+    written around the store, as a commit that slipped past the checks would have) makes the
+    commit stale, not an error."""
+    store = _store(postgres_server, "backstop")
+    try:
+        await store.open()
+        conv = await store.create_conversation(T1, None)
+        history = [user("u1"), user("u2")]
+        await store.append(Position(conv.id, conv.main_branch_id, 0), new_events(T1, history), None)
+        postgres_server.psql(
+            "INSERT INTO backstop.checkpoints (id, conversation_id, branch_id, generation, from_seq, "
+            "covered_through_seq, source_hash, summary, tokens, format_version, status, created_at) "
+            f"VALUES ('ck_slipped', '{conv.id}', '{conv.main_branch_id}', 1, 1, 1, 'h', 's', 1, 1, 'superseded', 0)"
+        )
+        source = new_events(T1, history)[0].chain_hash
+        candidate = CheckpointCandidate(conv.id, conv.main_branch_id, 0, 1, 1, source, "summary", 5, None, 1)
+        assert await store.commit_checkpoint(candidate) is None
+        assert await store.active_checkpoint(conv.main_branch_id) is None
+    finally:
+        await store.close()
+        postgres_server.drop_schemas("backstop")
 
 
 @pytest.mark.slow

@@ -50,10 +50,7 @@ class Checkpoints(PostgresConnection):
         return await self._read(_active, branch_id)
 
     async def commit_checkpoint(self, candidate: CheckpointCandidate) -> StoredCheckpoint | None:
-        try:
-            return await self._write(_commit, candidate, time.time())
-        except asyncpg.UniqueViolationError:
-            return None  # another commit of the same parent landed first: this candidate is stale
+        return await self._write(_commit, candidate, time.time())
 
     async def record_failed_checkpoint(self, candidate: CheckpointCandidate, error: str) -> None:
         failed = candidate.stored(new_id("ck"), "failed", time.time(), error)
@@ -192,5 +189,9 @@ async def _commit(conn: Conn, candidate: CheckpointCandidate, now: float) -> Sto
     if await _lineage_hash(conn, candidate.branch_id, candidate.covered_through_seq) != candidate.source_hash:
         return None
     checkpoint = candidate.stored(new_id("ck"), "active", now)
-    await conn.execute(_SUPERSEDE_AND_INSERT, *_values(checkpoint))
+    try:
+        async with conn.transaction():  # a savepoint: the backstop's refusal undoes this statement only
+            await conn.execute(_SUPERSEDE_AND_INSERT, *_values(checkpoint))
+    except asyncpg.UniqueViolationError:
+        return None  # another commit of the same parent landed first: this candidate is stale
     return checkpoint
