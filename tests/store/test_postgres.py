@@ -159,6 +159,32 @@ async def test_the_unique_generation_refuses_a_second_commit_of_one_parent(postg
         postgres_server.drop_schemas("backstop")
 
 
+async def test_a_delete_leaves_nothing_but_its_tombstone(postgres_server: PostgresServer) -> None:
+    """Events, branches (a fork too), call records, checkpoints and leases of a deleted
+    conversation: no row of any table names it but the tombstone that refuses late writes."""
+    store = _store(postgres_server, "deleted")
+    try:
+        await store.open()
+        conv = await store.create_conversation(T1, "ext-deleted")
+        main = conv.main_branch_id
+        history = [user("u1"), user("u2"), user("u3")]
+        await store.append(Position(conv.id, main, 0), new_events(T1, history), None)
+        await store.append(Position(conv.id, main, 1), new_events(T1, [user("u1"), user("fork")], 1), None)
+        await store.record_call(call_record(conv.id, main, "call_deleted", 1.0))
+        token = await store.acquire_lease(main, "replica", 30)
+        source = new_events(T1, history)[1].chain_hash
+        candidate = CheckpointCandidate(conv.id, main, 0, 1, 2, source, "summary", 5, None, 1, token)
+        assert await store.commit_checkpoint(candidate) is not None
+        assert await store.delete_conversation(conv.id)
+        tables = postgres_server.psql("SELECT tablename FROM pg_tables WHERE schemaname = 'deleted'").split()
+        naming = [t for t in tables if conv.id in postgres_server.psql(f'SELECT t::text FROM deleted."{t}" t')]
+        assert naming == ["tombstones"]
+        assert main not in "".join(postgres_server.psql(f'SELECT t::text FROM deleted."{t}" t') for t in tables)
+    finally:
+        await store.close()
+        postgres_server.drop_schemas("deleted")
+
+
 @pytest.mark.slow
 async def test_a_lease_held_by_a_replica_killed_9_expires(postgres_server: PostgresServer) -> None:
     url = postgres_server.url() + "?schema=killed"
