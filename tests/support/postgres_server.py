@@ -69,7 +69,8 @@ class PostgresServer:
 
     def start(self) -> PostgresServer:
         if self.dir is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="ctxproxy-pg-"))
+            # As root, under /tmp: a TMPDIR inside root's home would be closed to the postgres account.
+            self.dir = Path(tempfile.mkdtemp(prefix="ctxproxy-pg-", dir="/tmp" if self._as else None))
             if self._as:
                 os.chown(self.dir, pwd.getpwnam("postgres").pw_uid, self._as["group"])
             subprocess.run(
