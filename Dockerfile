@@ -11,7 +11,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY policies ./policies
-RUN pip install . \
+RUN pip install '.[postgres]' \
     && useradd --system --uid 10001 --home-dir /data --create-home ctxproxy
 
 COPY config.example.yaml /etc/ctxproxy/config.yaml

@@ -26,7 +26,7 @@ from typing import Any
 from bench.procs import free_port
 from proxy import identify
 from proxy.store import make_store
-from proxy.store.base import CallRecord, NewEvent, Position, ResponseTurn
+from proxy.store.base import CallRecord, NewEvent, Position, ResponseTurn, Store
 from proxy.store.redis import RedisStore
 from tests.support.redis_server import RedisCluster, RedisServer
 
@@ -39,7 +39,7 @@ def _message(conv: str, i: int, size: int) -> dict[str, Any]:
     return {"role": role, "content": f"{conv} turn {i}: " + "x" * size}
 
 
-async def _turns(store: RedisStore, turns: int, size: int) -> list[float]:
+async def turn_latencies(store: Store, turns: int, size: int) -> list[float]:
     """Per-turn store latency (ms) of one conversation growing `turns` user+assistant pairs."""
     history: list[dict[str, Any]] = []
     conv = await store.create_conversation(TENANT, None)
@@ -92,7 +92,7 @@ async def _memory(url: str, nodes: list[RedisServer], convs: int, turns: int, si
     await store.open()
     try:
         for _ in range(convs):
-            await _turns(store, turns, size)
+            await turn_latencies(store, turns, size)
     finally:
         await store.close()
     per_node = _used(nodes, prefix)
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 assert isinstance(store, RedisStore)
                 await store.open()
                 try:
-                    samples[name].extend(await _turns(store, args.turns, args.size))
+                    samples[name].extend(await turn_latencies(store, args.turns, args.size))
                 finally:
                     await store.close()
                 print(

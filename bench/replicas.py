@@ -1,4 +1,5 @@
-"""`python -m bench.replicas`: ctxproxy on SQLite vs on Redis with 1 and 2 replicas (issue #6).
+"""`python -m bench.replicas`: ctxproxy on SQLite vs on Redis, Redis Cluster and PostgreSQL with 1
+and 2 replicas.
 
 Same mock upstream, body and load generator as the overhead phase (`bench.run`): a ~20k-token
 agent conversation that grows one turn per request. Configurations, interleaved per round:
@@ -9,7 +10,10 @@ agent conversation that grows one turn per request. Configurations, interleaved 
                 balancer's round robin, without the balancer's own cost);
 * `cluster-1`   one proxy process on a local Redis Cluster (three primaries, three replicas, the
                 tests' `RedisCluster`: six redis-server processes, stopped by PID);
-* `cluster-2`   two proxy processes on that cluster.
+* `cluster-2`   two proxy processes on that cluster;
+* `postgres-1`  one proxy process on a private PostgreSQL (fsync on, as in production: the
+                tests' `PostgresServer`, stopped by PID);
+* `postgres-2`  two proxy processes on that PostgreSQL.
 
 Reports requests/s, p50/p99 latency and added p50/p99 over the mock alone. Writes
 bench/results/replicas-<stamp>.json and prints a markdown table. `--quick` for a few seconds.
@@ -32,6 +36,7 @@ from bench.bodies import agent_body
 from bench.overhead import run_loadgen
 from bench.procs import Proc, free_port
 from bench.stats import pct, r
+from tests.support.postgres_server import PostgresServer
 from tests.support.redis_server import RedisCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,12 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     cluster = RedisCluster().start()
+    postgres = PostgresServer(fsync=True).start()
     procs = [
         _proxy("sqlite", f"sqlite:///{work}/ctxproxy.db", mock_port, work),
         _proxy("redis-a", redis_url, mock_port, work),
         _proxy("redis-b", redis_url, mock_port, work),
         _proxy("cluster-a", cluster.url, mock_port, work),
         _proxy("cluster-b", cluster.url, mock_port, work),
+        _proxy("postgres-a", postgres.url(), mock_port, work),
+        _proxy("postgres-b", postgres.url(), mock_port, work),
     ]
     samples: dict[str, list[float]] = {}
     walls: dict[str, float] = {}
@@ -152,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             "redis-2": [procs[1].port, procs[2].port],
             "cluster-1": [procs[3].port],
             "cluster-2": [procs[3].port, procs[4].port],
+            "postgres-1": [procs[5].port],
+            "postgres-2": [procs[5].port, procs[6].port],
         }
         for rnd in range(rounds):
             names = list(configs)
@@ -171,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         redis.terminate()
         redis.wait(10)
         cluster.stop()
+        postgres.close()
     base50, base99 = pct(samples["direct"], 50) or 0.0, pct(samples["direct"], 99) or 0.0
     rows = []
-    for name in ("direct", "sqlite", "redis-1", "redis-2", "cluster-1", "cluster-2"):
+    for name in ("direct", "sqlite", "redis-1", "redis-2", "cluster-1", "cluster-2", "postgres-1", "postgres-2"):
         lat = samples[name]
         p50, p99 = pct(lat, 50) or 0.0, pct(lat, 99) or 0.0
         rows.append(

@@ -32,6 +32,7 @@ import pytest
 
 from tests.support import lanes
 from tests.support.ports import free_port
+from tests.support.postgres_server import postgres_server  # noqa: F401 -- the session's PostgreSQL, started on first use
 from tests.support.proxy_process import ProxyProcess, deep_merge, default_config, subprocess_env
 from tests.support.redis_server import redis_cluster  # noqa: F401 -- the session's Redis Cluster, started on first use
 from tests.support.upstream_server import UpstreamServer

@@ -13,7 +13,7 @@ from typing import Literal, NamedTuple
 class Scheme(NamedTuple):
     prefix: str
     """What a URL of this scheme starts with."""
-    backend: Literal["sqlite", "redis"]
+    backend: Literal["sqlite", "redis", "postgres"]
     """The package under proxy/store/ that serves it."""
     cluster: bool = False
     tls: bool = False
@@ -25,9 +25,14 @@ SCHEMES: tuple[Scheme, ...] = (
     Scheme("rediss://", "redis", tls=True),
     Scheme("redis+cluster://", "redis", cluster=True),
     Scheme("rediss+cluster://", "redis", cluster=True, tls=True),
+    Scheme("postgresql://", "postgres"),
+    Scheme("postgres://", "postgres"),
 )
 
-FORMS = "sqlite:///PATH, redis://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]"
+FORMS = (
+    "sqlite:///PATH, redis://HOST:PORT/DB, redis+cluster://HOST:PORT[,HOST:PORT...] "
+    "or postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+)
 """The URL forms, for messages that refuse a URL."""
 
 

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from proxy.store.base import Store
+from proxy.store.postgres import PostgresStore
 from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
+from tests.support.postgres_server import session_postgres
 from tests.support.redis_server import RedisServer, session_cluster, session_server, set_session_server
 
 
@@ -66,14 +68,32 @@ def _cluster_cleanup(tmp_path: Path) -> None:
             client.close()
 
 
+def _postgres_schema(tmp_path: Path, name: str) -> str:
+    # A schema per store of a test: the name picks one, tmp_path makes them the test's own.
+    return "t" + hashlib.sha1(str(tmp_path).encode()).hexdigest()[:16] + "_" + name
+
+
+def _postgres(tmp_path: Path, name: str) -> Store:
+    return PostgresStore(session_postgres().url() + f"?schema={_postgres_schema(tmp_path, name)}&pool_max=4")
+
+
+def _postgres_cleanup(tmp_path: Path) -> None:
+    session_postgres().drop_schemas("t" + hashlib.sha1(str(tmp_path).encode()).hexdigest()[:16] + "_")
+
+
 BACKENDS: dict[str, Callable[[Path, str], Store]] = {
     "sqlite": _sqlite,
     "redis": _redis,
     "redis-cluster": _cluster,
+    "postgres": _postgres,
 }
 # Per-backend needs of the `stores` fixture: a fixture to start first, a cleanup after each test.
-_SERVER_FIXTURE = {"redis": "redis_server", "redis-cluster": "redis_cluster"}
-_CLEANUP: dict[str, Callable[[Path], None]] = {"redis": _redis_cleanup, "redis-cluster": _cluster_cleanup}
+_SERVER_FIXTURE = {"redis": "redis_server", "redis-cluster": "redis_cluster", "postgres": "postgres_server"}
+_CLEANUP: dict[str, Callable[[Path], None]] = {
+    "redis": _redis_cleanup,
+    "redis-cluster": _cluster_cleanup,
+    "postgres": _postgres_cleanup,
+}
 
 
 class Stores:

@@ -12,9 +12,11 @@ from typing import Any
 
 from proxy.store.base import Store
 from proxy.store.memories import Memory, MemoryQuery, new_memory_id, tag_of_memory
+from proxy.store.postgres import PostgresStore
 from proxy.store.redis import RedisStore
 from tests.store.conftest import Stores
 from tests.store.test_contract import T1, T2
+from tests.support.postgres_server import session_postgres
 from tests.support.redis_server import session_cluster, session_server
 
 _CLOCK = [time.time()]
@@ -173,9 +175,13 @@ async def test_delete_leaves_nothing(stores: Stores, store: Store) -> None:
 
 def _anywhere(store: Store, needle: str) -> bool:
     """Whether `needle` is still in the backend's storage: any SQLite row, any Redis key name,
-    field, member or value under the store's prefix."""
+    field, member or value under the store's prefix, any row of the PostgreSQL store's schema."""
     if isinstance(store, RedisStore):
         return _in_redis(store, needle)
+    if isinstance(store, PostgresStore):
+        server = session_postgres()
+        tables = server.psql(f"SELECT tablename FROM pg_tables WHERE schemaname = '{store.schema}'").split()
+        return any(needle in server.psql(f'SELECT t::text FROM "{store.schema}"."{table}" t') for table in tables)
     db = store.db  # type: ignore[attr-defined]
     tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
     return any(needle in repr(row) for table in tables for row in db.execute(f"SELECT * FROM {table}").fetchall())

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from proxy import identify
-from proxy.store.base import CheckpointCandidate, Position, ResponseTurn
+from proxy.store.base import CheckpointCandidate, Position, ResponseTurn, Store
 from proxy.store.sqlite import SqliteStore
 from tests.store.test_contract import T1, call_record, new_events
 
@@ -22,7 +22,7 @@ WHOLE_TABLE = re.compile(r"^SCAN (events|branches|checkpoints|calls|conversation
 CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA")
 
 
-async def _workload(store: SqliteStore) -> None:
+async def workload(store: Store) -> None:
     """What requests, a compaction, a rejected fork, retention and a delete do to the store."""
     history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(6)]
     hashes = identify.chain(T1, history)
@@ -68,7 +68,7 @@ async def test_no_statement_reads_a_whole_table(tmp_path: Path) -> None:
     try:
         statements: list[str] = []
         store.db.set_trace_callback(statements.append)
-        await _workload(store)
+        await workload(store)
         store.db.set_trace_callback(None)
         scans: dict[str, list[str]] = {}
         seen = set()

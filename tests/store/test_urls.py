@@ -15,7 +15,10 @@ ROUTE = {"name": "r", "match": {"model": "*"}, "upstream": {"base_url": "https:/
 
 
 def _url(scheme: Scheme) -> str:
-    return scheme.prefix + ("ctx.db" if scheme.backend == "sqlite" else "localhost:6379/0")
+    return (
+        scheme.prefix
+        + {"sqlite": "ctx.db", "redis": "localhost:6379/0", "postgres": "u:p@localhost:5432/db"}[scheme.backend]
+    )
 
 
 @pytest.mark.parametrize("scheme", SCHEMES, ids=[s.prefix for s in SCHEMES])
@@ -28,7 +31,7 @@ def test_every_scheme_is_a_valid_config_and_makes_its_backend(scheme: Scheme) ->
         assert store.cluster is scheme.cluster
 
 
-@pytest.mark.parametrize("url", ["postgres://db", "sqlite://relative.db", "REDIS://localhost", "redis:/x"])
+@pytest.mark.parametrize("url", ["postgresql+asyncpg://db", "sqlite://relative.db", "REDIS://localhost", "redis:/x"])
 def test_a_url_of_no_scheme_is_refused_by_both(url: str) -> None:
     assert scheme_of(url) is None
     with pytest.raises(StoreError, match="unsupported store URL scheme") as made:

@@ -236,8 +236,9 @@ def test_unknown_keys_rejected() -> None:
 
 
 def test_bad_store_url() -> None:
-    assert problems({"routes": [route("r")], "store": "postgres://db"}) == [
-        "cfg.yaml: store: must be sqlite:///PATH, redis://HOST:PORT/DB or redis+cluster://HOST:PORT[,HOST:PORT...]"
+    assert problems({"routes": [route("r")], "store": "mysql://db"}) == [
+        "cfg.yaml: store: must be sqlite:///PATH, redis://HOST:PORT/DB, redis+cluster://HOST:PORT[,HOST:PORT...] "
+        "or postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
     ]
 
 

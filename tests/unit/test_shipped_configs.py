@@ -12,7 +12,12 @@ from proxy.config import load_config
 from proxy.protocols import WIRES
 from tests.support.proxy_process import REPO
 
-SHIPPED = ["config.example.yaml", "deploy/config.replicas.yaml", "deploy/config.cluster.yaml"]
+SHIPPED = [
+    "config.example.yaml",
+    "deploy/config.replicas.yaml",
+    "deploy/config.cluster.yaml",
+    "deploy/config.postgres.yaml",
+]
 HOSTS = {
     "anthropic": "https://api.anthropic.com",
     "openai_chat": "https://api.openai.com/v1",
@@ -20,6 +25,12 @@ HOSTS = {
     "openai_responses_compact": "https://api.openai.com/v1",
 }
 MODELS = {"anthropic": "claude-sonnet-4-5"}
+
+
+@pytest.fixture(autouse=True)
+def _postgres_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    # deploy/config.postgres.yaml reads the database password from the environment, as compose sets it
+    monkeypatch.setenv("POSTGRES_PASSWORD", "from-the-environment")
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -37,7 +48,7 @@ def test_the_deployment_configs_have_the_example_route_table(name: str) -> None:
     assert deployed.routes == example.routes
 
 
-@pytest.mark.parametrize("name", ["docker-compose.yml", "docker-compose.cluster.yml"])
+@pytest.mark.parametrize("name", ["docker-compose.yml", "docker-compose.cluster.yml", "docker-compose.postgres.yml"])
 def test_compose_gives_the_drain_its_grace_before_killing(name: str) -> None:
     compose = yaml.safe_load((REPO / name).read_text())
     for service in ("ctxproxy-1", "ctxproxy-2"):
@@ -59,3 +70,23 @@ def test_nginx_sends_a_draining_replicas_503_to_the_next_replica() -> None:
     retried = directives["proxy_next_upstream"]
     assert "http_503" in retried and "non_idempotent" in retried, retried  # model calls are POSTs
     assert directives.get("proxy_request_buffering") != ["off"], "an unbuffered body cannot be sent again"
+
+
+def test_postgres_compose_balances_ready_replicas_of_one_database() -> None:
+    """docker-compose.postgres.yml: both replicas read the config whose store is the compose's
+    PostgreSQL (user, database, the password from the same variable), each is healthy only while
+    its /readyz answers 200, and nginx waits for both to be healthy."""
+    compose = yaml.safe_load((REPO / "docker-compose.postgres.yml").read_text())
+    services = compose["services"]
+    database = services["postgres"]["environment"]
+    for name in ("ctxproxy-1", "ctxproxy-2"):
+        service = services[name]
+        assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert any("/readyz" in part for part in service["healthcheck"]["test"]), service["healthcheck"]
+        assert services["nginx"]["depends_on"][name]["condition"] == "service_healthy"
+        assert service["environment"]["POSTGRES_PASSWORD"] == database["POSTGRES_PASSWORD"]
+        mounted = service["volumes"][0].split(":")[0]
+        store = load_config(REPO / mounted).store
+        assert store.startswith(f"postgresql://{database['POSTGRES_USER']}:from-the-environment@postgres:5432/")
+        assert store.split("?")[0].endswith("/" + database["POSTGRES_DB"])
+    assert "8787:8787" in services["nginx"]["ports"]

@@ -1,0 +1,214 @@
+"""Call records and the ledger over them (`/admin/usage`), summed in SQL; retention's purges in
+bounded batches (each its own short transaction, so a sweep of millions of old rows never holds
+one long transaction or lock)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import codec
+from ...errors import ConversationGone
+from ...usage import TOKEN_FIELDS
+from ..base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
+from ..sqlite.rows import Select
+from .connection import Conn, PostgresConnection, count
+
+PURGE_BATCH = 1000
+"""Rows a retention purge deletes per transaction."""
+
+
+def _record(
+    id: str,
+    tenant: str,
+    route: str,
+    model: str | None,
+    purpose: str,
+    stream: bool,
+    started_at: float,
+    conversation_id: str | None,
+    branch_id: str | None,
+    status: str,
+    upstream_status: int | None,
+    error: str | None,
+    latency_ms: float | None,
+    ttfb_ms: float | None,
+    response: str | None,
+    finish_reason: str | None,
+    usage_raw: str | None,
+    request_id: str | None,
+    system_hash: str | None,
+    tools_hash: str | None,
+    projection: str | None,
+    cost_usd: float | None,
+    *usage: int | None,
+) -> CallRecord:
+    return CallRecord(
+        id=id,
+        tenant=tenant,
+        route=route,
+        model=model,
+        purpose=purpose,
+        stream=stream,
+        started_at=started_at,
+        conversation_id=conversation_id,
+        branch_id=branch_id,
+        status=status,
+        upstream_status=upstream_status,
+        error=error,
+        latency_ms=latency_ms,
+        ttfb_ms=ttfb_ms,
+        response=_loads(response),
+        finish_reason=finish_reason,
+        usage_raw=_loads(usage_raw),
+        usage=dict(zip(TOKEN_FIELDS, usage, strict=True)),
+        request_id=request_id,
+        system_hash=system_hash,
+        tools_hash=tools_hash,
+        projection=_loads(projection),
+        cost_usd=cost_usd,
+    )
+
+
+# A CallRecord's columns: its fields, with `usage` stored as one column per token field.
+_RECORD = Select(_record, rest=TOKEN_FIELDS)
+_COLUMNS = (*_RECORD.names, "tokens_saved")
+
+
+def _insert_sql(first: int) -> str:
+    """The record's upsert, its values numbered from `$first`."""
+    marks = ", ".join(f"${i}" for i in range(first, first + len(_COLUMNS)))
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS[1:])
+    return f"INSERT INTO calls ({', '.join(_COLUMNS)}) VALUES ({marks}) ON CONFLICT (id) DO UPDATE SET {updates}"
+
+
+_INSERT = _insert_sql(1)
+
+
+class Calls(PostgresConnection):
+    async def record_call(self, call: CallRecord) -> None:
+        await self._write(insert_call, call)
+
+    async def list_calls(self, conversation_id: str, limit: int, offset: int) -> list[CallRecord]:
+        rows = await self._read(
+            lambda conn: conn.fetch(
+                f"SELECT {_RECORD.sql} FROM calls WHERE conversation_id = $1 ORDER BY started_at, ord "
+                "LIMIT $2 OFFSET $3",
+                conversation_id,
+                limit,
+                offset,
+            )
+        )
+        return _RECORD.all(rows)
+
+    async def last_call(self, branch_id: str, purpose: str) -> CallRecord | None:
+        row = await self._read(
+            lambda conn: conn.fetchrow(
+                f"SELECT {_RECORD.sql} FROM calls WHERE branch_id = $1 AND purpose = $2 "
+                "ORDER BY started_at DESC, ord DESC LIMIT 1",
+                branch_id,
+                purpose,
+            )
+        )
+        return _RECORD.one(row)
+
+    async def usage_cells(self, query: UsageQuery) -> list[UsageCell]:
+        return await self._read(_usage_cells, query)
+
+    async def purge_calls(self, before: float) -> int:
+        return await self._purge(
+            "DELETE FROM calls WHERE id IN (SELECT id FROM calls WHERE started_at < $1 LIMIT $2)", before
+        )
+
+    async def _purge(self, sql: str, before: float) -> int:
+        """Run `sql` (a DELETE of at most $2 rows older than $1) until it deletes a short batch."""
+        total = 0
+        while True:
+            deleted = count(await self._write(lambda conn: conn.execute(sql, before, PURGE_BATCH)))
+            total += deleted
+            if deleted < PURGE_BATCH:
+                return total
+
+
+async def insert_call(conn: Conn, call: CallRecord) -> None:
+    """Store (or replace) the record, unless its conversation was deleted. The share lock on the
+    conversation's row waits for a delete in progress, which then leaves its tombstone to see."""
+    if call.conversation_id is not None:
+        await conn.fetchval("SELECT 1 FROM conversations WHERE id = $1 FOR SHARE", call.conversation_id)
+        if await conn.fetchval("SELECT 1 FROM tombstones WHERE conversation_id = $1", call.conversation_id):
+            raise ConversationGone(f"conversation {call.conversation_id} was deleted")
+    sql, values = call_insert(call, first=1)
+    await conn.execute(sql, *values)
+
+
+def call_insert(call: CallRecord, first: int) -> tuple[str, list[Any]]:
+    """The record's upsert with its values numbered from `$first`, and those values."""
+    values = {
+        "id": call.id,
+        "tenant": call.tenant,
+        "route": call.route,
+        "model": call.model,
+        "purpose": call.purpose,
+        "stream": bool(call.stream),
+        "started_at": call.started_at,
+        "conversation_id": call.conversation_id,
+        "branch_id": call.branch_id,
+        "status": call.status,
+        "upstream_status": call.upstream_status,
+        "error": call.error,
+        "latency_ms": call.latency_ms,
+        "ttfb_ms": call.ttfb_ms,
+        "response": _dumps(call.response),
+        "finish_reason": call.finish_reason,
+        "usage_raw": _dumps(call.usage_raw),
+        "request_id": call.request_id,
+        "system_hash": call.system_hash,
+        "tools_hash": call.tools_hash,
+        "projection": _dumps(call.projection),
+        "cost_usd": call.cost_usd,
+        **{field: call.usage.get(field) for field in TOKEN_FIELDS},  # one column per token field
+        "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
+    }
+    return (_INSERT if first == 1 else _insert_sql(first)), [values[c] for c in _COLUMNS]
+
+
+_GROUP_SQL = {"day": "to_char(to_timestamp(started_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"}
+"""Group keys that are no column: the SQL computing them as `CallRecord` does."""
+
+
+async def _usage_cells(conn: Conn, query: UsageQuery) -> list[UsageCell]:
+    where: list[str] = []
+    args: list[Any] = []
+    for condition, value in (
+        ("conversation_id = ", query.conversation_id),
+        ("route = ", query.route),
+        ("tenant = ", query.tenant),
+        ("started_at >= ", query.since),
+        ("started_at < ", query.until),
+    ):
+        if value is not None:
+            args.append(value)
+            where.append(f"{condition}${len(args)}")
+    key = _GROUP_SQL.get(query.group_by, USAGE_GROUP_COLUMNS[query.group_by]) if query.group_by else None
+    # SUM over only NULLs is NULL and COUNT(col) counts the known values: unknown stays unknown.
+    # SUM of a bigint is numeric: cast back, so the cells hold ints as the other backends' do.
+    sums = ", ".join(f"SUM({f}){'' if f == 'cost_usd' else '::bigint'}, COUNT({f})" for f in LEDGER_FIELDS)
+    rows = await conn.fetch(
+        f"SELECT {key or 'NULL::text'}, purpose, status, COUNT(*), {sums} FROM calls "
+        + (f"WHERE {' AND '.join(where)} " if where else "")
+        + f"GROUP BY {key + ', ' if key else ''}purpose, status",
+        *args,
+    )
+    cells = []
+    for key_value, purpose, status, calls, *values in rows:
+        totals = {f: values[2 * i] for i, f in enumerate(LEDGER_FIELDS)}
+        known = {f: values[2 * i + 1] for i, f in enumerate(LEDGER_FIELDS)}
+        cells.append(UsageCell(key_value, purpose, status, calls, totals, known))
+    return cells
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else codec.dumps_str(value)
+
+
+def _loads(value: str | None) -> Any:
+    return None if value is None else codec.loads(value)
