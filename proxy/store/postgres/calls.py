@@ -40,6 +40,7 @@ def _record(
     tools_hash: str | None,
     projection: str | None,
     cost_usd: float | None,
+    wire: str | None,
     *usage: int | None,
 ) -> CallRecord:
     return CallRecord(
@@ -66,6 +67,7 @@ def _record(
         tools_hash=tools_hash,
         projection=_loads(projection),
         cost_usd=cost_usd,
+        wire=wire,
     )
 
 
@@ -96,6 +98,18 @@ class Calls(PostgresConnection):
                 conversation_id,
                 limit,
                 offset,
+            )
+        )
+        return _RECORD.all(rows)
+
+    async def calls_of_purpose(self, purpose: str, since: float, limit: int) -> list[CallRecord]:
+        rows = await self._read(
+            lambda conn: conn.fetch(
+                f"SELECT {_RECORD.sql} FROM calls WHERE purpose = $1 AND started_at >= $2 "
+                "ORDER BY started_at DESC, ord DESC LIMIT $3",
+                purpose,
+                since,
+                limit,
             )
         )
         return _RECORD.all(rows)
@@ -165,6 +179,7 @@ def call_insert(call: CallRecord, first: int) -> tuple[str, list[Any]]:
         "tools_hash": call.tools_hash,
         "projection": _dumps(call.projection),
         "cost_usd": call.cost_usd,
+        "wire": call.wire,
         **{field: call.usage.get(field) for field in TOKEN_FIELDS},  # one column per token field
         "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
     }

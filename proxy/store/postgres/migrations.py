@@ -263,11 +263,19 @@ _M004_APPEND = """
     $fn$;
 """
 
+# The client API that served each call (`CallRecord.wire`; earlier records have none), and the
+# shadow report's scan of one purpose's calls since a time (`Store.calls_of_purpose`).
+_M005_CALL_WIRE = """
+    ALTER TABLE calls ADD COLUMN wire TEXT;
+    CREATE INDEX calls_purpose ON calls (purpose, started_at);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
     ("002_checkpoints_and_leases", _M002_CHECKPOINTS),
     ("003_memories", _M003_MEMORIES),
     ("004_append_function", _M004_APPEND),
+    ("005_call_wire", _M005_CALL_WIRE),
 ]
 
 
