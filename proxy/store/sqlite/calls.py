@@ -35,6 +35,7 @@ def _record(
     tools_hash: str | None,
     projection: str | None,
     cost_usd: float | None,
+    client: str | None,
     *usage: int | None,
 ) -> CallRecord:
     return CallRecord(
@@ -61,6 +62,7 @@ def _record(
         tools_hash=tools_hash,
         projection=_loads(projection),
         cost_usd=cost_usd,
+        client=client,
     )
 
 
@@ -130,6 +132,7 @@ def insert_call(db: Db, call: CallRecord) -> None:
         "tools_hash": call.tools_hash,
         "projection": _dumps(call.projection),
         "cost_usd": call.cost_usd,
+        "client": call.client,
         "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
     }
     db.execute(
@@ -149,6 +152,7 @@ def _usage_cells(db: Db, query: UsageQuery) -> list[UsageCell]:
         ("conversation_id", query.conversation_id),
         ("route", query.route),
         ("tenant", query.tenant),
+        ("client", query.client),
     ):
         if value is not None:
             where.append(f"{column} = ?")

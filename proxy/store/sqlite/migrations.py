@@ -164,6 +164,25 @@ _M006_MEMORIES = """
             WHERE source_conversation IS NOT NULL;
 """
 
+# Client keys made through the admin API (proxy/store/access.py), the counters of budgets and rate
+# limits, and the client key each call was made with (usage by key).
+_M007_ACCESS = """
+        CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            digest TEXT NOT NULL UNIQUE,
+            record TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE counters (
+            name TEXT PRIMARY KEY,
+            value REAL NOT NULL,
+            expires_at REAL NOT NULL
+        );
+        CREATE INDEX counters_expiry ON counters (expires_at);
+        ALTER TABLE calls ADD COLUMN client TEXT;
+        CREATE INDEX calls_client ON calls (client, started_at) WHERE client IS NOT NULL;
+"""
+
 # Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
@@ -172,6 +191,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("004_leases", _M004_LEASES),
     ("005_branch_indexes", _M005_BRANCH_INDEXES),
     ("006_memories", _M006_MEMORIES),
+    ("007_access", _M007_ACCESS),
 ]
 
 
