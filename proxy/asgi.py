@@ -21,7 +21,16 @@ from starlette.types import Receive, Scope, Send
 
 from . import codec
 from .config import Limits
-from .errors import BadRequest, NotFound, PayloadTooLarge, ProxyError, RequestTimeout, Unauthorized, openai_error_bytes
+from .errors import (
+    BadRequest,
+    NotFound,
+    PayloadTooLarge,
+    ProxyError,
+    RateLimited,
+    RequestTimeout,
+    Unauthorized,
+    openai_error_bytes,
+)
 from .protocols.base import Wire
 
 SHUTDOWN_KEY = "ctxproxy.shutdown"
@@ -143,4 +152,7 @@ def error_response(exc: ProxyError, wire: Wire | None) -> RawResponse:
     """The one rendering of an error answer: in the shape of the API the client called (`wire`),
     OpenAI's when the path belongs to none."""
     body = wire.error_body(exc) if wire is not None else openai_error_bytes(exc)
-    return RawResponse(body, exc.status, [("content-type", "application/json")])
+    headers = [("content-type", "application/json")]
+    if isinstance(exc, RateLimited):
+        headers.append(("retry-after", str(exc.retry_after)))
+    return RawResponse(body, exc.status, headers)

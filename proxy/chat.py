@@ -52,8 +52,9 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     model, stream = wire.envelope(body)
     messages = wire.messages(body, memo)
     route, policy = routing.route_for(config, wire.path, model)
-    caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
+    caller = await auth.caller_of(services, route, request.headers)
     mode = modes.mode_of(request.headers, route, policy)  # a refused mode: nothing stored or sent
+    await services.admission.admit(caller)  # a spent budget or a rate limit: nothing stored or sent
     memo.commit()
     tenant = caller.tenant
     header = config.conversation_header
@@ -66,7 +67,7 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
         services.metrics.observe_identity(ingested.lookup)
         # from here on every answer, errors included, names the conversation
         request.reported = _reported(header, ingested, None, mode)
-        call = await _open_call(services, route, model, (wire.purpose, stream), body, ingested, started)
+        call = await _open_call(services, route, model, (wire.purpose, stream, caller.key), body, ingested, started)
         exchange = Exchange(services, wire, route, policy, request, ingested, call)
         projectable = routing.projectable(policy, wire, body)
         rewriting = projectable and mode is None
@@ -141,14 +142,14 @@ async def _open_call(
     services: Services,
     route: Route,
     model: str,
-    kind: tuple[str, bool],
+    kind: tuple[str, bool, str | None],
     body: dict[str, Any],
     ingested: Ingested,
     started: float,
 ) -> CallRecord:
-    """The call's record, opened as `kind` (its purpose, whether streamed)."""
-    purpose, stream = kind
-    call = services.recorder.open(ingested.identity.tenant, route, model, purpose, stream, started)
+    """The call's record, opened as `kind` (its purpose, whether streamed, the client key)."""
+    purpose, stream, client = kind
+    call = services.recorder.open(ingested.identity.tenant, route, model, purpose, stream, started, client)
     tools_hash = await services.recorder.blob(body.get("tools"))
     identity = ingested.identity
     record.attach(call, identity.conversation_id, identity.branch_id, ingested.system_hash, tools_hash)

@@ -77,7 +77,7 @@ async def count(services: Services, headers: Mapping[str, str], receive: Receive
     body = wire.parse(raw)
     model, _ = wire.envelope(body)
     route, policy = routing.route_for(config, wire.path, model)
-    caller = auth.authenticate(services.keys, config, route, headers, services.salt)
+    caller = await auth.caller_of(services, route, headers)
     header = config.conversation_header
     upstream_headers = routing.upstream_headers(
         services.keys, wire, route, headers, frozenset({header.lower()}), caller

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from typing import Any
 
 from . import codec, tracing
+from .admission import Admission
 from .catalog import ModelCatalog
 from .config import Route
 from .errors import ProxyError, StoreError, UpstreamTimeout
@@ -229,17 +230,27 @@ class Recorder:
         catalog: ModelCatalog,
         routes: list[Route],
         requests: RequestLogger | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.catalog = catalog
         self.requests = requests
         """the request log's line per call (None: none)"""
+        self.admission = admission
+        """budgets and rate limits, charged with each call once recorded (None: none)"""
         self._provider_models = {r.name: r.upstream.model for r in routes if r.upstream.model}
         self._known_blobs = BoundedSet()
 
     def open(
-        self, tenant: str, route: Route, model: str | None, purpose: str, stream: bool, started: float | None = None
+        self,
+        tenant: str,
+        route: Route,
+        model: str | None,
+        purpose: str,
+        stream: bool,
+        started: float | None = None,
+        client: str | None = None,
     ) -> CallRecord:
         return CallRecord(
             id=new_call_id(),
@@ -249,6 +260,7 @@ class Recorder:
             purpose=purpose,
             stream=stream,
             started_at=time.time() if started is None else started,
+            client=client,
         )
 
     def follow(self, previous: CallRecord, purpose: str = "main") -> CallRecord:
@@ -266,6 +278,7 @@ class Recorder:
             branch_id=previous.branch_id,
             system_hash=previous.system_hash,
             tools_hash=previous.tools_hash,
+            client=previous.client,
         )
 
     async def blob(self, value: Any, digest: str | None = None) -> str | None:
@@ -285,7 +298,7 @@ class Recorder:
     async def finish(
         self, call: CallRecord, wire: str, error_kind: str | None = None, turn: ResponseTurn | None = None
     ) -> Position | None:
-        """The one place a record is completed: cost, metrics, then the store -- in one write with
+        """The one place a record is completed: cost, metrics, budgets, then the store -- in one write with
         `turn`, the response turn of the accepted request the call answered; returns where its
         answer was stored (None: no answer stored). A store failure is logged, never raised: the
         client has (or is getting) its answer already."""
@@ -298,6 +311,8 @@ class Recorder:
         tracing.recorded(call, wire)
         if self.requests is not None:
             self.requests.write(call, wire)
+        if self.admission is not None:  # billed whether or not the record can be stored
+            await self.admission.charge(call)
         try:
             if turn is None:
                 await self.store.record_call(call)

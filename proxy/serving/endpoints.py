@@ -69,14 +69,14 @@ async def list_models(request: Request) -> RawResponse:
     services: Services = request.app.state.ctx
     route = _models_route(services.config)
     if route is None:
-        auth.authenticate(services.keys, services.config, services.config.routes[0], request.headers, services.salt)
+        await auth.caller_of(services, services.config.routes[0], request.headers)
         data = [
             {"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
             for r in services.config.routes
             if r.upstream.model
         ]
         return json_response({"object": "list", "data": data})
-    caller = auth.authenticate(services.keys, services.config, route, request.headers, services.salt)
+    caller = await auth.caller_of(services, route, request.headers)
     key = services.upstream_key(route)
     drop = frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
     headers = upstream_request_headers(request.headers, OPENAI_CHAT.auth_headers(key) if key else None, drop)
@@ -106,7 +106,7 @@ async def embeddings(request: Request) -> RawResponse:
             "relayed to OpenAI-compatible upstreams (base_url) only.",
             param="model",
         )
-    caller = auth.authenticate(services.keys, config, route, request.headers, services.salt)
+    caller = await auth.caller_of(services, route, request.headers)
     key = services.upstream_key(route)
     drop = frozenset({config.conversation_header.lower()}) | (
         frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
