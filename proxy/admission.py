@@ -17,16 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .config import Config
 from .errors import StoreError
 from .quota import Account, Quota, admission_counts, charges, checks, verdict
 from .store.base import CallRecord, Store
 from .store.public import iso_utc
-
-if TYPE_CHECKING:
-    from .auth import Caller
 
 log = logging.getLogger("ctxproxy")
 
@@ -57,17 +54,19 @@ class Admission:
             out.append(Account("tenant", tenant, f"Tenant {tenant!r}", tenant_quota))
         return out
 
-    async def admit(self, caller: Caller) -> None:
-        """Raise `RateLimited` (or `BudgetExceeded`) when one of the caller's limits is reached."""
-        if caller.key is not None and caller.quota is not None and caller.key not in self._clients:
-            self._keys[caller.key] = caller.quota
-            self._keys.move_to_end(caller.key)
-            self._labels[caller.key] = f"Client key {caller.client!r}"
+    async def admit(self, tenant: str, key: tuple[str, str, Quota] | None) -> None:
+        """Raise `RateLimited` (or `BudgetExceeded`) when a limit of `tenant` or of the client
+        key is reached; `key` is the key's id, name and quota (`auth.Caller.account`)."""
+        if key is not None and key[0] not in self._clients:
+            key_id, name, quota = key
+            self._keys[key_id] = quota
+            self._keys.move_to_end(key_id)
+            self._labels[key_id] = f"Client key {name!r}"
             while len(self._keys) > KEPT_KEY_QUOTAS:
                 dropped, _ = self._keys.popitem(last=False)
                 self._labels.pop(dropped, None)
         now = self.now()
-        found = checks(self.accounts(caller.tenant, caller.key), now)
+        found = checks(self.accounts(tenant, None if key is None else key[0]), now)
         if not found:
             return
         values = await self.store.add_counts(admission_counts(found))

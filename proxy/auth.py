@@ -52,6 +52,13 @@ class Caller:
     """The client key's own budgets and rate limits."""
 
     @property
+    def account(self) -> tuple[str, str, Quota] | None:
+        """The client key's id, name and quota when it has limits (`Admission.admit`)."""
+        if self.key is None or self.client is None or self.quota is None:
+            return None
+        return self.key, self.client, self.quota
+
+    @property
     def forwards_key(self) -> bool:
         """Whether the request's own credentials may go upstream (never a client key)."""
         return self.client is None

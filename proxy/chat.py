@@ -54,7 +54,8 @@ async def handle(services: Services, request: Incoming, wire: Wire) -> Any:
     route, policy = routing.route_for(config, wire.path, model)
     caller = await auth.caller_of(services, route, request.headers)
     mode = modes.mode_of(request.headers, route, policy)  # a refused mode: nothing stored or sent
-    await services.admission.admit(caller)  # a spent budget or a rate limit: nothing stored or sent
+    # a spent budget or a rate limit: nothing stored or sent
+    await services.admission.admit(caller.tenant, caller.account)
     memo.commit()
     tenant = caller.tenant
     header = config.conversation_header

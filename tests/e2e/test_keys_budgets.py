@@ -250,7 +250,7 @@ def test_bad_key_requests_are_400s_that_say_why(proxy, servers, body):
     assert r.json()["error"]["param"] in {"name", "tenant", "routes", "quota", "expires_at"}
 
 
-def _fresh_minute() -> None:
+def fresh_minute() -> None:
     """Wait out the end of a minute, so that a test's requests fall in one minute."""
     if time.time() % 60 > 50:
         time.sleep(60 - time.time() % 60 + 0.1)
@@ -260,7 +260,7 @@ def _fresh_minute() -> None:
 def test_requests_per_minute_answer_429_with_retry_after(proxy, servers, wire):
     p = proxy(fresh=True, **keys_config(servers))
     made = make_key(p, quota={"requests_per_minute": 2})
-    _fresh_minute()
+    fresh_minute()
     for n in range(2):
         Agent(p, wire, made["key"]).ask(f"request {n} {uuid.uuid4().hex}")
     status, body, headers = refused(Agent(p, wire, made["key"]), "one too many")
@@ -275,7 +275,7 @@ def test_requests_per_minute_answer_429_with_retry_after(proxy, servers, wire):
 def test_tokens_per_minute_answer_429_until_the_next_minute(proxy, servers):
     p = proxy(fresh=True, **keys_config(servers, tenants={"team-a": {"tokens_per_minute": 1}}))
     made = make_key(p)
-    _fresh_minute()
+    fresh_minute()
     agent = Agent(p, "openai_chat", made["key"])
     agent.ask("first")
     p.wait_calls(agent.conversation or "", 1)
