@@ -29,12 +29,12 @@ from .catalog import ModelCatalog
 from .config import Route
 from .errors import ProxyError, StoreError, UpstreamTimeout
 from .identify import blob_hash, blob_text
-from .ledger import call_cost
+from .ledger import call_cost, saved_cost
 from .metrics import Metrics
 from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome
 from .request_log import RequestLogger
-from .store.base import CallRecord, Position, ResponseTurn, Store
+from .store.base import CallRecord, Position, ResponseTurn, Store, tokens_saved
 from .summarizer import SummaryResult
 from .upstream.base import UpstreamResponse
 from .upstream.litellm import usage_from_litellm
@@ -306,7 +306,9 @@ class Recorder:
         if provider_model and call.usage_raw is not None:
             call.usage = usage_from_litellm(call.usage_raw).to_dict()  # litellm's cache writes are inside the input
         price_model = provider_model or call.model
-        call.cost_usd = call_cost(call.usage, self.catalog.info(price_model)) if price_model else None
+        info = self.catalog.info(price_model) if price_model else None
+        call.cost_usd = call_cost(call.usage, info)
+        call.saved_usd = saved_cost(tokens_saved(call.purpose, call.projection), call.usage, info)
         self.metrics.observe_call(call, wire, error_kind)
         tracing.recorded(call, wire)
         if self.requests is not None:

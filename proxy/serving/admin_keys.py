@@ -101,7 +101,11 @@ async def _shown(state: Services, key: ApiKey) -> dict[str, Any]:
 async def list_keys(request: Request) -> RawResponse:
     """The configured clients' keys, then the keys made through this API (oldest first); `tenant` filters."""
     state = state_of(request)
-    tenant = request.query_params.get("tenant") or None
+    return json_response({"data": await describe_keys(state, request.query_params.get("tenant") or None)})
+
+
+async def describe_keys(state: Services, tenant: str | None = None) -> list[dict[str, Any]]:
+    """Every client key (of `tenant`, when named) as the admin API and the inspector show it."""
     data: list[dict[str, Any]] = []
     for client in state.config.clients:
         if tenant not in (None, client.tenant_name):
@@ -121,7 +125,7 @@ async def list_keys(request: Request) -> RawResponse:
     for key in await state.store.list_api_keys():
         if tenant in (None, key.tenant):
             data.append(await _shown(state, key))
-    return json_response({"data": data})
+    return data
 
 
 async def delete_key(request: Request) -> RawResponse:
@@ -139,12 +143,15 @@ async def delete_key(request: Request) -> RawResponse:
 
 async def list_tenants(request: Request) -> RawResponse:
     """The tenants with budgets or rate limits (`tenants:` in the config) and their standing."""
-    state = state_of(request)
+    return json_response({"data": await describe_tenants(state_of(request))})
+
+
+async def describe_tenants(state: Services) -> list[dict[str, Any]]:
     data = []
     for name, quota in state.config.tenants.items():
         standing = await state.admission.standing(Account("tenant", name, name, quota))
         data.append({"tenant": name, "limits": quota.model_dump(exclude_none=True), "standing": standing})
-    return json_response({"data": data})
+    return data
 
 
 routes = [

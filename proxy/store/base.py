@@ -129,6 +129,8 @@ class CallRecord(PublicRecord):
     projection: dict[str, Any] | None = None
     cost_usd: float | None = None
     """At litellm's prices for the normalized usage (`proxy/ledger.py`); None when unknown."""
+    saved_usd: float | None = None
+    """What the rewriting kept off a main call's bill (`proxy.ledger.saved_cost`); None when unknown."""
     client: str | None = None
     """The client key that made the request: a configured client's name or an API key's id
     (`proxy/auth.py`); None for a caller's own key."""
@@ -159,6 +161,7 @@ class CallRecord(PublicRecord):
         "request_id",
         "projection",
         "cost_usd",
+        "saved_usd",
         "client",
     )
 
@@ -184,8 +187,9 @@ USAGE_GROUP_COLUMNS = {
 """`/admin/usage?group_by=` values and the call field each groups by (`day`: the UTC date the
 call started, `CallRecord.day`)."""
 
-LEDGER_FIELDS: tuple[str, ...] = (*TOKEN_FIELDS, "cost_usd", "tokens_saved")
-"""What a `UsageCell` sums for its calls: the normalized token fields, the cost and the tokens saved."""
+LEDGER_FIELDS: tuple[str, ...] = (*TOKEN_FIELDS, "cost_usd", "tokens_saved", "saved_usd")
+"""What a `UsageCell` sums for its calls: the normalized token fields, the cost, and the tokens
+and money the rewriting saved."""
 
 
 @dataclass(frozen=True)

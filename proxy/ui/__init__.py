@@ -3,9 +3,9 @@
 `routes` is mounted by `proxy.serving.app`. Modules: `access` (token, session cookie, CSRF, security
 headers), `guard` (the gate around every handler), `data` (reads through the store), `reconstruct`
 (what a past call sent, rebuilt from the log), `charts` (inline SVG), `html` (the page frame), and
-the pages: `pages` (login, list, usage), `conversation`, `call_page` (the diff, where the tokens
-went), `memories` (long-term memory: see, edit, approve, delete). Static files (`static/`) ship
-as package data; nothing is loaded from elsewhere.
+the pages: `pages` (login, list, usage), `keys` (client keys, budgets and limits), `conversation`,
+`call_page` (the diff, where the tokens went), `memories` (long-term memory: see, edit, approve,
+delete). Static files (`static/`) ship as package data; nothing is loaded from elsewhere.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from ..asgi import RawResponse
 from ..errors import NotFound
-from . import access, call_page, conversation, memories, pages
+from . import access, call_page, conversation, keys, memories, pages
 from .access import SECURITY_HEADERS
 from .guard import api, page
 
@@ -49,6 +49,7 @@ routes = [
     Route("/ui/logout", pages.logout, methods=["POST"]),
     Route("/ui/", page(pages.conversations), methods=["GET"]),
     Route("/ui/usage", page(pages.usage), methods=["GET"]),
+    Route("/ui/keys", page(keys.keys_page), methods=["GET"]),
     Route("/ui/memories", page(memories.memories_page), methods=["GET"]),
     Route("/ui/memories/{id}/edit", page(memories.edit_memory), methods=["POST"]),
     Route("/ui/memories/{id}/approve", page(memories.approve_memory), methods=["POST"]),

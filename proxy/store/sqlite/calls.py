@@ -35,6 +35,7 @@ def _record(
     tools_hash: str | None,
     projection: str | None,
     cost_usd: float | None,
+    saved_usd: float | None,
     client: str | None,
     *usage: int | None,
 ) -> CallRecord:
@@ -62,6 +63,7 @@ def _record(
         tools_hash=tools_hash,
         projection=_loads(projection),
         cost_usd=cost_usd,
+        saved_usd=saved_usd,
         client=client,
     )
 
@@ -132,6 +134,7 @@ def insert_call(db: Db, call: CallRecord) -> None:
         "tools_hash": call.tools_hash,
         "projection": _dumps(call.projection),
         "cost_usd": call.cost_usd,
+        "saved_usd": call.saved_usd,
         "client": call.client,
         "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
     }

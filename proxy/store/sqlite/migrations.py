@@ -165,7 +165,7 @@ _M006_MEMORIES = """
 """
 
 # Client keys made through the admin API (proxy/store/access.py), the counters of budgets and rate
-# limits, and the client key each call was made with (usage by key).
+# limits, the client key each call was made with (usage by key) and the money its rewriting saved.
 _M007_ACCESS = """
         CREATE TABLE api_keys (
             id TEXT PRIMARY KEY,
@@ -180,6 +180,7 @@ _M007_ACCESS = """
         );
         CREATE INDEX counters_expiry ON counters (expires_at);
         ALTER TABLE calls ADD COLUMN client TEXT;
+        ALTER TABLE calls ADD COLUMN saved_usd REAL;
         CREATE INDEX calls_client ON calls (client, started_at) WHERE client IS NOT NULL;
 """
 
