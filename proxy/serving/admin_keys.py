@@ -21,8 +21,9 @@ from starlette.routing import Route
 from .. import keyring
 from ..asgi import RawResponse, json_response
 from ..errors import BadRequest, Conflict, NotFound
-from ..quota import Account, Quota
+from ..quota import Quota
 from ..services import Services
+from ..standing import describe_keys, describe_tenants, shown_key
 from ..store.access import ApiKey
 from .admin import parse_time, state_of
 from .admin_memory import read_json
@@ -87,45 +88,14 @@ async def create_key(request: Request) -> RawResponse:
     )
     if not await state.store.save_api_key(key):
         raise Conflict("A key with this id or digest exists already; make it again.", code="key_exists")
-    shown = await _shown(state, key)
+    shown = await shown_key(state, key)
     return json_response({**shown, "key": secret}, status=201)
-
-
-async def _shown(state: Services, key: ApiKey) -> dict[str, Any]:
-    quota = Quota(**key.limits)
-    account = Account("key", key.id, key.name, quota)
-    expired = key.expires_at is not None and state.clock() >= key.expires_at
-    return {**key.to_dict(), "source": "api", "expired": expired, "standing": await state.admission.standing(account)}
 
 
 async def list_keys(request: Request) -> RawResponse:
     """The configured clients' keys, then the keys made through this API (oldest first); `tenant` filters."""
     state = state_of(request)
     return json_response({"data": await describe_keys(state, request.query_params.get("tenant") or None)})
-
-
-async def describe_keys(state: Services, tenant: str | None = None) -> list[dict[str, Any]]:
-    """Every client key (of `tenant`, when named) as the admin API and the inspector show it."""
-    data: list[dict[str, Any]] = []
-    for client in state.config.clients:
-        if tenant not in (None, client.tenant_name):
-            continue
-        account = Account("key", client.name, client.name, client.quota or Quota())
-        data.append(
-            {
-                "id": client.name,
-                "name": client.name,
-                "tenant": client.tenant_name,
-                "routes": client.routes,
-                "limits": (client.quota or Quota()).model_dump(exclude_none=True),
-                "source": "config",
-                "standing": await state.admission.standing(account),
-            }
-        )
-    for key in await state.store.list_api_keys():
-        if tenant in (None, key.tenant):
-            data.append(await _shown(state, key))
-    return data
 
 
 async def delete_key(request: Request) -> RawResponse:
@@ -144,14 +114,6 @@ async def delete_key(request: Request) -> RawResponse:
 async def list_tenants(request: Request) -> RawResponse:
     """The tenants with budgets or rate limits (`tenants:` in the config) and their standing."""
     return json_response({"data": await describe_tenants(state_of(request))})
-
-
-async def describe_tenants(state: Services) -> list[dict[str, Any]]:
-    data = []
-    for name, quota in state.config.tenants.items():
-        standing = await state.admission.standing(Account("tenant", name, name, quota))
-        data.append({"tenant": name, "limits": quota.model_dump(exclude_none=True), "standing": standing})
-    return data
 
 
 routes = [

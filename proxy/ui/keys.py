@@ -11,7 +11,7 @@ from typing import Any
 from starlette.requests import Request
 
 from ..asgi import RawResponse
-from ..serving.admin_keys import describe_keys, describe_tenants
+from ..standing import describe_keys, describe_tenants
 from .guard import Ctx
 from .html import esc, frame, link, query, respond, table, when
 
