@@ -20,6 +20,9 @@ def _key(record: str) -> ApiKey:
 
 
 class Access(SqliteConnection):
+    _next_purge = 0.0
+    """when expired counters are deleted next (epoch seconds)"""
+
     async def save_api_key(self, key: ApiKey) -> bool:
         def insert(db: Db) -> bool:
             cursor = db.execute(
@@ -42,19 +45,41 @@ class Access(SqliteConnection):
         return self._write(lambda db: db.execute("DELETE FROM api_keys WHERE id = ?", (key_id,)).rowcount == 1)
 
     async def add_counts(self, counts: Sequence[Count]) -> list[float]:
-        return self._write(_add_counts, counts) if counts else []
+        if not counts:
+            return []
+        now = time.time()
+        if all(c.amount == 0 for c in counts):  # a read: no transaction
+            return self._read(_read_counts, [c.name for c in counts], now)
+        purge = now >= self._next_purge
+        if purge:
+            self._next_purge = now + PURGE_EVERY
+        return self._write(_add_counts, counts, now if purge else None)
 
 
-def _add_counts(db: Db, counts: Sequence[Count]) -> list[float]:
+PURGE_EVERY = 60.0
+"""Seconds between deletions of expired counters (a counter is read as 0 once expired anyway)."""
+
+
+def _read_counts(db: Db, names: list[str], now: float) -> list[float]:
+    marks = ",".join("?" * len(names))
+    rows = db.execute(
+        f"SELECT name, value FROM counters WHERE name IN ({marks}) AND expires_at >= ?", (*names, now)
+    ).fetchall()
+    found = {str(name): float(value) for name, value in rows}
+    return [found.get(name, 0.0) for name in names]
+
+
+def _add_counts(db: Db, counts: Sequence[Count], purge_before: float | None) -> list[float]:
+    if purge_before is not None:
+        db.execute("DELETE FROM counters WHERE expires_at < ?", (purge_before,))  # indexed: the expired ones only
     now = time.time()
-    db.execute("DELETE FROM counters WHERE expires_at < ?", (now,))  # indexed: the expired ones only
     out: list[float] = []
     for count in counts:
         row = db.execute(
             "INSERT INTO counters (name, value, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-            "value = counters.value + excluded.value, expires_at = MAX(counters.expires_at, excluded.expires_at) "
-            "RETURNING value",
-            (count.name, count.amount, count.expires_at),
+            "value = CASE WHEN counters.expires_at < ? THEN excluded.value ELSE counters.value + excluded.value END, "
+            "expires_at = MAX(counters.expires_at, excluded.expires_at) RETURNING value",
+            (count.name, count.amount, count.expires_at, now),
         ).fetchone()
         out.append(float(row[0]))
     return out
