@@ -88,7 +88,8 @@ EMBEDDINGS_PATHS = ("/v1/embeddings", "/embeddings")
 
 async def embeddings(request: Request) -> RawResponse:
     """`POST /v1/embeddings`: relayed as sent to the OpenAI-compatible route that serves its model
-    (routed and authenticated as a model call, not recorded: there is no conversation in it)."""
+    (routed, authenticated and admitted by the caller's limits as a model call; not recorded, so
+    not charged to budgets: there is no conversation in it)."""
     services: Services = request.app.state.ctx
     config = services.config
     raw = await read_body(request.headers, request.receive, config.limits)
@@ -107,6 +108,7 @@ async def embeddings(request: Request) -> RawResponse:
             param="model",
         )
     caller = await auth.caller_of(services, route, request.headers)
+    await services.admission.admit(caller.tenant, caller.account)  # its limits apply; it is not charged
     key = services.upstream_key(route)
     drop = frozenset({config.conversation_header.lower()}) | (
         frozenset() if caller.forwards_key else CREDENTIAL_HEADERS

@@ -86,8 +86,8 @@ def make_key(p: Any, **body: Any) -> dict[str, Any]:
 class Agent:
     """One conversation on one wire through its real SDK; `ask` sends the whole history."""
 
-    def __init__(self, p: Any, wire: str, key: str) -> None:
-        self.wire, self.model = wire, MODELS[wire]
+    def __init__(self, p: Any, wire: str, key: str, stream: bool = False) -> None:
+        self.wire, self.model, self.stream = wire, MODELS[wire], stream
         self.history: list[dict[str, Any]] = []
         self.conversation: str | None = None
         self.p, self.key = p, key
@@ -99,6 +99,36 @@ class Agent:
 
     def ask(self, text: str) -> str:
         messages = [*self.history, {"role": "user", "content": text}]
+        answer = self._streamed(messages) if self.stream else self._whole(messages)
+        self.history = [*messages, {"role": "assistant", "content": answer}]
+        return answer
+
+    def _streamed(self, messages: list[dict[str, Any]]) -> str:
+        client = self.sdk()
+        if self.wire == "anthropic":
+            create = client.messages.with_streaming_response.create
+            kw: dict[str, Any] = {"max_tokens": 50, "messages": messages}
+        elif self.wire == "openai_responses":
+            create, kw = client.responses.with_streaming_response.create, {"input": messages, "store": False}
+        else:
+            create, kw = client.chat.completions.with_streaming_response.create, {"messages": messages}
+        parts: list[str] = []
+        with create(model=self.model, stream=True, **kw) as raw:
+            self.conversation = raw.headers["x-conversation-id"]
+            for event in raw.parse():
+                if (
+                    self.wire == "anthropic"
+                    and event.type == "content_block_delta"
+                    and event.delta.type == "text_delta"
+                ):
+                    parts.append(event.delta.text)
+                elif self.wire == "openai_responses" and event.type == "response.output_text.delta":
+                    parts.append(event.delta)
+                elif self.wire == "openai_chat" and event.choices:
+                    parts.append(event.choices[0].delta.content or "")
+        return "".join(parts)
+
+    def _whole(self, messages: list[dict[str, Any]]) -> str:
         client = self.sdk()
         if self.wire == "anthropic":
             raw = client.messages.with_raw_response.create(model=self.model, max_tokens=50, messages=messages)
@@ -109,9 +139,8 @@ class Agent:
         else:
             raw = client.chat.completions.with_raw_response.create(model=self.model, messages=messages)
             answer = raw.parse().choices[0].message.content or ""
-        self.history = [*messages, {"role": "assistant", "content": answer}]
         self.conversation = raw.headers["x-conversation-id"]
-        return answer
+        return str(answer)
 
 
 def refused(agent: Agent, text: str) -> tuple[int, dict[str, Any], httpx.Headers]:
@@ -158,14 +187,15 @@ QUOTAS = {
 """Per wire, whose budget runs out (the key's or the tenant's) and which one (money or tokens)."""
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("wire", WIRES)
-def test_a_budget_spent_mid_conversation_answers_429_stores_nothing_and_tomorrow_serves(proxy, servers, wire):
+def test_a_budget_spent_mid_conversation_answers_429_stores_nothing_and_tomorrow_serves(proxy, servers, wire, stream):
     whose, quota = QUOTAS[wire]
     tenants = {"team-a": quota} if whose == "tenant" else {}
     p = proxy(fresh=True, **keys_config(servers, tenants=tenants))
     made = make_key(p, quota=quota if whose == "key" else {})
-    agent = Agent(p, wire, made["key"])
-    agent.ask("turn one")  # within budget: served
+    agent = Agent(p, wire, made["key"], stream)
+    agent.ask("turn one")  # within budget: served (a streamed call is charged when its stream ends)
     assert agent.conversation is not None
     p.wait_calls(agent.conversation, 1)
     before, upstream_before = stored(p, agent.conversation), len(servers[wire].requests)
@@ -282,3 +312,8 @@ def test_tokens_per_minute_answer_429_until_the_next_minute(proxy, servers):
     status, body, headers = refused(agent, "second")
     assert status == 429 and body["error"]["type"] == "tokens" and int(headers["retry-after"]) <= 60
     assert "Tenant 'team-a' has used" in body["error"]["message"]
+    # embeddings are admitted like model calls: refused too, and nothing reaches the upstream
+    sent = len(servers["openai_chat"].requests)
+    with pytest.raises(openai.RateLimitError):
+        p.client(made["key"]).embeddings.create(model="gpt-embed-small", input=["hello"])
+    assert len(servers["openai_chat"].requests) == sent
