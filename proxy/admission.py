@@ -21,6 +21,7 @@ from typing import Any
 
 from .config import Config
 from .errors import StoreError
+from .metrics import Metrics
 from .quota import Account, Quota, admission_counts, charges, checks, verdict
 from .store.base import CallRecord, Store
 from .store.public import iso_utc
@@ -32,8 +33,9 @@ KEPT_KEY_QUOTAS = 10_000
 
 
 class Admission:
-    def __init__(self, store: Store, config: Config) -> None:
+    def __init__(self, store: Store, config: Config, metrics: Metrics | None = None) -> None:
         self.store = store
+        self.metrics = metrics
         self.offset = config.clock_offset_seconds
         self.tenants = dict(config.tenants)
         self._clients = {c.name: c.quota for c in config.clients if c.quota is not None}
@@ -72,6 +74,8 @@ class Admission:
         values = await self.store.add_counts(admission_counts(found))
         refused = verdict(found, values, now)
         if refused is not None:
+            if self.metrics is not None and refused.limit is not None:
+                self.metrics.observe_refused(*refused.limit)
             raise refused
 
     async def standing(self, account: Account) -> list[dict[str, Any]]:

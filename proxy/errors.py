@@ -124,6 +124,8 @@ class RateLimited(ProxyError):
         super().__init__(message)
         self.retry_after = retry_after
         self.type = kind
+        self.limit: tuple[str, str] | None = None
+        """whose limit and which: (`key` | `tenant`, the quota field), for the metrics"""
 
 
 class BudgetExceeded(RateLimited):

@@ -107,6 +107,11 @@ class Check:
     limit: float
 
     @property
+    def name(self) -> str:
+        """The quota field: `usd_per_day`, `requests_per_minute`."""
+        return f"{self.quantity}_per_{self.period.unit}"
+
+    @property
     def counter(self) -> str:
         return f"{self.account.kind}:{self.account.name}:{self.quantity}:{self.period.label}"
 
@@ -151,8 +156,13 @@ def verdict(found: list[Check], values: list[float], now: float) -> RateLimited 
         spent = f"{who} may make {limit:,.0f} requests a minute; this is request {value:,.0f} of {check.period.words}."
     message = f"{spent} {reset}; retry then, or ask the proxy's operator to raise the limit."
     if check.period.unit == "minute":  # a rate limit, not a budget
-        return RateLimited(message, retry_after=wait, kind="requests" if check.quantity == "requests" else "tokens")
-    return BudgetExceeded(message, retry_after=wait)
+        refusal: RateLimited = RateLimited(
+            message, retry_after=wait, kind="requests" if check.quantity == "requests" else "tokens"
+        )
+    else:
+        refusal = BudgetExceeded(message, retry_after=wait)
+    refusal.limit = (check.account.kind, check.name)
+    return refusal
 
 
 def charges(accounts: list[Account], tokens: int, usd: float | None, now: float) -> list[Count]:

@@ -143,7 +143,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
         for line in projector.windows.configure(config):
             log.info("budgets: %s", line)
         metrics = Metrics()
-        admission = Admission(store, config)
+        admission = Admission(store, config, metrics)
         requests = RequestLogger(config.request_log, keys)
         recorder = Recorder(store, metrics, catalog, config.routes, requests, admission)
         compactor = Compactor(store, Summarizer(upstream, keys), projector, recorder)

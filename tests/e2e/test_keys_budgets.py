@@ -312,6 +312,7 @@ def test_tokens_per_minute_answer_429_until_the_next_minute(proxy, servers):
     status, body, headers = refused(agent, "second")
     assert status == 429 and body["error"]["type"] == "tokens" and int(headers["retry-after"]) <= 60
     assert "Tenant 'team-a' has used" in body["error"]["message"]
+    assert 'ctxproxy_refused_total{account="tenant",limit="tokens_per_minute"} 1' in httpx.get(f"{p.url}/metrics").text
     # embeddings are admitted like model calls: refused too, and nothing reaches the upstream
     sent = len(servers["openai_chat"].requests)
     with pytest.raises(openai.RateLimitError):

@@ -59,6 +59,7 @@ def test_the_verdict_names_the_limit_the_spend_and_the_reset() -> None:
         "2026-12-06T00:00:00.000Z (in 10h 0m); retry then, or ask the proxy's operator to raise the limit."
     )
     assert (refusal.type, refusal.code) == ("insufficient_quota", "budget_exceeded")
+    assert refusal.limit == ("key", "usd_per_day")  # for ctxproxy_refused_total
 
 
 def test_requests_are_refused_past_the_limit_and_the_latest_reset_wins() -> None:
