@@ -50,6 +50,7 @@ routes = [
     Route("/ui/", page(pages.conversations), methods=["GET"]),
     Route("/ui/usage", page(pages.usage), methods=["GET"]),
     Route("/ui/keys", page(keys.keys_page), methods=["GET"]),
+    Route("/ui/keys/{id}/revoke", page(keys.revoke_key), methods=["POST"]),
     Route("/ui/memories", page(memories.memories_page), methods=["GET"]),
     Route("/ui/memories/{id}/edit", page(memories.edit_memory), methods=["POST"]),
     Route("/ui/memories/{id}/approve", page(memories.approve_memory), methods=["POST"]),

@@ -1,7 +1,8 @@
 """The inspector's client keys page: every key (the config's and the admin API's) with its tenant,
 routes, expiry and limits, and each limit's standing -- what the current day, month or minute
-has used of it and when it resets; then the tenants' limits the same way. Keys are made and
-revoked through the admin API (`POST/DELETE /admin/keys`, docs/api.md); this page only shows.
+has used of it and when it resets; then the tenants' limits the same way. Keys are made through
+the admin API (`POST /admin/keys`, docs/keys.md); a key made there can be revoked here too (a
+POST with the page's CSRF proof, like the other changes the inspector makes).
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from typing import Any
 from starlette.requests import Request
 
 from ..asgi import RawResponse
+from ..errors import NotFound
 from ..standing import describe_keys, describe_tenants
+from . import access
+from .access import SECURITY_HEADERS
 from .guard import Ctx
-from .html import esc, frame, link, query, respond, table, when
+from .html import csrf_field, esc, frame, link, query, respond, table, when
 
 UNITS = {"usd": "USD", "tokens": "tokens", "requests": "requests"}
 
@@ -48,12 +52,15 @@ async def keys_page(request: Request, ctx: Ctx) -> RawResponse:
         f"<td>{esc(k['source'])}</td><td><code>{esc(k['tenant'])}</code></td>"
         f"<td>{esc(', '.join(k['routes'])) if k['routes'] else 'every route'}</td>"
         f"<td>{_expiry(k)}</td><td>{standing(k['standing'])}</td>"
-        f"<td>{link(query('/ui/usage', group_by='client'), 'usage by key')}</td></tr>"
+        f"<td>{link(query('/ui/usage', group_by='client'), 'usage by key')}</td>"
+        f"<td>{_revoke(k, ctx.csrf)}</td></tr>"
         for k in keys
     ]
     listing = (
         table(
-            ["Key", "Source", "Tenant", "Routes", "Expires", "Limits: used this period", "Usage"], key_rows, id="keys"
+            ["Key", "Source", "Tenant", "Routes", "Expires", "Limits: used this period", "Usage", "Revoke"],
+            key_rows,
+            id="keys",
         )
         if keys
         else '<p class="empty">No client keys: configure <code>clients:</code> or make one with '
@@ -75,8 +82,8 @@ async def keys_page(request: Request, ctx: Ctx) -> RawResponse:
         + listing
         + "<h2>Tenants</h2>"
         + tenant_table
-        + "<p>Keys are made and revoked through the admin API: <code>POST /admin/keys</code>, "
-        "<code>DELETE /admin/keys/&lt;id&gt;</code>.</p>"
+        + "<p>Keys are made through the admin API (<code>POST /admin/keys</code>) and revoked here or with "
+        "<code>DELETE /admin/keys/&lt;id&gt;</code>; a configured client is removed from the config file.</p>"
     )
     return respond(frame("Keys and limits", body, ctx.creds, ctx.csrf))
 
@@ -86,3 +93,21 @@ def _expiry(key: dict[str, Any]) -> str:
     if expires is None:
         return "never"
     return f"{'expired ' if key.get('expired') else ''}{esc(when(expires))}"
+
+
+def _revoke(key: dict[str, Any], csrf: str | None) -> str:
+    if key["source"] != "api":
+        return '<span class="muted">in the config</span>'
+    return (
+        f'<form method="post" action="/ui/keys/{esc(key["id"])}/revoke">{csrf_field(csrf)}'
+        f'<button type="submit" class="danger">Revoke</button></form>'
+    )
+
+
+async def revoke_key(request: Request, ctx: Ctx) -> RawResponse:
+    """Revoke a key made through the admin API: at once, on every replica."""
+    await access.require_change(request)  # the CSRF proof before anything
+    key_id = request.path_params["id"]
+    if not await ctx.services.store.delete_api_key(key_id):
+        raise NotFound(f"No client key {key_id!r} made through the admin API (already revoked?).", param="id")
+    return RawResponse(b"", 303, [("location", "/ui/keys"), *SECURITY_HEADERS])

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 from playwright.sync_api import expect
 
@@ -422,7 +423,8 @@ def test_the_keys_page_shows_each_keys_limits_and_what_the_period_used(scenario:
     page.click("text=Keys")
     expect(page.locator("h1")).to_contain_text("Keys and limits")
     headers = page.locator("#keys th").all_inner_texts()
-    assert headers == ["Key", "Source", "Tenant", "Routes", "Expires", "Limits: used this period", "Usage"], headers
+    expected = ["Key", "Source", "Tenant", "Routes", "Expires", "Limits: used this period", "Usage", "Revoke"]
+    assert headers == expected, headers
     row = page.locator(f'#keys tr[data-key="{made["id"]}"]')
     expect(row).to_contain_text("ui-bot")
     expect(row).to_contain_text(UI_TENANT)
@@ -442,4 +444,10 @@ def test_the_keys_page_shows_each_keys_limits_and_what_the_period_used(scenario:
     assert got["calls"] == ledger[made["id"]]["calls"] == 1 and got["input_total"] == ledger[made["id"]]["input_total"]
     assert "saved_usd" in got and got["saved_usd"] == ledger[made["id"]]["saved_usd"]
     assert page.locator("#usage th").all_inner_texts()[5:7] == ["Saved tokens", "Saved $"]
+    # revoked from the page: gone from the list, and the key is refused at once
+    page.click("text=Keys")
+    page.locator(f'#keys tr[data-key="{made["id"]}"] button:has-text("Revoke")').click()
+    expect(page.locator(f'#keys tr[data-key="{made["id"]}"]')).to_have_count(0)
+    with pytest.raises(openai.AuthenticationError):
+        scenario.p.client(made["key"]).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
     context.close()
