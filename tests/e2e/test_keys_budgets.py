@@ -10,6 +10,7 @@ config's clock). On SQLite here; on two replicas sharing Redis in test_keys_repl
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -230,7 +231,7 @@ def test_a_budget_spent_mid_conversation_answers_429_stores_nothing_and_tomorrow
 
 def test_keys_are_made_listed_revoked_and_expire(proxy, servers):
     client = {"name": "alice", "key_env": "UPSTREAM_KEY", "tenant": "team-c", "quota": {"usd_per_month": 5}}
-    p = proxy(fresh=True, **keys_config(servers, clients=[client]))
+    p = proxy(fresh=True, **keys_config(servers, clients=[client], request_log={"level": "debug", "format": "json"}))
     made = make_key(p, routes=["main"], quota={"requests_per_minute": 100})
     short = make_key(p, name="short", expires_at=time.time() + 2)
     listed = p.admin_json("keys")["data"]
@@ -245,6 +246,8 @@ def test_keys_are_made_listed_revoked_and_expire(proxy, servers):
     p.wait_calls(agent.conversation or "", 1)
     by_key = p.admin_json("usage", params={"group_by": "client"})
     assert made["id"] in {g["key"] for g in by_key["groups"]}, by_key
+    logged = [json.loads(line) for line in p.stderr().splitlines() if line.startswith("{") and '"client"' in line]
+    assert [line["client"] for line in logged] == [made["id"]] and made["key"] not in p.stderr()
     # a route outside its routes: 403 in OpenAI's shape
     with pytest.raises(openai.PermissionDeniedError):
         p.client(made["key"]).chat.completions.create(model="pass-4o", messages=[{"role": "user", "content": "x"}])
