@@ -248,6 +248,9 @@ def test_keys_are_made_listed_revoked_and_expire(proxy, servers):
     assert made["id"] in {g["key"] for g in by_key["groups"]}, by_key
     logged = [json.loads(line) for line in p.stderr().splitlines() if line.startswith("{") and '"client"' in line]
     assert [line["client"] for line in logged] == [made["id"]] and made["key"] not in p.stderr()
+    # the store holds the key's digest, never the key (the database file and its WAL)
+    files = list(p.workdir.glob("ctxproxy.db*"))
+    assert files and not any(made["key"].encode() in f.read_bytes() for f in files)
     # a route outside its routes: 403 in OpenAI's shape
     with pytest.raises(openai.PermissionDeniedError):
         p.client(made["key"]).chat.completions.create(model="pass-4o", messages=[{"role": "user", "content": "x"}])
