@@ -23,6 +23,7 @@ from . import codec
 from .config import Limits
 from .errors import (
     BadRequest,
+    BudgetExceeded,
     NotFound,
     PayloadTooLarge,
     ProxyError,
@@ -155,4 +156,6 @@ def error_response(exc: ProxyError, wire: Wire | None) -> RawResponse:
     headers = [("content-type", "application/json")]
     if isinstance(exc, RateLimited):
         headers.append(("retry-after", str(exc.retry_after)))
+        if isinstance(exc, BudgetExceeded):  # hours away: the SDKs' own retries would only be refused again
+            headers.append(("x-should-retry", "false"))
     return RawResponse(body, exc.status, headers)

@@ -16,6 +16,7 @@
         │   │                       tenant's per-minute limit); sent with Retry-After
         │   └── BudgetExceeded      429 insufficient_quota / budget_exceeded (its money or token
         │                           budget for the day or month is spent); sent with Retry-After
+        │                           and `x-should-retry: false` (the SDKs then do not retry)
         ├── UpstreamError           502 upstream_error (refused, reset, malformed answer)
         │   └── UpstreamTimeout     504 upstream_error / upstream_timeout
         ├── Overloaded              503 service_unavailable / overloaded (concurrency cap) or

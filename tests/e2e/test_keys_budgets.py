@@ -89,14 +89,15 @@ class Agent:
 
     def __init__(self, p: Any, wire: str, key: str, stream: bool = False) -> None:
         self.wire, self.model, self.stream = wire, MODELS[wire], stream
+        self.retries = 0  # the SDK's max_retries
         self.history: list[dict[str, Any]] = []
         self.conversation: str | None = None
         self.p, self.key = p, key
 
     def sdk(self) -> Any:
         if self.wire == "anthropic":
-            return anthropic.Anthropic(base_url=self.p.url, api_key=self.key, max_retries=0, timeout=30)
-        return openai.OpenAI(base_url=self.p.base_url, api_key=self.key, max_retries=0, timeout=30)
+            return anthropic.Anthropic(base_url=self.p.url, api_key=self.key, max_retries=self.retries, timeout=30)
+        return openai.OpenAI(base_url=self.p.base_url, api_key=self.key, max_retries=self.retries, timeout=30)
 
     def ask(self, text: str) -> str:
         messages = [*self.history, {"role": "user", "content": text}]
@@ -166,6 +167,14 @@ def check_shape(wire: str, body: dict[str, Any], headers: httpx.Headers, code: s
     return str(message)
 
 
+def refused_count(p: Any) -> float:
+    """How many requests the proxy refused by a limit (`ctxproxy_refused_total`, every label)."""
+    text = httpx.get(f"{p.url}/metrics").text
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("ctxproxy_refused_total{")
+    )
+
+
 def stored(p: Any, conversation: str) -> tuple[int, int]:
     """How many events and call records the conversation holds."""
     events = p.admin_json(f"conversations/{conversation}/events", params={"limit": 1000})["data"]
@@ -209,6 +218,14 @@ def test_a_budget_spent_mid_conversation_answers_429_stores_nothing_and_tomorrow
     assert message.startswith(who), message
     reset = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
     assert f"resets at {reset}T00:00:00" in message, message
+    assert headers["x-should-retry"] == "false"
+    # an SDK left to retry (its default 2 retries) asks once: hours away, a retry would be refused
+    refusals = refused_count(p)
+    with pytest.raises(anthropic.RateLimitError if wire == "anthropic" else openai.RateLimitError):
+        retrying = Agent(p, wire, made["key"], stream)
+        retrying.history, retrying.retries = list(agent.history), 2
+        retrying.ask("turn two")
+    assert refused_count(p) == refusals + 1
     # nothing stored, nothing sent upstream
     assert stored(p, agent.conversation) == before
     assert len(servers[wire].requests) == upstream_before
