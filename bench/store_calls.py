@@ -16,7 +16,11 @@ Variants, interleaved round by round, each a fresh database:
   checkpoints cost (the WAL then grows without bound: a bound, not a setting);
 - in memory: `:memory:`, no file at all: what any change to durability could save at most;
 - beside 10,000 compacted conversations: shipped, in a store that already holds 10,000 other
-  conversations with three checkpoints each: a request's cost must not grow with the store.
+  conversations with three checkpoints each: a request's cost must not grow with the store;
+- with budgets and a rate limit: shipped, plus what a client key with `usd_per_day` and
+  `requests_per_minute` and its tenant with `tokens_per_month` add (`proxy/admission.py`): the
+  admission's read of three counters (one +1: a write) before, the call's charge of two after;
+- with budgets: the same without `requests_per_minute`, so the admission is a read.
 """
 
 from __future__ import annotations
@@ -30,12 +34,23 @@ from typing import Any
 
 from bench.bodies import agent_body
 from proxy import identify
+from proxy.quota import Account, Quota, admission_counts, charges, checks
 from proxy.store.base import CallRecord, NewEvent, Position, ResponseTurn
 from proxy.store.sqlite import SqliteStore
 from proxy.store.sqlite.history import extend_head, insert_answered
 
 BESIDE = "beside 10,000 compacted conversations"
-VARIANTS = ("shipped", "one transaction", "no WAL checkpoints", "in memory", BESIDE)
+QUOTAS = "with budgets and a rate limit"
+BUDGETS = "with budgets"
+VARIANTS = ("shipped", "one transaction", "no WAL checkpoints", "in memory", BESIDE, QUOTAS, BUDGETS)
+TENANT = Account("tenant", "bench", "Tenant 'bench'", Quota(tokens_per_month=10**12))
+ACCOUNTS = {
+    QUOTAS: [
+        Account("key", "key_0123456789ab", "Client key 'b'", Quota(usd_per_day=100, requests_per_minute=10**5)),
+        TENANT,
+    ],
+    BUDGETS: [Account("key", "key_0123456789ab", "Client key 'b'", Quota(usd_per_day=100)), TENANT],
+}
 CONVERSATIONS = 16
 OTHERS = 10_000
 
@@ -128,6 +143,8 @@ async def _round(variant: str, path: Path, turns: int) -> float:
             event = NewEvent("tool", tool, identify.message_hash(head_hash, tool), "request", 600)
             reply = NewEvent("assistant", answer, identify.message_hash(event.chain_hash, answer), "response", 60)
             t0 = time.process_time()
+            if variant in ACCOUNTS:
+                await store.add_counts(admission_counts(checks(ACCOUNTS[variant], time.time())))
             await store.active_checkpoint(head.branch_id)
             if variant == "one transaction":
                 position = _in_one_transaction(store.db, n, head, head_hash, event, reply)
@@ -135,6 +152,8 @@ async def _round(variant: str, path: Path, turns: int) -> float:
                 end = await store.extend(head, head_hash, [event])
                 assert end is not None, "the benchmark's chain must extend its head"
                 position = await store.record_answered(_call(n, end, answer), ResponseTurn(end, "sys", reply))
+            if variant in ACCOUNTS:
+                await store.add_counts(charges(ACCOUNTS[variant], 20_060, 0.05, time.time()))
             cpu += time.process_time() - t0
             assert isinstance(position, Position)
             heads[c] = (position, reply.chain_hash)

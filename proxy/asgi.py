@@ -22,7 +22,17 @@ from starlette.types import Receive, Scope, Send
 
 from . import codec
 from .config import Limits
-from .errors import BadRequest, NotFound, PayloadTooLarge, ProxyError, RequestTimeout, Unauthorized, openai_error_bytes
+from .errors import (
+    BadRequest,
+    BudgetExceeded,
+    NotFound,
+    PayloadTooLarge,
+    ProxyError,
+    RateLimited,
+    RequestTimeout,
+    Unauthorized,
+    openai_error_bytes,
+)
 from .protocols.base import NO_QUERY, Wire, bearer_token
 
 __all__ = ["bearer_token"]  # the inspector's and the operator endpoints' tokens are bearer tokens
@@ -140,4 +150,9 @@ def error_response(exc: ProxyError, wire: Wire | None) -> RawResponse:
     """The one rendering of an error answer: in the shape of the API the client called (`wire`),
     OpenAI's when the path belongs to none."""
     body = wire.error_body(exc) if wire is not None else openai_error_bytes(exc)
-    return RawResponse(body, exc.status, [("content-type", "application/json")])
+    headers = [("content-type", "application/json")]
+    if isinstance(exc, RateLimited):
+        headers.append(("retry-after", str(exc.retry_after)))
+        if isinstance(exc, BudgetExceeded):  # hours away: the SDKs' own retries would only be refused again
+            headers.append(("x-should-retry", "false"))
+    return RawResponse(body, exc.status, headers)

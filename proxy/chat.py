@@ -55,8 +55,10 @@ async def handle(services: Services, request: Incoming, wire: Wire, target: Targ
     model, stream = wire.envelope(body, target)
     messages = wire.messages(body, memo)
     route, policy = routing.route_for(config, wire.path, model)
-    caller = auth.authenticate(services.keys, config, route, presented, services.salt)
+    caller = await auth.caller_of(services, route, presented)
     mode = modes.mode_of(request.headers, route, policy)  # a refused mode: nothing stored or sent
+    # a spent budget or a rate limit: nothing stored or sent
+    await services.admission.admit(caller.tenant, caller.account)
     memo.commit()
     tenant = caller.tenant
     header = config.conversation_header
@@ -70,7 +72,8 @@ async def handle(services: Services, request: Incoming, wire: Wire, target: Targ
         # from here on every answer, errors included, names the conversation
         request.reported = _reported(header, ingested, None, mode)
         purpose = ingested.purpose if wire.purpose == "main" else wire.purpose
-        call = await _open_call(services, route, model, (wire, purpose, stream), body, ingested, started)
+        kind = (wire, purpose, stream, caller.key)
+        call = await _open_call(services, route, model, kind, body, ingested, started)
         exchange = Exchange(services, wire, route, policy, request, ingested, call)
         projectable = routing.projectable(policy, wire, body)
         rewriting = projectable and mode is None
@@ -155,14 +158,14 @@ async def _open_call(
     services: Services,
     route: Route,
     model: str,
-    kind: tuple[Wire, str, bool],
+    kind: tuple[Wire, str, bool, str | None],
     body: dict[str, Any],
     ingested: Ingested,
     started: float,
 ) -> CallRecord:
-    """The call's record, opened as `kind` (its wire, its purpose, and whether streamed)."""
-    wire, purpose, stream = kind
-    call = services.recorder.open(ingested.identity.tenant, route, wire, model, purpose, stream, started)
+    """The call's record, opened as `kind` (its wire, its purpose, whether streamed, the client key)."""
+    wire, purpose, stream, client = kind
+    call = services.recorder.open(ingested.identity.tenant, route, wire, model, purpose, stream, started, client)
     tools_hash = await services.recorder.blob(body.get("tools"))
     identity = ingested.identity
     record.attach(call, identity.conversation_id, identity.branch_id, ingested.system_hash, tools_hash)

@@ -31,6 +31,7 @@ from policies.base import PolicyConfig, SettingError
 from policies.projection import check_order
 
 from .errors import ConfigError
+from .quota import Quota
 from .shadow.settings import Shadow
 from .store.urls import FORMS, scheme_of
 from .tool_settings import Frozen as _Frozen
@@ -116,9 +117,13 @@ class Client(_Frozen):
     key_sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
     tenant: str | None = Field(None, pattern=_NAME)
     routes: tuple[str, ...] | None = None
+    quota: Quota | None = None
+    """its budgets and rate limits (`proxy/quota.py`)"""
 
     @model_validator(mode="after")
     def _one_key(self) -> Client:
+        if re.fullmatch(r"key_[0-9a-f]{12}", self.name):
+            raise ValueError("name must not look like an API key's id (key_ and 12 hex digits)")
         if (self.key_env is None) == (self.key_sha256 is None):
             raise ValueError("needs exactly one of key_env (an environment variable) or key_sha256 (a hex digest)")
         if self.tenant_name == "anonymous" or self.tenant_name.startswith("t_"):
@@ -300,6 +305,11 @@ class Config(_Frozen):
     """Serve routes that use the operator's key (`api_key_env`) to callers without a client key,
     as before `clients:` existed: anyone who can reach the proxy spends the key. Without it and
     without clients, the proxy refuses to start when a route has `api_key_env`."""
+    tenants: dict[str, Quota] = Field(default_factory=dict)
+    """Budgets and rate limits per tenant name (`proxy/quota.py`), over every key of the tenant."""
+    clock_offset_seconds: float = Field(0.0, ge=0)
+    """Added to the clock that budgets, rate limits and key expiry read: 86400 puts the proxy in
+    tomorrow's budget period. For drills and tests; 0 in production."""
     server: Server = Server()
     limits: Limits = Limits()
     retention: Retention = Retention()

@@ -85,7 +85,7 @@ async def count(
     body = wire.parse(raw)
     model, _ = wire.envelope(body, target)
     route, policy = routing.route_for(config, wire.path, model)
-    caller = auth.authenticate(services.keys, config, route, wire.client_key(headers, query), services.salt)
+    caller = await auth.caller_of(services, route, wire.client_key(headers, query))
     header = config.conversation_header
     upstream_headers = routing.upstream_headers(
         services.keys, wire, route, headers, frozenset({header.lower()}), caller, query

@@ -6,8 +6,9 @@ set, or the proxy refuses to start with one line per missing variable, rather th
 401 at the first request or the first compaction. The admin and metrics tokens are optional by
 design: while a named variable is unset, its endpoints answer 404, as if they did not exist.
 Client keys (`clients[].key_env`) must be set too; they are kept only as SHA-256 digests, like
-the ones given as `key_sha256`. A route that spends the operator's key needs `clients:` (or an
-explicit `open_access: true`), or the proxy refuses to start: an unauthenticated proxy in front
+the ones given as `key_sha256`. A route that spends the operator's key needs `clients:`, the
+admin API (whose `POST /admin/keys` makes client keys) or an explicit `open_access: true`, or
+the proxy refuses to start: an unauthenticated proxy in front
 of the operator's key lets anyone who reaches it spend that key.
 Values are never logged or stored; only the names appear in messages.
 """
@@ -156,16 +157,17 @@ def resolve_keys(config: Config, env: Mapping[str, str] | None = None) -> Keys:
             clients.append((hashlib.sha256(value.encode()).digest(), client))  # only the digest is kept
         else:
             problems.append(f"clients.{index}.key_env: environment variable {client.key_env} is not set")
-    if not config.clients and not config.open_access:
+    admin = env.get(config.admin_token_env) if config.admin_token_env else None
+    if not config.clients and not config.open_access and not admin:
         problems.extend(
             f"routes.{index}.upstream.api_key_env: route {route.name!r} spends the operator's key, and no "
             "clients are configured to authenticate its callers: add clients: (see config.example.yaml), "
+            "make client keys through the admin API (POST /admin/keys; set admin_token_env and its variable), "
             "or set open_access: true to serve anyone who can reach the proxy"
             for index, route in enumerate(config.routes)
             if route.upstream.api_key_env
         )
     if problems:
         raise ConfigError(problems)
-    admin = env.get(config.admin_token_env) if config.admin_token_env else None
     metrics = env.get(config.metrics_token_env) if config.metrics_token_env else None
     return Keys(values, routes, admin or None, metrics or None, tuple(clients))

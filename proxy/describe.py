@@ -69,8 +69,17 @@ def banner(config: Config, url: str, admin_on: bool, version: str) -> list[str]:
         lines.append(f"admin API and inspector: off, ${variable} is not set (export it to turn them on)")
     else:
         lines.append("admin API and inspector: off (set admin_token_env in the config, and export that variable)")
+    lines.append(_keys_line(config, admin_on))
     log = config.request_log
     lines.append("request log: off" if log.level == "off" else f"request log: {log.level}, {log.format}, on stderr")
     hints = dict.fromkeys(wire.client_hint.format(url=url) for wire in WIRES if wire.client_hint)
     lines.append("clients: " + "; ".join(hints))
     return lines
+
+
+def _keys_line(config: Config, admin_on: bool) -> str:
+    """Who may call: configured client keys, keys made through the admin API, the limits."""
+    limited = sum(1 for c in config.clients if c.quota is not None)
+    made = "; more are made with POST /admin/keys" if admin_on else ""
+    tenants = f"; limits for {len(config.tenants)} tenant(s)" if config.tenants else ""
+    return f"client keys: {len(config.clients)} configured ({limited} with limits){made}{tenants}"

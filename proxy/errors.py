@@ -12,6 +12,11 @@
         ├── Conflict                409 invalid_request_error / ambiguous_conversation
         ├── RequestTimeout          408 invalid_request_error / request_timeout
         ├── PayloadTooLarge         413 invalid_request_error / request_too_large
+        ├── RateLimited             429 requests|tokens / rate_limit_exceeded (a client key's or
+        │   │                       tenant's per-minute limit); sent with Retry-After
+        │   └── BudgetExceeded      429 insufficient_quota / budget_exceeded (its money or token
+        │                           budget for the day or month is spent); sent with Retry-After
+        │                           and `x-should-retry: false` (the SDKs then do not retry)
         ├── UpstreamError           502 upstream_error (refused, reset, malformed answer)
         │   └── UpstreamTimeout     504 upstream_error / upstream_timeout
         ├── Overloaded              503 service_unavailable / overloaded (concurrency cap) or
@@ -106,6 +111,29 @@ class RequestTimeout(ProxyError):
     status = 408
     type = "invalid_request_error"
     code = "request_timeout"
+
+
+class RateLimited(ProxyError):
+    """Refused until `retry_after` seconds from now, when the limit's period resets
+    (`proxy/quota.py`); `kind` names what ran out, as OpenAI's error type does."""
+
+    status = 429
+    type = "requests"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: int, kind: str = "requests") -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.type = kind
+        self.limit: tuple[str, str] | None = None
+        """whose limit and which: (`key` | `tenant`, the quota field), for the metrics"""
+
+
+class BudgetExceeded(RateLimited):
+    code = "budget_exceeded"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message, retry_after=retry_after, kind="insufficient_quota")
 
 
 class UpstreamError(ProxyError):

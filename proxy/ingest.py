@@ -409,9 +409,6 @@ async def reject(store: Store, ingested: Ingested) -> bool:
     identity = ingested.identity
     if not (undone and identity.created and ingested.position.seq == len(ingested.appended)):
         return False
-    branches = await store.list_branches(identity.conversation_id)
-    if len(branches) != 1 or branches[0].head_seq != 0:
-        return False  # another request continued it meanwhile: it stays
-    if await store.list_calls(identity.conversation_id, 1, 0):
-        return False  # calls of this request already recorded (a consumed recall round): the ledger keeps them
-    return await store.delete_conversation(identity.conversation_id)
+    # Checked and deleted in one step: another request may continue it meanwhile, and calls of
+    # this request already recorded (a consumed recall round) keep it for the ledger.
+    return await store.delete_conversation(identity.conversation_id, only_if_empty=True)

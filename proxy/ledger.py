@@ -9,7 +9,8 @@ and the Anthropic one (three disjoint input fields) cannot be mixed up:
          + cache_write    * cache-write price (the input price when the model has none)
          + output         * output price      (reasoning tokens are part of output)
 
-Cost is None when the model has no price in litellm's map or the usage is unknown.
+Cost is None when the model has no price in litellm's map or the usage is unknown. What the
+rewriting saved is priced the same way (`saved_cost`).
 
 Totals never turn unknown into 0: a field is None when every record left it unknown, else the sum
 of the known values, and `unknown` counts the records that did not know it. Records are written
@@ -59,10 +60,25 @@ def call_cost(usage: Mapping[str, int | None], info: ModelInfo | None) -> float 
     return round(cost, 12)
 
 
+def saved_cost(saved: int | None, usage: Mapping[str, int | None], info: ModelInfo | None) -> float | None:
+    """USD the rewriting kept off a main call's bill: the `saved` tokens it did not send, priced
+    as the call's own input was billed -- its cache-read share at the cache-read price, the rest
+    at the input price (what the unsent part of the prefix would most likely have cost). Negative
+    when the proxy sent more than the client (its own tools); None when a number is unknown."""
+    if saved is None or info is None or info.input_cost_per_token is None:
+        return None
+    price_in = info.input_cost_per_token
+    price_read = info.cache_read_cost_per_token if info.cache_read_cost_per_token is not None else price_in
+    total, read = usage.get("input_total"), usage.get("cache_read") or 0
+    share = min(1.0, read / total) if total else 0.0
+    return round(saved * (share * price_read + (1 - share) * price_in), 12)
+
+
 def call_values(call: CallRecord) -> dict[str, float | int | None]:
     values: dict[str, float | int | None] = {k: call.usage.get(k) for k in TOKEN_FIELDS}
     values["cost_usd"] = call.cost_usd
     values["tokens_saved"] = tokens_saved(call.purpose, call.projection)
+    values["saved_usd"] = call.saved_usd if call.purpose == "main" else None
     return values
 
 
@@ -100,14 +116,14 @@ def _totals(cells: list[UsageCell]) -> dict[str, Any]:
     for name in LEDGER_FIELDS:
         total: float | int | None = None
         known = 0
-        # tokens_saved only exists for main calls: summary calls are not "unknown" there.
-        relevant = [c for c in cells if name != "tokens_saved" or c.purpose == "main"]
+        # what was saved only exists for main calls: summary calls are not "unknown" there.
+        relevant = [c for c in cells if name not in ("tokens_saved", "saved_usd") or c.purpose == "main"]
         for cell in relevant:
             value = cell.sums.get(name)
             known += cell.known.get(name, 0)
             if value is not None:
                 total = value if total is None else total + value
-        if name == "cost_usd" and total is not None:
+        if name in ("cost_usd", "saved_usd") and total is not None:
             total = round(total, 10)
         out[name] = total
         unknown[name] = sum(c.calls for c in relevant) - known

@@ -19,6 +19,8 @@ are spent money) but not in the request counters and histograms, which describe 
                                                          (skipped: another replica holds the lease)
     ctxproxy_store_passthrough_total{route}              requests relayed unrewritten, unrecorded,
                                                          because the store failed (store_failure)
+    ctxproxy_refused_total{account,limit}                requests refused by a budget or rate limit:
+                                                         account key | tenant, limit e.g. usd_per_day
     ctxproxy_mode_requests_total{route,mode}             requests that asked not to be rewritten
                                                          (X-Ctxproxy-Mode: passthrough | observe)
     ctxproxy_identity_total{how}                         how a request's place in its history was found:
@@ -211,6 +213,11 @@ class Metrics:
             "Requests relayed unrewritten and unrecorded because the store failed.",
             ("route",),
         )
+        self.refused = Counter(
+            "ctxproxy_refused_total",
+            "Requests refused by a client key's or tenant's budget or rate limit (proxy/quota.py).",
+            ("account", "limit"),
+        )
         self.identity = Counter(
             "ctxproxy_identity_total", "Requests by how their place in the stored history was found.", ("how",)
         )
@@ -316,6 +323,9 @@ class Metrics:
     def observe_store_passthrough(self, route: str) -> None:
         self.store_passthrough.inc((route,))
 
+    def observe_refused(self, account: str, limit: str) -> None:
+        self.refused.inc((account, limit))
+
     def observe_identity(self, how: str, fork: str | None = None) -> None:
         self.identity.inc((how,))
         if fork is not None:
@@ -334,6 +344,7 @@ class Metrics:
             self.cost,
             self.recall,
             self.store_passthrough,
+            self.refused,
             self.identity,
             self.forks,
             self.caches,

@@ -25,16 +25,17 @@ from collections import OrderedDict
 from typing import Any
 
 from . import codec, tracing
+from .admission import Admission
 from .catalog import ModelCatalog
 from .config import Route
 from .errors import ProxyError, StoreError, UpstreamTimeout
 from .identify import blob_hash, blob_text
-from .ledger import call_cost
+from .ledger import call_cost, saved_cost
 from .metrics import Metrics
 from .protocols.base import StreamObserver, Wire
 from .relay import StreamOutcome
 from .request_log import RequestLogger
-from .store.base import CallRecord, Position, ResponseTurn, Store
+from .store.base import CallRecord, Position, ResponseTurn, Store, tokens_saved
 from .summarizer import SummaryResult
 from .upstream.base import UpstreamResponse
 from .upstream.litellm import usage_from_litellm
@@ -230,12 +231,15 @@ class Recorder:
         catalog: ModelCatalog,
         routes: list[Route],
         requests: RequestLogger | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.catalog = catalog
         self.requests = requests
         """the request log's line per call (None: none)"""
+        self.admission = admission
+        """budgets and rate limits, charged with each call once recorded (None: none)"""
         self._provider_models = {r.name: r.upstream.model for r in routes if r.upstream.model}
         self._known_blobs = BoundedSet()
 
@@ -248,6 +252,7 @@ class Recorder:
         purpose: str,
         stream: bool,
         started: float | None = None,
+        client: str | None = None,
     ) -> CallRecord:
         return CallRecord(
             id=new_call_id(),
@@ -258,6 +263,7 @@ class Recorder:
             stream=stream,
             started_at=time.time() if started is None else started,
             wire=wire.name,
+            client=client,
         )
 
     def follow(self, previous: CallRecord, purpose: str = "main") -> CallRecord:
@@ -276,6 +282,7 @@ class Recorder:
             system_hash=previous.system_hash,
             tools_hash=previous.tools_hash,
             wire=previous.wire,
+            client=previous.client,
         )
 
     async def blob(self, value: Any, digest: str | None = None) -> str | None:
@@ -295,7 +302,7 @@ class Recorder:
     async def finish(
         self, call: CallRecord, wire: Wire, error_kind: str | None = None, turn: ResponseTurn | None = None
     ) -> Position | None:
-        """The one place a record is completed: cost, metrics, then the store -- in one write with
+        """The one place a record is completed: cost, metrics, budgets, then the store -- in one write with
         `turn`, the response turn of the accepted request the call answered; returns where its
         answer was stored (None: no answer stored). A store failure is logged, never raised: the
         client has (or is getting) its answer already."""
@@ -303,11 +310,15 @@ class Recorder:
         if provider_model and call.usage_raw is not None:
             call.usage = usage_from_litellm(call.usage_raw).to_dict()  # litellm's cache writes are inside the input
         price_model = provider_model or call.model
-        call.cost_usd = call_cost(call.usage, self.catalog.info(price_model)) if price_model else None
+        info = self.catalog.info(price_model) if price_model else None
+        call.cost_usd = call_cost(call.usage, info)
+        call.saved_usd = saved_cost(tokens_saved(call.purpose, call.projection), call.usage, info)
         self.metrics.observe_call(call, wire.name, error_kind)
         tracing.recorded(call, wire.provider)
         if self.requests is not None:
             self.requests.write(call, wire.name)
+        if self.admission is not None:  # billed whether or not the record can be stored
+            await self.admission.charge(call)
         try:
             if turn is None:
                 await self.store.record_call(call)

@@ -3,8 +3,8 @@
 What an operator watching the console needs of each call, without the admin API: which
 conversation, wire, route and model, how it ended (the call's status and the upstream's), the
 tokens of the client's history against those sent, what ctxproxy rewrote, recall rounds, latency.
-`request_log.level` is `off`, `info` (those fields) or `debug` (plus tenant, branch, purpose of
-follow-up calls, time to first byte, billed usage, cost, the upstream's request id);
+`request_log.level` is `off`, `info` (those fields) or `debug` (plus tenant, client key, branch,
+purpose of follow-up calls, time to first byte, billed usage, cost, the upstream's request id);
 `request_log.format` is `kv` (`key=value`, quoted when needed) or `json` (one object a line). The
 error text is the record's, with every operator secret redacted again here, and cut to 300
 characters. Lines go to the `ctxproxy.requests` logger, on stderr as they are (no prefix), so a
@@ -95,6 +95,7 @@ class RequestLogger:
         if self.settings.level == "debug":
             out.update(
                 tenant=call.tenant,
+                client=call.client,
                 branch=call.branch_id,
                 ttfb_ms=call.ttfb_ms,
                 input_tokens=usage.get("input_total"),

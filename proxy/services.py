@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .admission import Admission
 from .compaction import Compactor
 from .config import Caches, Config, Route
 from .credentials import Keys
@@ -35,6 +36,8 @@ class Services:
     """The store's tenant salt: a client key becomes a tenant only as a salted fingerprint."""
     shadows: Shadows
     """Shadow pairs (`proxy/shadow/`): started after answers, drained by the lifespan."""
+    admission: Admission
+    """Budgets and rate limits (`proxy/admission.py`), and the clock they and key expiry read."""
     recalls_rejected: RejectedTool = field(default_factory=RejectedTool)
     """Routes and models whose upstream rejected the recall tool (in process memory)."""
     config_path: str | None = None
@@ -45,6 +48,9 @@ class Services:
         self.metrics.watch(self.history.sizes, self.history.lookups)
         self.metrics.watch_compactions(self.compactor.running_jobs)
         self.metrics.watch_rejected(self.recalls_rejected.pairs)
+
+    def clock(self) -> float:
+        return self.admission.now()
 
     def upstream_key(self, route: Route) -> str | None:
         return self.keys.upstream_key(route)

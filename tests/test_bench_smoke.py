@@ -99,6 +99,8 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
         "no WAL checkpoints",
         "in memory",
         "beside 10,000 compacted conversations",
+        "with budgets and a rate limit",
+        "with budgets",
     ]
     assert all(r["cpu_us_per_request"] > 0 and len(r["rounds_us"]) == 1 for r in store), store
     assert "## Store calls per request" in (out / "report.md").read_text()

@@ -245,27 +245,32 @@ def time_param(request: Request, name: str) -> float | None:
     """A time: Unix seconds (`1764800000`) or an ISO 8601 date or time (`2026-12-04`,
     `2026-12-04T21:00:00Z`, `2026-12-04T22:00+01:00`; without an offset, UTC)."""
     raw = request.query_params.get(name)
-    if raw is None:
-        return None
+    return None if raw is None else parse_time(raw, f"Query parameter {name!r}", name)
+
+
+def parse_time(raw: str | float, what: str, param: str) -> float:
+    """`raw` as Unix seconds: a number, or an ISO 8601 date or time (without an offset, UTC)."""
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return float(raw)
     try:
         return float(raw)
-    except ValueError:
+    except (TypeError, ValueError):
         pass
     try:
-        when = datetime.fromisoformat(raw)
+        when = datetime.fromisoformat(str(raw))
     except ValueError:
         raise BadRequest(
-            f"Query parameter {name!r} must be Unix seconds or an ISO 8601 date or time "
-            f"(2026-12-04, 2026-12-04T21:00:00Z), got {raw!r}.",
-            param=name,
+            f"{what} must be Unix seconds or an ISO 8601 date or time (2026-12-04, 2026-12-04T21:00:00Z), got {raw!r}.",
+            param=param,
         ) from None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 async def usage(request: Request) -> RawResponse:
     """The ledger: token, cost and call totals over the calls matching the filters
-    (`conversation`, `route`, `tenant`, `since`, `until`), per `group_by` (route, conversation,
-    model) when asked. Unknown values are not summed as 0: see `proxy/ledger.py`."""
+    (`conversation`, `route`, `tenant`, `client`: a client key's name or API key id, `since`,
+    `until`), per `group_by` (route, conversation, model, tenant, client, day) when asked.
+    Unknown values are not summed as 0: see `proxy/ledger.py`."""
     state = state_of(request)
     params = request.query_params
     group_by = params.get("group_by") or None
@@ -277,6 +282,7 @@ async def usage(request: Request) -> RawResponse:
         conversation_id=params.get("conversation") or None,
         route=params.get("route") or None,
         tenant=params.get("tenant") or None,
+        client=params.get("client") or None,
         since=time_param(request, "since"),
         until=time_param(request, "until"),
         group_by=group_by,

@@ -72,7 +72,7 @@ async def get_memory(request: Request) -> RawResponse:
     return json_response((await _memory_or_404(state, request)).to_dict())
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def read_json(request: Request) -> dict[str, Any]:
     try:
         body = codec.loads(await request.body() or b"{}")
     except ValueError:
@@ -92,7 +92,7 @@ def _text(body: dict[str, Any]) -> str:
 async def create_memory(request: Request) -> RawResponse:
     """An operator's memory: `{"tenant", "scope", "text"}`, active at once (writer `operator`)."""
     state = state_of(request)
-    body = await _body(request)
+    body = await read_json(request)
     tenant, scope = body.get("tenant"), body.get("scope")
     if not isinstance(tenant, str) or not tenant:
         raise BadRequest("'tenant' must be a tenant name.", param="tenant")
@@ -124,7 +124,7 @@ async def edit_memory(request: Request) -> RawResponse:
     the original stays in `source`, with `edited_at`)."""
     state = state_of(request)
     memory = await _memory_or_404(state, request)
-    body = await _body(request)
+    body = await read_json(request)
     if memory.status not in CURRENT:
         raise Conflict(f"Memory {memory.id} is {memory.status}; only current memories are edited.", code="memory_state")
     now = time.time()

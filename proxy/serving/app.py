@@ -25,6 +25,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from .. import retention, ui
+from ..admission import Admission
 from ..asgi import Incoming, RawResponse, error_response, query_of
 from ..catalog import ModelCatalog
 from ..chat import handle
@@ -44,7 +45,7 @@ from ..store import make_store
 from ..summarizer import Summarizer
 from ..tracing import Tracing, failed, traced
 from ..upstream import RoutedUpstream, uses_litellm
-from . import admin, admin_memory, admin_shadow, endpoints
+from . import admin, admin_keys, admin_memory, admin_shadow, endpoints
 
 log = logging.getLogger("ctxproxy")
 
@@ -147,7 +148,9 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
         for line in projector.windows.configure(config):
             log.info("budgets: %s", line)
         metrics = Metrics()
-        recorder = Recorder(store, metrics, catalog, config.routes, RequestLogger(config.request_log, keys))
+        admission = Admission(store, config, metrics)
+        requests = RequestLogger(config.request_log, keys)
+        recorder = Recorder(store, metrics, catalog, config.routes, requests, admission)
         compactor = Compactor(store, Summarizer(upstream, keys), projector, recorder)
         compactor.lease_ttl = config.compaction_lease_seconds
         salt = await store.tenant_salt()
@@ -163,6 +166,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
             history_cache(config.caches),
             salt,
             Shadows(config, store, upstream, recorder, projector, metrics),
+            admission,
             config_path=config_path,
         )
         app.state.ctx = services
@@ -195,6 +199,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
         *admin.routes,
         *admin_memory.routes,
         *admin_shadow.routes,
+        *admin_keys.routes,
         *ui.routes,  # the inspector, /ui/ (proxy/ui/)
     ]
     # starlette types handlers as returning its Response; ours return plain ASGI responses

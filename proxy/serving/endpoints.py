@@ -74,17 +74,14 @@ async def list_models(request: Request) -> RawResponse:
     services: Services = request.app.state.ctx
     route = _models_route(services.config)
     if route is None:
-        presented = DEFAULT.client_key(request.headers)
-        auth.authenticate(services.keys, services.config, services.config.routes[0], presented, services.salt)
+        await auth.caller_of(services, services.config.routes[0], DEFAULT.client_key(request.headers))
         data = [
             {"id": r.upstream.model, "object": "model", "created": 0, "owned_by": "litellm"}
             for r in services.config.routes
             if r.upstream.model
         ]
         return json_response({"object": "list", "data": data})
-    caller = auth.authenticate(
-        services.keys, services.config, route, DEFAULT.client_key(request.headers), services.salt
-    )
+    caller = await auth.caller_of(services, route, DEFAULT.client_key(request.headers))
     key = services.upstream_key(route)
     drop = frozenset() if caller.forwards_key else CREDENTIAL_HEADERS
     headers = upstream_request_headers(request.headers, DEFAULT.auth_headers(key) if key else None, drop)
@@ -96,7 +93,8 @@ EMBEDDINGS_PATHS = ("/v1/embeddings", "/embeddings")
 
 async def embeddings(request: Request) -> RawResponse:
     """`POST /v1/embeddings`: relayed as sent to the OpenAI-compatible route that serves its model
-    (routed and authenticated as a model call, not recorded: there is no conversation in it)."""
+    (routed, authenticated and admitted by the caller's limits as a model call; not recorded, so
+    not charged to budgets: there is no conversation in it)."""
     services: Services = request.app.state.ctx
     config = services.config
     raw = await read_body(request.headers, request.receive, config.limits)
@@ -114,7 +112,8 @@ async def embeddings(request: Request) -> RawResponse:
             "relayed to OpenAI-compatible upstreams (base_url) only.",
             param="model",
         )
-    caller = auth.authenticate(services.keys, config, route, DEFAULT.client_key(request.headers), services.salt)
+    caller = await auth.caller_of(services, route, DEFAULT.client_key(request.headers))
+    await services.admission.admit(caller.tenant, caller.account)  # its limits apply; it is not charged
     key = services.upstream_key(route)
     drop = frozenset({config.conversation_header.lower()}) | (
         frozenset() if caller.forwards_key else CREDENTIAL_HEADERS

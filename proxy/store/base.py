@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from ..errors import StoreError
 from ..types import Message
 from ..usage import TOKEN_FIELDS
+from .access import AccessStore
 from .memories import MemoryStore
 from .public import PublicRecord
 
@@ -130,6 +131,11 @@ class CallRecord(PublicRecord):
     """At litellm's prices for the normalized usage (`proxy/ledger.py`); None when unknown."""
     wire: str | None = None
     """The client API that served the call (`Wire.name`); None in records written before it was kept."""
+    saved_usd: float | None = None
+    """What the rewriting kept off a main call's bill (`proxy.ledger.saved_cost`); None when unknown."""
+    client: str | None = None
+    """The client key that made the request: a configured client's name or an API key's id
+    (`proxy/auth.py`); None for a caller's own key."""
 
     @property
     def day(self) -> str:
@@ -158,6 +164,8 @@ class CallRecord(PublicRecord):
         "projection",
         "cost_usd",
         "wire",
+        "saved_usd",
+        "client",
     )
 
 
@@ -176,13 +184,15 @@ USAGE_GROUP_COLUMNS = {
     "conversation": "conversation_id",
     "model": "model",
     "tenant": "tenant",
+    "client": "client",
     "day": "day",
 }
 """`/admin/usage?group_by=` values and the call field each groups by (`day`: the UTC date the
 call started, `CallRecord.day`)."""
 
-LEDGER_FIELDS: tuple[str, ...] = (*TOKEN_FIELDS, "cost_usd", "tokens_saved")
-"""What a `UsageCell` sums for its calls: the normalized token fields, the cost and the tokens saved."""
+LEDGER_FIELDS: tuple[str, ...] = (*TOKEN_FIELDS, "cost_usd", "tokens_saved", "saved_usd")
+"""What a `UsageCell` sums for its calls: the normalized token fields, the cost, and the tokens
+and money the rewriting saved."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +203,8 @@ class UsageQuery:
     since: float | None = None
     until: float | None = None
     group_by: str | None = None
+    client: str | None = None
+    """One client key's calls (`CallRecord.client`)."""
     """One of USAGE_GROUP_COLUMNS' keys, or None for totals only."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -200,6 +212,7 @@ class UsageQuery:
             "conversation": self.conversation_id,
             "route": self.route,
             "tenant": self.tenant,
+            "client": self.client,
             "since": self.since,
             "until": self.until,
         }
@@ -209,6 +222,7 @@ class UsageQuery:
             (self.conversation_id is None or call.conversation_id == self.conversation_id)
             and (self.route is None or call.route == self.route)
             and (self.tenant is None or call.tenant == self.tenant)
+            and (self.client is None or call.client == self.client)
             and (self.since is None or call.started_at >= self.since)
             and (self.until is None or call.started_at < self.until)
         )
@@ -298,7 +312,7 @@ class CheckpointCandidate:
         )
 
 
-class Store(MemoryStore, Protocol):
+class Store(MemoryStore, AccessStore, Protocol):
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def ping(self) -> bool: ...
@@ -394,7 +408,10 @@ class Store(MemoryStore, Protocol):
         """The ledger over the calls matching `query`, one cell per (group key, purpose, status);
         `proxy.ledger.cells_from_calls` is the reference the backend must agree with."""
 
-    async def delete_conversation(self, conversation_id: str) -> bool: ...
+    async def delete_conversation(self, conversation_id: str, only_if_empty: bool = False) -> bool:
+        """Delete it and everything it owns, fenced against late writes. With `only_if_empty`, in
+        the same atomic step, only while it has one branch, no events and no call records (a
+        failed first request's conversation, which a concurrent request may just have continued)."""
 
     # -- retention ---------------------------------------------------------------------------
     async def purge_calls(self, before: float) -> int:

@@ -3,10 +3,10 @@
 `routes` is mounted by `proxy.serving.app`. Modules: `access` (token, session cookie, CSRF, security
 headers), `guard` (the gate around every handler), `data` (reads through the store), `reconstruct`
 (what a past call sent, rebuilt from the log), `charts` (inline SVG), `html` (the page frame), and
-the pages: `pages` (login, list, usage), `conversation`, `call_page` (the diff, where the tokens
-went), `memories` (long-term memory: see, edit, approve, delete), `shadow_page` (shadow pairs:
-divergence against the A/A floor, the diverged pairs). Static files (`static/`) ship as package
-data; nothing is loaded from elsewhere.
+the pages: `pages` (login, list, usage), `keys` (client keys, budgets and limits), `conversation`,
+`call_page` (the diff, where the tokens went), `memories` (long-term memory: see, edit, approve,
+delete), `shadow_page` (shadow pairs: divergence against the A/A floor, the diverged pairs).
+Static files (`static/`) ship as package data; nothing is loaded from elsewhere.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from ..asgi import RawResponse
 from ..errors import NotFound
-from . import access, call_page, conversation, memories, pages, shadow_page
+from . import access, call_page, conversation, keys, memories, pages, shadow_page
 from .access import SECURITY_HEADERS
 from .guard import api, page
 
@@ -51,6 +51,8 @@ routes = [
     Route("/ui/", page(pages.conversations), methods=["GET"]),
     Route("/ui/usage", page(pages.usage), methods=["GET"]),
     Route("/ui/shadow", page(shadow_page.shadow_page), methods=["GET"]),
+    Route("/ui/keys", page(keys.keys_page), methods=["GET"]),
+    Route("/ui/keys/{id}/revoke", page(keys.revoke_key), methods=["POST"]),
     Route("/ui/memories", page(memories.memories_page), methods=["GET"]),
     Route("/ui/memories/{id}/edit", page(memories.edit_memory), methods=["POST"]),
     Route("/ui/memories/{id}/approve", page(memories.approve_memory), methods=["POST"]),

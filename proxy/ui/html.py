@@ -17,7 +17,13 @@ from urllib.parse import urlencode
 from ..asgi import RawResponse
 from .access import SECURITY_HEADERS, Credentials
 
-NAV = (("/ui/", "Conversations"), ("/ui/usage", "Usage"), ("/ui/shadow", "Shadow"), ("/ui/memories", "Memories"))
+NAV = (
+    ("/ui/", "Conversations"),
+    ("/ui/usage", "Usage"),
+    ("/ui/keys", "Keys"),
+    ("/ui/shadow", "Shadow"),
+    ("/ui/memories", "Memories"),
+)
 
 
 def esc(value: Any) -> str:

@@ -204,11 +204,13 @@ async def usage(request: Request, ctx: Ctx) -> RawResponse:
         + cell("cache_read", g["cache_read"])
         + cell("output", g["output"])
         + cell("tokens_saved", g["tokens_saved"])
+        + cell("saved_usd", g["saved_usd"], cost(g["saved_usd"]))
         + cell("cost_usd", g["cost_usd"], cost(g["cost_usd"]))
         + "</tr>"
         for g in [*groups, {"key": "total", **result["totals"]}]
     ]
-    grid = table([usage_q.group_by or "", "Calls", "Input", "Cache read", "Output", "Saved", "Cost"], rows, id="usage")
+    headers = [usage_q.group_by or "", "Calls", "Input", "Cache read", "Output", "Saved tokens", "Saved $", "Cost"]
+    grid = table(headers, rows, id="usage")
     note = f"<p>Calls since {esc(when(usage_q.since))}.</p>" if usage_q.since else "<p>All recorded calls.</p>"
     return respond(
         frame(

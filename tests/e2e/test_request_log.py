@@ -54,6 +54,7 @@ def test_json_at_debug_with_secrets_redacted(proxy, upstream, api_key):
     banner = p.stderr()
     assert "listening on " + p.url in banner and "request log: debug, json" in banner
     assert f"inspector: {p.url}/ui/" in banner and "route main: model gpt-*" in banner
+    assert "client keys: 0 configured (0 with limits); more are made with POST /admin/keys" in banner
     assert UPSTREAM_KEY not in banner
     mark = p.log_mark()
     upstream.push(Reply(status=502, error_body={"error": {"message": f"bad gateway, key {UPSTREAM_KEY}"}}))

@@ -224,6 +224,11 @@ MATRIX: dict[tuple[str, str], Callable[..., None]] = {
     ("GET", "/admin/recall/rejected"): _operator_global("GET", "/admin/recall/rejected"),
     ("DELETE", "/admin/recall/rejected"): _operator_global("DELETE", "/admin/recall/rejected"),
     ("DELETE", "/admin/conversations/{id}"): _admin("", "DELETE"),
+    # client keys and quotas are the operator's (tests/e2e/test_keys_budgets.py covers them)
+    ("GET", "/admin/keys"): _operator_global("GET", "/admin/keys"),
+    ("POST", "/admin/keys"): _operator_global("POST", "/admin/keys"),
+    ("DELETE", "/admin/keys/{id}"): _operator_global("DELETE", "/admin/keys/key_000000000000"),
+    ("GET", "/admin/tenants"): _operator_global("GET", "/admin/tenants"),
     **{
         (method, path): _memories(method, path)
         for method, path in [

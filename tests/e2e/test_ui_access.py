@@ -192,3 +192,19 @@ def test_bad_parameters_are_clear_errors_not_500s(proxy: Any, api_key: str) -> N
         assert "Traceback" not in r.text
     api = httpx.get(f"{p.url}/ui/api/conversations?limit=0", headers=auth)
     assert api.json()["error"]["param"] == "limit"
+
+
+def test_revoking_a_key_needs_the_csrf_proof(proxy: Any) -> None:
+    p = proxy()
+    made = p.admin("keys", "POST", json={"name": "ui-revoke", "tenant": "team-r"}).json()
+    path = f"{p.url}/ui/keys/{made['id']}/revoke"
+    cookie, csrf = session(p)
+    for form, headers in (({}, {}), ({"csrf": "0" * 64}, {}), ({"csrf": csrf}, {"Origin": "https://evil.example"})):
+        r = httpx.post(path, data=form, headers=headers, cookies={access.COOKIE: cookie})
+        assert r.status_code == 403, (form, headers, r.status_code, r.text[:200])
+    assert made["id"] in [k["id"] for k in p.admin_json("keys")["data"]], "the key must survive"
+    r = httpx.post(path, data={"csrf": csrf}, headers={"Origin": p.url}, cookies={access.COOKIE: cookie})
+    assert r.status_code == 303 and r.headers["location"] == "/ui/keys"
+    assert made["id"] not in [k["id"] for k in p.admin_json("keys")["data"]]
+    again = httpx.post(path, data={"csrf": csrf}, headers={"Origin": p.url}, cookies={access.COOKIE: cookie})
+    assert again.status_code == 404

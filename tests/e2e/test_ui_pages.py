@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 from playwright.sync_api import expect
 
@@ -24,6 +25,7 @@ from tests.support.inspector import (
     MODEL,
     OBJECTIVE,
     RECALL_QUERY,
+    UI_TENANT,
     Browser,
     Scenario,
     last_call,
@@ -406,4 +408,46 @@ def test_recall_detours_show_their_query_and_the_events_it_found(scenario: Scena
     found.first.click()
     seq = page.url.rsplit("#e", 1)[1]
     assert RECALL_QUERY in page.locator(f"#e{seq}").inner_text()
+    context.close()
+
+
+def test_the_keys_page_shows_each_keys_limits_and_what_the_period_used(scenario: Scenario, clean: Browser) -> None:
+    quota = {"tokens_per_day": 1_000_000, "requests_per_minute": 100}
+    made = scenario.p.admin("keys", "POST", json={"name": "ui-bot", "tenant": UI_TENANT, "quota": quota}).json()
+    raw = scenario.p.client(made["key"]).chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "a call made with an API key"}]
+    )
+    scenario.p.wait_calls(raw.headers["x-conversation-id"], 1)
+    listed = {k["id"]: k for k in scenario.admin("keys")["data"]}[made["id"]]
+    context, page = clean.login(viewport={"width": 1280, "height": 900})
+    page.click("text=Keys")
+    expect(page.locator("h1")).to_contain_text("Keys and limits")
+    headers = page.locator("#keys th").all_inner_texts()
+    expected = ["Key", "Source", "Tenant", "Routes", "Expires", "Limits: used this period", "Usage", "Revoke"]
+    assert headers == expected, headers
+    row = page.locator(f'#keys tr[data-key="{made["id"]}"]')
+    expect(row).to_contain_text("ui-bot")
+    expect(row).to_contain_text(UI_TENANT)
+    expect(row).to_contain_text("…" + made["hint"])
+    tokens = row.locator('li[data-limit="tokens-day"]').inner_text()
+    used = next(s for s in listed["standing"] if s["quantity"] == "tokens")["used"]
+    assert used > 0 and tokens.startswith(f"{used:,.0f} of 1,000,000 tokens per day"), tokens
+    assert "resets" in tokens and row.locator("meter").count() == 2
+    tenant = page.locator(f'#tenants tr[data-tenant="{UI_TENANT}"]')
+    expect(tenant).to_contain_text("of 10,000,000 tokens per month")
+    expect(tenant).to_contain_text("of 1,000 requests per minute")
+    clean.shot(page, "keys")
+    # usage by client key, with what the rewriting saved in tokens and money
+    row.locator("text=usage by key").click()
+    ledger = {g["key"]: g for g in scenario.admin("usage?group_by=client")["groups"]}
+    got = values(page, f'#usage tr[data-key="{made["id"]}"]')
+    assert got["calls"] == ledger[made["id"]]["calls"] == 1 and got["input_total"] == ledger[made["id"]]["input_total"]
+    assert "saved_usd" in got and got["saved_usd"] == ledger[made["id"]]["saved_usd"]
+    assert page.locator("#usage th").all_inner_texts()[5:7] == ["Saved tokens", "Saved $"]
+    # revoked from the page: gone from the list, and the key is refused at once
+    page.click("text=Keys")
+    page.locator(f'#keys tr[data-key="{made["id"]}"] button:has-text("Revoke")').click()
+    expect(page.locator(f'#keys tr[data-key="{made["id"]}"]')).to_have_count(0)
+    with pytest.raises(openai.AuthenticationError):
+        scenario.p.client(made["key"]).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
     context.close()

@@ -24,7 +24,8 @@ def test_public_shapes_keep_their_keys_in_order() -> None:
         (CallRecord("k", "t_x", "r", "m", "main", True, 1.0, "c_1", "b_1", system_hash="s", tools_hash="t"), [
             "id", "conversation_id", "branch_id", "route", "model", "purpose", "stream", "status",
             "upstream_status", "error", "started_at", "started_at_iso", "latency_ms", "ttfb_ms", "response",
-            "finish_reason", "usage_raw", "usage", "request_id", "projection", "cost_usd", "wire",
+            "finish_reason", "usage_raw", "usage", "request_id", "projection", "cost_usd", "wire", "saved_usd",
+            "client",
         ]),
         (StoredCheckpoint("ck_1", "c_1", "b_1", 1, 1, 4, "h", "text", 9, None, 1, "active", 1.0), [
             "id", "branch_id", "generation", "from_seq", "covered_through_seq", "summary", "tokens", "model",

@@ -191,6 +191,10 @@ class Browser:
         self.engine.stop()
 
 
+UI_TENANT = "team-ui"
+"""The tenant of the keys the keys page test makes, with limits of its own (`tenants:`)."""
+
+
 @contextlib.contextmanager
 def running_scenario(upstream_server: UpstreamServer, closed_port: int, basetemp: Path) -> Iterator[Scenario]:
     """A private proxy (own SQLite file) with the two conversations driven to their end state."""
@@ -199,6 +203,7 @@ def running_scenario(upstream_server: UpstreamServer, closed_port: int, basetemp
     route.update(name="ui-prune", match={"model": PRUNE_MODEL}, policy="prune")
     config["routes"].insert(0, route)
     config["policies"] = {"default": POLICY, "prune": {**POLICY, "on_overflow": "prune"}}
+    config["tenants"] = {UI_TENANT: {"tokens_per_month": 10_000_000, "requests_per_minute": 1000}}
     workdir = Path(tempfile.mkdtemp(prefix="proxy-ui-", dir=basetemp))
     p = ProxyProcess(config, workdir, subprocess_env()).start()
     upstream_server.context_windows[MODEL] = WINDOW

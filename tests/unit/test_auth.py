@@ -64,10 +64,15 @@ def test_the_operator_key_without_clients_refuses_to_start_unless_open() -> None
         resolve_keys(config(), {"K": OPERATOR})
     assert info.value.problems == [
         "routes.0.upstream.api_key_env: route 'paid' spends the operator's key, and no clients are configured "
-        "to authenticate its callers: add clients: (see config.example.yaml), or set open_access: true to serve "
-        "anyone who can reach the proxy"
+        "to authenticate its callers: add clients: (see config.example.yaml), make client keys through the admin "
+        "API (POST /admin/keys; set admin_token_env and its variable), or set open_access: true to serve anyone "
+        "who can reach the proxy"
     ]
     assert resolve_keys(config(open_access=True), {"K": OPERATOR}).clients == ()
+    # client keys made through the admin API authenticate the callers
+    assert resolve_keys(config(admin_token_env="ADMIN"), {"K": OPERATOR, "ADMIN": "admin-token-1"}).clients == ()
+    with pytest.raises(ConfigError):  # named, but not set: no key can be made
+        resolve_keys(config(admin_token_env="ADMIN"), {"K": OPERATOR})
 
 
 def test_client_keys_from_env_must_be_set_and_are_kept_as_digests() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.catalog import ModelCatalog, ModelInfo
-from proxy.ledger import call_cost, cells_from_calls, summarize
+from proxy.ledger import call_cost, cells_from_calls, saved_cost, summarize
 from proxy.metrics import Metrics
 from proxy.protocols.openai_chat.usage import from_openai_chat
 from proxy.store.base import CallRecord, UsageQuery
@@ -332,3 +332,22 @@ def test_metrics_text_format() -> None:
     assert value("ctxproxy_request_duration_seconds_bucket", route=weird, wire="openai_chat", le="+Inf") == 1
     assert value("ctxproxy_request_duration_seconds_count", route=weird, wire="openai_chat") == 1
     assert value("ctxproxy_ttfb_seconds_sum", route=weird, wire="openai_chat") == pytest.approx(0.04)
+
+
+def test_saved_money_is_priced_like_the_calls_own_input() -> None:
+    info = ModelInfo(
+        128000, 4096, input_cost_per_token=3e-6, output_cost_per_token=15e-6, cache_read_cost_per_token=3e-7
+    )
+    # nothing cached: the unsent tokens at the input price
+    assert saved_cost(1000, {"input_total": 500, "cache_read": 0}, info) == pytest.approx(1000 * 3e-6)
+    # 80% of the input read from the cache: the unsent tokens priced with the same share
+    assert saved_cost(1000, {"input_total": 500, "cache_read": 400}, info) == pytest.approx(
+        1000 * (0.8 * 3e-7 + 0.2 * 3e-6)
+    )
+    assert saved_cost(-40, {"input_total": 500}, info) == pytest.approx(-40 * 3e-6)  # the proxy's own tools
+    no_read_price = ModelInfo(1, 1, input_cost_per_token=1e-6, output_cost_per_token=1e-6)
+    assert saved_cost(10, {"input_total": 10, "cache_read": 10}, no_read_price) == pytest.approx(10e-6)
+    # unknown stays unknown
+    assert saved_cost(None, {"input_total": 500}, info) is None
+    assert saved_cost(1000, {"input_total": 500}, None) is None
+    assert saved_cost(1000, {"input_total": 500}, ModelInfo(1, 1)) is None

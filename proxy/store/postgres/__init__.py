@@ -10,19 +10,21 @@ as the SQLite backend is:
     checkpoints.py  checkpoint commits (fenced compare-and-set) and compaction leases
     calls.py        call records, the ledger's SQL aggregation, retention purges in batches
     memories.py     long-term memory records
+    access.py       client keys made through the admin API, budget and rate-limit counters
 
 asyncpg is imported only when a `postgresql://` store is used (the `postgres` extra).
 """
 
 from __future__ import annotations
 
+from .access import Access
 from .calls import Calls
 from .checkpoints import Checkpoints
 from .history import History
 from .memories import Memories
 
 
-class PostgresStore(History, Checkpoints, Calls, Memories):
+class PostgresStore(History, Checkpoints, Calls, Memories, Access):
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
         return cls(url)

@@ -41,6 +41,8 @@ def _record(
     projection: str | None,
     cost_usd: float | None,
     wire: str | None,
+    saved_usd: float | None,
+    client: str | None,
     *usage: int | None,
 ) -> CallRecord:
     return CallRecord(
@@ -68,6 +70,8 @@ def _record(
         projection=_loads(projection),
         cost_usd=cost_usd,
         wire=wire,
+        saved_usd=saved_usd,
+        client=client,
     )
 
 
@@ -180,6 +184,8 @@ def call_insert(call: CallRecord, first: int) -> tuple[str, list[Any]]:
         "projection": _dumps(call.projection),
         "cost_usd": call.cost_usd,
         "wire": call.wire,
+        "saved_usd": call.saved_usd,
+        "client": call.client,
         **{field: call.usage.get(field) for field in TOKEN_FIELDS},  # one column per token field
         "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
     }

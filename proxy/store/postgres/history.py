@@ -179,8 +179,8 @@ class History(PostgresConnection):
     async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
         return await self._read(_lineage_events, branch_id, after_seq, limit)
 
-    async def delete_conversation(self, conversation_id: str) -> bool:
-        return await self._write(_delete, conversation_id, time.time())
+    async def delete_conversation(self, conversation_id: str, only_if_empty: bool = False) -> bool:
+        return await self._write(_delete, conversation_id, time.time(), only_if_empty)
 
     async def stale_conversations(self, before: float, limit: int) -> list[str]:
         rows = await self._read(
@@ -328,8 +328,10 @@ async def _lineage_events(conn: Conn, branch_id: str, after_seq: int, limit: int
     return out
 
 
-async def _delete(conn: Conn, conversation_id: str, now: float) -> bool:
+async def _delete(conn: Conn, conversation_id: str, now: float, only_if_empty: bool = False) -> bool:
     found = await _lock(conn, conversation_id)
+    if only_if_empty and found and await conn.fetchval(_CONTINUED, conversation_id):
+        return False  # continued meanwhile (the row lock orders it after that write): it stays
     # Events go by branch (keyed by branch_id, seq); then everything else the conversation owns.
     await conn.execute(
         "DELETE FROM events WHERE branch_id IN (SELECT id FROM branches WHERE conversation_id = $1)", conversation_id
@@ -345,3 +347,11 @@ async def _delete(conn: Conn, conversation_id: str, now: float) -> bool:
             now,
         )
     return found
+
+
+_CONTINUED = (
+    "SELECT (SELECT count(*) FROM branches WHERE conversation_id = $1) > 1 "
+    "OR EXISTS (SELECT 1 FROM events WHERE branch_id IN (SELECT id FROM branches WHERE conversation_id = $1)) "
+    "OR EXISTS (SELECT 1 FROM calls WHERE conversation_id = $1)"
+)
+"""Whether a conversation has more than its first branch, any event or any call record."""

@@ -270,12 +270,33 @@ _M005_CALL_WIRE = """
     CREATE INDEX calls_purpose ON calls (purpose, started_at);
 """
 
+# Client keys made through the admin API (proxy/store/access.py), the counters of budgets and rate
+# limits, the client key each call was made with (usage by key) and the money its rewriting saved.
+_M006_ACCESS = """
+    CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        digest TEXT NOT NULL UNIQUE,
+        record TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE counters (
+        name TEXT PRIMARY KEY,
+        value DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX counters_expiry ON counters (expires_at);
+    ALTER TABLE calls ADD COLUMN client TEXT;
+    ALTER TABLE calls ADD COLUMN saved_usd DOUBLE PRECISION;
+    CREATE INDEX calls_client ON calls (client, started_at) WHERE client IS NOT NULL;
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
     ("002_checkpoints_and_leases", _M002_CHECKPOINTS),
     ("003_memories", _M003_MEMORIES),
     ("004_append_function", _M004_APPEND),
     ("005_call_wire", _M005_CALL_WIRE),
+    ("006_access", _M006_ACCESS),
 ]
 
 

@@ -22,12 +22,14 @@ One class, `RedisStore`, assembled from one module per concern over a shared con
 connection.py (client, scripts.py, the error boundary, scatter over shards), keys.py (the layout),
 identity.py (finding a conversation by its hashes), history.py (conversations, events, deletes),
 checkpoints.py (checkpoints, leases), calls.py (call records, the ledger), memories.py (long-term
-memory records, in their tenant's slot), migrate.py (the
+memory records, in their tenant's slot), access.py (client keys made through the admin API, the
+counters of budgets and rate limits), migrate.py (the
 conversion of data written before cluster support, at start-up).
 """
 
 from __future__ import annotations
 
+from .access import Access
 from .calls import Calls
 from .checkpoints import Checkpoints
 from .connection import DEFAULT_PREFIX, guarded
@@ -36,7 +38,7 @@ from .memories import Memories
 from .migrate import migrate
 
 
-class RedisStore(History, Checkpoints, Calls, Memories):
+class RedisStore(History, Checkpoints, Calls, Memories, Access):
     """The `Store` over Redis; `RedisStore.from_url(url)` or `RedisStore(url, prefix)`."""
 
     @guarded

@@ -205,7 +205,7 @@ class History(Identity):
         return out
 
     @guarded
-    async def delete_conversation(self, conversation_id: str) -> bool:
+    async def delete_conversation(self, conversation_id: str, only_if_empty: bool = False) -> bool:
         if not is_conversation_id(conversation_id):
             return False
         for _ in range(3):  # the external id read first names the key; a changed one retries
@@ -215,8 +215,9 @@ class History(Identity):
             keys = self.keys.conversation(conversation_id)
             if conv.external_id is not None:
                 keys.append(self.keys.ext(conv.tenant, conv.external_id))
-            reply = await self._run("delete", keys, conversation_id, num(time.time()), conv.external_id or "")
-            if reply[0] == "NONE":
+            empty = "1" if only_if_empty else "0"
+            reply = await self._run("delete", keys, conversation_id, num(time.time()), conv.external_id or "", empty)
+            if reply[0] in ("NONE", "KEPT"):
                 return False
             if reply[0] == "OK":
                 # The conversation is gone and fenced; now its entries in the tenant-wide index.

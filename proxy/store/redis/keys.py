@@ -52,6 +52,11 @@ Untagged (single keys, anywhere in the cluster):
     P meta:layout                           string  the layout version ("2")
     P hash:{scoped tenant}:{chain}          set     conversation ids holding that chain hash (tenant-wide identity)
     P blob:{digest}                         string  content-addressed system prefixes / tool definitions
+    P counter:{name}                        string  a budget's or rate limit's counter (access.py)
+
+And one slot of its own for the client keys made through the admin API (access.py):
+
+    P{access}:api-keys                      hash    key digest -> key record JSON
 
 The tenant-wide identity index is the one thing outside the conversation's slot: a request that
 names no conversation is matched through it. Its entries are written before the append that stores

@@ -8,6 +8,7 @@ One class, `SqliteStore`, assembled from one module per concern over a shared co
     checkpoints.py  checkpoint commits (compare-and-set) and compaction leases
     calls.py        call records and the ledger's SQL aggregation
     memories.py     long-term memory records
+    access.py       client keys made through the admin API, budget and rate-limit counters
 
 and beside them: migrations.py (the schema, as ordered named steps), wal.py (the WAL's checkpoints
 on a thread of their own), rows.py (rows read by column name).
@@ -15,13 +16,14 @@ on a thread of their own), rows.py (rows read by column name).
 
 from __future__ import annotations
 
+from .access import Access
 from .calls import Calls
 from .checkpoints import Checkpoints
 from .history import History
 from .memories import Memories
 
 
-class SqliteStore(History, Checkpoints, Calls, Memories):
+class SqliteStore(History, Checkpoints, Calls, Memories, Access):
     @classmethod
     def from_url(cls, url: str) -> SqliteStore:
         return cls(url.removeprefix("sqlite:///") or "ctxproxy.db")

@@ -36,6 +36,8 @@ def _record(
     projection: str | None,
     cost_usd: float | None,
     wire: str | None,
+    saved_usd: float | None,
+    client: str | None,
     *usage: int | None,
 ) -> CallRecord:
     return CallRecord(
@@ -63,6 +65,8 @@ def _record(
         projection=_loads(projection),
         cost_usd=cost_usd,
         wire=wire,
+        saved_usd=saved_usd,
+        client=client,
     )
 
 
@@ -143,6 +147,8 @@ def insert_call(db: Db, call: CallRecord) -> None:
         "projection": _dumps(call.projection),
         "cost_usd": call.cost_usd,
         "wire": call.wire,
+        "saved_usd": call.saved_usd,
+        "client": call.client,
         "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
     }
     db.execute(
@@ -162,6 +168,7 @@ def _usage_cells(db: Db, query: UsageQuery) -> list[UsageCell]:
         ("conversation_id", query.conversation_id),
         ("route", query.route),
         ("tenant", query.tenant),
+        ("client", query.client),
     ):
         if value is not None:
             where.append(f"{column} = ?")

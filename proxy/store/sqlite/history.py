@@ -155,8 +155,8 @@ class History(SqliteConnection):
     async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
         return self._read(_lineage_events, branch_id, after_seq, limit)
 
-    async def delete_conversation(self, conversation_id: str) -> bool:
-        found = self._write(_delete, conversation_id, time.time())
+    async def delete_conversation(self, conversation_id: str, only_if_empty: bool = False) -> bool:
+        found = self._write(_delete, conversation_id, time.time(), only_if_empty)
         if found:
             # secure_delete zeroes freed pages; the checkpoint moves them out of the WAL too.
             self._read(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
@@ -352,7 +352,16 @@ def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[
     return out
 
 
-def _delete(db: Db, conversation_id: str, now: float) -> bool:
+def _delete(db: Db, conversation_id: str, now: float, only_if_empty: bool = False) -> bool:
+    if only_if_empty and (
+        db.execute("SELECT COUNT(*) FROM branches WHERE conversation_id = ?", (conversation_id,)).fetchone()[0] > 1
+        or db.execute(
+            "SELECT 1 FROM events WHERE branch_id IN (SELECT id FROM branches WHERE conversation_id = ?) LIMIT 1",
+            (conversation_id,),
+        ).fetchone()
+        or db.execute("SELECT 1 FROM calls WHERE conversation_id = ? LIMIT 1", (conversation_id,)).fetchone()
+    ):
+        return False  # continued meanwhile: it stays
     found = db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
     # Branches and events cascade; calls and tombstone are explicit. Events go by branch: they are
     # keyed (branch_id, seq), with no index on conversation_id (by it, the whole table was read).

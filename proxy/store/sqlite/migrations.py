@@ -169,6 +169,26 @@ _M007_CALL_WIRE = """
         ALTER TABLE calls ADD COLUMN wire TEXT;
 """
 
+# Client keys made through the admin API (proxy/store/access.py), the counters of budgets and rate
+# limits, the client key each call was made with (usage by key) and the money its rewriting saved.
+_M008_ACCESS = """
+        CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            digest TEXT NOT NULL UNIQUE,
+            record TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE counters (
+            name TEXT PRIMARY KEY,
+            value REAL NOT NULL,
+            expires_at REAL NOT NULL
+        );
+        CREATE INDEX counters_expiry ON counters (expires_at);
+        ALTER TABLE calls ADD COLUMN client TEXT;
+        ALTER TABLE calls ADD COLUMN saved_usd REAL;
+        CREATE INDEX calls_client ON calls (client, started_at) WHERE client IS NOT NULL;
+"""
+
 # Ordered, named, applied once each; PRAGMA user_version is the number applied so far.
 MIGRATIONS: list[tuple[str, str]] = [
     ("001_initial", _M001_INITIAL),
@@ -178,6 +198,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("005_branch_indexes", _M005_BRANCH_INDEXES),
     ("006_memories", _M006_MEMORIES),
     ("007_call_wire", _M007_CALL_WIRE),
+    ("008_access", _M008_ACCESS),
 ]
 
 
