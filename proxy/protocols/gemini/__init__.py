@@ -1,0 +1,15 @@
+"""The Gemini API wire (`POST /v1beta/models/{model}:generateContent` and
+`:streamGenerateContent?alt=sse`), mapped onto the common model.
+
+* `validate.py`: parse and validate a request, in Gemini's error wording.
+* `convert.py`: native contents <-> common messages (pieces, private `_gemini` keys, call ids).
+* `stream.py`: relay a stream and reassemble its content and usage.
+* `errors.py`: errors in Gemini's shape.
+* `wire.py`: the `Wire` object, bound per request to the model and method in its path.
+"""
+
+from __future__ import annotations
+
+from .wire import WIRE, GeminiWire
+
+__all__ = ["WIRE", "GeminiWire"]

@@ -1,0 +1,310 @@
+"""Gemini `contents` <-> the common model, losslessly for what the proxy does not rewrite.
+
+Native -> common (what is hashed, stored and projected):
+
+* `systemInstruction` -> one leading `{"role": "system"}` message with its text (the upstream
+  body keeps `systemInstruction` as the client sent it: the prefix is pinned).
+* a `model` content -> an assistant message: `content` is its text parts joined (thoughts
+  aside; None without text), each `functionCall` part a `tool_calls` entry. Gemini's calls carry
+  no id unless the client gave one, so the id is derived from the call itself (`call_id`: name,
+  arguments and place in the turn), the same for the stored answer and the turn the client
+  re-sends. Adjacent text pieces are merged first (a stream's chunks, a client's consolidated
+  history: the same message); when the parts are more than that text and those calls (thoughts,
+  `thoughtSignature`, ids), they travel in `_gemini.parts`, so the turn goes back upstream with
+  the same parts: thought signatures must come back unmodified (kept in standard base64: the
+  field is bytes, and the Python SDK re-sends it URL-safe).
+* a `user` content is split into pieces: one `{"role": "tool"}` message per `functionResponse`
+  part (its `tool_call_id` the id of the call it answers, paired by name in order with the
+  previous model content's calls, as the API pairs them; its content the response's only text
+  field, e.g. Gemini CLI's `{"output": "..."}`, else the response's JSON; `_gemini.part` the part
+  with `response` nulled and `_gemini.key` that field), then one user message with the other
+  parts (text joined; the parts in `_gemini.parts` unless they are one plain text part).
+  Pieces of one content carry `_gemini.piece`/`of`.
+
+Common -> native (the upstream body after a projection rewrote something): an unchanged
+assistant message goes back as its parts; a changed one is rebuilt from its text and calls,
+each call keeping its original part (signature included) when it is still there. Tool results
+go back as `functionResponse` parts (a trimmed one with the new text in its field), all results
+of one call turn in one user content, as the API requires. A projection that starts with the
+model's turn gets a short user text first.
+
+Example: `[{"role": "user", "parts": [{"text": "ls"}]}, {"role": "model", "parts":
+[{"functionCall": {"name": "ls", "args": {}}, "thoughtSignature": "S"}]}, {"role": "user",
+"parts": [{"functionResponse": {"name": "ls", "response": {"output": "a b"}}}]}]` is `user "ls"`,
+`assistant` with one call `gc_...` (parts kept for the signature), `tool gc_...: "a b"`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+from ... import codec
+from ...types import Json, Message
+from .validate import field, validate_content
+
+PRIVATE = "_gemini"
+OMITTED_TEXT = "[Earlier turns of this conversation were omitted by the proxy to fit the context window.]"
+_PLAIN = frozenset({"text", "thought"})
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def call_id(name: str, args: Any, k: int) -> str:
+    """A call's id when the API gave none: derived from the call, never random (stable hashes)."""
+    return "gc_" + hashlib.blake2b(_compact([name, args, k]).encode(), digest_size=8).hexdigest()
+
+
+def _signature(value: Any) -> Any:
+    """A thought signature in standard base64: the field is bytes, and clients re-send it in
+    either alphabet (the Python SDK answers URL-safe), so the stored answer and the re-sent turn
+    are the same message; the bytes, all the API checks, are unchanged."""
+    if not isinstance(value, str):
+        return value
+    try:
+        raw = base64.b64decode(value.replace("-", "+").replace("_", "/") + "=" * (-len(value) % 4), validate=True)
+    except ValueError:
+        return value
+    return base64.b64encode(raw).decode()
+
+
+def _canonical_part(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    for name in ("thoughtSignature", "thought_signature"):
+        if name in part:
+            part = {**part, name: _signature(part[name])}
+    return part
+
+
+def merged(parts: list[Any]) -> list[Any]:
+    """Adjacent text pieces of one kind (thought or not) as one part; a signature ends a run."""
+    out: list[Any] = []
+    for part in map(_canonical_part, parts):
+        last = out[-1] if out else None
+        if (
+            isinstance(part, dict)
+            and isinstance(last, dict)
+            and isinstance(part.get("text"), str)
+            and isinstance(last.get("text"), str)
+            and set(last) <= _PLAIN
+            and set(part) - {"thoughtSignature", "thought_signature"} <= _PLAIN
+            and bool(last.get("thought")) == bool(part.get("thought"))
+        ):
+            out[-1] = {**last, **part, "text": last["text"] + part["text"]}
+        else:
+            out.append(part)
+    return out
+
+
+def _calls(parts: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    calls = [field(p, "functionCall") for p in parts if isinstance(p, dict) and field(p, "functionCall") is not None]
+    for k, call in enumerate(calls):
+        name, args = str(call.get("name")), call.get("args") or {}
+        ident = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else call_id(name, args, k)
+        out.append({"id": ident, "type": "function", "function": {"name": name, "arguments": _compact(args)}})
+    return out
+
+
+def _text(parts: list[Any]) -> str | None:
+    texts = [
+        p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
+    ]
+    return "".join(texts) or None
+
+
+def _plain_parts(text: str | None, calls: list[dict[str, Any]]) -> list[Any]:
+    parts: list[Any] = [{"text": text}] if text else []
+    for call in calls:
+        function = call["function"]
+        parts.append({"functionCall": {"name": function["name"], "args": _loads(function.get("arguments"))}})
+    return parts
+
+
+def _loads(arguments: Any) -> Any:
+    try:
+        value = codec.loads(arguments) if isinstance(arguments, str) and arguments else {}
+    except codec.JsonRejected:
+        value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def model_to_common(content: Json) -> Message:
+    parts = merged(list(content.get("parts") or []))
+    text, calls = _text(parts), _calls(parts)
+    out: Message = {"role": "assistant", "content": text}
+    if calls:
+        out["tool_calls"] = calls
+    if parts != _plain_parts(text, calls):
+        out[PRIVATE] = {"parts": parts}
+    return out
+
+
+def _answered(calls: list[dict[str, Any]], name: str, given: Any, used: set[str]) -> str:
+    """The id of the call a function response answers: its own id when a call has it, else the
+    first call of that name not yet answered, as the API pairs them."""
+    ids = [c["id"] for c in calls]
+    if isinstance(given, str) and given in ids:
+        return given
+    for call in calls:
+        if call["function"]["name"] == name and call["id"] not in used:
+            return str(call["id"])
+    return call_id(name, {}, len(used))
+
+
+def _response_text(response: Any) -> tuple[str, str | None]:
+    """The tool result's text and the one field it came from (None: the response's JSON)."""
+    if isinstance(response, dict) and len(response) == 1:
+        ((key, value),) = response.items()
+        if isinstance(value, str):
+            return value, key
+    return _compact(response if response is not None else {}), None
+
+
+def user_to_common(content: Json, calls: list[dict[str, Any]]) -> list[Message]:
+    parts = list(content.get("parts") or [])
+    responses = [p for p in parts if field(p, "functionResponse") is not None]
+    rest = [p for p in parts if field(p, "functionResponse") is None]
+    n = len(responses) + (1 if rest or not responses else 0)
+    out: list[Message] = []
+    used: set[str] = set()
+    for k, part in enumerate(responses):
+        response = field(part, "functionResponse")
+        ident = _answered(calls, str(response.get("name")), response.get("id"), used)
+        used.add(ident)
+        text, key = _response_text(response.get("response"))
+        stub = {**part, "functionResponse": {**response, "response": None}}
+        private: dict[str, Any] = {"part": stub, "key": key}
+        if n > 1:
+            private.update(piece=k, of=n)
+        out.append({"role": "tool", "tool_call_id": ident, "content": text, PRIVATE: private})
+    if rest or not responses:
+        texts = [p["text"] for p in rest if isinstance(p.get("text"), str)]
+        message: Message = {"role": "user", "content": "".join(texts)}
+        own: dict[str, Any] = {}
+        if rest != [{"text": message["content"]}]:
+            own["parts"] = rest
+        if n > 1:
+            own.update(piece=len(responses), of=n)
+        if own:
+            message[PRIVATE] = own
+        out.append(message)
+    return out
+
+
+def system_to_common(system: Any) -> list[Message]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [{"role": "system", "content": system}]
+    parts = system.get("parts") or []
+    return [{"role": "system", "content": "".join(p["text"] for p in parts if isinstance(p.get("text"), str))}]
+
+
+def contents_to_common(contents: list[Any]) -> list[Message]:
+    """The native contents validated and in the common model."""
+    out: list[Message] = []
+    calls: list[dict[str, Any]] = []
+    for i, content in enumerate(contents):
+        validate_content(i, content)
+        if content.get("role") == "model":
+            message = model_to_common(content)
+            calls = list(message.get("tool_calls") or [])
+            out.append(message)
+        else:
+            out.extend(user_to_common(content, calls))
+            calls = []
+    return out
+
+
+def _private(message: Message) -> dict[str, Any]:
+    private = message.get(PRIVATE)
+    return private if isinstance(private, dict) else {}
+
+
+def _plain_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _model_parts(message: Message) -> list[Any]:
+    parts = _private(message).get("parts")
+    calls = list(message.get("tool_calls") or [])
+    text = _plain_text(message.get("content")) or None
+    if isinstance(parts, list):
+        same_calls = [(c["id"], c["function"]["name"], _loads(c["function"].get("arguments"))) for c in _calls(parts)]
+        wanted = [
+            (c.get("id"), c.get("function", {}).get("name"), _loads(c.get("function", {}).get("arguments")))
+            for c in calls
+        ]
+        if _text(parts) == text and same_calls == wanted:
+            return parts
+    originals = {
+        (field(p, "functionCall").get("name"), _compact(field(p, "functionCall").get("args") or {})): p
+        for p in parts or []
+        if isinstance(p, dict) and field(p, "functionCall") is not None
+    }
+    rebuilt = _plain_parts(text, calls)
+    return [
+        originals.get((p["functionCall"]["name"], _compact(p["functionCall"]["args"])), p) if "functionCall" in p else p
+        for p in rebuilt
+    ]
+
+
+def _response_part(message: Message, names: dict[str, str]) -> Json:
+    private = _private(message)
+    text = _plain_text(message.get("content"))
+    key = private.get("key")
+    if isinstance(key, str):
+        response: Any = {key: text}
+    else:
+        response = _loads(text) if text.startswith("{") else {}
+        response = response if response else {"output": text}
+    stub = private.get("part")
+    if isinstance(stub, dict):
+        native = field(stub, "functionResponse") or {}
+        name = "functionResponse" if "functionResponse" in stub else "function_response"
+        return {**stub, name: {**native, "response": response}}
+    ident = str(message.get("tool_call_id"))
+    return {"functionResponse": {"name": names.get(ident, ident), "response": response}}
+
+
+def to_native(messages: list[Message], prefix: int) -> list[Json]:
+    """The native contents for common `messages` without the first `prefix` (`systemInstruction`)."""
+    out: list[Json] = []
+    names: dict[str, str] = {}
+    open_results: Json | None = None  # the user content the next tool result (or piece) joins
+    for message in messages[prefix:]:
+        role = message.get("role")
+        private = _private(message)
+        if role == "assistant":
+            for call in message.get("tool_calls") or []:
+                names[str(call.get("id"))] = str(call.get("function", {}).get("name"))
+            out.append({"role": "model", "parts": _model_parts(message)})
+            open_results = None
+        elif role == "tool":
+            part = _response_part(message, names)
+            if open_results is None:
+                open_results = {"role": "user", "parts": []}
+                out.append(open_results)
+            open_results["parts"].append(part)
+        else:
+            own = private.get("parts")
+            text = _plain_text(message.get("content"))
+            parts = own if isinstance(own, list) and _text(own) == (text or None) else [{"text": text or " "}]
+            if open_results is not None and isinstance(private.get("piece"), int) and private["piece"] > 0:
+                open_results["parts"].extend(parts)
+            else:
+                out.append({"role": "user", "parts": list(parts)})
+            open_results = None
+    if out and out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "parts": [{"text": OMITTED_TEXT}]})
+    return out
