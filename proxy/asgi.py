@@ -125,8 +125,14 @@ def bearer_token(headers: Mapping[str, str]) -> str | None:
 
 
 def client_api_key(headers: Mapping[str, str]) -> str | None:
-    """The client's own key in any of the three ways the APIs take it (OpenAI, Anthropic, Azure)."""
-    return bearer_token(headers) or headers.get("x-api-key") or headers.get("api-key") or None
+    """The client's own key in any of the ways the APIs take it (OpenAI, Anthropic, Azure, Gemini)."""
+    return (
+        bearer_token(headers)
+        or headers.get("x-api-key")
+        or headers.get("api-key")
+        or headers.get("x-goog-api-key")
+        or None
+    )
 
 
 def require_token(request: Request, expected: str | None, what: str, setting: str, code: str) -> None:

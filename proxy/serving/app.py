@@ -34,7 +34,7 @@ from ..credentials import resolve_keys
 from ..errors import BadRequest, NotFound, ProxyError, StoreError, StoreUnavailable
 from ..metrics import Metrics
 from ..projector import Projector
-from ..protocols import WIRES, wire_for_path
+from ..protocols import WIRES, bound_wire, wire_for_path
 from ..protocols.base import Wire
 from ..record import Recorder
 from ..request_log import RequestLogger
@@ -107,7 +107,7 @@ class ProxyApp:
         return self.site.routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        wire = self.model_paths.get(scope["path"]) if scope["type"] == "http" else None
+        wire = (self.model_paths.get(scope["path"]) or bound_wire(scope)) if scope["type"] == "http" else None
         if wire is None:
             await self.site(scope, receive, send)
             return

@@ -39,7 +39,7 @@ _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "cook
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "content-encoding", "date", "server", "set-cookie"}
 
 
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
 
 
 OWN_PREFIX = "x-ctxproxy-"
