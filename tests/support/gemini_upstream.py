@@ -104,9 +104,11 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
 
 
 def sign(part: dict[str, Any]) -> str:
-    """The signature this server gives a part: an HMAC of what the part says."""
+    """The signature this server gives a part: an HMAC of what the part says (a call's name and
+    arguments: the id a client adds to a call it re-sends is not the model's)."""
     part = _part(part)
-    content = part.get("functionCall") if "functionCall" in part else part.get("text", "")
+    call = part.get("functionCall")
+    content = {"name": call.get("name"), "args": call.get("args")} if isinstance(call, dict) else part.get("text", "")
     data = json.dumps(content, sort_keys=True, ensure_ascii=False).encode()
     return base64.b64encode(hmac.new(SIGNING_KEY, data, hashlib.sha256).digest()).decode()
 

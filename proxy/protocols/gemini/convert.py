@@ -5,10 +5,12 @@ Native -> common (what is hashed, stored and projected):
 * `systemInstruction` -> one leading `{"role": "system"}` message with its text (the upstream
   body keeps `systemInstruction` as the client sent it: the prefix is pinned).
 * a `model` content -> an assistant message: `content` is its text parts joined (thoughts
-  aside; None without text), each `functionCall` part a `tool_calls` entry. Gemini's calls carry
-  no id unless the client gave one, so the id is derived from the call itself (`call_id`: name,
-  arguments and place in the turn), the same for the stored answer and the turn the client
-  re-sends. Adjacent text pieces are merged first (a stream's chunks, a client's consolidated
+  aside; None without text), each `functionCall` part a `tool_calls` entry. The model's calls
+  carry no id; a client may number them when it re-sends them (Gemini CLI does), so the id is
+  derived from the call itself (`call_id`: name, arguments and place in the turn) and a client's
+  id is left out, the same for the stored answer and the turn the client re-sends. Thought parts
+  without a signature are left out too: clients drop them from their history (the API needs
+  only the signatures back). Adjacent text pieces are merged first (a stream's chunks, a client's consolidated
   history: the same message); when the parts are more than that text and those calls (thoughts,
   `thoughtSignature`, ids), they travel in `_gemini.parts`, so the turn goes back upstream with
   the same parts: thought signatures must come back unmodified (kept in standard base64: the
@@ -23,7 +25,8 @@ Native -> common (what is hashed, stored and projected):
 
 Common -> native (the upstream body after a projection rewrote something): an unchanged
 assistant message goes back as its parts; a changed one is rebuilt from its text and calls,
-each call keeping its original part (signature included) when it is still there. Tool results
+each call keeping its original part (signature included) when it is still there, and getting
+back the id the client gave its response. Tool results
 go back as `functionResponse` parts (a trimmed one with the new text in its field), all results
 of one call turn in one user content, as the API requires. A projection that starts with the
 model's turn gets a short user text first.
@@ -106,7 +109,7 @@ def _calls(parts: list[Any]) -> list[dict[str, Any]]:
     calls = [field(p, "functionCall") for p in parts if isinstance(p, dict) and field(p, "functionCall") is not None]
     for k, call in enumerate(calls):
         name, args = str(call.get("name")), call.get("args") or {}
-        ident = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else call_id(name, args, k)
+        ident = call_id(name, args, k)
         out.append({"id": ident, "type": "function", "function": {"name": name, "arguments": _compact(args)}})
     return out
 
@@ -134,8 +137,21 @@ def _loads(arguments: Any) -> Any:
     return value if isinstance(value, dict) else {}
 
 
+def _model_part(part: Any) -> Any:
+    """A model part as the common model keeps it: a call without the id a client adds to it."""
+    call = field(part, "functionCall") if isinstance(part, dict) else None
+    if not isinstance(call, dict) or "id" not in call:
+        return part
+    name = "functionCall" if "functionCall" in part else "function_call"
+    return {**part, name: {k: v for k, v in call.items() if k != "id"}}
+
+
+def _unsigned_thought(part: Any) -> bool:
+    return isinstance(part, dict) and bool(part.get("thought")) and field(part, "thoughtSignature") is None
+
+
 def model_to_common(content: Json) -> Message:
-    parts = merged(list(content.get("parts") or []))
+    parts = merged([_model_part(p) for p in content.get("parts") or [] if not _unsigned_thought(p)])
     text, calls = _text(parts), _calls(parts)
     out: Message = {"role": "assistant", "content": text}
     if calls:
@@ -145,12 +161,9 @@ def model_to_common(content: Json) -> Message:
     return out
 
 
-def _answered(calls: list[dict[str, Any]], name: str, given: Any, used: set[str]) -> str:
-    """The id of the call a function response answers: its own id when a call has it, else the
-    first call of that name not yet answered, as the API pairs them."""
-    ids = [c["id"] for c in calls]
-    if isinstance(given, str) and given in ids:
-        return given
+def _answered(calls: list[dict[str, Any]], name: str, used: set[str]) -> str:
+    """The id of the call a function response answers: the first call of that name not yet
+    answered, as the API pairs them (a client's own ids are not the model's: `_model_part`)."""
     for call in calls:
         if call["function"]["name"] == name and call["id"] not in used:
             return str(call["id"])
@@ -175,7 +188,7 @@ def user_to_common(content: Json, calls: list[dict[str, Any]]) -> list[Message]:
     used: set[str] = set()
     for k, part in enumerate(responses):
         response = field(part, "functionResponse")
-        ident = _answered(calls, str(response.get("name")), response.get("id"), used)
+        ident = _answered(calls, str(response.get("name")), used)
         used.add(ident)
         text, key = _response_text(response.get("response"))
         stub = {**part, "functionResponse": {**response, "response": None}}
@@ -235,28 +248,55 @@ def _plain_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def _model_parts(message: Message) -> list[Any]:
+def _model_parts(message: Message, ids: dict[str, str]) -> list[Any]:
+    """The parts of an assistant message: its own when unchanged, else rebuilt keeping each
+    call's original part; each call with the id the client gave its response (`ids`)."""
     parts = _private(message).get("parts")
     calls = list(message.get("tool_calls") or [])
     text = _plain_text(message.get("content")) or None
-    if isinstance(parts, list):
-        same_calls = [(c["id"], c["function"]["name"], _loads(c["function"].get("arguments"))) for c in _calls(parts)]
-        wanted = [
-            (c.get("id"), c.get("function", {}).get("name"), _loads(c.get("function", {}).get("arguments")))
-            for c in calls
+    if not (isinstance(parts, list) and _text(parts) == text and _same_calls(_calls(parts), calls)):
+        originals = {
+            (field(p, "functionCall").get("name"), _compact(field(p, "functionCall").get("args") or {})): p
+            for p in parts or []
+            if isinstance(p, dict) and field(p, "functionCall") is not None
+        }
+        parts = [
+            originals.get((p["functionCall"]["name"], _compact(p["functionCall"]["args"])), p)
+            if "functionCall" in p
+            else p
+            for p in _plain_parts(text, calls)
         ]
-        if _text(parts) == text and same_calls == wanted:
-            return parts
-    originals = {
-        (field(p, "functionCall").get("name"), _compact(field(p, "functionCall").get("args") or {})): p
-        for p in parts or []
-        if isinstance(p, dict) and field(p, "functionCall") is not None
-    }
-    rebuilt = _plain_parts(text, calls)
-    return [
-        originals.get((p["functionCall"]["name"], _compact(p["functionCall"]["args"])), p) if "functionCall" in p else p
-        for p in rebuilt
-    ]
+    out, k = [], 0
+    for part in parts:
+        call = field(part, "functionCall") if isinstance(part, dict) else None
+        if isinstance(call, dict):
+            given = ids.get(str(calls[k].get("id"))) if k < len(calls) else None
+            k += 1
+            if given is not None:
+                name = "functionCall" if "functionCall" in part else "function_call"
+                part = {**part, name: {"id": given, **call}}
+        out.append(part)
+    return out
+
+
+def _same_calls(mine: list[dict[str, Any]], calls: list[dict[str, Any]]) -> bool:
+    def key(c: dict[str, Any]) -> tuple[Any, ...]:
+        function = c.get("function") or {}
+        return c.get("id"), function.get("name"), _loads(function.get("arguments"))
+
+    return [key(c) for c in mine] == [key(c) for c in calls]
+
+
+def _client_ids(messages: list[Message]) -> dict[str, str]:
+    """Common call id -> the id the client gave that call's function response (Gemini CLI
+    numbers its calls and sends the number back on the call and on its response)."""
+    out: dict[str, str] = {}
+    for message in messages:
+        stub = _private(message).get("part") if message.get("role") == "tool" else None
+        response = field(stub, "functionResponse") if isinstance(stub, dict) else None
+        if isinstance(response, dict) and isinstance(response.get("id"), str):
+            out[str(message.get("tool_call_id"))] = response["id"]
+    return out
 
 
 def _response_part(message: Message, names: dict[str, str]) -> Json:
@@ -281,6 +321,7 @@ def to_native(messages: list[Message], prefix: int) -> list[Json]:
     """The native contents for common `messages` without the first `prefix` (`systemInstruction`)."""
     out: list[Json] = []
     names: dict[str, str] = {}
+    ids = _client_ids(messages)
     open_results: Json | None = None  # the user content the next tool result (or piece) joins
     for message in messages[prefix:]:
         role = message.get("role")
@@ -288,7 +329,7 @@ def to_native(messages: list[Message], prefix: int) -> list[Json]:
         if role == "assistant":
             for call in message.get("tool_calls") or []:
                 names[str(call.get("id"))] = str(call.get("function", {}).get("name"))
-            out.append({"role": "model", "parts": _model_parts(message)})
+            out.append({"role": "model", "parts": _model_parts(message, ids)})
             open_results = None
         elif role == "tool":
             part = _response_part(message, names)
