@@ -15,7 +15,7 @@ from ..tool_settings import Recall
 from ..types import Json
 from .memory import RejectedTool
 
-WIRES = frozenset({"openai_chat", "anthropic", "openai_responses"})
+WIRES = frozenset({"openai_chat", "anthropic", "openai_responses", "gemini"})
 DESCRIPTION = (
     "Search this conversation's earlier history, including tool results that were trimmed "
     'and turns that were summarized. `query`: words and "quoted phrases", all must match, '
@@ -89,6 +89,10 @@ def declared(wire: str, name: str, description: str, parameters: dict[str, Any])
     """A function tool of the proxy's own as `wire` declares tools."""
     if wire == "anthropic":
         return {"name": name, "description": description, "input_schema": parameters}
+    if wire == "gemini":  # a Tool of its own, its schema as JSON Schema (as Gemini CLI declares its tools)
+        return {
+            "functionDeclarations": [{"name": name, "description": description, "parametersJsonSchema": parameters}]
+        }
     if wire == "openai_responses":
         # strict: false -- Responses defaults to strict schemas, which forbid optional properties
         return {"type": "function", "name": name, "description": description, "parameters": parameters, "strict": False}
@@ -105,6 +109,9 @@ def tool_name(tool: Any) -> str | None:
     if not isinstance(tool, Mapping):
         return None
     function = tool.get("function")
+    declarations = tool.get("functionDeclarations")
+    if isinstance(declarations, list) and len(declarations) == 1:  # Gemini's Tool of one function
+        function = declarations[0]
     named = function if isinstance(function, Mapping) else tool
     name = named.get("name")
     return name if isinstance(name, str) else None

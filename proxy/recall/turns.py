@@ -43,7 +43,8 @@ def intermediate_turn(wire: str, message: Message, names: frozenset[str]) -> Mes
             kept = [i for i in items if not (item_type(i) == "function_call" and not _named(i, names))]
             return assistant_message(kept)
     calls = [call for call in tool_calls(message) if call_name(call) in names]
-    return {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
+    private = {k: v for k, v in message.items() if k.startswith("_")}  # a wire's own parts (Gemini's signatures)
+    return {"role": "assistant", "content": message.get("content"), "tool_calls": calls, **private}
 
 
 def tool_result(call: Mapping[str, Any], text: str) -> Message:

@@ -29,14 +29,14 @@ from ..upstream.base import UpstreamResponse
 from .splice import Continue, continuation
 from .toolbox import Toolbox
 
-_CALLS = (b'"tool_calls"', b"content_block_start", b"output_item.added")
+_CALLS = (b'"tool_calls"', b"content_block_start", b"output_item.added", b'"functionCall"')
 """Bytes of the events that can start a tool call: a chat delta's `tool_calls`, an Anthropic
-block, a Responses item. Only after such an event is the message reassembled to look for a
+block, a Responses item, a Gemini part. Only after such an event is the message reassembled to look for a
 call: reassembling after every text, thinking or argument delta would make a long stream
 quadratic."""
-_TEXT = (b'"content"', b"text_delta", b"text.delta")
+_TEXT = (b'"content"', b"text_delta", b"text.delta", b'"text"')
 """Bytes of the events that can carry text: chat `content`, Anthropic `text_delta`, Responses
-`output_text.delta`."""
+`output_text.delta`, a Gemini text part."""
 
 
 def may_call(event: SseEvent) -> bool:

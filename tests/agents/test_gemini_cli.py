@@ -116,6 +116,7 @@ def test_gemini_cli(proxy, gemini_upstream, tmp_path):
     main = [b for b in bodies if not _is_summary(b)]
     assert len(main) == harness.STEPS + 1  # one request per step, then the answer
     assert all(r.headers["x-goog-api-key"] == UPSTREAM_KEY and r.query in ("", "alt=sse") for r in requests)
+    assert all("ctxproxy_recall" in json.dumps(b["tools"][-1]) for b in main)  # recall offered, last
     billed = [r.usage for r in gemini_upstream.replies_sent if r.usage]
     assert len(billed) == len(bodies), "the upstream rejected a request"
     got = harness.outcome(p, len(bodies))

@@ -5,6 +5,7 @@ scripted upstream that validates like generativelanguage.googleapis.com
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -263,3 +264,68 @@ def test_sdk_raises_the_upstreams_error(proxied, gup, api_key):
     with pytest.raises(genai_errors.ServerError) as caught:
         c.models.generate_content(model=MODEL, contents="hi")
     assert caught.value.code == 503 and caught.value.status == "UNAVAILABLE"
+
+
+def _recall_result(body: Any) -> str | None:
+    """The text of the recall result the request ends with, if it does."""
+    last = (body.get("contents") or [{}])[-1] if isinstance(body, dict) else {}
+    for part in last.get("parts") or []:
+        response = part.get("functionResponse") or {}
+        if response.get("name") == "ctxproxy_recall":
+            return json.dumps(response.get("response"))
+    return None
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_recall_detour_is_invisible(proxy, gup, api_key, stream):
+    """The recall tool goes as a functionDeclaration; the model's call of it is answered by the
+    proxy (a function response after the signed call turn, accepted by the upstream) and the
+    client sees only the final answer, which quotes what recall found in the trimmed result."""
+    p = proxy(fresh=True, **_config(gup, SMALL_POLICY))
+    steps = 12
+    script = deque(
+        Reply(thought=f"step {k}", calls=[{"name": "run_shell_command", "args": {"command": f"cat f{k}"}}])
+        for k in range(steps)
+    )
+    script.append(Reply(thought="look it up", calls=[{"name": "ctxproxy_recall", "args": {"query": "TOKEN"}}]))
+
+    def respond(body: Any) -> Reply:
+        if _is_summary(body):
+            return Reply(text=SUMMARY.replace("TOKEN=kiwi-4471 (f0)", "the token is in f0"))
+        found = _recall_result(body)
+        if found is not None:
+            token = re.search(r"kiwi-\d+", found)
+            return Reply(text=f"The token is {token.group(0) if token else 'unknown'}.")
+        return script.popleft()
+
+    gup.responder = respond
+    config = types.GenerateContentConfig(
+        tools=[SHELL], automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True)
+    )
+    c = client(p, api_key)
+    chat = c.chats.create(model=SMALL, config=config)
+    message: Any = "Find the deploy token; run one command per step."
+    for step in range(steps + 1):
+        if stream:
+            chunks = list(chat.send_message_stream(message))
+            calls = [call for chunk in chunks for call in chunk.function_calls or []]
+            text = "".join(chunk.text or "" for chunk in chunks if not chunk.function_calls)
+        else:
+            response = chat.send_message(message)
+            calls, text = response.function_calls or [], response.text or ""
+        if step == steps:
+            break
+        output = f"f{step}: " + ("TOKEN=kiwi-4471 " if step == 0 else "") + f"line {step} " * 200
+        message = types.Part.from_function_response(name="run_shell_command", response={"output": output})
+    assert calls == [] and text == "The token is kiwi-4471."
+    assert gup.rejections == []
+    offered = [r for r in gup.model_requests if not _is_summary(r.body)]
+    assert all(any("ctxproxy_recall" in json.dumps(t) for t in r.body["tools"]) for r in offered)
+    followup = offered[-1].body["contents"]
+    assert [c["role"] for c in followup[-2:]] == ["model", "user"]
+    signed = followup[-2]["parts"][0]
+    assert signed["functionCall"]["name"] == "ctxproxy_recall" and signed["thoughtSignature"] == sign(signed)
+    wait_idle(p)
+    got = outcome(p, len(gup.replies_sent))
+    assert len(got.conversations) == 1 and len(got.branches) == 1
+    assert [c["purpose"] for c in got.calls].count("recall") == 1
