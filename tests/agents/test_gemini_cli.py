@@ -127,3 +127,8 @@ def test_gemini_cli(proxy, gemini_upstream, tmp_path):
     assert got.ledger["input_total"] == sum(u["promptTokenCount"] for u in billed)
     assert got.ledger["output"] == sum(u["candidatesTokenCount"] + u.get("thoughtsTokenCount", 0) for u in billed)
     print(harness.report("gemini cli", got, len(bodies)))
+    # calibrated from the bills: after the first call, the proxy's prediction of the upstream's own
+    # count (cl100k, other framing, 8% more than tiktoken o200k) is within 1% of what it billed
+    for call in got.main_calls[1:]:
+        predicted, billed_input = call["projection"]["predicted_tokens"], call["usage"]["input_total"]
+        assert abs(predicted - billed_input) / billed_input < 0.01, (predicted, billed_input)

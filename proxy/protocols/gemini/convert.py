@@ -191,7 +191,8 @@ def user_to_common(content: Json, calls: list[dict[str, Any]]) -> list[Message]:
         ident = _answered(calls, str(response.get("name")), used)
         used.add(ident)
         text, key = _response_text(response.get("response"))
-        stub = {**part, "functionResponse": {**response, "response": None}}
+        key_name = "functionResponse" if "functionResponse" in part else "function_response"
+        stub = {**part, key_name: {**response, "response": None}}
         private: dict[str, Any] = {"part": stub, "key": key}
         if n > 1:
             private.update(piece=k, of=n)
