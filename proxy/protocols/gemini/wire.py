@@ -78,7 +78,7 @@ class GeminiWire(BaseWire):
 
     def serves(self, path: str) -> bool:
         """Whether `path` is one of this API's (its error shape answers it)."""
-        return path.startswith(("/v1beta/models/", "/v1/models/")) and ":" in path
+        return path == self.path or (path.startswith(("/v1beta/models/", "/v1/models/")) and ":" in path)
 
     def bind(self, scope: MutableMapping[str, Any]) -> GeminiWire | None:
         """The wire for one model call (ASGI `scope`), None when its path is not one; a `key`
