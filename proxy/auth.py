@@ -4,7 +4,7 @@ Problem: a route with the operator's key (`api_key_env`) lets whoever reaches th
 that key, and clients without a key of their own would share one anonymous tenant.
 
 Rules, per request, once its route is known:
-* A configured client key (`clients:`, any of the three ways the APIs carry a key) authenticates
+* A configured client key (`clients:`, any of the ways the APIs carry a key) authenticates
   the request as that client: its tenant is the client's configured tenant, a route outside its
   `routes` is a 403, and the key never goes upstream (the route's own key does, or none).
 * Without one, a route with the operator's key answers 401 -- unless `open_access: true`.
