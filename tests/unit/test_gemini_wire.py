@@ -237,9 +237,9 @@ def test_a_stream_without_sse_is_refused_clearly():
 
 
 def test_a_query_key_becomes_the_key_header_unless_one_is_sent():
-    scope: dict[str, Any] = {"path": "/v1beta/models/m:generateContent", "query_string": b"key=k1", "headers": []}
+    scope: dict[str, Any] = {"path": "/v1beta/models/m:generateContent", "query_string": b"key=k1&x=2", "headers": []}
     GEMINI.bind(scope)
-    assert scope["headers"] == [(b"x-goog-api-key", b"k1")]
+    assert scope["headers"] == [(b"x-goog-api-key", b"k1")] and scope["query_string"] == b"x=2"
     sent = {
         "path": "/v1beta/models/m:generateContent",
         "query_string": b"key=k1",

@@ -4,9 +4,10 @@
 Gemini puts the model and the method in the path: `bind` reads a request's path into a wire
 that knows them (`GeminiWire.model`, `.stream`) and the upstream path to call
 (`/{version}/models/{model}:{method}`, `?alt=sse` when streaming). The client's key travels in
-`x-goog-api-key` or in the `key` query parameter; `bind` moves a query key into the header, so
-it is read, authenticated, replaced by a route's own key and redacted like every other
-credential header, and the query string itself never goes upstream.
+`x-goog-api-key` or in the `key` query parameter; `bind` moves a query key into the header (and
+out of the request's query string, which an access log would print), so it is read,
+authenticated, replaced by a route's own key and redacted like every other credential header,
+and the query string itself never goes upstream.
 
 Usage (`usageMetadata`): `promptTokenCount` is the whole input, `cachedContentTokenCount` a part
 of it, `toolUsePromptTokenCount` the input of server-side tools (added to the input);
@@ -19,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import MutableMapping
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 from ... import codec
 from ...errors import BadRequest, ProxyError
@@ -91,6 +92,9 @@ class GeminiWire(BaseWire):
         key = (query.get("key") or [None])[0]
         if key and not any(name.lower() == KEY_HEADER.encode() for name, _ in headers):
             scope["headers"] = [*headers, (KEY_HEADER.encode(), key.encode("latin-1"))]
+        if "key" in query:  # nothing that prints the request's URL (an access log) prints the key
+            rest = [(name, value) for name, values in query.items() if name != "key" for value in values]
+            scope["query_string"] = urlencode(rest).encode("latin-1")
         return GeminiWire(match["version"], match["model"], match["method"], "sse" in query.get("alt", []))
 
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
