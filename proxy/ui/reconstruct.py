@@ -38,7 +38,7 @@ from ..store.base import Branch, CallRecord, StoredCheckpoint, StoredEvent
 from ..types import Message
 from .data import ALL, Detail
 
-RECALL_WIRES = ("openai_chat", "anthropic", "openai_responses")
+RECALL_WIRES = ("openai_chat", "anthropic", "openai_responses", "gemini")
 """The shapes `recall.tool.definition` gives the tool; the record does not say which wire called."""
 COMPARED = ("sent", "trimmed", "trimmed_chars", "pruned_seqs", "covered_through_seq", "pinned_seqs", "sent_tokens")
 """The stored record's fields the rebuilt projection must reproduce to count as verified."""

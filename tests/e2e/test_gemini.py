@@ -18,7 +18,7 @@ from google.genai import types
 
 from tests.agents.harness import outcome, wait_idle
 from tests.support.gemini_upstream import GeminiUpstream, Reply, sign
-from tests.support.proxy_process import UPSTREAM_KEY
+from tests.support.proxy_process import ADMIN_TOKEN, UPSTREAM_KEY
 
 MODEL = "gemini-3-flash"
 SMALL = "gemini-3-small"
@@ -329,3 +329,11 @@ def test_recall_detour_is_invisible(proxy, gup, api_key, stream):
     got = outcome(p, len(gup.replies_sent))
     assert len(got.conversations) == 1 and len(got.branches) == 1
     assert [c["purpose"] for c in got.calls].count("recall") == 1
+    conv = got.conversations[0]["id"]
+    for call in got.main_calls:  # the inspector rebuilds each projection, recall tool included
+        view = httpx.get(
+            f"{p.url}/ui/api/conversations/{conv}/calls/{call['id']}",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=30,
+        ).json()
+        assert view["verified"], view["mismatches"]
