@@ -69,5 +69,8 @@ def banner(config: Config, url: str, admin_on: bool, version: str) -> list[str]:
         lines.append("admin API and inspector: off (set admin_token_env in the config, and export that variable)")
     log = config.request_log
     lines.append("request log: off" if log.level == "off" else f"request log: {log.level}, {log.format}, on stderr")
-    lines.append(f"clients: OpenAI SDKs base_url {url}/v1; Anthropic SDK and Claude Code base URL {url}")
+    lines.append(
+        f"clients: OpenAI SDKs base_url {url}/v1; Anthropic SDK and Claude Code base URL {url}; "
+        f"Google GenAI SDKs and Gemini CLI (GOOGLE_GEMINI_BASE_URL) {url}"
+    )
     return lines
