@@ -17,7 +17,8 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from tests.agents.harness import outcome, wait_idle
-from tests.support.gemini_upstream import GeminiUpstream, Reply, sign
+from tests.support.gemini_rules import SKIP_SIGNATURE, sign
+from tests.support.gemini_upstream import GeminiUpstream, Reply
 from tests.support.proxy_process import ADMIN_TOKEN, UPSTREAM_KEY
 
 MODEL = "gemini-3-flash"
@@ -276,18 +277,23 @@ def _recall_result(body: Any) -> str | None:
     return None
 
 
+@pytest.mark.parametrize("first", ["recall", "client"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_recall_detour_is_invisible(proxy, gup, api_key, stream):
+def test_recall_detour_is_invisible(proxy, gup, api_key, stream, first):
     """The recall tool goes as a functionDeclaration; the model's call of it is answered by the
     proxy (a function response after the signed call turn, accepted by the upstream) and the
-    client sees only the final answer, which quotes what recall found in the trimmed result."""
+    client sees only the final answer, which quotes what recall found in the trimmed result.
+    When the model called a client tool first, that call (which carried the turn's signature) is
+    dropped from the detour and the recall call stands in with Gemini's documented placeholder."""
     p = proxy(fresh=True, **_config(gup, SMALL_POLICY))
     steps = 12
     script = deque(
         Reply(thought=f"step {k}", calls=[{"name": "run_shell_command", "args": {"command": f"cat f{k}"}}])
         for k in range(steps)
     )
-    script.append(Reply(thought="look it up", calls=[{"name": "ctxproxy_recall", "args": {"query": "TOKEN"}}]))
+    recall = {"name": "ctxproxy_recall", "args": {"query": "TOKEN"}}
+    shell = {"name": "run_shell_command", "args": {"command": "ls"}}
+    script.append(Reply(thought="look it up", calls=[recall] if first == "recall" else [shell, recall]))
 
     def respond(body: Any) -> Reply:
         if _is_summary(body):
@@ -323,8 +329,9 @@ def test_recall_detour_is_invisible(proxy, gup, api_key, stream):
     assert all(any("ctxproxy_recall" in json.dumps(t) for t in r.body["tools"]) for r in offered)
     followup = offered[-1].body["contents"]
     assert [c["role"] for c in followup[-2:]] == ["model", "user"]
-    signed = followup[-2]["parts"][0]
-    assert signed["functionCall"]["name"] == "ctxproxy_recall" and signed["thoughtSignature"] == sign(signed)
+    (signed,) = followup[-2]["parts"]
+    expected = sign(signed) if first == "recall" else SKIP_SIGNATURE
+    assert signed["functionCall"]["name"] == "ctxproxy_recall" and signed["thoughtSignature"] == expected
     wait_idle(p)
     got = outcome(p, len(gup.replies_sent))
     assert len(got.conversations) == 1 and len(got.branches) == 1

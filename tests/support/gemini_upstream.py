@@ -26,7 +26,7 @@ every request recorded.
   is refused) and on ``gemini-3*`` models the first function call of each model turn of the current
   turn must carry one; the prompt must fit the model's window (input alone, as Gemini checks:
   "The input token count (N) exceeds the maximum number of tokens allowed (W).").
-- Tokens are counted this server's own way (:data:`GEMINI_COUNTING`: cl100k, 4 tokens per
+- Tokens are counted this server's own way (:data:`tests.support.gemini_rules.GEMINI_COUNTING`: cl100k, 4 tokens per
   content, 1 per role, tools as their JSON, 8% more than the text), never by ctxproxy's
   estimator. Implicit caching is simulated: the longest prefix (system, tools, contents) of at
   least ``cache_minimum`` tokens sent before is reported as ``cachedContentTokenCount``, a part of
@@ -44,10 +44,8 @@ model."), #2088 and nearai/ironclaw#1510 (missing thought_signature).
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
-import hmac
 import json
 import re
 import secrets
@@ -56,106 +54,27 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from tests.support.counting import Counting, Meter
+from tests.support.gemini_rules import (
+    CALL_TURN,
+    GEMINI_COUNTING,
+    PART_FIELDS,
+    RESPONSE_COUNT,
+    RESPONSE_TURN,
+    SKIP_SIGNATURE,
+    camel,
+    decoded,
+    error_body,
+    estimate_tokens,
+    native_part,
+    part_text,
+    segments,
+    sign,
+)
 from tests.support.overflow import Measured
 from tests.support.scripted_server import RecordedRequest, ScriptedServer
 from tests.support.scripted_server import split_text as _split
 
-SIGNING_KEY = b"scripted-gemini-thought-key"
-GEMINI_COUNTING = Counting(
-    "gemini-like", encoding="cl100k_base", message_tokens=4, role_tokens=1, tools_as_json=True, scale=1.08
-)
 PATH = re.compile(r"^/(?P<version>v1|v1beta)/models/(?P<model>[^/:]+):(?P<method>[A-Za-z]+)$")
-PART_FIELDS = frozenset(
-    {
-        "text",
-        "thought",
-        "thoughtSignature",
-        "functionCall",
-        "functionResponse",
-        "inlineData",
-        "fileData",
-        "executableCode",
-        "codeExecutionResult",
-        "videoMetadata",
-    }
-)
-CALL_TURN = (
-    "Please ensure that function call turn comes immediately after a user turn or after a function response turn."
-)
-RESPONSE_TURN = "Please ensure that function response turn comes immediately after a function call turn."
-RESPONSE_COUNT = (
-    "Please ensure that the number of function response parts is equal to the number of function call parts "
-    "of the function call turn."
-)
-
-
-def error_body(code: int, message: str, status: str = "INVALID_ARGUMENT") -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "status": status}}
-
-
-def _camel(name: str) -> str:
-    """The protobuf JSON mapping accepts a field by its proto name too (`thought_signature`)."""
-    head, *rest = name.split("_")
-    return head + "".join(word.title() for word in rest)
-
-
-def _part(part: dict[str, Any]) -> dict[str, Any]:
-    return {_camel(k): v for k, v in part.items()}
-
-
-def sign(part: dict[str, Any]) -> str:
-    """The signature this server gives a part: an HMAC of what the part says (a call's name and
-    arguments: the id a client adds to a call it re-sends is not the model's)."""
-    part = _part(part)
-    call = part.get("functionCall")
-    content = {"name": call.get("name"), "args": call.get("args")} if isinstance(call, dict) else part.get("text", "")
-    data = json.dumps(content, sort_keys=True, ensure_ascii=False).encode()
-    return base64.b64encode(hmac.new(SIGNING_KEY, data, hashlib.sha256).digest()).decode()
-
-
-def _decoded(signature: Any) -> bytes | None:
-    """A signature's bytes: the field is `bytes`, in standard or URL-safe base64 (the Python SDK
-    sends back the URL-safe form of what it received)."""
-    if not isinstance(signature, str):
-        return None
-    try:
-        return base64.b64decode(signature.replace("-", "+").replace("_", "/") + "=" * (-len(signature) % 4))
-    except ValueError:
-        return None
-
-
-def _part_text(part: dict[str, Any]) -> str:
-    part = _part(part)
-    if isinstance(part.get("text"), str):
-        return part["text"]
-    call = part.get("functionCall")
-    if isinstance(call, dict):
-        return str(call.get("name", "")) + json.dumps(call.get("args") or {}, sort_keys=True)
-    response = part.get("functionResponse")
-    if isinstance(response, dict):
-        return str(response.get("name", "")) + json.dumps(response.get("response") or {}, sort_keys=True)
-    return ""
-
-
-def _segments(body: dict[str, Any], counting: Counting) -> list[tuple[Any, int]]:
-    """(segment, tokens) in prefix order: system instruction, tools, contents."""
-    out: list[tuple[Any, int]] = []
-    system = body.get("systemInstruction")
-    if isinstance(system, dict):
-        out.append((system, sum(counting.text(_part_text(p)) for p in system.get("parts") or [])))
-    elif isinstance(system, str):
-        out.append((system, counting.text(system)))
-    for tool in body.get("tools") or []:
-        out.append((tool, counting.json(tool)))
-    for content in body.get("contents") or []:
-        tokens = counting.message_tokens + counting.role(str(content.get("role", "user")))
-        tokens += sum(counting.text(_part_text(p)) for p in content.get("parts") or [] if isinstance(p, dict))
-        out.append((content, tokens))
-    return out
-
-
-def estimate_tokens(body: dict[str, Any], counting: Counting = GEMINI_COUNTING) -> int:
-    return sum(tokens for _, tokens in _segments(body, counting))
 
 
 @dataclasses.dataclass
@@ -257,13 +176,13 @@ class GeminiUpstream(ScriptedServer[Reply]):
                 if not isinstance(raw, dict):
                     return error_body(400, f"Invalid value at 'contents[{i}].parts[{j}]', expected an object.")
                 for key in raw:
-                    if _camel(key) not in PART_FIELDS:
+                    if camel(key) not in PART_FIELDS:
                         return error_body(
                             400,
                             f"Invalid JSON payload received. Unknown name \"{key}\" at 'contents[{i}].parts[{j}]': "
                             "Cannot find field.",
                         )
-            parts = [_part(p) for p in parts]
+            parts = [native_part(p) for p in parts]
             n_calls = sum(1 for p in parts if "functionCall" in p)
             n_responses = sum(1 for p in parts if "functionResponse" in p)
             if n_responses:
@@ -289,7 +208,7 @@ class GeminiUpstream(ScriptedServer[Reply]):
     def _signatures(model: str, parts: list[dict[str, Any]], current: bool, i: int) -> dict[str, Any] | None:
         for j, part in enumerate(parts):
             signature = part.get("thoughtSignature")
-            if signature is not None and _decoded(signature) != _decoded(sign(part)):
+            if signature not in (None, SKIP_SIGNATURE) and decoded(signature) != decoded(sign(part)):
                 return error_body(400, f"Corrupted thought signature at contents[{i}].parts[{j}].")
         first = next((p for p in parts if "functionCall" in p), None)
         if current and model.startswith("gemini-3") and first is not None and "thoughtSignature" not in first:
@@ -319,7 +238,7 @@ class GeminiUpstream(ScriptedServer[Reply]):
         digest = hashlib.sha256()
         cumulative, total = 0, estimate_tokens(body, self.counting) or 1
         read, keys = 0, []
-        for segment, tokens in _segments(body, self.counting):
+        for segment, tokens in segments(body, self.counting):
             digest.update(json.dumps(segment, sort_keys=True).encode())
             cumulative += tokens
             keys.append((digest.hexdigest(), cumulative))
@@ -446,7 +365,7 @@ class GeminiUpstream(ScriptedServer[Reply]):
             return
         parts = self._parts(reply, body)
         visible = [p for p in parts if not p.get("thought")]
-        output = max(1, sum(self.counting.text(_part_text(p)) for p in visible))
+        output = max(1, sum(self.counting.text(part_text(p)) for p in visible))
         thoughts = self.counting.text(reply.thought) if reply.thought else 0
         usage = self._usage(prompt, self._cached(body, prompt), output, thoughts)
         reply.usage, reply.content = usage, {"parts": parts, "role": "model"}

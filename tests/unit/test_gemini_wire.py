@@ -13,7 +13,8 @@ import pytest
 from proxy import errors
 from proxy.identify import canonical
 from proxy.protocols import GEMINI, wire_for_path
-from proxy.protocols.gemini.convert import contents_to_common, to_native
+from proxy.protocols.gemini.convert import contents_to_common
+from proxy.protocols.gemini.encode import SKIP_SIGNATURE, to_native
 from proxy.protocols.gemini.errors import error_object
 from proxy.protocols.gemini.wire import GeminiWire, usage_of
 from proxy.sse import SseSplitter
@@ -80,6 +81,18 @@ def test_a_rebuilt_model_turn_keeps_each_calls_part_and_id():
     changed = {**messages[1], "tool_calls": messages[1]["tool_calls"][:1]}  # a detour keeps one call
     native = to_native([messages[0], changed, messages[2]], 0)
     assert native[1]["parts"] == [call_part("ls", SIG, id="c1")]
+
+
+def test_a_turn_whose_signed_call_is_gone_marks_its_first_call():
+    """A detour keeps the recall call and drops the client's call that carried the signature."""
+    messages = contents_to_common(copy.deepcopy(CONTENTS))
+    kept = {**messages[1], "tool_calls": messages[1]["tool_calls"][1:]}
+    native = to_native([messages[0], kept, messages[3]], 0)
+    assert native[1]["parts"] == [{**call_part("pwd", id="c2"), "thoughtSignature": SKIP_SIGNATURE}]
+    unsigned = {"role": "model", "parts": [call_part("ls"), call_part("pwd")]}
+    (plain,) = contents_to_common([user("go"), unsigned])[1:]
+    rebuilt = to_native([{**plain, "tool_calls": plain["tool_calls"][1:]}], 0)
+    assert rebuilt[1]["parts"] == [call_part("pwd")]  # nothing to stand in for: no signature added
 
 
 def test_the_stored_answer_and_the_resent_turn_are_one_message():

@@ -2,7 +2,8 @@
 `:streamGenerateContent?alt=sse`), mapped onto the common model.
 
 * `validate.py`: parse and validate a request, in Gemini's error wording.
-* `convert.py`: native contents <-> common messages (pieces, private `_gemini` keys, call ids).
+* `convert.py`: native contents -> common messages (pieces, private `_gemini` keys, call ids).
+* `encode.py`: common messages -> native contents (rebuilt turns, results grouped per call turn).
 * `stream.py`: relay a stream and reassemble its content and usage.
 * `errors.py`: errors in Gemini's shape.
 * `wire.py`: the `Wire` object, bound per request to the model and method in its path.

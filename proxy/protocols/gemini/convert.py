@@ -1,4 +1,5 @@
-"""Gemini `contents` <-> the common model, losslessly for what the proxy does not rewrite.
+"""Gemini `contents` -> the common model, losslessly for what the proxy does not rewrite (and
+back: `encode.py`).
 
 Native -> common (what is hashed, stored and projected):
 
@@ -23,14 +24,6 @@ Native -> common (what is hashed, stored and projected):
   parts (text joined; the parts in `_gemini.parts` unless they are one plain text part).
   Pieces of one content carry `_gemini.piece`/`of`.
 
-Common -> native (the upstream body after a projection rewrote something): an unchanged
-assistant message goes back as its parts; a changed one is rebuilt from its text and calls,
-each call keeping its original part (signature included) when it is still there, and getting
-back the id the client gave its response. Tool results
-go back as `functionResponse` parts (a trimmed one with the new text in its field), all results
-of one call turn in one user content, as the API requires. A projection that starts with the
-model's turn gets a short user text first.
-
 Example: `[{"role": "user", "parts": [{"text": "ls"}]}, {"role": "model", "parts":
 [{"functionCall": {"name": "ls", "args": {}}, "thoughtSignature": "S"}]}, {"role": "user",
 "parts": [{"functionResponse": {"name": "ls", "response": {"output": "a b"}}}]}]` is `user "ls"`,
@@ -53,13 +46,13 @@ OMITTED_TEXT = "[Earlier turns of this conversation were omitted by the proxy to
 _PLAIN = frozenset({"text", "thought"})
 
 
-def _compact(value: Any) -> str:
+def compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 def call_id(name: str, args: Any, k: int) -> str:
     """A call's id when the API gave none: derived from the call, never random (stable hashes)."""
-    return "gc_" + hashlib.blake2b(_compact([name, args, k]).encode(), digest_size=8).hexdigest()
+    return "gc_" + hashlib.blake2b(compact([name, args, k]).encode(), digest_size=8).hexdigest()
 
 
 def _signature(value: Any) -> Any:
@@ -104,32 +97,32 @@ def merged(parts: list[Any]) -> list[Any]:
     return out
 
 
-def _calls(parts: list[Any]) -> list[dict[str, Any]]:
+def calls_of(parts: list[Any]) -> list[dict[str, Any]]:
     out = []
     calls = [field(p, "functionCall") for p in parts if isinstance(p, dict) and field(p, "functionCall") is not None]
     for k, call in enumerate(calls):
         name, args = str(call.get("name")), call.get("args") or {}
         ident = call_id(name, args, k)
-        out.append({"id": ident, "type": "function", "function": {"name": name, "arguments": _compact(args)}})
+        out.append({"id": ident, "type": "function", "function": {"name": name, "arguments": compact(args)}})
     return out
 
 
-def _text(parts: list[Any]) -> str | None:
+def text_of(parts: list[Any]) -> str | None:
     texts = [
         p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and not p.get("thought")
     ]
     return "".join(texts) or None
 
 
-def _plain_parts(text: str | None, calls: list[dict[str, Any]]) -> list[Any]:
+def plain_parts(text: str | None, calls: list[dict[str, Any]]) -> list[Any]:
     parts: list[Any] = [{"text": text}] if text else []
     for call in calls:
         function = call["function"]
-        parts.append({"functionCall": {"name": function["name"], "args": _loads(function.get("arguments"))}})
+        parts.append({"functionCall": {"name": function["name"], "args": loads_args(function.get("arguments"))}})
     return parts
 
 
-def _loads(arguments: Any) -> Any:
+def loads_args(arguments: Any) -> Any:
     try:
         value = codec.loads(arguments) if isinstance(arguments, str) and arguments else {}
     except codec.JsonRejected:
@@ -152,11 +145,11 @@ def _unsigned_thought(part: Any) -> bool:
 
 def model_to_common(content: Json) -> Message:
     parts = merged([_model_part(p) for p in content.get("parts") or [] if not _unsigned_thought(p)])
-    text, calls = _text(parts), _calls(parts)
+    text, calls = text_of(parts), calls_of(parts)
     out: Message = {"role": "assistant", "content": text}
     if calls:
         out["tool_calls"] = calls
-    if parts != _plain_parts(text, calls):
+    if parts != plain_parts(text, calls):
         out[PRIVATE] = {"parts": parts}
     return out
 
@@ -176,7 +169,7 @@ def _response_text(response: Any) -> tuple[str, str | None]:
         ((key, value),) = response.items()
         if isinstance(value, str):
             return value, key
-    return _compact(response if response is not None else {}), None
+    return compact(response if response is not None else {}), None
 
 
 def user_to_common(content: Json, calls: list[dict[str, Any]]) -> list[Message]:
@@ -233,120 +226,4 @@ def contents_to_common(contents: list[Any]) -> list[Message]:
         else:
             out.extend(user_to_common(content, calls))
             calls = []
-    return out
-
-
-def _private(message: Message) -> dict[str, Any]:
-    private = message.get(PRIVATE)
-    return private if isinstance(private, dict) else {}
-
-
-def _plain_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
-
-
-def _model_parts(message: Message, ids: dict[str, str]) -> list[Any]:
-    """The parts of an assistant message: its own when unchanged, else rebuilt keeping each
-    call's original part; each call with the id the client gave its response (`ids`)."""
-    parts = _private(message).get("parts")
-    calls = list(message.get("tool_calls") or [])
-    text = _plain_text(message.get("content")) or None
-    if not (isinstance(parts, list) and _text(parts) == text and _same_calls(_calls(parts), calls)):
-        originals = {
-            (field(p, "functionCall").get("name"), _compact(field(p, "functionCall").get("args") or {})): p
-            for p in parts or []
-            if isinstance(p, dict) and field(p, "functionCall") is not None
-        }
-        parts = [
-            originals.get((p["functionCall"]["name"], _compact(p["functionCall"]["args"])), p)
-            if "functionCall" in p
-            else p
-            for p in _plain_parts(text, calls)
-        ]
-    out, k = [], 0
-    for part in parts:
-        call = field(part, "functionCall") if isinstance(part, dict) else None
-        if isinstance(call, dict):
-            given = ids.get(str(calls[k].get("id"))) if k < len(calls) else None
-            k += 1
-            if given is not None:
-                name = "functionCall" if "functionCall" in part else "function_call"
-                part = {**part, name: {"id": given, **call}}
-        out.append(part)
-    return out
-
-
-def _same_calls(mine: list[dict[str, Any]], calls: list[dict[str, Any]]) -> bool:
-    def key(c: dict[str, Any]) -> tuple[Any, ...]:
-        function = c.get("function") or {}
-        return c.get("id"), function.get("name"), _loads(function.get("arguments"))
-
-    return [key(c) for c in mine] == [key(c) for c in calls]
-
-
-def _client_ids(messages: list[Message]) -> dict[str, str]:
-    """Common call id -> the id the client gave that call's function response (Gemini CLI
-    numbers its calls and sends the number back on the call and on its response)."""
-    out: dict[str, str] = {}
-    for message in messages:
-        stub = _private(message).get("part") if message.get("role") == "tool" else None
-        response = field(stub, "functionResponse") if isinstance(stub, dict) else None
-        if isinstance(response, dict) and isinstance(response.get("id"), str):
-            out[str(message.get("tool_call_id"))] = response["id"]
-    return out
-
-
-def _response_part(message: Message, names: dict[str, str]) -> Json:
-    private = _private(message)
-    text = _plain_text(message.get("content"))
-    key = private.get("key")
-    if isinstance(key, str):
-        response: Any = {key: text}
-    else:
-        response = _loads(text) if text.startswith("{") else {}
-        response = response if response else {"output": text}
-    stub = private.get("part")
-    if isinstance(stub, dict):
-        native = field(stub, "functionResponse") or {}
-        name = "functionResponse" if "functionResponse" in stub else "function_response"
-        return {**stub, name: {**native, "response": response}}
-    ident = str(message.get("tool_call_id"))
-    return {"functionResponse": {"name": names.get(ident, ident), "response": response}}
-
-
-def to_native(messages: list[Message], prefix: int) -> list[Json]:
-    """The native contents for common `messages` without the first `prefix` (`systemInstruction`)."""
-    out: list[Json] = []
-    names: dict[str, str] = {}
-    ids = _client_ids(messages)
-    open_results: Json | None = None  # the user content the next tool result (or piece) joins
-    for message in messages[prefix:]:
-        role = message.get("role")
-        private = _private(message)
-        if role == "assistant":
-            for call in message.get("tool_calls") or []:
-                names[str(call.get("id"))] = str(call.get("function", {}).get("name"))
-            out.append({"role": "model", "parts": _model_parts(message, ids)})
-            open_results = None
-        elif role == "tool":
-            part = _response_part(message, names)
-            if open_results is None:
-                open_results = {"role": "user", "parts": []}
-                out.append(open_results)
-            open_results["parts"].append(part)
-        else:
-            own = private.get("parts")
-            text = _plain_text(message.get("content"))
-            parts = own if isinstance(own, list) and _text(own) == (text or None) else [{"text": text or " "}]
-            if open_results is not None and isinstance(private.get("piece"), int) and private["piece"] > 0:
-                open_results["parts"].extend(parts)
-            else:
-                out.append({"role": "user", "parts": list(parts)})
-            open_results = None
-    if out and out[0]["role"] != "user":
-        out.insert(0, {"role": "user", "parts": [{"text": OMITTED_TEXT}]})
     return out

@@ -28,7 +28,8 @@ from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
 from ...usage import Usage
 from ..base import BaseWire
-from .convert import contents_to_common, model_to_common, system_to_common, to_native
+from .convert import contents_to_common, model_to_common, system_to_common
+from .encode import to_native
 from .errors import error_bytes
 from .stream import ContentStream, candidate
 from .validate import field, parse_body, validate_body
