@@ -344,3 +344,23 @@ def test_recall_detour_is_invisible(proxy, gup, api_key, stream, first):
             timeout=30,
         ).json()
         assert view["verified"], view["mismatches"]
+
+
+def test_an_overflow_teaches_the_window_and_is_sent_again(proxy, gup, api_key):
+    """The upstream's window is smaller than the policy says: its refusal ("The input token count
+    (N) exceeds the maximum number of tokens allowed (W).") is read as an overflow, the proxy
+    projects smaller and sends again, and the client never sees the refusal."""
+    model = "gemini-3-tight"
+    gup.context_windows[model] = 4000
+    p = proxy(fresh=True, **_config(gup, SMALL_POLICY))
+    config = types.GenerateContentConfig(
+        tools=[SHELL], automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True)
+    )
+    c = client(p, api_key)
+    answer = _chat_turns(c.chats.create(model=model, config=config), gup, 10, stream=False)
+    assert answer == "The token is kiwi-4471."
+    assert gup.overflows and len(gup.rejections) == len(gup.overflows)  # refused only as too long
+    assert all(m.counted <= 4000 for m in gup.measured[gup.measured.index(gup.overflows[-1]) + 1 :])
+    (learned,) = p.admin_json("estimates")["data"]
+    # Gemini limits the input alone: the window learned is that limit plus the reply's reserve
+    assert learned["learned_window"] == 4000 + SMALL_POLICY["max_output_tokens"], learned
