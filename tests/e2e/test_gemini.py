@@ -277,14 +277,15 @@ def _recall_result(body: Any) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("first", ["recall", "client"])
+@pytest.mark.parametrize("first", ["recall", "client", "text"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_recall_detour_is_invisible(proxy, gup, api_key, stream, first):
     """The recall tool goes as a functionDeclaration; the model's call of it is answered by the
     proxy (a function response after the signed call turn, accepted by the upstream) and the
     client sees only the final answer, which quotes what recall found in the trimmed result.
     When the model called a client tool first, that call (which carried the turn's signature) is
-    dropped from the detour and the recall call stands in with Gemini's documented placeholder."""
+    dropped from the detour and the recall call stands in with Gemini's documented placeholder;
+    when it wrote text first, a stream's text reached the client and the answer continues it."""
     p = proxy(fresh=True, **_config(gup, SMALL_POLICY))
     steps = 12
     script = deque(
@@ -293,7 +294,8 @@ def test_recall_detour_is_invisible(proxy, gup, api_key, stream, first):
     )
     recall = {"name": "ctxproxy_recall", "args": {"query": "TOKEN"}}
     shell = {"name": "run_shell_command", "args": {"command": "ls"}}
-    script.append(Reply(thought="look it up", calls=[recall] if first == "recall" else [shell, recall]))
+    calls = [recall] if first != "client" else [shell, recall]
+    script.append(Reply(thought="look it up", calls=calls, text="Let me check." if first == "text" else None))
 
     def respond(body: Any) -> Reply:
         if _is_summary(body):
@@ -323,14 +325,16 @@ def test_recall_detour_is_invisible(proxy, gup, api_key, stream, first):
             break
         output = f"f{step}: " + ("TOKEN=kiwi-4471 " if step == 0 else "") + f"line {step} " * 200
         message = types.Part.from_function_response(name="run_shell_command", response={"output": output})
-    assert calls == [] and text == "The token is kiwi-4471."
+    # a stream's text before the recall call already reached the client: the answer continues it
+    shown = "Let me check." if first == "text" and stream else ""
+    assert calls == [] and text == shown + "The token is kiwi-4471."
     assert gup.rejections == []
     offered = [r for r in gup.model_requests if not _is_summary(r.body)]
     assert all(any("ctxproxy_recall" in json.dumps(t) for t in r.body["tools"]) for r in offered)
     followup = offered[-1].body["contents"]
     assert [c["role"] for c in followup[-2:]] == ["model", "user"]
-    (signed,) = followup[-2]["parts"]
-    expected = sign(signed) if first == "recall" else SKIP_SIGNATURE
+    signed = followup[-2]["parts"][-1]
+    expected = sign(signed) if first != "client" else SKIP_SIGNATURE
     assert signed["functionCall"]["name"] == "ctxproxy_recall" and signed["thoughtSignature"] == expected
     wait_idle(p)
     got = outcome(p, len(gup.replies_sent))
