@@ -368,3 +368,46 @@ def test_an_overflow_teaches_the_window_and_is_sent_again(proxy, gup, api_key):
     (learned,) = p.admin_json("estimates")["data"]
     # Gemini limits the input alone: the window learned is that limit plus the reply's reserve
     assert learned["learned_window"] == 4000 + SMALL_POLICY["max_output_tokens"], learned
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    texts = [p.get("text", "") for c in body["contents"] if c.get("role") == "user" for p in c["parts"]]
+    return texts[-1] if texts else ""
+
+
+def test_long_term_memory_on_the_gemini_wire(proxy, gup, api_key):
+    """The memory tool is a functionDeclaration too: the model saves a fact through it (answered by
+    the proxy, never seen by the client), and a later conversation of the project is given it in
+    a user-role block, never in the system instruction."""
+    policy = {"context_window": 200000, "max_output_tokens": 4096, "memory": {"enabled": True, "scopes": ["project"]}}
+    p = proxy(fresh=True, **_config(gup, policy))
+
+    def respond(body: dict[str, Any]) -> Reply:
+        last = body["contents"][-1]["parts"][-1]
+        if last.get("functionResponse", {}).get("name") == "ctxproxy_memory":
+            return Reply(text="Noted.")
+        said = _last_user_text(body)
+        if said.startswith("Remember: "):
+            save = {"action": "save", "text": said.removeprefix("Remember: ")}
+            return Reply(thought="save it", calls=[{"name": "ctxproxy_memory", "args": save}])
+        found = re.search(r"deploy target: [\w-]+", json.dumps(body["contents"]))
+        return Reply(text=found.group(0) if found else "unknown")
+
+    gup.responder = respond
+    options = types.HttpOptions(
+        base_url=p.url, api_version="v1beta", timeout=30_000, headers={"X-Ctxproxy-Project": "/srv/gemini-app"}
+    )
+    c = genai.Client(api_key=api_key, http_options=options)
+    config = types.GenerateContentConfig(
+        tools=[SHELL], automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True)
+    )
+    saved = c.chats.create(model=MODEL, config=config).send_message("Remember: deploy target: staging-2")
+    assert saved.text == "Noted." and not saved.function_calls
+    (memory,) = p.admin_json("memories")["data"]
+    assert memory["text"] == "deploy target: staging-2" and memory["status"] == "active"
+    asked = c.chats.create(model=MODEL, config=config).send_message("Question: deploy target?")
+    assert asked.text == "deploy target: staging-2"
+    body = gup.model_requests[-1].body
+    blocks = [c for c in body["contents"] if "<memories" in json.dumps(c)]
+    assert [b["role"] for b in blocks] == ["user"] and "<memories" not in json.dumps(body.get("systemInstruction"))
+    assert gup.rejections == []
