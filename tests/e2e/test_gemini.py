@@ -411,3 +411,13 @@ def test_long_term_memory_on_the_gemini_wire(proxy, gup, api_key):
     blocks = [c for c in body["contents"] if "<memories" in json.dumps(c)]
     assert [b["role"] for b in blocks] == ["user"] and "<memories" not in json.dumps(body.get("systemInstruction"))
     assert gup.rejections == []
+
+
+def test_a_method_the_proxy_does_not_serve_answers_in_geminis_shape(proxied, gup, api_key):
+    p = proxied()
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    r = httpx.post(
+        f"{p.url}/v1beta/models/{MODEL}:countTokens", json=body, headers={"x-goog-api-key": api_key}, timeout=30
+    )
+    assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND", r.text
+    assert gup.requests == []
