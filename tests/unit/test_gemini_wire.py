@@ -106,6 +106,12 @@ def test_the_stored_answer_and_the_resent_turn_are_one_message():
     assert canonical(stored) == canonical(again)
 
 
+def test_a_turn_of_thoughts_alone_keeps_them():
+    thoughts = {"role": "model", "parts": [{"text": "hm", "thought": True}]}
+    messages = contents_to_common([user("go"), thoughts, user("and?")])
+    assert to_native(messages, 0)[1] == thoughts  # never a content without parts
+
+
 def test_text_pieces_merge_as_clients_consolidate_them():
     pieces = {"role": "model", "parts": [{"text": "Hel"}, {"text": "lo"}, {"text": "", "thoughtSignature": SIG}]}
     whole = {"role": "model", "parts": [{"text": "Hello", "thoughtSignature": SIG}]}

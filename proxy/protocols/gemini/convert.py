@@ -144,7 +144,9 @@ def _unsigned_thought(part: Any) -> bool:
 
 
 def model_to_common(content: Json) -> Message:
-    parts = merged([_model_part(p) for p in content.get("parts") or [] if not _unsigned_thought(p)])
+    given = list(content.get("parts") or [])
+    kept = [p for p in given if not _unsigned_thought(p)] or given  # a turn of thoughts alone keeps them
+    parts = merged([_model_part(p) for p in kept])
     text, calls = text_of(parts), calls_of(parts)
     out: Message = {"role": "assistant", "content": text}
     if calls:
