@@ -421,3 +421,24 @@ def test_a_method_the_proxy_does_not_serve_answers_in_geminis_shape(proxied, gup
     )
     assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND", r.text
     assert gup.requests == []
+
+
+@pytest.mark.parametrize("where", ["header", "query"])
+def test_without_a_route_key_the_callers_own_key_goes_upstream_as_a_header(proxy, api_key, where):
+    with GeminiUpstream(api_key=api_key) as own:
+        route = {
+            "name": "gemini",
+            "match": {"model": "gemini-*", "path": "/v1beta/models"},
+            "upstream": {"base_url": own.url, "timeouts": TIMEOUTS},  # no api_key_env: the caller's
+            "policy": "default",
+        }
+        p = proxy(routes=[route], policies={"default": {"context_window": 200000, "max_output_tokens": 4096}})
+        body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        url = f"{p.url}/v1beta/models/{MODEL}:generateContent"
+        if where == "header":
+            r = httpx.post(url, json=body, headers={"x-goog-api-key": api_key}, timeout=30)
+        else:
+            r = httpx.post(url, params={"key": api_key}, json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        (sent,) = own.model_requests
+        assert sent.headers["x-goog-api-key"] == api_key and sent.query == ""
