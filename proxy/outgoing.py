@@ -83,7 +83,7 @@ class Outgoing:
             await self.count()
         known = ingested.known.encoded if ingested.known else None
         outgoing = self.sent if self.recalling or self.sent is not self.messages else None
-        stream = bool(self.body.get("stream"))
+        stream = self.exchange.call.stream  # the wire's reading (Gemini's is in the path, not the body)
         encoded, ingested.remembered.encoded = wire.encode(self.body, outgoing, stream, known)
         return self.raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
 

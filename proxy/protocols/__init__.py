@@ -14,11 +14,12 @@ from collections.abc import Mapping
 
 from .anthropic import WIRE as ANTHROPIC
 from .base import NO_QUERY, Target, Wire
+from .gemini import WIRE as GEMINI
 from .openai_chat import WIRE as OPENAI_CHAT
 from .responses import COMPACT as OPENAI_RESPONSES_COMPACT
 from .responses import WIRE as OPENAI_RESPONSES
 
-WIRES: tuple[Wire, ...] = (OPENAI_CHAT, OPENAI_RESPONSES, OPENAI_RESPONSES_COMPACT, ANTHROPIC)
+WIRES: tuple[Wire, ...] = (OPENAI_CHAT, OPENAI_RESPONSES, OPENAI_RESPONSES_COMPACT, ANTHROPIC, GEMINI)
 DEFAULT: Wire = OPENAI_CHAT
 
 CREDENTIAL_HEADERS = frozenset(name for wire in WIRES for name in wire.credential_headers)
@@ -34,6 +35,7 @@ __all__ = [
     "CREDENTIAL_HEADERS",
     "CREDENTIAL_QUERY",
     "DEFAULT",
+    "GEMINI",
     "OPENAI_CHAT",
     "OPENAI_RESPONSES",
     "OPENAI_RESPONSES_COMPACT",

@@ -72,7 +72,7 @@ class Detour:
             self.room -= sum(count(str(r["content"])) for r in results)
         self.messages = [*self.messages, turn, *results]
         body = self.body if self.more() else self.tools.without_tools(self.body, wire)
-        payload, _ = wire.encode(body, self.messages, bool(self.body.get("stream")), None)
+        payload, _ = wire.encode(body, self.messages, self.exchange.call.stream, None)
         return payload
 
     async def next_answer(self, message: Message) -> UpstreamResponse:
@@ -93,7 +93,7 @@ async def detour(
             return upstream  # retried as far as it goes (`proxy.overflow`): relayed
         return await _without_tool(exchange, body, messages, upstream, tools)
     rounds = Detour(exchange, body, messages, tools)
-    stream = bool(body.get("stream"))
+    stream = exchange.call.stream  # the wire's reading (Gemini's is in the path, not the body)
     while upstream.status == 200 and rounds.more():
         if stream and wire.is_stream(upstream.content_type):
             relay, message = await read_stream(exchange, body, upstream, rounds)
@@ -132,7 +132,7 @@ async def _without_tool(
     rejected = exchange.call
     kind = record.consumed(rejected, wire, upstream, data, exchange.t0, "recall")
     record.explained(rejected, REJECTED.format(detail=data[:2000].decode("utf-8", errors="replace")))
-    payload, _ = wire.encode(tools.without_tools(body, wire), messages, bool(body.get("stream")), None)
+    payload, _ = wire.encode(tools.without_tools(body, wire), messages, exchange.call.stream, None)
     _carried(exchange.follow(), rejected, recall_rounds=0, recall_tool="rejected")
     await exchange.finish(rejected, kind)
     answer = await exchange.send(payload)

@@ -16,6 +16,8 @@ def test_example_config_routes_each_api_to_its_provider():
     config = load_config(REPO / "config.example.yaml")
     anthropic = config.route_for("/v1/messages", "claude-sonnet-4-5")
     assert anthropic is not None and anthropic.upstream.base_url == "https://api.anthropic.com"
+    gemini = config.route_for("/v1beta/models", "gemini-2.5-flash")
+    assert gemini is not None and gemini.upstream.base_url == "https://generativelanguage.googleapis.com"
     for path in ("/v1/chat/completions", "/v1/responses"):
         route = config.route_for(path, "gpt-5")
         assert route is not None and route.upstream.base_url == "https://api.openai.com/v1"
@@ -36,9 +38,14 @@ def test_root_answers_a_one_line_hint(proxy):
 
 
 def shipped(openai_url: str, anthropic_url: str) -> dict[str, Any]:
-    """config.example.yaml as shipped, its two upstreams moved to local scripted servers."""
+    """config.example.yaml as shipped, its upstreams moved to local servers (Gemini's with
+    Anthropic's: these tests call neither)."""
     config = yaml.safe_load((REPO / "config.example.yaml").read_text())
-    hosts = {"https://api.anthropic.com": anthropic_url, "https://api.openai.com/v1": openai_url}
+    hosts = {
+        "https://api.anthropic.com": anthropic_url,
+        "https://generativelanguage.googleapis.com": anthropic_url,
+        "https://api.openai.com/v1": openai_url,
+    }
     for route in config["routes"]:
         route["upstream"]["base_url"] = hosts[route["upstream"]["base_url"]]
     return config

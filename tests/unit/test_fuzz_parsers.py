@@ -18,14 +18,17 @@ from hypothesis import strategies as st
 
 from proxy.config import parse_config
 from proxy.errors import ConfigError, ProxyError
-from proxy.protocols import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
+from proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from proxy.protocols.anthropic.usage import from_anthropic
 from proxy.protocols.base import Wire
+from proxy.protocols.gemini.wire import usage_of
 from proxy.protocols.openai_chat.usage import from_openai_chat
 from proxy.protocols.responses.usage import from_openai_responses
 from proxy.sse import SseSplitter
 from tests.support.lanes import examples
 
+GEMINI_STREAM = GEMINI.bind({"path": "/v1beta/models/gemini-x:streamGenerateContent", "query_string": b"alt=sse"})
+WIRES = [OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC, GEMINI, GEMINI_STREAM]
 FUZZ = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 WORDS = [
@@ -35,6 +38,9 @@ WORDS = [
     "message", "finish_reason", "stop_reason", "content_block", "response", "item", "item_id", "output_index",
     "prompt_tokens", "completion_tokens", "input_tokens", "output_tokens", "cached_tokens",
     "cache_read_input_tokens", "cache_creation_input_tokens", "prompt_tokens_details", "input_tokens_details",
+    "contents", "parts", "functionCall", "functionResponse", "function_call", "args", "thoughtSignature",
+    "thought", "systemInstruction", "candidates", "usageMetadata", "promptTokenCount", "cachedContentTokenCount",
+    "candidatesTokenCount", "thoughtsTokenCount", "finishReason",
 ]  # fmt: skip
 VALUES = [
     "user", "assistant", "system", "developer", "tool", "function", "text", "image", "image_url", "tool_use",
@@ -44,6 +50,7 @@ VALUES = [
     "text_delta", "input_json_delta", "thinking_delta", "signature_delta", "response.created",
     "response.output_item.added", "response.output_text.delta", "response.function_call_arguments.delta",
     "response.output_item.done", "response.completed", "response.failed", "error", "stop", "tool_calls",
+    "model", "STOP",
 ]  # fmt: skip
 
 scalars = (
@@ -68,6 +75,8 @@ def _body(wire: Wire, msgs: Any, extra: dict[str, Any], stream: bool) -> dict[st
         body.update({"messages": msgs, "max_tokens": 100})
     elif wire is OPENAI_RESPONSES:
         body["input"] = msgs
+    elif wire.name == "gemini":
+        body["contents"] = msgs
     else:
         body["messages"] = msgs
     return body
@@ -88,10 +97,11 @@ def through_wire(wire: Wire, raw: bytes) -> None:
 
 @FUZZ
 @given(
-    wire=st.sampled_from([OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC]),
+    wire=st.sampled_from(WIRES),
     msgs=messages | values,
     extra=st.dictionaries(
-        st.sampled_from(["tools", "tool_choice", "system", "instructions", "stream_options"]), values
+        st.sampled_from(["tools", "tool_choice", "system", "instructions", "stream_options", "systemInstruction"]),
+        values,
     ),
     stream=st.booleans(),
 )
@@ -100,14 +110,14 @@ def test_request_bodies(wire: Wire, msgs: Any, extra: dict[str, Any], stream: bo
 
 
 @FUZZ
-@given(wire=st.sampled_from([OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC]), raw=st.binary(max_size=200))
+@given(wire=st.sampled_from(WIRES), raw=st.binary(max_size=200))
 def test_request_bytes(wire: Wire, raw: bytes) -> None:
     through_wire(wire, raw)
 
 
 def test_hostile_nesting_and_numbers() -> None:
     """The cases that answered 500 before: 100,000 levels of nesting, a 5,000-digit integer."""
-    for wire in (OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC):
+    for wire in WIRES:
         through_wire(wire, b'{"model": "gpt-4o", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
         for field in ("max_tokens", "max_output_tokens", "temperature"):
             body = _body(wire, [{"role": "user", "content": "hi"}], {}, False)
@@ -117,7 +127,7 @@ def test_hostile_nesting_and_numbers() -> None:
 
 @FUZZ
 @given(
-    wire=st.sampled_from([OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC]),
+    wire=st.sampled_from(WIRES),
     parsed=st.dictionaries(st.sampled_from(WORDS), values),
 )
 def test_upstream_answers(wire: Wire, parsed: Any) -> None:
@@ -127,6 +137,7 @@ def test_upstream_answers(wire: Wire, parsed: Any) -> None:
         wire.response(parsed)
         wire.summary_text(parsed)
         wire.usage(parsed.get("usage"))
+        wire.usage(parsed.get("usageMetadata"))
     except ProxyError:
         pass
 
@@ -161,7 +172,7 @@ def observe(wire: Wire, data: bytes, pieces: list[bytes]) -> tuple[list[bytes | 
 
 
 @FUZZ
-@given(data=st.data(), wire=st.sampled_from([OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC]))
+@given(data=st.data(), wire=st.sampled_from(WIRES))
 def test_upstream_streams_whole_and_byte_by_byte(data: st.DataObject, wire: Wire) -> None:
     raw = _stream(wire, data.draw(_events(wire)))
     whole = observe(wire, raw, [raw])
@@ -172,7 +183,7 @@ def test_upstream_streams_whole_and_byte_by_byte(data: st.DataObject, wire: Wire
 @FUZZ
 @given(raw=values)
 def test_usage_normalizers(raw: Any) -> None:
-    for normalize in (from_openai_chat, from_openai_responses, from_anthropic):
+    for normalize in (from_openai_chat, from_openai_responses, from_anthropic, usage_of):
         usage = normalize(raw)
         assert all(v is None or isinstance(v, int) for v in usage.to_dict().values())
 

@@ -23,8 +23,9 @@ HOSTS = {
     "openai_chat": "https://api.openai.com/v1",
     "openai_responses": "https://api.openai.com/v1",
     "openai_responses_compact": "https://api.openai.com/v1",
+    "gemini": "https://generativelanguage.googleapis.com",
 }
-MODELS = {"anthropic": "claude-sonnet-4-5"}
+MODELS = {"anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash"}
 
 
 @pytest.fixture(autouse=True)
