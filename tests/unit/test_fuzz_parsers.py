@@ -27,8 +27,11 @@ from proxy.protocols.responses.usage import from_openai_responses
 from proxy.sse import SseSplitter
 from tests.support.lanes import examples
 
-GEMINI_STREAM = GEMINI.bind({"path": "/v1beta/models/gemini-x:streamGenerateContent", "query_string": b"alt=sse"})
-WIRES = [OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC, GEMINI, GEMINI_STREAM]
+WIRES = [OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC, GEMINI]
+TARGETS = {
+    GEMINI.name: GEMINI.target("/v1beta/models/gemini-x:streamGenerateContent", {"alt": "sse"}),
+}
+"""Where a wire takes the model from its path: one such path (the others read the body)."""
 FUZZ = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 WORDS = [
@@ -86,7 +89,7 @@ def through_wire(wire: Wire, raw: bytes) -> None:
     """The request path of a wire up to the upstream body; only ProxyError may come out."""
     try:
         body = wire.parse(raw)
-        _, stream = wire.envelope(body)
+        _, stream = wire.envelope(body, TARGETS.get(wire.name))
         msgs = wire.messages(body)
         wire.validate(msgs, 0)
         wire.encode(body, msgs, stream, None)

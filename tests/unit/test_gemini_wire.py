@@ -16,7 +16,7 @@ from proxy.protocols import GEMINI, wire_for_path
 from proxy.protocols.gemini.convert import contents_to_common
 from proxy.protocols.gemini.encode import SKIP_SIGNATURE, to_native
 from proxy.protocols.gemini.errors import error_object
-from proxy.protocols.gemini.wire import GeminiWire, usage_of
+from proxy.protocols.gemini.wire import usage_of
 from proxy.sse import SseSplitter
 from proxy.usage import Usage
 
@@ -146,8 +146,9 @@ def test_snake_case_parts_are_read():
     ],
 )
 def test_invalid_contents_are_refused_in_geminis_words(contents, words):
+    target = GEMINI.target("/v1beta/models/m:generateContent", {})
     with pytest.raises(errors.BadRequest) as caught:
-        GEMINI.envelope({"contents": contents})
+        GEMINI.envelope({"contents": contents}, target)
         GEMINI.messages({"contents": contents})
     assert words in caught.value.message and caught.value.status == 400
 
@@ -234,38 +235,32 @@ def test_errors_take_geminis_shape(exc, status):
     assert json.loads(GEMINI.error_body(exc)) == error_object(exc)
 
 
-def test_a_path_binds_the_model_method_and_upstream_path():
-    scope: dict[str, Any] = {
-        "path": "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
-        "query_string": b"alt=sse",
-    }
-    wire = GEMINI.bind(scope)
-    assert isinstance(wire, GeminiWire) and wire.envelope({"contents": [user("x")]}) == ("gemini-2.5-flash", True)
-    assert wire.upstream_path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
-    whole = GEMINI.bind({"path": "/v1/models/m:generateContent", "query_string": b""})
-    assert whole is not None and whole.upstream_path == "/v1/models/m:generateContent"
-    assert GEMINI.bind({"path": "/v1beta/models/m:countTokens"}) is None
-    assert GEMINI.bind({"path": "/v1/chat/completions"}) is None
+def test_a_path_says_the_model_and_method_and_the_upstream_path_follows():
+    target = GEMINI.target("/v1beta/models/gemini-2.5-flash:streamGenerateContent", {"alt": "sse"})
+    assert target is not None and GEMINI.envelope({"contents": [user("x")]}, target) == ("gemini-2.5-flash", True)
+    assert GEMINI.upstream_path_for("gemini-2.5-flash", True) == (
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    )
+    whole = GEMINI.target("/v1/models/m:generateContent", {})
+    assert whole is not None and GEMINI.envelope({"contents": [user("x")]}, whole) == ("m", False)
+    assert GEMINI.upstream_path_for("m", False) == "/v1beta/models/m:generateContent"
+    assert GEMINI.target("/v1beta/models/m:countTokens", {}) is None
+    assert GEMINI.target("/v1/chat/completions", {}) is None
+    with pytest.raises(errors.BadRequest, match="model in the path"):
+        GEMINI.envelope({"contents": [user("x")]}, None)
 
 
 def test_a_stream_without_sse_is_refused_clearly():
-    wire = GEMINI.bind({"path": "/v1beta/models/m:streamGenerateContent", "query_string": b""})
-    assert wire is not None
+    target = GEMINI.target("/v1beta/models/m:streamGenerateContent", {})
     with pytest.raises(errors.BadRequest, match="alt=sse"):
-        wire.envelope({"contents": [user("x")]})
+        GEMINI.envelope({"contents": [user("x")]}, target)
 
 
-def test_a_query_key_becomes_the_key_header_unless_one_is_sent():
-    scope: dict[str, Any] = {"path": "/v1beta/models/m:generateContent", "query_string": b"key=k1&x=2", "headers": []}
-    GEMINI.bind(scope)
-    assert scope["headers"] == [(b"x-goog-api-key", b"k1")] and scope["query_string"] == b"x=2"
-    sent = {
-        "path": "/v1beta/models/m:generateContent",
-        "query_string": b"key=k1",
-        "headers": [(b"x-goog-api-key", b"k0")],
-    }
-    GEMINI.bind(sent)
-    assert sent["headers"] == [(b"x-goog-api-key", b"k0")]
+def test_the_key_is_read_from_its_header_first_then_the_query():
+    assert GEMINI.client_key({"x-goog-api-key": "k0"}, {"key": "k1"}) == "k0"
+    assert GEMINI.client_key({}, {"key": "k1"}) == "k1"
+    assert GEMINI.client_key({}, {}) is None
+    assert GEMINI.auth_headers("k2") == {"x-goog-api-key": "k2"}
 
 
 def test_gemini_paths_answer_in_geminis_shape_and_openais_stay_openais():

@@ -286,7 +286,8 @@ ERROR_CLASSES = _error_classes()
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
 def test_every_error_is_answered_in_the_apis_shape(any_wire: Wire, cls: type[errors.ProxyError]) -> None:
     samples = samples_of(any_wire)
-    exc = cls(f'{cls.__name__}: the "quoted" reason', param="model")
+    message = f'{cls.__name__}: the "quoted" reason'
+    exc = cls(message, retry_after=60) if issubclass(cls, errors.RateLimited) else cls(message, param="model")
     assert samples.error_message(json.loads(any_wire.error_body(exc))) == exc.message
     event = any_wire.observer(any_wire.parse(samples.stream_request)).error_event(exc)
     assert event.endswith(b"\n\n") and samples.stream_error_message(event) == exc.message
