@@ -46,7 +46,7 @@ from typing import Any, Generic, TypeVar
 from policies.base import Item
 from policies.history_index import SharedPrefix
 
-from . import identify
+from . import identify, renderings
 from .eviction import Eviction
 from .store.base import Position
 from .types import Message, SentBody
@@ -127,7 +127,15 @@ class _Index(Generic[V]):
 
 
 class HistoryCache:
-    def __init__(self, max_bytes: int = 256 * 1024 * 1024, per_key: int = 64, bodies_per_credential: int = 64) -> None:
+    def __init__(
+        self,
+        max_bytes: int = 256 * 1024 * 1024,
+        per_key: int = 64,
+        bodies_per_credential: int = 64,
+        transient: renderings.Transient = renderings.DEFAULT_TRANSIENT,
+    ) -> None:
+        self.transient = transient
+        """The configured transient-part rule every chain this cache hashes uses."""
         self.max_bytes = max_bytes
         self.per_key = per_key
         """Histories held per first message (of one tenant): several conversations may share it."""
@@ -177,9 +185,9 @@ class HistoryCache:
     def hashes(self, tenant: str, history: list[Message], known: Remembered | None) -> list[str]:
         """The identity chain of `history`, hashing only what `known` does not cover."""
         if known is None or not known.hashes:
-            return identify.chain(tenant, history)
+            return identify.chain(tenant, history, self.transient)
         n = len(known.hashes)
-        return known.hashes + identify.chain_from(known.hashes[-1], history[n:])
+        return known.hashes + identify.chain_from(known.hashes[-1], history[n:], self.transient)
 
     @staticmethod
     def prefix_hash(prefix: list[Message], known: Remembered | None) -> str:

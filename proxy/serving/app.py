@@ -37,6 +37,7 @@ from ..projector import Projector
 from ..protocols import WIRES, wire_for_path
 from ..protocols.base import Wire
 from ..record import Recorder
+from ..renderings import Transient
 from ..request_log import RequestLogger
 from ..services import Services, history_cache
 from ..store import make_store
@@ -155,7 +156,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
             compactor,
             recorder,
             metrics,
-            history_cache(config.caches),
+            history_cache(config.caches, Transient.of(config.transient_parts, config.transient_max_chars)),
             salt,
             config_path=config_path,
         )

@@ -10,7 +10,7 @@ Qwen Code's traffic: its system prompt is the first `system` message; the first 
 carries its startup environment and a short `<system-reminder>` stating today's date as separate
 text parts; it streams every call and sends no session header. On `--continue` it re-sends its
 recorded history byte for byte except that the first user message lost the date reminder part:
-the transient rule (`identity.transient_parts`, docs/identity.md) makes that message the stored
+the transient rule (`transient_parts`, docs/identity.md) makes that message the stored
 one, so the resume is the same conversation and branch, not a second conversation summarized
 again from scratch.
 """
