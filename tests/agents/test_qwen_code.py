@@ -131,13 +131,16 @@ def test_qwen_code_openai_then_continue(proxy, upstream, monkeypatch, tmp_path):
     memory = [b for b in bodies if _system(b).startswith(MEMORY_SUBAGENT)]
     got = harness.outcome(p, len(bodies))
     print(harness.report("qwen code --continue", got, len(bodies)))
-    print("forks", _metric(p, "ctxproxy_forks_total"), "identity", _metric(p, "ctxproxy_identity_total"))
+    rules = _metric(p, "ctxproxy_identity_rules_total")
+    print("forks", _metric(p, "ctxproxy_forks_total"), "identity", _metric(p, "ctxproxy_identity_total"), rules)
     # the resumed session is the same conversation and branch: its request carries the recorded
     # history without the first message's date reminder, and nothing is summarized again
     calls = p.admin_json(f"conversations/{line}/calls", params={"limit": 1000})["data"]
     assert len([c for c in calls if c["purpose"] == "main"]) == len(main) + 1
     assert len(p.conversation(line)["branches"]) == 1, p.conversation(line)["branches"]
     assert len([b for b in bodies if harness.is_summary(b)]) == summaries
+    assert rules == {'{rule="transient",averted="conversation"}': 1.0}, rules
+    assert _metric(p, "ctxproxy_forks_total") == {}
     # every other conversation is Qwen Code's managed-memory subagent: its own system prompt and
     # tools, fed a window of the recent history that starts mid-line (a side call of the session
     # by docs/identity.md's rule, so its own conversation)
