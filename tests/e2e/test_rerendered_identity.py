@@ -4,8 +4,9 @@ smolagents' `ToolCallingAgent` (the real one, from PyPI, through `OpenAIServerMo
 memory as text: the answer ctxproxy stored with `tool_calls` comes back as assistant text
 (`Calling tools:\\n[{'id': ..., 'function': {...}}]`) and the results as user text
 (`Observation:\\n...`). Qwen Code's `--continue` re-sends its history without the date reminder
-part of the first user message (Qwen Code needs Node 22, so its resume shape is sent here as raw
-HTTP). Both continue their conversation; similar but different sessions and other tenants do not.
+part of the first user message (its shape as raw HTTP here, with a look at the metric; the real CLI
+is `tests/agents/test_qwen_code.py`). Both continue their conversation; similar but different
+sessions and other tenants do not.
 """
 
 from __future__ import annotations
