@@ -109,7 +109,7 @@ def test_qwen_code_openai_then_continue(proxy, upstream, monkeypatch, tmp_path):
     assert harness.FACT in run.stdout, run.stdout[-3000:]
     bodies = [r.body for r in upstream.chat_requests]
     main = [b for b in bodies if not harness.is_summary(b)]
-    assert len(main) >= harness.STEPS + 1, len(main)  # every step a request, then the answer
+    assert len(main) == harness.STEPS + 1, len(main)  # one request per step, then the answer
     billed = [r.sent_usage["prompt_tokens"] for r in upstream.replies_sent if r.sent_usage]
     assert len(billed) == len(bodies), "the upstream rejected a request"
     first = harness.outcome(p, len(bodies))
@@ -119,6 +119,7 @@ def test_qwen_code_openai_then_continue(proxy, upstream, monkeypatch, tmp_path):
     assert any(c["status"] == "active" for c in first.checkpoints), first.checkpoints
     assert all(c["status"] == "complete" for c in first.calls), [c["status"] for c in first.calls]
     assert first.ledger["input_total"] == sum(billed)
+    assert harness.first_estimate_error(first) < 0.03, harness.report("qwen code", first, len(bodies))
 
     line = first.conversations[0]["id"]
     summaries = len(bodies) - len(main)
