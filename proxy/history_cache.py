@@ -229,6 +229,27 @@ class HistoryCache:
         with self._lock:
             return {"histories": len(self._order), "bodies": sum(len(i.entries) for i in self._bodies.values())}
 
+    def head_for(self, tenant: str, history: list[Message], hashes: list[str]) -> Head | None:
+        """The remembered head `hashes` pass through with new messages after it, found by chain
+        hash among the histories remembered under `history`'s first message: for a request whose
+        earlier messages differ from the remembered ones only in what identity ignores (a cache
+        marker moved, a transient part dropped), so `lookup` found none. The store still appends
+        there only if the lookup would have found that head (`Store.extend`)."""
+        key = self.key(tenant, history)
+        if key is None:
+            return None
+        with self._lock:
+            index = self._entries.get(key)
+            candidates = list(index.entries.values()) if index is not None else []
+        best: Head | None = None
+        for entry in candidates:
+            head = entry.head
+            if head is None or not 2 <= head.count < len(hashes) or hashes[head.count - 1] != head.chain_hash:
+                continue
+            if best is None or head.count > best.count:
+                best = head
+        return best
+
     def lookups(self) -> dict[tuple[str, ...], float]:
         """Lookups so far by (cache, outcome) (`ctxproxy_cache_lookups_total`)."""
         return {

@@ -169,7 +169,7 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
                 "side_call",
                 purpose=side_calls.PURPOSE,
             )
-    head = _continued(known, hashes)
+    head = _continued(known, hashes) or cache.head_for(tenant, history, hashes)
     position, identity, lookup = await _append_request(store, arrival, system_hash, history, hashes, head)
     if hashes:  # until `answer_stored` moves it to the answer (a next request may come first)
         remembered.head = Head(position, hashes[-1], len(hashes))

@@ -138,6 +138,9 @@ def _run_then_continue(p: Any, wire: Wire, tmp_path: Path) -> None:
     assert any(c["status"] == "active" for c in first.checkpoints), first.checkpoints
     assert all(c["status"] == "complete" for c in first.calls), [c["status"] for c in first.calls]
     assert first.ledger["input_total"] == sum(billed)
+    # every turn after the first continued the head the previous answer left, no lookup (on the
+    # Messages API Qwen Code moves its cache marker, so this is found by chain hash)
+    assert _metric(p, "ctxproxy_identity_total").get('{how="remembered"}', 0) >= harness.STEPS - 1
     assert harness.first_estimate_error(first) < 0.03, harness.report("qwen code", first, len(bodies))
     line = first.conversations[0]["id"]
     summaries = len(bodies) - len(main)
