@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy import identify, renderings
 from proxy.config import parse_config
@@ -27,6 +29,28 @@ PLAN = "<system-reminder>Plan mode is on.</system-reminder>"
 def rule(**section: Any) -> Transient:
     config = parse_config({"routes": ROUTES, **section}, "cfg.yaml", {})
     return history_cache(config.caches, Transient.of(config.transient_parts, config.transient_max_chars)).transient
+
+
+texts = st.lists(st.text(max_size=12).filter(lambda t: "system-reminder" not in t), min_size=1, max_size=3)
+dates = st.lists(st.sampled_from(["Friday, December 4, 2026", "Saturday, December 5, 2026"]), max_size=2)
+
+
+def dated(days: list[str], parts: list[str]) -> dict[str, Any]:
+    reminders = [{"type": "text", "text": f"<system-reminder>Today's date is {d}.</system-reminder>"} for d in days]
+    return {"role": "user", "content": [*reminders, *({"type": "text", "text": t} for t in parts)]}
+
+
+@given(dates, texts, dates, texts)
+def test_the_rule_never_joins_messages_whose_other_parts_differ(
+    days_a: list[str], a: list[str], days_b: list[str], b: list[str]
+) -> None:
+    """With or without date reminders, two user messages are one exactly when their other parts
+    are the same; the history after an edited one forks there."""
+    assert same(rule(), dated(days_a, a), dated(days_b, b)) == (a == b)
+    answer = {"role": "assistant", "content": "ok"}
+    first = identify.chain("t", [dated(days_a, a), answer, dated([], ["go on"])])
+    second = identify.chain("t", [dated(days_b, b), answer, dated([], ["go on"])])
+    assert (first[-1] == second[-1]) == (a == b)
 
 
 def user(*texts: str) -> dict[str, Any]:
