@@ -176,7 +176,7 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
     cache.remember(tenant, remembered)
     appended = hashes[identity.matched :]
     matched_by = _rendered(history, len(known.hashes) if known else 0, identity.matched)
-    if matched_by is None and lookup != "remembered" and identity.matched and not identity.created:
+    if matched_by is None and lookup != "remembered" and identity.matched and cache.transient.patterns:
         matched_by = await _transient_start(store, position.branch_id, history[0])
     return Ingested(
         identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup, matched_by
