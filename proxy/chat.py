@@ -68,7 +68,7 @@ async def handle(services: Services, request: Incoming, wire: Wire, target: Targ
         session = identify.session_of(config.session_headers, request.headers, body.get("tools"))
         arrival = Arrival(tenant, messages, request.headers.get(header), len(raw), session)
         ingested = await ingest(services.store, services.history, wire, arrival)
-        services.metrics.observe_identity(ingested.lookup, ingested.fork)
+        services.metrics.observe_identity(ingested.lookup, ingested.fork, ingested.matched_by)
         # from here on every answer, errors included, names the conversation
         request.reported = _reported(header, ingested, None, mode)
         purpose = ingested.purpose if wire.purpose == "main" else wire.purpose

@@ -30,6 +30,7 @@ from pydantic_core import ErrorDetails
 from policies.base import PolicyConfig, SettingError
 from policies.projection import check_order
 
+from . import renderings
 from .errors import ConfigError
 from .quota import Quota
 from .shadow.settings import Shadow
@@ -296,6 +297,14 @@ class Config(_Frozen):
     session_headers: tuple[str, ...] = ("x-claude-code-session-id", "session-id")
     """Request headers naming an agent session (first present wins): a request whose history
     matches nothing continues its session's conversation as a new branch (see proxy/ingest.py)."""
+    transient_parts: tuple[str, ...] = renderings.DEFAULT_TRANSIENT_PARTS
+    """Text parts of a user message that identity ignores when the message has other parts:
+    regular expressions matched against a whole stripped part (case-insensitive, `.` matching
+    newlines); the default is a short `<system-reminder>` block that states the date (Claude
+    Code's and Qwen Code's). Matching only: what is stored and sent is the request as it came.
+    `[]` turns the rule off; see proxy/renderings.py and docs/identity.md."""
+    transient_max_chars: int = Field(renderings.DEFAULT_TRANSIENT_MAX_CHARS, ge=0)
+    """A longer part is content, whatever it matches (long reminders carry real context)."""
     compaction_lease_seconds: float = Field(30.0, ge=1)
     """How long a replica's compaction lease lives without renewal: a replica that dies
     mid-compaction blocks the branch's compaction this long at most."""
@@ -317,6 +326,16 @@ class Config(_Frozen):
     request_log: RequestLog = RequestLog()
     routes: list[Route] = Field(min_length=1)
     policies: dict[str, Policy] = Field(default_factory=lambda: {"default": Policy()})
+
+    @field_validator("transient_parts")
+    @classmethod
+    def _patterns_compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"{pattern!r} is not a regular expression: {e}") from None
+        return value
 
     @field_validator("store")
     @classmethod

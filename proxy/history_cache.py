@@ -46,7 +46,7 @@ from typing import Any, Generic, TypeVar
 from policies.base import Item
 from policies.history_index import SharedPrefix
 
-from . import identify
+from . import identify, renderings
 from .eviction import Eviction
 from .store.base import Position
 from .types import Message, SentBody
@@ -127,7 +127,15 @@ class _Index(Generic[V]):
 
 
 class HistoryCache:
-    def __init__(self, max_bytes: int = 256 * 1024 * 1024, per_key: int = 64, bodies_per_credential: int = 64) -> None:
+    def __init__(
+        self,
+        max_bytes: int = 256 * 1024 * 1024,
+        per_key: int = 64,
+        bodies_per_credential: int = 64,
+        transient: renderings.Transient = renderings.DEFAULT_TRANSIENT,
+    ) -> None:
+        self.transient = transient
+        """The configured transient-part rule every chain this cache hashes uses."""
         self.max_bytes = max_bytes
         self.per_key = per_key
         """Histories held per first message (of one tenant): several conversations may share it."""
@@ -177,9 +185,9 @@ class HistoryCache:
     def hashes(self, tenant: str, history: list[Message], known: Remembered | None) -> list[str]:
         """The identity chain of `history`, hashing only what `known` does not cover."""
         if known is None or not known.hashes:
-            return identify.chain(tenant, history)
+            return identify.chain(tenant, history, self.transient)
         n = len(known.hashes)
-        return known.hashes + identify.chain_from(known.hashes[-1], history[n:])
+        return known.hashes + identify.chain_from(known.hashes[-1], history[n:], self.transient)
 
     @staticmethod
     def prefix_hash(prefix: list[Message], known: Remembered | None) -> str:
@@ -220,6 +228,27 @@ class HistoryCache:
         """Entries held now (`ctxproxy_cache_entries`): remembered histories and bodies."""
         with self._lock:
             return {"histories": len(self._order), "bodies": sum(len(i.entries) for i in self._bodies.values())}
+
+    def head_for(self, tenant: str, history: list[Message], hashes: list[str]) -> Head | None:
+        """The remembered head `hashes` pass through with new messages after it, found by chain
+        hash among the histories remembered under `history`'s first message: for a request whose
+        earlier messages differ from the remembered ones only in what identity ignores (a cache
+        marker moved, a transient part dropped), so `lookup` found none. The store still appends
+        there only if the lookup would have found that head (`Store.extend`)."""
+        key = self.key(tenant, history)
+        if key is None:
+            return None
+        with self._lock:
+            index = self._entries.get(key)
+            candidates = list(index.entries.values()) if index is not None else []
+        best: Head | None = None
+        for entry in candidates:
+            head = entry.head
+            if head is None or not 2 <= head.count < len(hashes) or hashes[head.count - 1] != head.chain_hash:
+                continue
+            if best is None or head.count > best.count:
+                best = head
+        return best
 
     def lookups(self) -> dict[tuple[str, ...], float]:
         """Lookups so far by (cache, outcome) (`ctxproxy_cache_lookups_total`)."""

@@ -107,14 +107,15 @@ def _strip(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if v not in _EMPTY and k not in _IGNORED_KEYS}
 
 
-def canonical(message: Message) -> dict[str, Any]:
-    """The form that is hashed; see the module docstring for what is treated as equal."""
+def canonical(message: Message, transient: renderings.Transient = renderings.DEFAULT_TRANSIENT) -> dict[str, Any]:
+    """The form that is hashed; see the module docstring for what is treated as equal.
+    `transient` is the configured transient-part rule (`Config.transient_parts`)."""
     out = _strip(message)
     rendered = renderings.rendered_answer(out)
     if rendered is not None:
         out = {**_strip(rendered), **{k: v for k, v in out.items() if k not in ("content", "role")}}
     if out.get("role") == "user" and isinstance(out.get("content"), list):
-        out["content"] = renderings.without_transient(out["content"])
+        out["content"] = transient.drop(out["content"])
     calls = out.get("tool_calls")
     if "content" in out:
         content = _canonical_content(out["content"])
@@ -142,21 +143,25 @@ def root_hash(tenant: str) -> str:
     return _digest(b"ctxproxy/chain/v1\x00" + tenant.encode())
 
 
-def message_hash(parent: str, message: Message) -> str:
-    body = json.dumps(canonical(message), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def message_hash(parent: str, message: Message, transient: renderings.Transient = renderings.DEFAULT_TRANSIENT) -> str:
+    body = json.dumps(canonical(message, transient), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return _digest(parent.encode() + b"\x00" + body.encode("utf-8", "surrogatepass"))
 
 
-def chain(tenant: str, history: Sequence[Message]) -> list[str]:
+def chain(
+    tenant: str, history: Sequence[Message], transient: renderings.Transient = renderings.DEFAULT_TRANSIENT
+) -> list[str]:
     """hashes[i] identifies history[: i + 1] for this tenant."""
-    return chain_from(root_hash(tenant), history)
+    return chain_from(root_hash(tenant), history, transient)
 
 
-def chain_from(parent: str, history: Sequence[Message]) -> list[str]:
+def chain_from(
+    parent: str, history: Sequence[Message], transient: renderings.Transient = renderings.DEFAULT_TRANSIENT
+) -> list[str]:
     """The chain continued from `parent` (the hash of everything before `history`)."""
     out: list[str] = []
     for message in history:
-        parent = message_hash(parent, message)
+        parent = message_hash(parent, message, transient)
         out.append(parent)
     return out
 

@@ -65,12 +65,16 @@ import re
 import time
 from dataclasses import dataclass
 
-from . import identify, side_calls
+from . import identify, renderings, side_calls
 from .errors import BadRequest
 from .history_cache import Head, HistoryCache, Remembered
 from .protocols.base import Wire
+from .renderings import Transient
 from .store.base import HashMatch, NewEvent, Position, ResponseTurn, Store
 from .types import Identity, Message
+
+NO_TRANSIENT = Transient((), 0)
+"""No part is transient: how a message compares without the rule (`_transient_start`)."""
 
 log = logging.getLogger("ctxproxy")
 
@@ -100,6 +104,15 @@ class Ingested:
     """How the position was found: `remembered` (appended at the remembered head, no lookup),
     `stale` (that head was refused, so looked up), `lookup` (no remembered head to continue) or
     `side_call` (an agent's compaction call: `purpose`)."""
+    matched_by: tuple[str, str] | None = None
+    """`(rule, averted)` when this request's history matched the stored one only through a
+    re-rendering rule (`ctxproxy_identity_rules_total`): `rendering` -- a message it carries as
+    an answer's text rendering the stored history has as the answer itself (`renderings.rule_of`);
+    `transient` -- on a lookup, its first message equals the stored first message only without
+    their transient parts (Qwen Code's `--continue`). `averted`: what the message would otherwise
+    have done: `conversation` (the history's first message: founded a new conversation) or
+    `fork` (forked a branch there). None otherwise; a transient part further down is not told
+    apart (a stored message's hash does not say whether it had one)."""
     purpose: str = "main"
     """`main`, or `client_compaction`: the agent's own compaction call, a side call of the branch
     its history continues (`proxy.side_calls`): nothing appended, its answer not stored."""
@@ -154,15 +167,41 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
                 remembered,
                 [],
                 "side_call",
-                side_calls.PURPOSE,
+                purpose=side_calls.PURPOSE,
             )
-    head = _continued(known, hashes)
+    head = _continued(known, hashes) or cache.head_for(tenant, history, hashes)
     position, identity, lookup = await _append_request(store, arrival, system_hash, history, hashes, head)
     if hashes:  # until `answer_stored` moves it to the answer (a next request may come first)
         remembered.head = Head(position, hashes[-1], len(hashes))
     cache.remember(tenant, remembered)
     appended = hashes[identity.matched :]
-    return Ingested(identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup)
+    matched_by = _rendered(history, len(known.hashes) if known else 0, identity.matched)
+    if matched_by is None and lookup != "remembered" and identity.matched and cache.transient.patterns:
+        matched_by = await _transient_start(store, position.branch_id, history[0])
+    return Ingested(
+        identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup, matched_by
+    )
+
+
+def _rendered(history: list[Message], start: int, matched: int) -> tuple[str, str] | None:
+    """`Ingested.matched_by` for an answer's text rendering: the first matched message from
+    `start` (what the remembered history covers matched before) that is such a rendering."""
+    for at in range(start, matched):
+        if renderings.rendered_answer(history[at]) is not None:
+            return "rendering", "conversation" if at == 0 else "fork"
+    return None
+
+
+async def _transient_start(store: Store, branch_id: str, first: Message) -> tuple[str, str] | None:
+    """`Ingested.matched_by` for the transient rule at the history's first message: the stored
+    first message of the branch's lineage (one read, on lookups only) differs from the request's
+    unless transient parts are ignored."""
+    if first.get("role") != "user":
+        return None
+    stored = await store.lineage_events(branch_id, 0, 1)
+    if not stored or identify.canonical(stored[0].message, NO_TRANSIENT) == identify.canonical(first, NO_TRANSIENT):
+        return None
+    return "transient", "conversation"
 
 
 def _read(

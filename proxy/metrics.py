@@ -38,6 +38,13 @@ are spent money) but not in the request counters and histograms, which describe 
                                                          history rebuilt after its own compaction,
                                                          or a named conversation whose first
                                                          message differs)
+    ctxproxy_identity_rules_total{rule,averted}          requests that matched their stored history
+                                                         only through a re-rendering rule (proxy/
+                                                         renderings.py): rule rendering (an answer's
+                                                         text rendering) | transient (the first
+                                                         message without its transient parts, on a
+                                                         lookup); averted conversation (it would have
+                                                         founded a new one) | fork
     ctxproxy_cost_usd_total{route}
     ctxproxy_cache_entries{cache}                        gauge, read at render time from the
                                                          per-process caches (`Metrics.watch`)
@@ -224,6 +231,11 @@ class Metrics:
         self.forks = Counter(
             "ctxproxy_forks_total", "Requests that forked a branch, by the first message that differed.", ("cause",)
         )
+        self.identity_rules = Counter(
+            "ctxproxy_identity_rules_total",
+            "Requests that matched their stored history only through a re-rendering rule.",
+            ("rule", "averted"),
+        )
         self.caches = Readings("ctxproxy_cache_entries", "Entries held by each per-process cache.", ("cache",))
         self.cache_lookups = Readings(
             "ctxproxy_cache_lookups_total",
@@ -326,10 +338,12 @@ class Metrics:
     def observe_refused(self, account: str, limit: str) -> None:
         self.refused.inc((account, limit))
 
-    def observe_identity(self, how: str, fork: str | None = None) -> None:
+    def observe_identity(self, how: str, fork: str | None = None, matched_by: tuple[str, str] | None = None) -> None:
         self.identity.inc((how,))
         if fork is not None:
             self.forks.inc((fork,))
+        if matched_by is not None:
+            self.identity_rules.inc(matched_by)
 
     def render(self) -> bytes:
         lines: list[str] = []
@@ -347,6 +361,7 @@ class Metrics:
             self.refused,
             self.identity,
             self.forks,
+            self.identity_rules,
             self.caches,
             self.cache_lookups,
             self.compactions_running,

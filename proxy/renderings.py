@@ -25,21 +25,24 @@ the canonical form of what they render:
   conversations. Its risk is the other way round: an assistant message that merely quotes such a
   rendering, with the same ids and arguments, is taken for the answer it quotes.
 
-* **Transient reminder parts** (`is_transient`): agents add a short `<system-reminder>` block that
+* **Transient reminder parts** (`Transient.drop`): agents add a short `<system-reminder>` block that
   states today's date to a user message as a separate text part and do not keep it (Qwen Code
   re-sends its history on `--continue` without it; Claude Code adds "The date has changed"). Such a
   part is ignored when the message has other parts: the message is the same with or without it.
-  The rule: a text part (`text` or `input_text`) whose text, stripped, is one
-  `<system-reminder>...</system-reminder>` block of at most TRANSIENT_MAX_CHARS characters whose
-  body states the date (TRANSIENT_PATTERNS). Longer reminders (Claude Code's project context, which
-  also names the date, or Qwen Code's startup environment) are content: a change there still forks.
-  Risk: two messages that differ only in such a date reminder are one message.
+  The rule: a text part (`text` or `input_text`) of a user message whose text, stripped, is at
+  most `max_chars` characters and matches one of the patterns whole (config `transient_parts`,
+  `transient_max_chars`; DEFAULT_TRANSIENT_PARTS: one `<system-reminder>...</system-reminder>`
+  block, no other reminder inside, whose body states the date). Longer reminders (Claude Code's
+  project context, which also names the date, or Qwen Code's startup environment) are content: a
+  change there still forks. The rule is for matching only: what is stored and sent upstream is the
+  request as it came. Risk: two messages that differ only in such a part are one message.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from . import codec
@@ -50,14 +53,18 @@ RENDERING_MAX_CHARS = 1 << 18
 """A longer text is not read as a rendering (an answer's calls are rarely that long; reading a
 literal costs about as much per byte as counting its tokens)."""
 
-REMINDER_OPEN = "<system-reminder>"
-REMINDER_CLOSE = "</system-reminder>"
-TRANSIENT_MAX_CHARS = 400
-TRANSIENT_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"\btoday's date is\b", re.IGNORECASE),  # Qwen Code's per-turn date, Claude Code's
-    re.compile(r"\bthe date has changed\b", re.IGNORECASE),  # Claude Code at midnight
-    re.compile(r"\bcurrent date\b", re.IGNORECASE),
+_REMINDER_BODY = r"(?:(?!</?system-reminder>).)*?"
+DEFAULT_TRANSIENT_PARTS: tuple[str, ...] = (
+    # Qwen Code's per-turn date ("The current date is: ...") and its startup line, Claude Code's
+    # date reminders ("Today's date is ...", "The date has changed")
+    rf"<system-reminder>{_REMINDER_BODY}\b(?:today's date is|the date has changed|current date)\b"
+    rf"{_REMINDER_BODY}</system-reminder>",
 )
+"""Text parts that agents add to a user message and drop between requests, as regular expressions
+matched against the whole stripped part (case-insensitive, `.` matches newlines). Codex and pi add
+none to their messages (their date and environment ride in the system prompt, which is not
+chained, or in a message of their own that they keep)."""
+DEFAULT_TRANSIENT_MAX_CHARS = 400
 TEXT_PARTS = frozenset({"text", "input_text"})
 
 
@@ -163,23 +170,34 @@ def _calls(literal: str) -> list[dict[str, Any]] | None:
     return calls
 
 
-def is_transient(part: Any) -> bool:
-    """A short `<system-reminder>` text part that states the date (module docstring)."""
-    if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS:
-        return False
-    text = part.get("text")
-    if not isinstance(text, str) or len(text) > TRANSIENT_MAX_CHARS:
-        return False
-    text = text.strip()
-    if not (text.startswith(REMINDER_OPEN) and text.endswith(REMINDER_CLOSE)):
-        return False
-    body = text[len(REMINDER_OPEN) : -len(REMINDER_CLOSE)]
-    if REMINDER_OPEN in body or REMINDER_CLOSE in body:
-        return False
-    return any(pattern.search(body) for pattern in TRANSIENT_PATTERNS)
+@dataclass(frozen=True)
+class Transient:
+    """The transient-part rule (module docstring): which text parts of a user message identity
+    ignores. Built once from the config (`Transient.of`); `DEFAULT_TRANSIENT` is the shipped one."""
+
+    patterns: tuple[re.Pattern[str], ...]
+    max_chars: int
+
+    @classmethod
+    def of(cls, patterns: tuple[str, ...], max_chars: int) -> Transient:
+        """The rule from the config's pattern texts (`re.error` for one that does not compile)."""
+        return cls(tuple(re.compile(p, re.IGNORECASE | re.DOTALL) for p in patterns), max_chars)
+
+    def is_transient(self, part: Any) -> bool:
+        """A short text part that one of the patterns matches whole."""
+        if not self.patterns or not isinstance(part, dict) or part.get("type") not in TEXT_PARTS:
+            return False
+        text = part.get("text")
+        if not isinstance(text, str) or len(text) > self.max_chars:
+            return False
+        text = text.strip()
+        return any(pattern.fullmatch(text) for pattern in self.patterns)
+
+    def drop(self, content: list[Any]) -> list[Any]:
+        """The parts of a message's content without its transient ones, when any other part
+        remains (a reminder alone is the message)."""
+        kept = [part for part in content if not self.is_transient(part)]
+        return kept if kept and len(kept) < len(content) else content
 
 
-def without_transient(content: list[Any]) -> list[Any]:
-    """The parts of a message's content without its transient ones, when any other part remains."""
-    kept = [part for part in content if not is_transient(part)]
-    return kept if kept and len(kept) < len(content) else content
+DEFAULT_TRANSIENT = Transient.of(DEFAULT_TRANSIENT_PARTS, DEFAULT_TRANSIENT_MAX_CHARS)

@@ -16,6 +16,7 @@ from .metrics import Metrics
 from .projector import Projector
 from .recall.memory import RejectedTool
 from .record import Recorder
+from .renderings import DEFAULT_TRANSIENT, Transient
 from .shadow.runner import Shadows
 from .store.base import Store
 from .upstream import RoutedUpstream
@@ -56,10 +57,12 @@ class Services:
         return self.keys.upstream_key(route)
 
 
-def history_cache(caches: Caches) -> HistoryCache:
-    """The history cache as the config's `caches:` section bounds it."""
+def history_cache(caches: Caches, transient: Transient = DEFAULT_TRANSIENT) -> HistoryCache:
+    """The history cache as the config's `caches:` section bounds it, hashing chains with the
+    configured transient-part rule (`Transient.of(config.transient_parts, ...)`)."""
     return HistoryCache(
         max_bytes=int(caches.history_mb * 1024 * 1024),
         per_key=caches.histories_per_first_message,
         bodies_per_credential=caches.bodies_per_credential,
+        transient=transient,
     )

@@ -38,6 +38,7 @@ from ..projector import Projector
 from ..protocols import WIRES, wire_for_path, wire_for_request
 from ..protocols.base import Wire
 from ..record import Recorder
+from ..renderings import Transient
 from ..request_log import RequestLogger
 from ..services import Services, history_cache
 from ..shadow.runner import Shadows
@@ -163,7 +164,7 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
             compactor,
             recorder,
             metrics,
-            history_cache(config.caches),
+            history_cache(config.caches, Transient.of(config.transient_parts, config.transient_max_chars)),
             salt,
             Shadows(config, store, upstream, recorder, projector, metrics),
             admission,

@@ -4,8 +4,9 @@ smolagents' `ToolCallingAgent` (the real one, from PyPI, through `OpenAIServerMo
 memory as text: the answer ctxproxy stored with `tool_calls` comes back as assistant text
 (`Calling tools:\\n[{'id': ..., 'function': {...}}]`) and the results as user text
 (`Observation:\\n...`). Qwen Code's `--continue` re-sends its history without the date reminder
-part of the first user message (Qwen Code needs Node 22, so its resume shape is sent here as raw
-HTTP). Both continue their conversation; similar but different sessions and other tenants do not.
+part of the first user message (its shape as raw HTTP here, with a look at the metric; the real CLI
+is `tests/agents/test_qwen_code.py`). Both continue their conversation; similar but different
+sessions and other tenants do not.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ def _identity_counts(p: ProxyProcess, metric: str = "ctxproxy_identity_total", l
     return {how: int(float(n)) for how, n in re.findall(metric + r"\{" + label + r'="(\w+)"\} (\S+)', text)}
 
 
+def _rules(p: ProxyProcess) -> dict[tuple[str, str], int]:
+    """`ctxproxy_identity_rules_total` by (rule, averted)."""
+    text = httpx.get(f"{p.url}/metrics", timeout=10).text
+    found = re.findall(r'ctxproxy_identity_rules_total\{rule="(\w+)",averted="(\w+)"\} (\S+)', text)
+    return {(rule, averted): int(float(n)) for rule, averted, n in found}
+
+
 def _lines(p: ProxyProcess) -> tuple[list[str], int]:
     conversations = [c["id"] for c in p.admin_json("conversations", params={"limit": 1000})["data"]]
     return conversations, sum(len(p.conversation(c)["branches"]) for c in conversations)
@@ -87,6 +95,8 @@ def test_smolagents_tool_calling_agent_is_one_conversation_one_branch(proxy, ups
     counts = _identity_counts(p)
     assert (counts.get("remembered"), counts.get("lookup"), counts.get("stale", 0)) == (STEPS, 1, 0)
     assert _identity_counts(p, "ctxproxy_forks_total", "cause") == {}
+    # each of those carried the previous answer as its text rendering: a fork averted every turn
+    assert _rules(p) == {("rendering", "fork"): STEPS}
 
 
 def _chat(p: ProxyProcess, api_key: str, messages: list[dict[str, Any]]) -> tuple[str, str]:
@@ -119,6 +129,7 @@ def test_renderings_of_other_answers_fork_and_other_tenants_stay_apart(proxy, up
     assert {conversation for conversation, _ in forks} == {line[0]}
     assert len({branch for _, branch in forks} | {line[1]}) == 3
     assert _identity_counts(p, "ctxproxy_forks_total", "cause") == {"answer": 2}
+    assert _rules(p) == {("rendering", "fork"): 1}
     other_tenant = _chat(p, api_key + "-other", [task, _rendered("call_1", "ls"), observation])
     assert other_tenant[0] != line[0]
     conversations, branches = _lines(p)
@@ -150,8 +161,10 @@ def test_qwen_code_continue_without_its_date_reminder_is_the_same_conversation(p
     resumed = [system, {"role": "user", "content": [prompt]}, *history[2:]]
     resumed += [{"role": "assistant", "content": f"answer {len(history)}"}, {"role": "user", "content": "resumed"}]
     assert _chat(p, api_key, resumed)[0] == first
+    assert _rules(p) == {("transient", "conversation"): 1}  # the resume, a lookup
     # the date reminder is transient, the prompt is not: another prompt is another conversation
     other = [system, {"role": "user", "content": [{"type": "text", "text": "Read the LICENSE."}]}, *resumed[2:]]
     assert _chat(p, api_key, other)[0] != first
     conversations, branches = _lines(p)
     assert (len(conversations), branches) == (2, 2)
+    assert _rules(p) == {("transient", "conversation"): 1}

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 from proxy import codec, identify
 from proxy.catalog import ModelCatalog
 from proxy.config import Policy
-from proxy.history_cache import HistoryCache, Remembered
+from proxy.history_cache import Head, HistoryCache, Remembered
 from proxy.projector import Asked, Projector
 from proxy.protocols.openai_chat.encode import encode_body
+from proxy.store.base import Position
 from proxy.types import SentBody
 from tests.support.lanes import examples
 
@@ -181,3 +182,22 @@ def test_conversations_that_open_alike_each_keep_their_history() -> None:
     assert in_turn(HistoryCache(per_key=4), 8, 4) == [0, 3, 3, 3]
     # and the byte budget gives up one history at a time, never the whole key
     assert in_turn(HistoryCache(max_bytes=400), 8, 4) == [0, 3, 3, 3]
+
+
+def test_a_head_is_found_by_chain_hash_when_the_messages_differ_only_in_what_identity_ignores() -> None:
+    """Qwen Code on the Messages API moves its cache marker every turn: the remembered messages
+    are not the request's, but their chain is, so the request continues the remembered head."""
+    cache = HistoryCache()
+    text = [{"type": "text", "text": "answer 1"}]
+    first = [{"role": "user", "content": "question 0"}, {"role": "assistant", "content": "answer 0"}]
+    first += [{"role": "user", "content": [{**text[0], "text": "question 1", "cache_control": {"type": "ephemeral"}}]}]
+    entry = Remembered(first, identify.chain("t", first), 10)
+    entry.head = Head(Position("c", "b", 3), entry.hashes[-1], 3)
+    cache.remember("t", entry)
+    moved = [*first[:2], {"role": "user", "content": [{"type": "text", "text": "question 1"}]}]
+    moved += [{"role": "assistant", "content": text}, {"role": "user", "content": "question 2"}]
+    assert cache.lookup("t", moved) is None  # the messages differ
+    assert cache.head_for("t", moved, identify.chain("t", moved)) == entry.head
+    edited = [*moved[:2], {"role": "user", "content": "question 1, edited"}, *moved[3:]]
+    assert cache.head_for("t", edited, identify.chain("t", edited)) is None
+    assert cache.head_for("t", first, entry.hashes) is None  # nothing new after the head
