@@ -258,9 +258,7 @@ class _Copier:
         return [r[0] for r in self.db.execute("SELECT id FROM conversations ORDER BY rowid")]
 
     def _source_rows(self, table: Table, ids: list[str]) -> list[tuple[Any, ...]]:
-        column = "id" if table.name == "conversations" else "conversation_id"
-        marks = ", ".join("?" * len(ids))
-        return self._source(table, f"{column} IN ({marks})", ids)
+        return self._source(table, _owned(table, f"IN ({', '.join('?' * len(ids))})"), ids)
 
     async def conversations(self) -> None:
         ids = self._conversation_ids()
@@ -282,11 +280,9 @@ class _Copier:
                 f"{self.report.skipped_conversations} already there) {time.monotonic() - self.started:.1f}s"
             )
 
-    async def _target_rows(self, table: Table, column: str, keys: list[str]) -> list[tuple[Any, ...]]:
+    async def _target_rows(self, table: Table, where: str, keys: list[str]) -> list[tuple[Any, ...]]:
         cols = self.cols[table.name]
-        rows = await self.conn.fetch(
-            f"SELECT {', '.join(cols)} FROM {table.name} WHERE {column} = ANY($1::text[])", keys
-        )
+        rows = await self.conn.fetch(f"SELECT {', '.join(cols)} FROM {table.name} WHERE {where}", keys)
         return [tuple(r) for r in rows]
 
     async def verify(self) -> None:
@@ -306,14 +302,15 @@ class _Copier:
                 column = "id" if table.name == "conversations" else "conversation_id"
                 at = self.cols[table.name].index(column)
                 src = sorted(self._source_rows(table, batch), key=self._sort_key(table))
-                dst = sorted(await self._target_rows(table, column, batch), key=self._sort_key(table))
+                dst = await self._target_rows(table, _owned(table, "= ANY($1::text[])"), batch)
+                dst.sort(key=self._sort_key(table))
                 for side, rows in ((mine, src), (theirs, dst)):
                     for row in rows:
                         side[row[at]].append((table.name, _normal(row)))
             for cid in batch:
                 a, b = mine[cid], theirs[cid]
                 if len(a) != len(b) or _digest(a) != _digest(b):
-                    problems.append(f"conversation {cid}: {len(a)} rows in the source, {len(b)} in the target differ")
+                    problems.append(f"conversation {cid}: source {len(a)} rows, target {len(b)} rows, digests differ")
             self.report.verified_conversations += len(batch)
         self.say(f"verified: {self.report.verified_conversations} conversations, {len(problems)} problems")
 
@@ -325,11 +322,21 @@ class _Copier:
         key = self.cols[table.name].index(table.key[0])
         for start in range(0, len(source), GLOBAL_BATCH):
             chunk = source[start : start + GLOBAL_BATCH]
-            target = await self._target_rows(table, table.key[0], [r[key] for r in chunk])
+            target = await self._target_rows(table, f"{table.key[0]} = ANY($1::text[])", [r[key] for r in chunk])
             have = {r[key]: _normal(r) for r in target}
             for row in chunk:
                 if have.get(row[key]) != _normal(row):
                     self.report.problems.append(f"{label} {row[key]}: missing or different in the target")
+
+
+def _owned(table: Table, ids: str) -> str:
+    """The condition selecting the rows of `table` that the conversations `ids` (an SQL `IN (...)`
+    or `= ANY(...)` tail) own: events through their branches (no index has their conversation)."""
+    if table.name == "conversations":
+        return f"id {ids}"
+    if table.name == "events":
+        return f"branch_id IN (SELECT id FROM branches WHERE conversation_id {ids})"
+    return f"conversation_id {ids}"
 
 
 def _normal(row: Sequence[Any]) -> tuple[Any, ...]:
