@@ -170,6 +170,9 @@ def migrate_store_command(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"migrate-store: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # committed batches stay; the open one was rolled back
+        print("migrate-store: interrupted; run the same command again to continue", file=sys.stderr)
+        return 130
     copied = ", ".join(f"{table} {n}" for table, n in sorted(report.copied.items()) if n) or "nothing"
     say(f"copied: {copied}")
     say(f"already in the target: {report.skipped_conversations} conversations")

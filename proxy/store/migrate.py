@@ -37,6 +37,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
@@ -122,6 +123,8 @@ def _check_urls(source: str, target: str) -> str:
     problem = missing_directory(path)
     if problem is not None:
         raise StoreError(problem)
+    if not Path(path).is_file():  # a typo: never a new, empty store copied as if it were the old one
+        raise StoreError(f"no SQLite store at {path}: the file does not exist")
     return path
 
 

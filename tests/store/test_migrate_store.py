@@ -1,9 +1,13 @@
 """`ctxproxy migrate-store` from SQLite into a real PostgreSQL (tests/support/postgres_server.py):
 every record kept with its ids, hashes and the tenant salt, verified; a rerun copies nothing; a run
-interrupted half-way resumes; bad URLs are one line, and the password is never printed."""
+interrupted half-way (or killed -9) resumes; bad URLs are one line, and the password is never printed."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -12,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from bench.migrate_store import make_source
 from proxy import identify
 from proxy.cli import main
 from proxy.store import migrate
@@ -23,6 +28,7 @@ from proxy.store.sqlite import SqliteStore
 from tests.store.test_contract import assistant, new_events, user
 from tests.store.test_memories import memory
 from tests.support.postgres_server import PostgresServer
+from tests.support.proxy_process import REPO, subprocess_env
 
 TENANT = "tenant-migrate"
 
@@ -140,8 +146,6 @@ async def test_an_interrupted_run_resumes(tmp_path: Path, target: str, monkeypat
 def test_the_command_verifies_and_never_prints_the_password(
     tmp_path: Path, target: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import asyncio
-
     source = f"sqlite:///{tmp_path / 'src.db'}"
 
     async def make() -> None:
@@ -162,14 +166,38 @@ def test_the_command_verifies_and_never_prints_the_password(
         ("mysql://x", "postgresql://u:pw-secret@127.0.0.1:1/db", "not a store URL"),
         ("sqlite:////no/such/dir/x.db", "postgresql://u:pw-secret@127.0.0.1:1/db", "does not exist"),
         ("sqlite:///x.db", "sqlite:///y.db", "writes into PostgreSQL"),
+        ("redis://:pw-secret@127.0.0.1:1/0", "postgresql://u:pw-secret@127.0.0.1:1/db", "reads a SQLite store"),
+        ("sqlite:///{tmp}/missing.db", "postgresql://u:pw-secret@127.0.0.1:1/db", "no SQLite store at"),
         ("sqlite:///{tmp}/x.db", "postgresql://u:pw-secret@127.0.0.1:1/db", "127.0.0.1:1/db"),
     ],
 )
 def test_bad_urls_are_one_line(
     tmp_path: Path, source: str, target: str, said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "x.db").touch()  # an existing (empty) file: the store it becomes is the target's problem
     code = main(["migrate-store", "--from", source.format(tmp=tmp_path), "--to", target])
     out, err = capsys.readouterr()
     assert code == 1 and said in err and "Traceback" not in err and "pw-secret" not in out + err, err
     assert len(err.strip().splitlines()) == 1, err
-    assert sys.stdout is not None
+
+
+def test_a_run_killed_by_sigkill_resumes(tmp_path: Path, target: str) -> None:
+    """The command as a process, killed -9 once some batches are committed: the rerun copies
+    the rest, skips what the first run committed, and verifies."""
+    path = tmp_path / "big.db"
+    asyncio.run(make_source(path, 2000, 4))
+    source = f"sqlite:///{path}"
+    command = [sys.executable, "-m", "proxy.cli", "migrate-store", "--from", source, "--to", target]
+    first = subprocess.Popen(command, cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    for line in first.stdout:
+        if line.startswith("conversations: 600/"):
+            os.kill(first.pid, signal.SIGKILL)
+            break
+    first.wait(timeout=60)
+    assert first.returncode == -signal.SIGKILL
+    second = subprocess.run(command, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    there = int(second.stdout.split("already in the target: ")[1].split(" ")[0])
+    assert 600 <= there < 2000, second.stdout
+    assert f"conversations {2000 - there}" in second.stdout and "verified: 2000 conversations match" in second.stdout
