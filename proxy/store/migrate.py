@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import StoreError
 from .urls import FORMS, scheme_of
@@ -152,7 +152,7 @@ async def migrate_store(source: str, target: str, say: Callable[[str], None]) ->
         db.close()
         raise StoreError(f"postgresql store at {location}: {type(exc).__name__}") from None
     try:
-        copier = _Copier(db, conn, say)
+        copier = _Copier(SqliteSource(db), conn, say)
         await copier.columns()
         await copier.salt()
         await copier.globals()
@@ -168,11 +168,65 @@ async def migrate_store(source: str, target: str, say: Callable[[str], None]) ->
         await conn.close()
 
 
+Row = tuple[Any, ...]
+
+
+class Source(Protocol):
+    """What the copier reads of a source store: rows as tuples in the order of `cols`, a table's
+    columns being the target's that the source has."""
+
+    async def columns(self, table: str) -> list[str] | None:
+        """The source's columns of `table`, or None: it can fill every target column."""
+
+    async def salt(self) -> str | None: ...
+    async def conversation_ids(self) -> list[str]:
+        """Every conversation, oldest first."""
+
+    async def all_rows(self, table: Table, cols: list[str]) -> list[Row]:
+        """Every row of a global table."""
+
+    async def loose_calls(self, cols: list[str]) -> list[Row]:
+        """The call records no stored conversation owns."""
+
+    async def owned_rows(self, table: Table, cols: list[str], ids: list[str]) -> list[Row]:
+        """The rows of `table` the conversations `ids` own, in the source's order."""
+
+
+class SqliteSource:
+    """A SQLite store's file, read-only, by plain SQL over the same table and column names."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    async def columns(self, table: str) -> list[str] | None:
+        return [r[1] for r in self.db.execute(f"PRAGMA table_info({table})")]
+
+    async def salt(self) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'tenant_salt'").fetchone()
+        return None if row is None else str(row[0])
+
+    async def conversation_ids(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT id FROM conversations ORDER BY rowid")]
+
+    def _select(self, table: Table, cols: list[str], where: str, args: Sequence[Any] = ()) -> list[Row]:
+        sql = f"SELECT {', '.join(cols)} FROM {table.name} WHERE {where} ORDER BY {table.order}"
+        return self.db.execute(sql, args).fetchall()
+
+    async def all_rows(self, table: Table, cols: list[str]) -> list[Row]:
+        return self._select(table, cols, "1 = 1")
+
+    async def loose_calls(self, cols: list[str]) -> list[Row]:
+        return self._select(CONVERSATION_TABLES[4], cols, LOOSE_CALLS)
+
+    async def owned_rows(self, table: Table, cols: list[str], ids: list[str]) -> list[Row]:
+        return self._select(table, cols, _owned(table, f"IN ({', '.join('?' * len(ids))})"), ids)
+
+
 class _Copier:
     """One run over an open SQLite source and PostgreSQL target connection."""
 
-    def __init__(self, db: sqlite3.Connection, conn: Any, say: Callable[[str], None]) -> None:
-        self.db = db
+    def __init__(self, src: Source, conn: Any, say: Callable[[str], None]) -> None:
+        self.src = src
         self.conn = conn
         self.say = say
         self.report = Report()
@@ -188,28 +242,24 @@ class _Copier:
             "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
         )
         for table in (*CONVERSATION_TABLES, *GLOBAL_TABLES):
-            mine = [r[1] for r in self.db.execute(f"PRAGMA table_info({table.name})")]
             theirs = {r["column_name"]: r["data_type"] for r in rows if r["table_name"] == table.name}
-            self.cols[table.name] = [c for c in mine if c in theirs]
+            mine = await self.src.columns(table.name)
+            self.cols[table.name] = [c for c in mine if c in theirs] if mine else [c for c in theirs if c != "ord"]
             self.doubles[table.name] = {c for c, t in theirs.items() if t == "double precision"}
             self.booleans[table.name] = {c for c, t in theirs.items() if t == "boolean"}
 
     async def salt(self) -> None:
-        row = self.db.execute("SELECT value FROM meta WHERE key = 'tenant_salt'").fetchone()
-        if row is None:
+        salt = await self.src.salt()
+        if salt is None:
             return
         await self.conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('tenant_salt', $1) ON CONFLICT (key) DO NOTHING", row[0]
+            "INSERT INTO meta (key, value) VALUES ('tenant_salt', $1) ON CONFLICT (key) DO NOTHING", salt
         )
-        if await self.conn.fetchval("SELECT value FROM meta WHERE key = 'tenant_salt'") != row[0]:
+        if await self.conn.fetchval("SELECT value FROM meta WHERE key = 'tenant_salt'") != salt:
             raise StoreError(
                 "the target already has a different tenant salt (a proxy has used it): identities and API keys "
                 "would not match after the move; migrate into an empty database or schema"
             )
-
-    def _source(self, table: Table, where: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        cols = ", ".join(self.cols[table.name])
-        return self.db.execute(f"SELECT {cols} FROM {table.name} WHERE {where} ORDER BY {table.order}", args).fetchall()
 
     def _to_target(self, table: Table, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         cols = self.cols[table.name]
@@ -253,18 +303,15 @@ class _Copier:
 
     async def globals(self) -> None:
         for table in GLOBAL_TABLES:
-            await self._copy_by_key(table, self._source(table, "1 = 1"), table.name)
+            await self._copy_by_key(table, await self.src.all_rows(table, self.cols[table.name]), table.name)
         calls = CONVERSATION_TABLES[4]
-        await self._copy_by_key(calls, self._source(calls, LOOSE_CALLS), "calls without a conversation")
+        await self._copy_by_key(calls, await self.src.loose_calls(self.cols["calls"]), "calls without a conversation")
 
-    def _conversation_ids(self) -> list[str]:
-        return [r[0] for r in self.db.execute("SELECT id FROM conversations ORDER BY rowid")]
-
-    def _source_rows(self, table: Table, ids: list[str]) -> list[tuple[Any, ...]]:
-        return self._source(table, _owned(table, f"IN ({', '.join('?' * len(ids))})"), ids)
+    async def _source_rows(self, table: Table, ids: list[str]) -> list[tuple[Any, ...]]:
+        return await self.src.owned_rows(table, self.cols[table.name], ids)
 
     async def conversations(self) -> None:
-        ids = self._conversation_ids()
+        ids = await self.src.conversation_ids()
         total, done = len(ids), 0
         for start in range(0, total, BATCH):
             batch = ids[start : start + BATCH]
@@ -276,7 +323,7 @@ class _Copier:
             if todo:
                 async with self.conn.transaction():
                     for table in CONVERSATION_TABLES:
-                        await self._insert(table, self._source_rows(table, todo))
+                        await self._insert(table, await self._source_rows(table, todo))
             done += len(batch)
             self.say(
                 f"conversations: {done}/{total} ({self.report.copied.get('conversations', 0)} copied, "
@@ -292,11 +339,11 @@ class _Copier:
         """Counts and digests per conversation, and every global row by key (module docstring)."""
         problems = self.report.problems
         for table in GLOBAL_TABLES:
-            source = self._source(table, "1 = 1")
-            await self._verify_keyed(table, source, table.name)
+            await self._verify_keyed(table, await self.src.all_rows(table, self.cols[table.name]), table.name)
         calls = CONVERSATION_TABLES[4]
-        await self._verify_keyed(calls, self._source(calls, LOOSE_CALLS), "calls without a conversation")
-        ids = self._conversation_ids()
+        loose = await self.src.loose_calls(self.cols["calls"])
+        await self._verify_keyed(calls, loose, "calls without a conversation")
+        ids = await self.src.conversation_ids()
         for start in range(0, len(ids), BATCH):
             batch = ids[start : start + BATCH]
             mine: dict[str, list[Any]] = {i: [] for i in batch}
@@ -304,7 +351,7 @@ class _Copier:
             for table in CONVERSATION_TABLES:
                 column = "id" if table.name == "conversations" else "conversation_id"
                 at = self.cols[table.name].index(column)
-                src = sorted(self._source_rows(table, batch), key=self._sort_key(table))
+                src = sorted(await self._source_rows(table, batch), key=self._sort_key(table))
                 dst = await self._target_rows(table, _owned(table, "= ANY($1::text[])"), batch)
                 dst.sort(key=self._sort_key(table))
                 for side, rows in ((mine, src), (theirs, dst)):
