@@ -35,7 +35,7 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,6 +57,9 @@ class Table:
     """The primary key: what makes a row the same row in both stores."""
     order: str
     """The source's order: the order rows are inserted in (PostgreSQL's `ord` follows it)."""
+    volatile: tuple[str, ...] = ()
+    """Columns the verification does not compare: a Redis counter's expiry is derived from its
+    remaining time to live at the time of reading."""
 
 
 CONVERSATION_TABLES = (
@@ -74,7 +77,7 @@ GLOBAL_TABLES = (
     Table("blobs", ("digest",), "digest"),
     Table("api_keys", ("id",), "rowid"),
     Table("memories", ("id",), "rowid"),
-    Table("counters", ("name",), "name"),
+    Table("counters", ("name",), "name", volatile=("expires_at",)),
     Table("tombstones", ("conversation_id",), "conversation_id"),
 )
 
@@ -107,16 +110,19 @@ def where(url: str) -> str:
     return url
 
 
-def _check_urls(source: str, target: str) -> str:
-    """The SQLite source's file path; StoreError (naming no secret) for URLs this cannot move."""
+def _check_urls(source: str, target: str) -> str | None:
+    """The SQLite source's file path (None for a Redis source); StoreError (naming no secret)
+    for URLs this cannot move."""
     src, dst = scheme_of(source), scheme_of(target)
     if src is None or dst is None:
         bad = source if src is None else target
         raise StoreError(f"not a store URL: {bad.split('://', 1)[0]!r}; use {FORMS}")
     if dst.backend != "postgres":
         raise StoreError(f"migrate-store writes into PostgreSQL; --to is a {dst.backend} store ({where(target)})")
+    if src.backend == "redis":
+        return None
     if src.backend != "sqlite":
-        raise StoreError(f"migrate-store reads a SQLite store; --from is a {src.backend} store ({where(source)})")
+        raise StoreError(f"migrate-store reads a SQLite or Redis store; --from is a {src.backend} store")
     from .sqlite.connection import missing_directory
 
     path = source.removeprefix(src.prefix) or "ctxproxy.db"
@@ -132,40 +138,58 @@ async def migrate_store(source: str, target: str, say: Callable[[str], None]) ->
     """Copy the store at `source` into the one at `target` (module docstring); progress and the
     summary through `say`. Raises StoreError, naming no secret, when a store cannot be used."""
     import asyncpg
+    from redis.exceptions import RedisError
 
     from . import make_store
     from .postgres.connection import parse_url
 
     path = _check_urls(source, target)
-    for url in (source, target):  # each backend brings its schema up to date
+    for url in (source, target):  # each backend brings its schema up to date (checks a Redis layout)
         store = make_store(url)
         await store.open()
         await store.close()
     dsn, schema, *_rest, location = parse_url(target)
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        src, close_source = await _open_source(source, path)
     except sqlite3.Error as exc:
         raise StoreError(f"the SQLite store {path} cannot be read: {exc}") from None
     try:
         conn = await asyncpg.connect(dsn, server_settings={"search_path": f'"{schema}"'})
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-        db.close()
+        await close_source()
         raise StoreError(f"postgresql store at {location}: {type(exc).__name__}") from None
     try:
-        copier = _Copier(SqliteSource(db), conn, say)
+        copier = _Copier(src, conn, say)
         await copier.columns()
         await copier.salt()
         await copier.globals()
         await copier.conversations()
         await copier.verify()
         return copier.report
-    except sqlite3.Error as exc:
-        raise StoreError(f"reading the SQLite store {path} failed: {exc}") from None
+    except (sqlite3.Error, RedisError) as exc:
+        raise StoreError(f"reading the store at {where(source)} failed: {type(exc).__name__}") from None
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
         raise StoreError(f"postgresql store at {location} failed: {type(exc).__name__}: {exc}") from None
     finally:
-        db.close()
+        await close_source()
         await conn.close()
+
+
+async def _open_source(url: str, path: str | None) -> tuple[Source, Callable[[], Awaitable[None]]]:
+    """The source to read, and how to close it: a SQLite file read-only, or a Redis store."""
+    if path is not None:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+        async def close_db() -> None:
+            db.close()
+
+        return SqliteSource(db), close_db
+    from .migrate_redis import RedisSource
+    from .redis import RedisStore
+
+    store = RedisStore.from_url(url)
+    await store.open()
+    return RedisSource(store), store.close
 
 
 Row = tuple[Any, ...]
@@ -370,12 +394,13 @@ class _Copier:
 
     async def _verify_keyed(self, table: Table, source: list[tuple[Any, ...]], label: str) -> None:
         key = self.cols[table.name].index(table.key[0])
+        kept = [i for i, c in enumerate(self.cols[table.name]) if c not in table.volatile]
         for start in range(0, len(source), GLOBAL_BATCH):
             chunk = source[start : start + GLOBAL_BATCH]
             target = await self._target_rows(table, f"{table.key[0]} = ANY($1::text[])", [r[key] for r in chunk])
-            have = {r[key]: _normal(r) for r in target}
+            have = {r[key]: _normal([r[i] for i in kept]) for r in target}
             for row in chunk:
-                if have.get(row[key]) != _normal(row):
+                if have.get(row[key]) != _normal([row[i] for i in kept]):
                     self.report.problems.append(f"{label} {row[key]}: missing or different in the target")
 
 

@@ -1,4 +1,4 @@
-"""`ctxproxy migrate-store` from SQLite into a real PostgreSQL (tests/support/postgres_server.py):
+"""`ctxproxy migrate-store` from SQLite, Redis and a Redis Cluster into a real PostgreSQL (tests/support/postgres_server.py):
 every record kept with its ids, hashes and the tenant salt, verified; a rerun copies nothing; a run
 interrupted half-way (or killed -9) resumes; bad URLs are one line, and the password is never printed."""
 
@@ -24,6 +24,7 @@ from proxy.store.access import ApiKey, Count
 from proxy.store.base import CallRecord, CheckpointCandidate, Position, Store
 from proxy.store.migrate import migrate_store
 from proxy.store.postgres import PostgresStore
+from proxy.store.redis import RedisStore
 from proxy.store.sqlite import SqliteStore
 from tests.store.test_contract import assistant, new_events, user
 from tests.store.test_memories import memory
@@ -121,6 +122,38 @@ async def test_sqlite_into_postgres_kept_verified_and_rerun_copies_nothing(tmp_p
     assert sum(again.copied.values()) == 0 and again.skipped_conversations == 7
 
 
+@pytest.mark.parametrize("kind", ["redis", "redis-cluster"])
+async def test_redis_into_postgres_kept_verified_and_rerun_copies_nothing(
+    kind: str, request: pytest.FixtureRequest, target: str
+) -> None:
+    server = request.getfixturevalue("redis_server" if kind == "redis" else "redis_cluster")
+    prefix = f"mig{uuid.uuid4().hex[:8]}:"
+    source = server.url + ("&" if "?" in server.url else "?") + f"prefix={prefix}"
+    redis = RedisStore.from_url(source)
+    await redis.open()
+    ids = await populate(redis, 5)
+    before, salt = await snapshot(redis, ids), await redis.tenant_salt()
+    keys = await redis.list_api_keys()
+    await redis.close()
+
+    report = await migrate_store(source, target, lambda line: None)
+    assert report.problems == [] and report.verified_conversations == 5
+    assert report.copied["conversations"] == 5 and report.copied["events"] == 25 and report.copied["calls"] == 6
+    assert report.copied["memories"] == 1 and report.copied["counters"] == 1 and report.copied["blobs"] == 1
+    pg = PostgresStore.from_url(target)
+    await pg.open()
+    try:
+        assert await snapshot(pg, ids) == before
+        assert await pg.tenant_salt() == salt and await pg.list_api_keys() == keys
+        history = [user("hello 2"), assistant("hi 2"), user("more 2"), assistant("sure 2")]
+        match = await pg.find_longest(identify.chain(TENANT, history), TENANT, None)
+        assert match is not None and match.position.conversation_id == ids[2] and match.count == 4
+    finally:
+        await pg.close()
+    again = await migrate_store(source, target, lambda line: None)
+    assert again.problems == [] and sum(again.copied.values()) == 0 and again.skipped_conversations == 5
+
+
 async def test_an_interrupted_run_resumes(tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     source = f"sqlite:///{tmp_path / 'src.db'}"
     sqlite = SqliteStore.from_url(source)
@@ -166,7 +199,12 @@ def test_the_command_verifies_and_never_prints_the_password(
         ("mysql://x", "postgresql://u:pw-secret@127.0.0.1:1/db", "not a store URL"),
         ("sqlite:////no/such/dir/x.db", "postgresql://u:pw-secret@127.0.0.1:1/db", "does not exist"),
         ("sqlite:///x.db", "sqlite:///y.db", "writes into PostgreSQL"),
-        ("redis://:pw-secret@127.0.0.1:1/0", "postgresql://u:pw-secret@127.0.0.1:1/db", "reads a SQLite store"),
+        (
+            "postgresql://u:pw-secret@127.0.0.1:1/a",
+            "postgresql://u:pw-secret@127.0.0.1:1/db",
+            "reads a SQLite or Redis",
+        ),
+        ("redis://:pw-secret@127.0.0.1:1/0", "postgresql://u:pw-secret@127.0.0.1:1/db", "127.0.0.1:1"),
         ("sqlite:///{tmp}/missing.db", "postgresql://u:pw-secret@127.0.0.1:1/db", "no SQLite store at"),
         ("sqlite:///{tmp}/x.db", "postgresql://u:pw-secret@127.0.0.1:1/db", "127.0.0.1:1/db"),
     ],
