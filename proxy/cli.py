@@ -1,7 +1,7 @@
 """The `ctxproxy` command: `serve` runs the proxy, `check-config` validates a config file and prints
 what it resolves to, `doctor` checks a config against the live world (`proxy.doctor`), `replay`
 runs saved conversations through a policy offline (`proxy.replay`), `migrate-store` copies a SQLite
-store into PostgreSQL (`proxy.store.migrate`)."""
+or Redis store into PostgreSQL (`proxy.store.migrate`)."""
 
 from __future__ import annotations
 
@@ -247,11 +247,16 @@ def parser() -> argparse.ArgumentParser:
     p_replay.set_defaults(func=replay_command)
     p_migrate = sub.add_parser(
         "migrate-store",
-        help="copy a SQLite store into PostgreSQL, keeping every id and hash; resumable, verified",
+        help="copy a SQLite or Redis store into PostgreSQL, keeping every id and hash; resumable, verified",
         description="Copy a store into PostgreSQL (docs/storage.md): idempotent, resumable, verified by "
         "counts and digests per conversation; exit 1 on any difference.",
     )
-    p_migrate.add_argument("--from", dest="source", required=True, help="the store to copy: sqlite:///PATH")
+    p_migrate.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="the store to copy: sqlite:///PATH, redis://... or redis+cluster://...",
+    )
     p_migrate.add_argument("--to", dest="target", required=True, help="postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
     p_migrate.set_defaults(func=migrate_store_command)
     return parser

@@ -1,4 +1,4 @@
-"""A conversation moved from SQLite to PostgreSQL goes on as the same conversation: real proxy
+"""A conversation moved from SQLite (and from Redis) to PostgreSQL goes on as the same conversation: real proxy
 processes, the OpenAI SDK, the scripted upstream, a private PostgreSQL, and `ctxproxy
 migrate-store` run as a command between them (verified, the URL's password never printed; a
 rerun copies nothing; once the target has moved on, a rerun reports the difference)."""
@@ -8,14 +8,28 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.e2e.test_cluster import answer_stored
 from tests.support.postgres_server import PostgresServer
 from tests.support.proxy_process import REPO, subprocess_env
+from tests.support.redis_server import RedisServer
 
 MODEL = "gpt-migrated"
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A private redis-server for the Redis source (stopped and removed after)."""
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def turn(p: Any, api_key: str, messages: list[dict[str, Any]]) -> tuple[str, str]:
@@ -36,10 +50,20 @@ def migrate_command(source: str, target: str) -> subprocess.CompletedProcess[str
     )
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
 def test_a_migrated_conversation_continues_on_postgres(
-    proxy: Any, upstream: Any, postgres_server: PostgresServer, api_key: str, tmp_path: Path
+    kind: str,
+    request: pytest.FixtureRequest,
+    proxy: Any,
+    upstream: Any,
+    postgres_server: PostgresServer,
+    api_key: str,
+    tmp_path: Path,
 ) -> None:
-    source = f"sqlite:///{tmp_path / 'before.db'}"
+    if kind == "sqlite":
+        source = f"sqlite:///{tmp_path / 'before.db'}"
+    else:
+        source = request.getfixturevalue("own_redis").url + f"?prefix=moved{uuid.uuid4().hex[:8]}:"
     schema = f"moved_{uuid.uuid4().hex[:8]}"
     password = "pg-secret-" + uuid.uuid4().hex
     target = postgres_server.url(password=password) + f"?schema={schema}"

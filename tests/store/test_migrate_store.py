@@ -1,6 +1,7 @@
-"""`ctxproxy migrate-store` from SQLite, Redis and a Redis Cluster into a real PostgreSQL (tests/support/postgres_server.py):
-every record kept with its ids, hashes and the tenant salt, verified; a rerun copies nothing; a run
-interrupted half-way (or killed -9) resumes; bad URLs are one line, and the password is never printed."""
+"""`ctxproxy migrate-store` from SQLite, Redis and a Redis Cluster into a real PostgreSQL
+(tests/support/postgres_server.py): every record kept with its ids, hashes and the tenant salt,
+verified; a rerun copies nothing; a run interrupted half-way (or killed -9) resumes; bad URLs
+are one line, and the password is never printed."""
 
 from __future__ import annotations
 
