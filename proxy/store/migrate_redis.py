@@ -57,6 +57,7 @@ class RedisSource:
         self.r = store.r
         self.keys = store.keys
         self._globals: dict[str, list[Row]] = {}
+        self._batch: tuple[tuple[str, ...], list[dict[str, Any]]] = ((), [])
 
     async def columns(self, table: str) -> list[str] | None:
         return None  # every target column is filled (or None, like a SQLite column added later)
@@ -124,73 +125,96 @@ class RedisSource:
         return _ordered(rows, cols, ("id",))
 
     async def owned_rows(self, table: Any, cols: list[str], ids: list[str]) -> list[Row]:
+        batch = tuple(ids)
+        if self._batch[0] != batch:  # the copier asks for each table of one batch in turn
+            self._batch = (batch, await self._read_batch(ids))
         rows: list[dict[str, Any]] = []
-        for cid in ids:
-            rows.extend(await self._owned(table.name, cid))
+        for cid, raw in zip(ids, self._batch[1], strict=True):
+            rows.extend(_owned(table.name, cid, raw))
         return [tuple(row.get(c) for c in cols) for row in rows]
 
-    async def _owned(self, table: str, cid: str) -> list[dict[str, Any]]:
-        """The rows of `table` one conversation owns, in the order it made them."""
-        one = self.keys.one
-        if table == "conversations":
-            conv = await self.r.hgetall(one(cid, "conv"))
-            if not conv:
-                return []
-            return [
+    async def _read_batch(self, ids: list[str]) -> list[dict[str, Any]]:
+        """Every key the conversations `ids` own, in one pipeline (split by node on a cluster)."""
+        async with self.r.pipeline(transaction=False) as pipe:
+            for cid in ids:
+                for kind in _KINDS:
+                    key = self.keys.one(cid, kind)
+                    if kind in ("blist", "cklist"):
+                        pipe.lrange(key, 0, -1)
+                    elif kind == "calls":
+                        pipe.zrange(key, 0, -1)
+                    else:
+                        pipe.hgetall(key)
+            replies = await pipe.execute()
+        n = len(_KINDS)
+        return [dict(zip(_KINDS, replies[i * n : (i + 1) * n], strict=True)) for i in range(len(ids))]
+
+
+_KINDS = ("conv", "blist", "branches", "events", "chain", "cklist", "cks", "calls", "records", "leases")
+"""The keys of a conversation the copy reads (proxy/store/redis/keys.py)."""
+
+
+def _owned(table: str, cid: str, raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of `table` one conversation owns, in the order it made them, from its keys `raw`."""
+    if table == "conversations":
+        conv = raw["conv"]
+        if not conv:
+            return []
+        return [
+            {
+                **conv,
+                "created_at": float(conv["created_at"]),
+                "updated_at": float(conv["updated_at"]),
+                "external_id": conv.get("external_id"),
+            }
+        ]
+    if table == "branches":
+        ids, fields = raw["blist"], raw["branches"]
+        return [
+            {
+                "id": b,
+                "conversation_id": cid,
+                "parent_id": fields.get(f"{b}:parent"),
+                "fork_seq": int(fields[f"{b}:fork"]),
+                "head_seq": int(fields[f"{b}:head"]),
+                "system_hash": fields.get(f"{b}:sys"),
+                "created_at": float(fields[f"{b}:created"]),
+                "updated_at": float(fields[f"{b}:updated"]),
+            }
+            for b in ids
+            if f"{b}:head" in fields
+        ]
+    if table == "events":
+        events, chain = raw["events"], raw["chain"]
+        rows = []
+        for where, payload in events.items():
+            bid, seq = where.rsplit(":", 1)
+            event = codec.loads(payload)
+            rows.append(
                 {
-                    **conv,
-                    "created_at": float(conv["created_at"]),
-                    "updated_at": float(conv["updated_at"]),
-                    "external_id": conv.get("external_id"),
-                }
-            ]
-        if table == "branches":
-            ids, fields = await self.r.lrange(one(cid, "blist"), 0, -1), await self.r.hgetall(one(cid, "branches"))
-            return [
-                {
-                    "id": b,
+                    "branch_id": bid,
+                    "seq": int(seq),
                     "conversation_id": cid,
-                    "parent_id": fields.get(f"{b}:parent"),
-                    "fork_seq": int(fields[f"{b}:fork"]),
-                    "head_seq": int(fields[f"{b}:head"]),
-                    "system_hash": fields.get(f"{b}:sys"),
-                    "created_at": float(fields[f"{b}:created"]),
-                    "updated_at": float(fields[f"{b}:updated"]),
+                    "role": event["role"],
+                    "message": codec.dumps_str(event["message"]),
+                    "chain_hash": chain[where],
+                    "source": event["source"],
+                    "tokens": event.get("tokens"),
+                    "call_id": event.get("call_id"),
+                    "created_at": event["created_at"],
                 }
-                for b in ids
-                if f"{b}:head" in fields
-            ]
-        if table == "events":
-            events, chain = await self.r.hgetall(one(cid, "events")), await self.r.hgetall(one(cid, "chain"))
-            rows = []
-            for where, payload in events.items():
-                bid, seq = where.rsplit(":", 1)
-                event = codec.loads(payload)
-                rows.append(
-                    {
-                        "branch_id": bid,
-                        "seq": int(seq),
-                        "conversation_id": cid,
-                        "role": event["role"],
-                        "message": codec.dumps_str(event["message"]),
-                        "chain_hash": chain[where],
-                        "source": event["source"],
-                        "tokens": event.get("tokens"),
-                        "call_id": event.get("call_id"),
-                        "created_at": event["created_at"],
-                    }
-                )
-            return sorted(rows, key=lambda r: (r["branch_id"], r["seq"]))
-        if table == "checkpoints":
-            ids, fields = await self.r.lrange(one(cid, "cklist"), 0, -1), await self.r.hgetall(one(cid, "cks"))
-            return [{**codec.loads(fields[ck]), "status": fields[f"{ck}:status"]} for ck in ids if ck in fields]
-        if table == "calls":
-            order = await self.r.zrange(one(cid, "calls"), 0, -1)
-            records = await self.r.hgetall(one(cid, "records"))
-            return [_call_row(codec.loads(records[c])) for c in order if c in records]
-        if table == "leases":
-            return _leases(cid, await self.r.hgetall(one(cid, "leases")))
-        return []
+            )
+        return sorted(rows, key=lambda r: (r["branch_id"], r["seq"]))
+    if table == "checkpoints":
+        ids, fields = raw["cklist"], raw["cks"]
+        return [{**codec.loads(fields[ck]), "status": fields[f"{ck}:status"]} for ck in ids if ck in fields]
+    if table == "calls":
+        order = raw["calls"]
+        records = raw["records"]
+        return [_call_row(codec.loads(records[c])) for c in order if c in records]
+    if table == "leases":
+        return _leases(cid, raw["leases"])
+    return []
 
 
 def _leases(cid: str, fields: dict[str, str]) -> list[dict[str, Any]]:
