@@ -25,10 +25,10 @@ The work, and why it is idempotent and resumable:
    and SHA-256 digest per conversation, and every global row by key. Any difference is printed
    and makes the exit status 1.
 
-The source is read, never written (but for step 1: a SQLite file gets its missing
-migrations). Run it with the proxy stopped (or the source otherwise quiet): rows written to the
-source after their conversation was copied are reported by the verification. Only host, port
-and database of a PostgreSQL URL are ever printed.
+The source is read, never written (but for step 1: a SQLite file gets its missing migrations,
+a Redis store its key layout's). Run it with the proxy stopped (or the source otherwise quiet):
+rows written to the source after their conversation was copied are reported by the
+verification. Only host, port and database of a PostgreSQL URL are ever printed.
 """
 
 from __future__ import annotations
