@@ -1,6 +1,7 @@
 """The `ctxproxy` command: `serve` runs the proxy, `check-config` validates a config file and prints
 what it resolves to, `doctor` checks a config against the live world (`proxy.doctor`), `replay`
-runs saved conversations through a policy offline (`proxy.replay`)."""
+runs saved conversations through a policy offline (`proxy.replay`), `migrate-store` copies a SQLite
+or Redis store into PostgreSQL (`proxy.store.migrate`)."""
 
 from __future__ import annotations
 
@@ -155,6 +156,35 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def migrate_store_command(args: argparse.Namespace) -> int:
+    """Copy one store into another, printing progress and a summary; 1 when it failed or the
+    verification found a difference (a bad URL is one line, never a traceback)."""
+    from .store.migrate import migrate_store, where
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        say(f"migrating {where(args.source)} -> {where(args.target)}")
+        report = asyncio.run(migrate_store(args.source, args.target, say))
+    except StoreError as exc:
+        print(f"migrate-store: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # committed batches stay; the open one was rolled back
+        print("migrate-store: interrupted; run the same command again to continue", file=sys.stderr)
+        return 130
+    copied = ", ".join(f"{table} {n}" for table, n in sorted(report.copied.items()) if n) or "nothing"
+    say(f"copied: {copied}")
+    say(f"already in the target: {report.skipped_conversations} conversations")
+    for problem in report.problems:
+        print(f"MISMATCH {problem}", file=sys.stderr)
+    if report.problems:
+        say(f"FAILED: {len(report.problems)} differences between the stores")
+        return 1
+    say(f"verified: {report.verified_conversations} conversations match (counts and digests)")
+    return 0
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
@@ -215,6 +245,20 @@ def parser() -> argparse.ArgumentParser:
     p_replay.add_argument("--per-turn", action="store_true", help="a line per turn, not only the totals")
     p_replay.add_argument("--json", action="store_true", help="the reports as JSON")
     p_replay.set_defaults(func=replay_command)
+    p_migrate = sub.add_parser(
+        "migrate-store",
+        help="copy a SQLite or Redis store into PostgreSQL, keeping every id and hash; resumable, verified",
+        description="Copy a store into PostgreSQL (docs/storage.md): idempotent, resumable, verified by "
+        "counts and digests per conversation; exit 1 on any difference.",
+    )
+    p_migrate.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="the store to copy: sqlite:///PATH, redis://... or redis+cluster://...",
+    )
+    p_migrate.add_argument("--to", dest="target", required=True, help="postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
+    p_migrate.set_defaults(func=migrate_store_command)
     return parser
 
 
