@@ -45,10 +45,8 @@ passes. The hooks, by concern:
   stream continues a client stream already relayed);
 * the provider's own work -- `summary_request`, `summary_text`, `summary_headers`,
   `native_compaction`, `native_compacted`, `purpose`;
-* a hop that speaks only chat completions (a litellm route) -- `chat_request` (the upstream
-  body as a chat-completions request, None when the wire has no such rendering), `chat_answer`,
-  `chat_stream` and `chat_error` (the hop's chat-completions answer, stream and error rendered
-  back in the API's own shape; the chat wire's are the identity).
+* a hop that speaks only chat completions (a litellm route) -- `chat_request`, `chat_answer`,
+  `chat_stream`, `chat_error` (`ChatRendering`, in `chat_hop.py`).
 """
 
 from __future__ import annotations
@@ -65,6 +63,7 @@ from ..sse import SseEvent
 from ..tail_parse import BodyMemo
 from ..types import Json, Message, SentBody
 from ..usage import Usage
+from .chat_hop import ChatDefaults, ChatRendering
 
 Continue = Callable[[SseEvent], bytes | None]
 """One event of a follow-up's stream -> the bytes that continue the client's stream (None: dropped)."""
@@ -141,7 +140,7 @@ class Compacted:
     error: str | None = None
 
 
-class Wire(Protocol):
+class Wire(ChatRendering, Protocol):
     name: str
     """The wire's identifier: recorded with every call (`CallRecord.wire`), in metrics and logs."""
     path: str
@@ -315,43 +314,8 @@ class Wire(Protocol):
     def native_compacted(self, parsed: Json) -> Compacted:
         """What a `native_compaction` call's 200 answer holds."""
 
-    def chat_request(self, body: Json, stream: bool) -> Json | None:
-        """`body` (the upstream body, the API's own) as a chat-completions request asking for a
-        stream or not (with its usage), for a hop that speaks only that API (litellm); None when
-        the wire cannot be served so."""
 
-    def chat_answer(self, answer: Json) -> Json:
-        """A whole chat-completions answer to a `chat_request`, in the API's own shape."""
-
-    def chat_stream(self) -> ChatStream:
-        """The renderer of one chat-completions stream answering a `chat_request`."""
-
-    def chat_error(self, status: int, error: Json) -> bytes:
-        """An OpenAI-shaped error body (`{"error": {"message", "type", ...}}`) with its HTTP
-        status, in the API's own shape."""
-
-
-class ChatStream(Protocol):
-    """Renders a chat-completions stream, chunk by chunk, as the client API streams."""
-
-    def chunk(self, data: Json) -> bytes:
-        """The bytes (whole SSE events, maybe none) to send for one `chat.completion.chunk`."""
-
-    def end(self) -> bytes:
-        """The bytes that end the stream after its last chunk."""
-
-
-class ChatFrames:
-    """The chat wire's `ChatStream`: each chunk as a `data:` event, then `data: [DONE]`."""
-
-    def chunk(self, data: Json) -> bytes:
-        return b"data: " + codec.dumps(data) + b"\n\n"
-
-    def end(self) -> bytes:
-        return b"data: [DONE]\n\n"
-
-
-class BaseWire:
+class BaseWire(ChatDefaults):
     """Defaults of the `Wire` members a wire may leave alone: fixed paths, a model and stream
     flag in the body, and OpenAI's conventions (bearer keys, function tools, `tool_choice`)."""
 
@@ -501,21 +465,6 @@ class BaseWire:
     def with_cache_key(self, body: Json, raw: bytes, key: str) -> tuple[Json, bytes]:
         """The API has no routing key (Anthropic caches by its breakpoints)."""
         return body, raw
-
-    def chat_request(self, body: Json, stream: bool) -> Json | None:
-        """No rendering as chat completions: a chat-only hop refuses the call (a clear 502)."""
-        return None
-
-    def chat_answer(self, answer: Json) -> Json:
-        """Chat completions' own answer."""
-        return answer
-
-    def chat_stream(self) -> ChatStream:
-        return ChatFrames()
-
-    def chat_error(self, status: int, error: Json) -> bytes:
-        """OpenAI's error shape, as it is."""
-        return codec.dumps(error)
 
 
 OPEN_CHOICES: tuple[Any, ...] = (None, "auto", "required", {"type": "auto"}, {"type": "any"})

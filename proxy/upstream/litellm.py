@@ -36,7 +36,7 @@ from .. import codec
 from ..config import Route
 from ..errors import UpstreamError, UpstreamTimeout
 from ..protocols import DEFAULT, Wire, caller_key
-from ..protocols.base import ChatStream
+from ..protocols.chat_hop import ChatStream
 from ..usage import Usage
 from .base import UpstreamResponse, within_deadlines
 

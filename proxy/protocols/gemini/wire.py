@@ -32,7 +32,8 @@ from ...errors import BadRequest, ProxyError
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
 from ...usage import Usage
-from ..base import BaseWire, ChatStream, Target
+from ..base import BaseWire, Target
+from ..chat_hop import ChatStream
 from .chat import ChatToGemini, chat_answer, chat_error, chat_request
 from .convert import contents_to_common, model_to_common, system_to_common
 from .encode import to_native
