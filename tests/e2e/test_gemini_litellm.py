@@ -190,3 +190,13 @@ def test_provider_error_in_gemini_shape(lite, upstream, api_key, stream):
             c.models.generate_content(model=MODEL, contents=f"limited {stream}")
     assert raised.value.code == 429 and raised.value.status == "RESOURCE_EXHAUSTED"
     assert raised.value.message
+
+
+def test_a_part_chat_cannot_carry_is_a_400_in_gemini_shape(lite, upstream, api_key):
+    c = client(lite, api_key)
+    image = types.Part.from_bytes(data=b"\x89PNG\r\n", mime_type="image/png")
+    with pytest.raises(genai_errors.ClientError) as raised:
+        c.models.generate_content(model=MODEL, contents=[image, "what is this?"])
+    assert raised.value.code == 400 and raised.value.status == "INVALID_ARGUMENT"
+    assert "`inlineData` parts are not supported" in str(raised.value.message)
+    assert upstream.chat_requests == []

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import codec
+from ...errors import BadRequest
 from ...types import Json, Message
 from .convert import contents_to_common, loads_args, system_to_common
 from .errors import status_name
@@ -112,8 +113,39 @@ def _tool_choice(body: Json) -> Any:
     return "auto" if mode in ("AUTO", "VALIDATED") else None
 
 
+_CARRIED = frozenset(
+    {
+        "text",
+        "thought",
+        "thoughtSignature",
+        "thought_signature",
+        "functionCall",
+        "function_call",
+        "functionResponse",
+        "function_response",
+    }
+)
+"""The part fields a chat-completions request carries (a thought's signature stays behind)."""
+
+
+def _refuse_uncarried(body: Json) -> None:
+    """A part chat completions cannot carry (`inlineData`, `fileData`, `executableCode`, ...) is
+    refused, not silently dropped."""
+    for content in body["contents"]:
+        for part in content.get("parts") or []:
+            extra = sorted(key for key in part if key not in _CARRIED) if isinstance(part, dict) else []
+            if extra:
+                raise BadRequest(
+                    f"This model is served through chat completions (a litellm route), which carry text, "
+                    f"function calls and function responses only: `{extra[0]}` parts are not supported.",
+                    param="contents",
+                )
+
+
 def chat_request(body: Json, stream: bool) -> Json:
-    """A Gemini upstream body (validated on arrival) as a chat-completions request."""
+    """A Gemini upstream body (validated on arrival) as a chat-completions request; BadRequest
+    for a part chat completions cannot carry."""
+    _refuse_uncarried(body)
     common = system_to_common(field(body, "systemInstruction")) + contents_to_common(body["contents"])
     request: Json = {"messages": [_public(message) for message in common]}
     tools = _tools(body)
