@@ -10,6 +10,7 @@ ledger equals what the upstream billed.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -200,3 +201,86 @@ def test_a_part_chat_cannot_carry_is_a_400_in_gemini_shape(lite, upstream, api_k
     assert raised.value.code == 400 and raised.value.status == "INVALID_ARGUMENT"
     assert "`inlineData` parts are not supported" in str(raised.value.message)
     assert upstream.chat_requests == []
+
+
+FACT = "listen_port = 48443"
+RECALL = "ctxproxy_recall"
+RECALL_POLICY = {
+    "context_window": 128000,
+    "max_output_tokens": 4096,
+    "trigger": 0.02,  # the 12k-char result puts the request over it, so it is trimmed
+    "target": 0.01,
+    "late_trim": 0.02,
+    "tool_results": {"keep_recent_groups": 1, "old_max_chars": 200, "recent_max_chars": 1000, "clear_at_least": 1},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_recall_is_offered_and_answered(proxy, upstream, api_key, stream):
+    """A tool result holding a value is trimmed; asked for it, the model (the scripted upstream)
+    calls the recall tool, which the proxy offered as a function tool and answers itself: the
+    client sees only the final answer, and the ledger has the recall call as billed."""
+    route = {
+        "name": "lite-gemini",
+        "match": {"model": "gemini-*", "path": "/v1beta/models"},
+        "upstream": {
+            "model": "openai/gpt-4o-mini",
+            "base_url": upstream.base_url,
+            "api_key_env": "UPSTREAM_KEY",
+            "timeouts": TIMEOUTS,
+        },
+        "policy": "small",
+    }
+    p = proxy(routes=[route], policies={"small": RECALL_POLICY})
+    script = [Reply(tool_calls=[tool_call("run_shell_command", {"command": "cat app.conf"})])]
+    script += [Reply(content=f"noted {k}") for k in range(3)]
+
+    def model(body: dict[str, Any]) -> Reply | None:
+        if "You compress the history" in json.dumps(body["messages"][:1]):
+            return None  # a compaction's summary call: the server's default answer
+        if script:
+            return script.pop(0)
+        port = re.search(r"listen_port = (\d+)", json.dumps(body["messages"]))
+        offered = RECALL in json.dumps(body.get("tools") or [])
+        if port is None and offered:
+            return Reply(tool_calls=[tool_call(RECALL, {"query": "listen_port"})])
+        return Reply(content=f"The config sets port {port.group(1)}." if port else "I do not know.")
+
+    upstream.responder = model
+    c = client(p, api_key)
+    chat = c.chats.create(
+        model=MODEL, config=types.GenerateContentConfig(tools=[SHELL], automatic_function_calling=NO_AUTO)
+    )
+
+    def send(message: Any) -> tuple[list[types.FunctionCall], str, Any]:
+        if not stream:
+            response = chat.send_message(message)
+            return response.function_calls or [], response.text or "", response
+        chunks = list(chat.send_message_stream(message))
+        calls = [call for chunk in chunks for call in chunk.function_calls or []]
+        return calls, "".join(chunk.text or "" for chunk in chunks if not chunk.function_calls), chunks[-1]
+
+    calls, _, _ = send("Read the config, please.")
+    assert [call.name for call in calls] == ["run_shell_command"]
+    output = "a" * 6000 + f" {FACT} " + "b" * 6000
+    send(types.Part.from_function_response(name="run_shell_command", response={"output": output}))
+    for k in (1, 2):
+        send(f"carry on {k}")
+    before = len(upstream.chat_requests)
+    calls, text, last = send("Which port does the config set?")
+    assert (calls, text) == ([], "The config sets port 48443.")
+    first, second = [r.body for r in upstream.chat_requests[before:]]
+    assert FACT not in json.dumps(first["messages"]), "the model saw the value: nothing was trimmed"
+    assert first["tools"][-1]["function"]["name"] == RECALL
+    call, result = second["messages"][-2:]
+    assert call["tool_calls"][0]["function"]["name"] == RECALL
+    assert result["tool_call_id"] == call["tool_calls"][0]["id"] and FACT in result["content"]
+    conv = last.sdk_http_response.headers["x-conversation-id"]
+    made = p.wait_calls(
+        conv,
+        1,
+        until=lambda cs: any(c["purpose"] == "recall" for c in cs) and all(c["status"] != "pending" for c in cs),
+    )
+    (recall_call,) = [c for c in made if c["purpose"] == "recall"]
+    assert recall_call["usage"] == billed(upstream.replies_sent[-2])
+    assert [e["message"]["role"] for e in p.events(conv)][-2:] == ["user", "assistant"]

@@ -178,6 +178,11 @@ def test_stream_in_gemini_shape():
     assert [c["candidates"][0].get("finishReason") for c in chunks] == [None, None, "STOP"]
     assert chunks[-1]["usageMetadata"] == {"promptTokenCount": 9, "candidatesTokenCount": 4, "totalTokenCount": 13}
     assert GEMINI.chat_stream().end() == b""  # nothing came: nothing to end
+    text_only = GEMINI.chat_stream()
+    text_only.chunk({**base, "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]})
+    (closing,) = _events(text_only.end())
+    # every chunk has a content with parts: the SDKs keep a streamed chat turn only then
+    assert closing["candidates"][0]["content"] == {"role": "model", "parts": [{"text": ""}]}
     frames = DEFAULT.chat_stream()
     assert frames.chunk({"a": 1}) == b'data: {"a":1}\n\n' and frames.end() == b"data: [DONE]\n\n"
 

@@ -11,8 +11,9 @@ The answer: one `GenerateContentResponse` -- candidate 0's text and its calls as
 parts (arguments parsed back into `args`), the finish reason in Gemini's words, the usage as
 `usageMetadata` (`candidatesTokenCount` without the reasoning, which is `thoughtsTokenCount`, as
 Gemini counts them). A stream is rendered as Gemini streams: a `data:` chunk per piece of text,
-and one last chunk with the calls (whole, as Gemini sends each call), the finish reason and the
-usage once the chat stream has ended (its usage comes after its finish reason). Errors take
+and one last chunk with the calls (whole, as Gemini sends each call; else an empty text part),
+the finish reason and the usage once the chat stream has ended (its usage comes after its finish
+reason). Errors take
 Gemini's `{"error": {"code", "message", "status"}}` with the provider's status.
 """
 
@@ -35,6 +36,10 @@ FINISH = {
     "content_filter": "SAFETY",
 }
 """Chat completions' finish reasons in Gemini's words (a call ends its turn with `STOP`)."""
+
+EMPTY_TEXT: Json = {"text": ""}
+"""The part of a chunk (or an answer) that has nothing else, as Gemini sends it: the SDKs keep a
+chat turn only when every chunk has a content with parts."""
 
 _SAMPLING = {
     "temperature": "temperature",
@@ -217,7 +222,7 @@ def chat_answer(answer: Json) -> Json:
         if isinstance(function, dict):
             parts.append(_call_part(function.get("name"), function.get("arguments")))
     candidate: Json = {
-        "content": {"role": "model", "parts": parts},
+        "content": {"role": "model", "parts": parts or [EMPTY_TEXT]},
         "finishReason": FINISH.get(str(choice.get("finish_reason")), "OTHER")
         if choice.get("finish_reason")
         else "STOP",
@@ -266,10 +271,9 @@ class ChatToGemini:
         """The last chunk: the calls whole, the finish reason and the usage."""
         if self._finish is None and not self._calls and self._usage is None:
             return b""
-        candidate: Json = {"index": 0, "finishReason": self._finish or "STOP"}
-        if self._calls:
-            parts = [_call_part(name, arguments) for _, (name, arguments) in sorted(self._calls.items())]
-            candidate["content"] = {"role": "model", "parts": parts}
+        parts = [_call_part(name, arguments) for _, (name, arguments) in sorted(self._calls.items())]
+        content = {"role": "model", "parts": parts or [EMPTY_TEXT]}
+        candidate: Json = {"content": content, "finishReason": self._finish or "STOP", "index": 0}
         return self._event(_response(candidate, self._usage, self._model, self._id))
 
     @staticmethod
