@@ -264,7 +264,8 @@ async def _passthrough(services: Services, request: Unstored, exc: StoreError) -
     encoded, _ = wire.encode(body, None, stream, None)
     degraded = [(DEGRADED_HEADER, "store-unavailable")]
     payload = request.raw if encoded is None else encoded
-    upstream = await services.upstream.send(route, "POST", wire.upstream_path_for(model, stream), payload, headers)
+    path = wire.upstream_path_for(model, stream)
+    upstream = await services.upstream.send(route, "POST", path, payload, headers, wire, stream)
     if stream and upstream.status == 200 and wire.is_stream(upstream.content_type):
         return StreamRelay(upstream, wire.observer(body), _unrecorded, degraded)
     return await relay_unchanged(services.keys, upstream, degraded)

@@ -83,7 +83,10 @@ class Exchange:
         """Send the call under way; None when the client left before the answer began. A hop that
         fails ends the call (`fail`) and raises."""
         self.t0 = time.monotonic()
-        sending = self.services.upstream.send(self.route, "POST", self.upstream_path, payload, self.headers)
+        call = self.call
+        sending = self.services.upstream.send(
+            self.route, "POST", self.upstream_path, payload, self.headers, self.wire, call.stream
+        )
         try:
             return await or_disconnect(self.request.receive, sending)
         except ProxyError as exc:
@@ -93,7 +96,10 @@ class Exchange:
     async def open(self, payload: bytes | None) -> UpstreamResponse:
         """Send a follow-up whose answer the client is already waiting in (a relayed stream's
         recall round): it has no record of its own, the relay's is the request's."""
-        return await self.services.upstream.send(self.route, "POST", self.upstream_path, payload, self.headers)
+        stream = self.call.stream
+        return await self.services.upstream.send(
+            self.route, "POST", self.upstream_path, payload, self.headers, self.wire, stream
+        )
 
     @property
     def upstream_path(self) -> str:

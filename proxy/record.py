@@ -308,7 +308,8 @@ class Recorder:
         client has (or is getting) its answer already."""
         provider_model = self._provider_models.get(call.route) if call.purpose in ("main", "shadow") else None
         if provider_model and call.usage_raw is not None:
-            call.usage = usage_from_litellm(call.usage_raw).to_dict()  # litellm's cache writes are inside the input
+            # litellm's cache writes are inside the input; the raw usage is in the wire's shape
+            call.usage = usage_from_litellm(call.usage_raw, wire).to_dict()
         price_model = provider_model or call.model
         info = self.catalog.info(price_model) if price_model else None
         call.cost_usd = call_cost(call.usage, info)

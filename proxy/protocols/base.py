@@ -44,7 +44,9 @@ passes. The hooks, by concern:
   that may start a call or carry text), `continuation` and `splices_relayed` (how a follow-up's
   stream continues a client stream already relayed);
 * the provider's own work -- `summary_request`, `summary_text`, `summary_headers`,
-  `native_compaction`, `native_compacted`, `purpose`.
+  `native_compaction`, `native_compacted`, `purpose`;
+* a hop that speaks only chat completions (a litellm route) -- `chat_request`, `chat_answer`,
+  `chat_stream`, `chat_error` (`ChatRendering`, in `chat_hop.py`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from ..sse import SseEvent
 from ..tail_parse import BodyMemo
 from ..types import Json, Message, SentBody
 from ..usage import Usage
+from .chat_hop import ChatDefaults, ChatRendering
 
 Continue = Callable[[SseEvent], bytes | None]
 """One event of a follow-up's stream -> the bytes that continue the client's stream (None: dropped)."""
@@ -137,7 +140,7 @@ class Compacted:
     error: str | None = None
 
 
-class Wire(Protocol):
+class Wire(ChatRendering, Protocol):
     name: str
     """The wire's identifier: recorded with every call (`CallRecord.wire`), in metrics and logs."""
     path: str
@@ -312,7 +315,7 @@ class Wire(Protocol):
         """What a `native_compaction` call's 200 answer holds."""
 
 
-class BaseWire:
+class BaseWire(ChatDefaults):
     """Defaults of the `Wire` members a wire may leave alone: fixed paths, a model and stream
     flag in the body, and OpenAI's conventions (bearer keys, function tools, `tool_choice`)."""
 

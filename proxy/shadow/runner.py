@@ -181,7 +181,7 @@ class Shadows:
         kind: str | None
         try:
             path = wire.upstream_path_for(sample.model, False)
-            answer = await self.upstream.send(sample.route, "POST", path, payload, sample.headers)
+            answer = await self.upstream.send(sample.route, "POST", path, payload, sample.headers, wire, False)
             record.arrived(shadow, answer, t0)
             try:
                 data = await answer.read()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..config import Route
+from ..protocols import Wire
 from .base import Hop, UpstreamResponse, upstream_request_headers
 from .http import HttpHop
 from .litellm import LitellmHop, uses_litellm
@@ -27,8 +28,15 @@ class RoutedUpstream(HttpHop):
         self.litellm = LitellmHop()
 
     async def send(
-        self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
+        self,
+        route: Route,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        wire: Wire | None = None,
+        stream: bool = False,
     ) -> UpstreamResponse:
         if route.upstream.model:
-            return await self.litellm.send(route, method, path, body, headers)
+            return await self.litellm.send(route, method, path, body, headers, wire, stream)
         return await super().send(route, method, path, body, headers)

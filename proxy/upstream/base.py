@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 from ..config import Route
 from ..errors import UpstreamTimeout
-from ..protocols import CREDENTIAL_HEADERS
+from ..protocols import CREDENTIAL_HEADERS, Wire
 
 T = TypeVar("T")
 
@@ -152,9 +152,18 @@ class Replayed(UpstreamResponse):
 
 class Hop(Protocol):
     async def send(
-        self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
+        self,
+        route: Route,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        wire: Wire | None = None,
+        stream: bool = False,
     ) -> UpstreamResponse:
-        """Send and wait for the response headers. Raises UpstreamError / UpstreamTimeout."""
+        """Send and wait for the response headers. Raises UpstreamError / UpstreamTimeout.
+        `wire` and `stream`: the client API of a model call and whether it streams, for a hop
+        that must render the call in another API (litellm's chat completions)."""
         ...
 
 

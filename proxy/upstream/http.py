@@ -25,6 +25,7 @@ import orjson
 
 from ..config import Route
 from ..errors import UpstreamError, UpstreamTimeout
+from ..protocols import Wire
 from .base import UpstreamResponse, relayed_response_headers, within_deadlines
 
 
@@ -167,9 +168,17 @@ class HttpHop:
             self._session = None
 
     async def send(
-        self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
+        self,
+        route: Route,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        wire: Wire | None = None,
+        stream: bool = False,
     ) -> UpstreamResponse:
-        """Send and wait for the response headers. Raises UpstreamError / UpstreamTimeout."""
+        """Send and wait for the response headers. Raises UpstreamError / UpstreamTimeout.
+        `wire`, `stream`: unused, the body goes as it is in its own API."""
         assert self._session is not None, "UpstreamClient.start() was not awaited"
         timeouts = route.upstream.timeouts
         assert route.upstream.base_url is not None, "a route without base_url goes through litellm"

@@ -5,9 +5,13 @@ A route whose upstream names a litellm `model` (`anthropic/claude-haiku-4-5`, `g
 the OpenAI chat body the pipeline built is handed to `litellm.acompletion` with the route's model,
 key and `api_base`, and the answer comes back as an `UpstreamResponse` carrying OpenAI bytes --
 one `chat.completion` JSON object, or `data: {chunk}` SSE events ending in `data: [DONE]` -- so
-the pipeline's relay and record path does not know which hop served it. Provider errors become
-OpenAI-shaped error bodies with the provider's status; transport failures and deadlines raise the
-same `UpstreamError` / `UpstreamTimeout` as the raw hop.
+the pipeline's relay and record path does not know which hop served it. A call of another client
+API names its `Wire`: the wire renders its upstream body as chat completions
+(`Wire.chat_request`) and litellm's answer, stream and errors back in its own shape
+(`chat_answer`, `chat_stream`, `chat_error`), so the hop knows no API but chat completions.
+Provider errors become OpenAI-shaped error bodies (then in the wire's shape) with the provider's
+status; transport failures and deadlines raise the same `UpstreamError` / `UpstreamTimeout` as
+the raw hop.
 
 SSRF (litellm's CVE-2024-6587): only an allow-list of OpenAI sampling fields is taken from the
 request body; the provider, host, key, retries, callbacks and every other litellm knob come from
@@ -31,7 +35,8 @@ from typing import Any
 from .. import codec
 from ..config import Route
 from ..errors import UpstreamError, UpstreamTimeout
-from ..protocols import DEFAULT, caller_key
+from ..protocols import DEFAULT, Wire, caller_key
+from ..protocols.chat_hop import ChatStream
 from ..usage import Usage
 from .base import UpstreamResponse, within_deadlines
 
@@ -126,12 +131,13 @@ def uses_litellm(routes: list[Route]) -> bool:
     return any(route.upstream.model for route in routes)
 
 
-def usage_from_litellm(raw: Any) -> Usage:
+def usage_from_litellm(raw: Any, wire: Wire = DEFAULT) -> Usage:
     """litellm reports every provider in OpenAI's shape (`prompt_tokens` = the whole input,
     `cached_tokens` a part of it) and adds the cache writes that OpenAI's shape has no field for
     (`prompt_tokens_details.cache_creation_tokens`, Anthropic's `cache_creation_input_tokens`),
-    which are inside `prompt_tokens` as well: they come out of the uncached input here."""
-    usage = DEFAULT.usage(raw)  # litellm speaks the chat-completions API
+    which are inside `prompt_tokens` as well: they come out of the uncached input here. `raw` is
+    in the shape of `wire`, which rendered litellm's usage in its own API (`Wire.chat_answer`)."""
+    usage = wire.usage(raw)
     if not isinstance(raw, dict):
         return usage
     details = raw.get("prompt_tokens_details")
@@ -273,6 +279,7 @@ class LitellmResponse(UpstreamResponse):
         request_id: str | None = None,
         secret: str | None = None,
         closing: set[asyncio.Task[Any]] | None = None,
+        render: ChatStream | None = None,
     ) -> None:
         content_type = "text/event-stream; charset=utf-8" if stream is not None else "application/json"
         super().__init__(status, [("content-type", content_type)], content_type, request_id, started)
@@ -281,6 +288,7 @@ class LitellmResponse(UpstreamResponse):
         self._body = body
         self._stream = stream
         self._secret = secret
+        self._render = render or DEFAULT.chat_stream()
 
     async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
         if self._body is not None:
@@ -306,8 +314,10 @@ class LitellmResponse(UpstreamResponse):
                 raise UpstreamError(
                     _where(self._route) + f" broke off the stream ({status}): {body['error']['message']}"
                 ) from None
-            yield b"data: " + json.dumps(_chunk_json(chunk), separators=(",", ":")).encode() + b"\n\n"
-        yield b"data: [DONE]\n\n"
+            rendered = self._render.chunk(_chunk_json(chunk))
+            if rendered:
+                yield rendered
+        yield self._render.end()
 
     def close(self) -> None:
         stream, self._stream = self._stream, None
@@ -322,7 +332,8 @@ class LitellmResponse(UpstreamResponse):
 
 
 class LitellmHop:
-    """`send` with the raw hop's signature; the request must be an OpenAI chat-completions body."""
+    """`send` with the raw hop's signature; the request is a chat-completions body, or the body of
+    a `Wire` that renders itself as one."""
 
     def __init__(self) -> None:
         self.module = LitellmModule()
@@ -335,17 +346,32 @@ class LitellmHop:
         self._warmup = asyncio.ensure_future(self.module.load())
 
     async def send(
-        self, route: Route, method: str, path: str, body: bytes | None, headers: dict[str, str]
+        self,
+        route: Route,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        wire: Wire | None = None,
+        stream: bool = False,
     ) -> UpstreamResponse:
+        """`wire`: the client API of the call, whose body (its own shape, asking for a `stream`
+        or not) it renders as chat completions; None: `body` is a chat-completions body for `path`."""
         started = time.monotonic()
-        if method != "POST" or not path.endswith("/chat/completions") or body is None:
+        if wire is None and (method != "POST" or not path.endswith("/chat/completions")):
             raise UpstreamError(
                 f"{_where(route)} serves only POST /v1/chat/completions through litellm, not {method} {path}"
             )
+        speaking = wire or DEFAULT
+        if body is None:
+            raise UpstreamError(f"{_where(route)}: a call through litellm needs a request body")
         try:
-            request = json.loads(body)
+            native = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise UpstreamError(f"{_where(route)}: the request body is not JSON") from None
+        request = speaking.chat_request(native, stream) if isinstance(native, dict) else None
+        if request is None:
+            raise UpstreamError(f"{_where(route)}: the {speaking.name} API cannot be served through litellm")
         key = _api_key(headers)  # None: litellm's own provider default (its env var)
         litellm = await self.module.load()
         stream = bool(request.get("stream"))
@@ -374,8 +400,12 @@ class LitellmHop:
             if failure == "connect":
                 raise UpstreamError(_where(route) + " refused or could not be reached") from None
             status, error_body = _provider_error(exc, key)
-            return LitellmResponse(route, status, started, body=json.dumps(error_body).encode())
+            return LitellmResponse(route, status, started, body=speaking.chat_error(status, error_body))
         if stream:
-            return LitellmResponse(route, 200, started, stream=response, secret=key, closing=self._closing)
+            render = speaking.chat_stream()
+            return LitellmResponse(
+                route, 200, started, stream=response, secret=key, closing=self._closing, render=render
+            )
         data = _completion_json(response)
-        return LitellmResponse(route, 200, started, body=json.dumps(data).encode(), request_id=data.get("id"))
+        answer = json.dumps(speaking.chat_answer(data)).encode()
+        return LitellmResponse(route, 200, started, body=answer, request_id=data.get("id"))

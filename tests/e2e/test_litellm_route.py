@@ -446,3 +446,15 @@ def test_openai_sdk_error_type(lite, upstream, api_key):
     with pytest.raises(openai.AuthenticationError) as info:
         lite.client(api_key).chat.completions.create(model="lite-fast", messages=[user("bad key upstream")])
     assert info.value.status_code == 401
+
+
+def test_a_wire_without_a_chat_rendering_is_a_502_in_its_shape(lite, anthropic, api_key):
+    """An Anthropic Messages request on a litellm route: the wire has no rendering as chat
+    completions (`Wire.chat_request` is None), so the hop refuses it before calling anyone."""
+    body = {"model": "claude-x", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"x-api-key": api_key, "anthropic-version": "2023-06-01"}
+    r = httpx.post(f"{lite.url}/v1/messages", json=body, headers=headers, timeout=30)
+    assert r.status_code == 502, r.text
+    error = r.json()
+    assert error["type"] == "error" and "cannot be served through litellm" in error["error"]["message"]
+    assert anthropic.requests == []

@@ -45,3 +45,6 @@ class Samples:
     """The message of a stream error event (`StreamObserver.error_event`)."""
     paths: dict[bool, tuple[str, dict[str, str]]] = field(default_factory=dict)
     """The client path and query of a request, by whether it streams (default: the wire's `path`)."""
+    chat_hop: bool = False
+    """Whether the wire is served through a hop that speaks only chat completions (a litellm
+    route): its `chat_*` members render a call as chat completions and the answer back."""

@@ -54,6 +54,7 @@ SAMPLES = Samples(
     stream_request=STREAM_REQUEST,
     answer=json.dumps(ANSWER).encode(),
     stream=STREAM,
+    chat_hop=True,
     usage_cached=CACHED,
     usage_cached_expected=Usage(100, 36, 64, None, 20, 0),
     usage_plain={"promptTokenCount": 100, "candidatesTokenCount": 20, "totalTokenCount": 120},

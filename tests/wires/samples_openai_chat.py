@@ -87,6 +87,7 @@ SAMPLES = Samples(
     stream_request=STREAM_REQUEST,
     answer=json.dumps(ANSWER).encode(),
     stream=STREAM,
+    chat_hop=True,
     usage_cached=CACHED,
     usage_cached_expected=Usage(100, 36, 64, None, 20, None),
     usage_plain={"prompt_tokens": 100, "completion_tokens": 20},

@@ -366,3 +366,82 @@ def test_a_key_in_the_query_never_reaches_a_log(any_wire: Wire) -> None:
     for name in any_wire.credential_query:
         logged = redact_query(f"{any_wire.path}?alt=sse&{name}={CALLER_KEY}")
         assert CALLER_KEY not in logged and logged.startswith(any_wire.path + "?alt=sse&")
+
+
+CHAT_USAGE: Json = {
+    "prompt_tokens": 100,
+    "completion_tokens": 12,
+    "total_tokens": 112,
+    "prompt_tokens_details": {"cached_tokens": 40},
+    "completion_tokens_details": {"reasoning_tokens": 2},
+}
+CHAT_CALL: Json = {"id": "call_1", "type": "function", "function": {"name": RECALL, "arguments": '{"query":"port"}'}}
+
+
+def _chat_chunks() -> list[Json]:
+    """A chat-completions stream of `TEXT` and a call of `RECALL`, as litellm yields it."""
+    base: Json = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m"}
+    first, second = CHAT_CALL["function"]["arguments"][:5], CHAT_CALL["function"]["arguments"][5:]
+    opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": RECALL, "arguments": first}}
+    return [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": TEXT[:4]}}]},
+        {**base, "choices": [{"index": 0, "delta": {"content": TEXT[4:]}}]},
+        {**base, "choices": [{"index": 0, "delta": {"tool_calls": [opening]}}]},
+        {**base, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": second}}]}}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {**base, "choices": [], "usage": CHAT_USAGE},
+    ]
+
+
+def _says_text_then_recall(message: Message | None) -> None:
+    assert message is not None and message_text(message) == TEXT
+    (call,) = tool_calls(message)
+    assert call_name(call) == RECALL and json.loads(call_arguments(call)) == {"query": "port"}
+
+
+def test_a_chat_only_hop_renders_the_call_and_its_answer(wire: Wire, samples: Samples) -> None:
+    """A wire served through chat completions (a litellm route) renders its request as chat
+    messages without private keys, and a chat answer, whole or streamed (byte by byte), back so
+    that its own `response`, `observer` and `usage` read the same message and tokens; a wire that
+    cannot be served so says None, and the hop refuses the call."""
+    _, body = request(wire, samples)
+    _, stream_body = request(wire, samples, stream=True)
+    chat, streamed = wire.chat_request(body, False), wire.chat_request(stream_body, True)
+    if not samples.chat_hop:
+        assert chat is None and streamed is None
+        return
+    assert chat is not None and streamed is not None
+    roles = [message["role"] for message in chat["messages"]]
+    assert roles[0] == "system" and set(roles) <= {"system", "developer", "user", "assistant", "tool"}
+    assert not any(key.startswith("_") for message in chat["messages"] for key in message)
+    assert streamed["stream"] is True and streamed["stream_options"] == {"include_usage": True}
+    assert not chat.get("stream")
+
+    answer: Json = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": TEXT, "tool_calls": [CHAT_CALL]},
+            }
+        ],
+        "usage": CHAT_USAGE,
+    }
+    expected = Usage(100, 60, 40, None, 12, 2)
+    message, finish, raw = wire.response(json.loads(json.dumps(wire.chat_answer(answer))))
+    _says_text_then_recall(message)
+    assert finish is not None and wire.usage(raw) == expected
+
+    render = wire.chat_stream()
+    data = b"".join(render.chunk(chunk) for chunk in _chat_chunks()) + render.end()
+    observer = wire.observer(stream_body)
+    for event in events_of(data, pieces=7):
+        observer(event)
+    assert observer.done and observer.failure() is None
+    _says_text_then_recall(observer.message())
+    assert observer.finish_reason() is not None and wire.usage(observer.usage_raw()) == expected
+    error = json.loads(wire.chat_error(429, {"error": {"message": "slow down", "type": "rate_limit_error"}}))
+    assert samples.error_message(error) == "slow down"

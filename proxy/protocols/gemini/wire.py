@@ -13,6 +13,9 @@ of it, `toolUsePromptTokenCount` the input of server-side tools (added to the in
 `candidatesTokenCount` is the answer and `thoughtsTokenCount` the thinking, both output. The API
 leaves zero fields out, so a reported prompt with no cache field read 0 tokens from the cache.
 
+On a litellm route the calls go as chat completions and their answers come back in Gemini's
+shape (`chat.py`, the `chat_*` hooks).
+
 The proxy's own tools (recall, memory) are a `Tool` of one `functionDeclarations` entry each,
 their schema as JSON Schema (`parametersJsonSchema`, as Gemini CLI declares its tools).
 """
@@ -30,6 +33,8 @@ from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
 from ...usage import Usage
 from ..base import BaseWire, Target
+from ..chat_hop import ChatStream
+from .chat import ChatToGemini, chat_answer, chat_error, chat_request
 from .convert import contents_to_common, model_to_common, system_to_common
 from .encode import to_native
 from .errors import error_bytes
@@ -181,6 +186,19 @@ class GeminiWire(BaseWire):
         signatures, which the API wants back unmodified)."""
         turn = super().detour_turn(message, names)
         return {**turn, **{key: value for key, value in message.items() if key.startswith("_")}}
+
+    def chat_request(self, body: Json, stream: bool) -> Json | None:
+        """Served on a litellm route as chat completions (`chat.py`)."""
+        return chat_request(body, stream)
+
+    def chat_answer(self, answer: Json) -> Json:
+        return chat_answer(answer)
+
+    def chat_stream(self) -> ChatStream:
+        return ChatToGemini()
+
+    def chat_error(self, status: int, error: Json) -> bytes:
+        return chat_error(status, error)
 
     def summary_request(self, model: str, messages: list[Message], max_tokens: int) -> tuple[str, Json]:
         system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") in ("system", "developer"))

@@ -77,6 +77,10 @@ class OpenAIChatWire(BaseWire):
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
 
+    def chat_request(self, body: Json, stream: bool) -> Json | None:
+        """Already one: the body the pipeline encoded (its stream flag and usage request)."""
+        return body
+
     def summary_request(self, model: str, messages: list[Message], max_tokens: int) -> tuple[str, Json]:
         return self.upstream_path, {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
 
