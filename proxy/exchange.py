@@ -127,10 +127,12 @@ class Exchange:
 
     async def rejected(self, call: CallRecord, error_kind: str | None) -> None:
         """The request got no answer: its events are retracted (its conversation deleted when it
-        founded it: the record then belongs to no conversation), then the record is written."""
+        founded it: the record then belongs to no conversation, and the error the client gets
+        names none), then the record is written."""
         record.detach(call)
         if await retract(self.services, self.ingested):
             call.conversation_id = None
+            self.request.reported = []  # the answer names no conversation: none was left
         await self.finish(call, error_kind)
 
 

@@ -59,3 +59,16 @@ def test_the_replay_command_names_the_running_config(proxy: Any, api_key: str) -
     words = shlex.split(command)
     assert words[words.index("--config") + 1] == str(p.config_path), command
     assert "$CTXPROXY_ADMIN_TOKEN" in command
+
+
+def test_a_failed_first_call_names_no_conversation_that_is_gone(proxy: Any, api_key: str) -> None:
+    """The newcomer's first call fails upstream (its key refused, its host unreachable): the
+    request founded a conversation and left nothing in it, so the conversation is gone. The error
+    then names no conversation for the inspector to 404 on; the failed call is in the ledger."""
+    p = proxy(routes=[{"name": "down", "upstream": {"base_url": "http://127.0.0.1:9/v1"}}], fresh=True)
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": f"hi {uuid.uuid4().hex}"}]}
+    r = httpx.post(f"{p.base_url}/chat/completions", json=body, headers={"Authorization": f"Bearer {api_key}"})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable", r.text
+    assert "x-conversation-id" not in r.headers
+    usage = p.admin_json("usage")
+    assert usage["totals"]["calls"] == 1, usage
