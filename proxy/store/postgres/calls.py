@@ -10,73 +10,15 @@ from ... import codec
 from ...errors import ConversationGone
 from ...usage import TOKEN_FIELDS
 from ..base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
-from ..sqlite.rows import Select
+from ..sqlite.rows import Select, call_record
 from .connection import Conn, PostgresConnection, count
 
 PURGE_BATCH = 1000
 """Rows a retention purge deletes per transaction."""
 
 
-def _record(
-    id: str,
-    tenant: str,
-    route: str,
-    model: str | None,
-    purpose: str,
-    stream: bool,
-    started_at: float,
-    conversation_id: str | None,
-    branch_id: str | None,
-    status: str,
-    upstream_status: int | None,
-    error: str | None,
-    latency_ms: float | None,
-    ttfb_ms: float | None,
-    response: str | None,
-    finish_reason: str | None,
-    usage_raw: str | None,
-    request_id: str | None,
-    system_hash: str | None,
-    tools_hash: str | None,
-    projection: str | None,
-    cost_usd: float | None,
-    wire: str | None,
-    saved_usd: float | None,
-    client: str | None,
-    *usage: int | None,
-) -> CallRecord:
-    return CallRecord(
-        id=id,
-        tenant=tenant,
-        route=route,
-        model=model,
-        purpose=purpose,
-        stream=stream,
-        started_at=started_at,
-        conversation_id=conversation_id,
-        branch_id=branch_id,
-        status=status,
-        upstream_status=upstream_status,
-        error=error,
-        latency_ms=latency_ms,
-        ttfb_ms=ttfb_ms,
-        response=_loads(response),
-        finish_reason=finish_reason,
-        usage_raw=_loads(usage_raw),
-        usage=dict(zip(TOKEN_FIELDS, usage, strict=True)),
-        request_id=request_id,
-        system_hash=system_hash,
-        tools_hash=tools_hash,
-        projection=_loads(projection),
-        cost_usd=cost_usd,
-        wire=wire,
-        saved_usd=saved_usd,
-        client=client,
-    )
-
-
 # A CallRecord's columns: its fields, with `usage` stored as one column per token field.
-_RECORD = Select(_record, rest=TOKEN_FIELDS)
+_RECORD = Select(call_record, rest=TOKEN_FIELDS)
 _COLUMNS = (*_RECORD.names, "tokens_saved")
 
 
@@ -229,7 +171,3 @@ async def _usage_cells(conn: Conn, query: UsageQuery) -> list[UsageCell]:
 
 def _dumps(value: Any) -> str | None:
     return None if value is None else codec.dumps_str(value)
-
-
-def _loads(value: str | None) -> Any:
-    return None if value is None else codec.loads(value)

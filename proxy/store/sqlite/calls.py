@@ -9,69 +9,10 @@ from ...errors import ConversationGone
 from ...usage import TOKEN_FIELDS
 from ..base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
 from .connection import Db, SqliteConnection
-from .rows import Select
-
-
-def _record(
-    id: str,
-    tenant: str,
-    route: str,
-    model: str | None,
-    purpose: str,
-    stream: int,
-    started_at: float,
-    conversation_id: str | None,
-    branch_id: str | None,
-    status: str,
-    upstream_status: int | None,
-    error: str | None,
-    latency_ms: float | None,
-    ttfb_ms: float | None,
-    response: str | None,
-    finish_reason: str | None,
-    usage_raw: str | None,
-    request_id: str | None,
-    system_hash: str | None,
-    tools_hash: str | None,
-    projection: str | None,
-    cost_usd: float | None,
-    wire: str | None,
-    saved_usd: float | None,
-    client: str | None,
-    *usage: int | None,
-) -> CallRecord:
-    return CallRecord(
-        id=id,
-        tenant=tenant,
-        route=route,
-        model=model,
-        purpose=purpose,
-        stream=bool(stream),
-        started_at=started_at,
-        conversation_id=conversation_id,
-        branch_id=branch_id,
-        status=status,
-        upstream_status=upstream_status,
-        error=error,
-        latency_ms=latency_ms,
-        ttfb_ms=ttfb_ms,
-        response=_loads(response),
-        finish_reason=finish_reason,
-        usage_raw=_loads(usage_raw),
-        usage=dict(zip(TOKEN_FIELDS, usage, strict=True)),
-        request_id=request_id,
-        system_hash=system_hash,
-        tools_hash=tools_hash,
-        projection=_loads(projection),
-        cost_usd=cost_usd,
-        wire=wire,
-        saved_usd=saved_usd,
-        client=client,
-    )
-
+from .rows import Select, call_record
 
 # A CallRecord's columns: its fields, with `usage` stored as one column per token field.
-_RECORD = Select(_record, rest=TOKEN_FIELDS)
+_RECORD = Select(call_record, rest=TOKEN_FIELDS)
 
 
 class Calls(SqliteConnection):
@@ -198,7 +139,3 @@ def _usage_cells(db: Db, query: UsageQuery) -> list[UsageCell]:
 
 def _dumps(value: Any) -> str | None:
     return None if value is None else codec.dumps_str(value)
-
-
-def _loads(value: str | None) -> Any:
-    return None if value is None else codec.loads(value)
