@@ -178,7 +178,8 @@ def test_a_summary_far_over_its_room_is_cut_at_a_line_never_dropped(proxy, upstr
 
 def test_an_impossible_user_message_is_a_400_naming_the_window_and_the_conversation(proxy, upstream, api_key):
     """The newest user message alone exceeds the window: a 400 `context_length_exceeded` in
-    OpenAI's shape, naming the configured window, with the conversation header on it."""
+    OpenAI's shape, naming the configured window. The request founded its conversation and is
+    retracted with it, so the answer names no conversation (there is none to open)."""
     import openai
 
     model = "gpt-fit-impossible"
@@ -190,7 +191,7 @@ def test_an_impossible_user_message_is_a_400_naming_the_window_and_the_conversat
     error = caught.value
     assert error.code == "context_length_exceeded"
     assert "maximum context length is 8000 tokens" in error.message
-    assert error.response.headers.get("x-conversation-id")
+    assert error.response.headers.get("x-conversation-id") is None
     assert not [r for r in upstream.chat_requests if r.body.get("model") == model]
 
 
