@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import codec
 from ...errors import ConversationGone
 from ...usage import TOKEN_FIELDS
-from ..base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
-from ..sqlite.rows import Select, call_record
+from ..base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery
+from ..sqlite.records import call_record, call_values
+from ..sqlite.rows import Select
 from .connection import Conn, PostgresConnection, count
 
 PURGE_BATCH = 1000
@@ -102,35 +102,7 @@ async def insert_call(conn: Conn, call: CallRecord) -> None:
 
 def call_insert(call: CallRecord, first: int) -> tuple[str, list[Any]]:
     """The record's upsert with its values numbered from `$first`, and those values."""
-    values = {
-        "id": call.id,
-        "tenant": call.tenant,
-        "route": call.route,
-        "model": call.model,
-        "purpose": call.purpose,
-        "stream": bool(call.stream),
-        "started_at": call.started_at,
-        "conversation_id": call.conversation_id,
-        "branch_id": call.branch_id,
-        "status": call.status,
-        "upstream_status": call.upstream_status,
-        "error": call.error,
-        "latency_ms": call.latency_ms,
-        "ttfb_ms": call.ttfb_ms,
-        "response": _dumps(call.response),
-        "finish_reason": call.finish_reason,
-        "usage_raw": _dumps(call.usage_raw),
-        "request_id": call.request_id,
-        "system_hash": call.system_hash,
-        "tools_hash": call.tools_hash,
-        "projection": _dumps(call.projection),
-        "cost_usd": call.cost_usd,
-        "wire": call.wire,
-        "saved_usd": call.saved_usd,
-        "client": call.client,
-        **{field: call.usage.get(field) for field in TOKEN_FIELDS},  # one column per token field
-        "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
-    }
+    values = call_values(call)
     return (_INSERT if first == 1 else _insert_sql(first)), [values[c] for c in _COLUMNS]
 
 
@@ -167,7 +139,3 @@ async def _usage_cells(conn: Conn, query: UsageQuery) -> list[UsageCell]:
         known = {f: values[2 * i + 1] for i, f in enumerate(LEDGER_FIELDS)}
         cells.append(UsageCell(key_value, purpose, status, calls, totals, known))
     return cells
-
-
-def _dumps(value: Any) -> str | None:
-    return None if value is None else codec.dumps_str(value)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import codec
 from ...errors import ConversationGone
 from ...usage import TOKEN_FIELDS
-from ..base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery, tokens_saved
+from ..base import LEDGER_FIELDS, USAGE_GROUP_COLUMNS, CallRecord, UsageCell, UsageQuery
 from .connection import Db, SqliteConnection
-from .rows import Select, call_record
+from .records import call_record, call_values
+from .rows import Select
 
 # A CallRecord's columns: its fields, with `usage` stored as one column per token field.
 _RECORD = Select(call_record, rest=TOKEN_FIELDS)
@@ -63,35 +63,7 @@ def insert_call(db: Db, call: CallRecord) -> None:
         and db.execute("SELECT 1 FROM tombstones WHERE conversation_id = ?", (call.conversation_id,)).fetchone()
     ):
         raise ConversationGone(f"conversation {call.conversation_id} was deleted")
-    values = {
-        "id": call.id,
-        "tenant": call.tenant,
-        "route": call.route,
-        "model": call.model,
-        "purpose": call.purpose,
-        "stream": int(call.stream),
-        "started_at": call.started_at,
-        "conversation_id": call.conversation_id,
-        "branch_id": call.branch_id,
-        "status": call.status,
-        "upstream_status": call.upstream_status,
-        "error": call.error,
-        "latency_ms": call.latency_ms,
-        "ttfb_ms": call.ttfb_ms,
-        "response": _dumps(call.response),
-        "finish_reason": call.finish_reason,
-        "usage_raw": _dumps(call.usage_raw),
-        **{field: call.usage.get(field) for field in TOKEN_FIELDS},  # one column per token field
-        "request_id": call.request_id,
-        "system_hash": call.system_hash,
-        "tools_hash": call.tools_hash,
-        "projection": _dumps(call.projection),
-        "cost_usd": call.cost_usd,
-        "wire": call.wire,
-        "saved_usd": call.saved_usd,
-        "client": call.client,
-        "tokens_saved": tokens_saved(call.purpose, call.projection),  # derived, for the ledger
-    }
+    values = call_values(call)
     db.execute(
         f"INSERT OR REPLACE INTO calls ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
         tuple(values.values()),
@@ -135,7 +107,3 @@ def _usage_cells(db: Db, query: UsageQuery) -> list[UsageCell]:
         known = {f: values[2 * i + 1] for i, f in enumerate(LEDGER_FIELDS)}
         cells.append(UsageCell(key_value, purpose, status, calls, sums, known))
     return cells
-
-
-def _dumps(value: Any) -> str | None:
-    return None if value is None else codec.dumps_str(value)

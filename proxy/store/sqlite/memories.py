@@ -5,71 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ... import codec
 from ..memories import Memory, MemoryQuery, superseded_by
 from .connection import Db, SqliteConnection
-from .rows import Select
-
-
-def _memory(
-    id: str,
-    tenant: str,
-    scope: str,
-    text: str,
-    status: str,
-    writer: str,
-    source: str,
-    created_at: float,
-    updated_at: float,
-    confirmed_at: float,
-    confirmations: int,
-    confirmed_times: str,
-    listed_from: float | None,
-    listed_until: float | None,
-    superseded_by: str | None,
-) -> Memory:
-    return Memory(
-        id,
-        tenant,
-        scope,
-        text,
-        status,
-        writer,
-        codec.loads(source),
-        created_at,
-        updated_at,
-        confirmed_at,
-        confirmations,
-        tuple(codec.loads(confirmed_times)),
-        listed_from,
-        listed_until,
-        superseded_by,
-    )
-
-
-_MEMORY = Select(_memory)
-_COLUMNS = (*_MEMORY.names, "source_conversation")
-
-
-def _values(memory: Memory) -> tuple[Any, ...]:
-    values = [getattr(memory, name) for name in _MEMORY.names]
-    values[_MEMORY.names.index("source")] = codec.dumps_str(memory.source)
-    values[_MEMORY.names.index("confirmed_times")] = codec.dumps_str(list(memory.confirmed_times))
-    conversation = memory.source.get("conversation_id")
-    return (*values, conversation if isinstance(conversation, str) else None)
+from .records import MEMORY, MEMORY_COLUMNS, memory_values
 
 
 def _insert(db: Db, memory: Memory) -> None:
     db.execute(
-        f"INSERT INTO memories ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", _values(memory)
+        f"INSERT INTO memories ({', '.join(MEMORY_COLUMNS)}) VALUES ({', '.join('?' * len(MEMORY_COLUMNS))})",
+        memory_values(memory),
     )
 
 
 def _replace(db: Db, memory: Memory, expected: float) -> bool:
-    assignments = ", ".join(f"{name} = ?" for name in _COLUMNS[1:])
+    assignments = ", ".join(f"{name} = ?" for name in MEMORY_COLUMNS[1:])
     cursor = db.execute(
         f"UPDATE memories SET {assignments} WHERE id = ? AND tenant = ? AND scope = ? AND updated_at = ?",
-        (*_values(memory)[1:], memory.id, memory.tenant, memory.scope, expected),
+        (*memory_values(memory)[1:], memory.id, memory.tenant, memory.scope, expected),
     )
     return cursor.rowcount > 0
 
@@ -93,9 +45,9 @@ class Memories(SqliteConnection):
 
     async def get_memory(self, memory_id: str) -> Memory | None:
         row = self._read(
-            lambda db: db.execute(f"SELECT {_MEMORY.sql} FROM memories WHERE id = ?", (memory_id,)).fetchone()
+            lambda db: db.execute(f"SELECT {MEMORY.sql} FROM memories WHERE id = ?", (memory_id,)).fetchone()
         )
-        return _MEMORY.one(row)
+        return MEMORY.one(row)
 
     async def delete_memory(self, memory_id: str) -> bool:
         return self._write(lambda db: db.execute("DELETE FROM memories WHERE id = ?", (memory_id,)).rowcount > 0)
@@ -106,22 +58,22 @@ class Memories(SqliteConnection):
         marks = ", ".join("?" * len(scopes))
         rows = self._read(
             lambda db: db.execute(
-                f"SELECT {_MEMORY.sql} FROM memories WHERE tenant = ? AND scope IN ({marks})"
+                f"SELECT {MEMORY.sql} FROM memories WHERE tenant = ? AND scope IN ({marks})"
                 " ORDER BY updated_at DESC, id DESC",
                 (tenant, *scopes),
             ).fetchall()
         )
-        return _MEMORY.all(rows)
+        return MEMORY.all(rows)
 
     async def list_memories(self, query: MemoryQuery, limit: int, offset: int) -> list[Memory]:
         where, args = _where(query)
         rows = self._read(
             lambda db: db.execute(
-                f"SELECT {_MEMORY.sql} FROM memories{where} ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?",
+                f"SELECT {MEMORY.sql} FROM memories{where} ORDER BY updated_at DESC, id DESC LIMIT ? OFFSET ?",
                 (*args, limit, offset),
             ).fetchall()
         )
-        return _MEMORY.all(rows)
+        return MEMORY.all(rows)
 
     async def delete_memories_from(self, tenant: str, conversation_id: str) -> int:
         return self._write(

@@ -19,10 +19,6 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
-from ... import codec
-from ...usage import TOKEN_FIELDS
-from ..base import CallRecord
-
 R = TypeVar("R")
 
 
@@ -42,67 +38,3 @@ class Select(Generic[R]):
     def all(self, rows: Iterable[Sequence[Any]]) -> list[R]:
         decode = self._decode
         return [decode(*row) for row in rows]
-
-
-def call_record(
-    id: str,
-    tenant: str,
-    route: str,
-    model: str | None,
-    purpose: str,
-    stream: int,
-    started_at: float,
-    conversation_id: str | None,
-    branch_id: str | None,
-    status: str,
-    upstream_status: int | None,
-    error: str | None,
-    latency_ms: float | None,
-    ttfb_ms: float | None,
-    response: str | None,
-    finish_reason: str | None,
-    usage_raw: str | None,
-    request_id: str | None,
-    system_hash: str | None,
-    tools_hash: str | None,
-    projection: str | None,
-    cost_usd: float | None,
-    wire: str | None,
-    saved_usd: float | None,
-    client: str | None,
-    *usage: int | None,
-) -> CallRecord:
-    """A `CallRecord` from its row: its fields in this order, `usage` as one column per token
-    field (`TOKEN_FIELDS`); the SQLite and PostgreSQL `calls` tables share the layout."""
-    return CallRecord(
-        id=id,
-        tenant=tenant,
-        route=route,
-        model=model,
-        purpose=purpose,
-        stream=bool(stream),
-        started_at=started_at,
-        conversation_id=conversation_id,
-        branch_id=branch_id,
-        status=status,
-        upstream_status=upstream_status,
-        error=error,
-        latency_ms=latency_ms,
-        ttfb_ms=ttfb_ms,
-        response=_loads(response),
-        finish_reason=finish_reason,
-        usage_raw=_loads(usage_raw),
-        usage=dict(zip(TOKEN_FIELDS, usage, strict=True)),
-        request_id=request_id,
-        system_hash=system_hash,
-        tools_hash=tools_hash,
-        projection=_loads(projection),
-        cost_usd=cost_usd,
-        wire=wire,
-        saved_usd=saved_usd,
-        client=client,
-    )
-
-
-def _loads(value: str | None) -> Any:
-    return None if value is None else codec.loads(value)
