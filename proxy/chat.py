@@ -115,8 +115,8 @@ async def handle(services: Services, request: Incoming, wire: Wire, target: Targ
         headers = routing.upstream_headers(services.keys, wire, route, request.headers, drop, caller, request.query)
         return await _passthrough(services, Unstored(wire, route, headers, raw, body, (model, stream)), exc)
     except ProxyError:
-        if ingested is not None and await retract(services, ingested):  # refused by the proxy itself
-            request.reported = []  # (an impossible budget): nothing stays, no conversation to name
+        if ingested is not None:  # refused by the proxy itself (an impossible budget): nothing stays
+            await retract(services, ingested, request)
         raise
     request.reported = _reported(header, ingested, exchange.call.projection, mode)
     exchange.headers = routing.upstream_headers(

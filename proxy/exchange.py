@@ -130,18 +130,20 @@ class Exchange:
         founded it: the record then belongs to no conversation, and the error the client gets
         names none), then the record is written."""
         record.detach(call)
-        if await retract(self.services, self.ingested):
+        if await retract(self.services, self.ingested, self.request):
             call.conversation_id = None
-            self.request.reported = []  # the answer names no conversation: none was left
         await self.finish(call, error_kind)
 
 
-async def retract(services: Services, ingested: Ingested) -> bool:
+async def retract(services: Services, ingested: Ingested, request: Incoming) -> bool:
     """Remove a request's events from the history: it got no answer (or the proxy itself refused
     it), so it leaves no trace; a store that fails now keeps them (logged). True when the
-    conversation went with them (`ingest.reject`)."""
+    conversation went with them (`ingest.reject`): the answer then names no conversation."""
     try:
-        return await reject(services.store, ingested)
+        gone = await reject(services.store, ingested)
     except StoreError as exc:
         log.warning("events of a rejected request in conversation %s kept: %s", ingested.identity.conversation_id, exc)
         return False
+    if gone:
+        request.reported = []  # there is no conversation left to name
+    return gone
