@@ -15,40 +15,23 @@ from typing import Any
 
 from ... import codec
 from ...errors import ProxyError
-from ...sse import SseEvent
 from ...types import Json, Message
-from ..base import BaseObserver
+from ..json_events import JsonEventObserver
 from .convert import assistant_to_common
 from .errors import error_bytes
 
 
-class MessageStream(BaseObserver):
+class MessageStream(JsonEventObserver):
     """Relays every event unchanged and reassembles the message like the SDK's final message."""
 
     def __init__(self) -> None:
         self.done = False
-        self._chunks = 0
         self._started = False
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
         self._usage: dict[str, Any] | None = None
         self._stop_reason: str | None = None
         self.error: Any = None
-
-    @property
-    def chunks(self) -> int:
-        return self._chunks
-
-    def __call__(self, event: SseEvent) -> bytes | None:
-        if event.data is not None:
-            try:
-                data = codec.loads(event.data)
-            except codec.JsonRejected:
-                data = None
-            if isinstance(data, dict):
-                self._chunks += 1
-                self.feed(data)
-        return event.raw
 
     def feed(self, data: Json) -> None:
         kind = data.get("type")

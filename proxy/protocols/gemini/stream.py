@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import codec
 from ...errors import ProxyError
-from ...sse import SseEvent
 from ...types import Json, Message
-from ..base import BaseObserver
+from ..json_events import JsonEventObserver
 from .convert import model_to_common
 from .errors import error_bytes
 
@@ -29,32 +27,16 @@ def candidate(data: Json) -> Json | None:
     return None
 
 
-class ContentStream(BaseObserver):
+class ContentStream(JsonEventObserver):
     """Relays every event unchanged and collects candidate 0's parts, finish reason and usage."""
 
     def __init__(self) -> None:
         self.done = False
-        self._chunks = 0
         self._parts: list[Any] = []
         self._started = False
         self._usage: Any = None
         self._finish: str | None = None
         self.error: Any = None
-
-    @property
-    def chunks(self) -> int:
-        return self._chunks
-
-    def __call__(self, event: SseEvent) -> bytes | None:
-        if event.data is not None:
-            try:
-                data = codec.loads(event.data)
-            except codec.JsonRejected:
-                data = None
-            if isinstance(data, dict):
-                self._chunks += 1
-                self.feed(data)
-        return event.raw
 
     def feed(self, data: Json) -> None:
         if "error" in data:
