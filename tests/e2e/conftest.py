@@ -5,6 +5,7 @@ upstream of the default windows per module, cleared for each test (`rup`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -59,3 +60,16 @@ def rup(responses_module_server: ResponsesServer) -> Iterator[ResponsesServer]:
     responses_module_server.clear()
     yield responses_module_server
     responses_module_server.clear()
+
+
+@pytest.fixture
+def servers(
+    upstream: Any, claude_server: AnthropicUpstream, responses_module_server: ResponsesServer
+) -> Iterator[dict[str, Any]]:
+    """The scripted upstream of each API by wire name, cleared around the test (a module that
+    needs other servers defines its own `servers`)."""
+    for server in (claude_server, responses_module_server):
+        server.clear()
+    yield {"openai_chat": upstream, "anthropic": claude_server, "openai_responses": responses_module_server}
+    for server in (claude_server, responses_module_server):
+        server.clear()

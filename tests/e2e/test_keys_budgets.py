@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,36 +22,9 @@ import openai
 import pytest
 import yaml
 
-from tests.support.anthropic_upstream import AnthropicUpstream
-from tests.support.proxy_process import UPSTREAM_KEY
-from tests.support.responses_upstream import ResponsesServer
-
 TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
 WIRES = ("openai_chat", "openai_responses", "anthropic")
 MODELS = {"openai_chat": "gpt-4o", "openai_responses": "resp-4o", "anthropic": "claude-3-5-haiku-20241022"}
-
-
-@pytest.fixture(scope="module")
-def claude() -> Iterator[AnthropicUpstream]:
-    server = AnthropicUpstream(api_key=UPSTREAM_KEY).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def responses() -> Iterator[ResponsesServer]:
-    server = ResponsesServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def servers(upstream: Any, claude: AnthropicUpstream, responses: ResponsesServer) -> Iterator[dict[str, Any]]:
-    for server in (claude, responses):
-        server.clear()
-    yield {"openai_chat": upstream, "anthropic": claude, "openai_responses": responses}
-    for server in (claude, responses):
-        server.clear()
 
 
 def keys_config(servers: dict[str, Any], **over: Any) -> dict[str, Any]:

@@ -26,35 +26,9 @@ from tests.e2e.test_keys_budgets import (
     stored,
     tomorrow,
 )
-from tests.support.anthropic_upstream import AnthropicUpstream
-from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.redis_server import RedisServer
-from tests.support.responses_upstream import ResponsesServer
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def claude() -> Iterator[AnthropicUpstream]:
-    server = AnthropicUpstream(api_key=UPSTREAM_KEY).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def responses() -> Iterator[ResponsesServer]:
-    server = ResponsesServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def servers(upstream: Any, claude: AnthropicUpstream, responses: ResponsesServer) -> Iterator[dict[str, Any]]:
-    for server in (claude, responses):
-        server.clear()
-    yield {"openai_chat": upstream, "anthropic": claude, "openai_responses": responses}
-    for server in (claude, responses):
-        server.clear()
 
 
 @pytest.fixture
