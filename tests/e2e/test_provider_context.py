@@ -15,6 +15,7 @@ against the scripted Responses and Anthropic upstreams.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ import pytest
 from tests.support.anthropic_context import compaction_block
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as AnthropicReply
+from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.responses_context import compaction_item
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 
@@ -230,11 +232,25 @@ def test_a_client_compaction_is_recorded_and_its_item_comes_back_unmodified(prox
     assert [i for i in rup.bodies[-1]["input"] if i.get("type") == "compaction"] == [item]
 
 
-def test_combine_projects_below_the_providers_trigger(proxy, rup, anthropic_upstream, api_key):
+@pytest.fixture
+def counted_upstreams() -> Iterator[tuple[ResponsesServer, AnthropicUpstream]]:
+    """Upstreams that count tokens their own way, not ctxproxy's: the Responses one with another
+    framing, the Anthropic one like Claude (another encoding and framing, 15% more)."""
+    responses = ResponsesServer(counting="framing").start()
+    claude = AnthropicUpstream(api_key=UPSTREAM_KEY, counting="claude-like")
+    claude.start()
+    yield responses, claude
+    claude.stop()
+    responses.stop()
+
+
+def test_combine_projects_below_the_providers_trigger(proxy, counted_upstreams, api_key):
     """Under `combine` ctxproxy's budget stops below the provider's compaction trigger, so its own
     trim and summary act first: a history that fits the window but crosses the trigger reaches
-    the upstream below it (in the upstream's own count) and the provider does not compact. The
-    same history under a window-sized budget (no trigger stated) would have crossed it."""
+    the upstream below it (in the upstream's own count, which is not ctxproxy's) and the provider
+    does not compact. The same history under a window-sized budget (no trigger stated) would have
+    crossed it."""
+    rup, anthropic_upstream = counted_upstreams
     routes = [
         {
             "name": "responses",
