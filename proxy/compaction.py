@@ -14,9 +14,11 @@ Anything else -- a failed or rejected summary for the first chunk, a time-out, a
 commit, a deleted conversation -- leaves the previous checkpoint active; the request is served
 by pruning meanwhile (with a marker naming what was dropped).
 
-At most one job per branch runs in this process (single-flight); a branch whose job failed waits
-(exponential back-off, 30 s to 10 min) before the next attempt, so a history that cannot be
-summarized (one giant tool result) never loops compaction on every request.
+At most one job per branch runs in this process (single-flight); a branch whose summary failed
+waits (exponential back-off, 30 s to 10 min) before the next attempt, so a history that cannot be
+summarized (one giant tool result) never loops compaction on every request. A job the store failed
+(the lease, the commit) is not the history's fault: its branch retries after a short fixed delay
+(`STORE_RETRY`), so a store restart does not cost the conversation its next compactions.
 
 Across replicas sharing a store, a job first takes the branch's lease (`Store.acquire_lease`,
 renewed every third of its TTL while the summarizer runs); a branch leased by another replica is
@@ -48,6 +50,7 @@ from .summarizer import Summarizer
 log = logging.getLogger("ctxproxy.compaction")
 
 LEASE_TTL = 30.0
+STORE_RETRY = 5.0
 
 
 class Compactor:
@@ -63,6 +66,8 @@ class Compactor:
         self.owner = "cmp_" + secrets.token_hex(8)
         """This process's lease owner id."""
         self.lease_ttl = LEASE_TTL
+        self.store_retry = STORE_RETRY
+        """Seconds a branch waits after the store failed its job (no escalation)."""
         self._closing = False
         """Set by `drain`: no job starts, and no job starts another summarizer call."""
 
@@ -112,10 +117,16 @@ class Compactor:
         if pending:
             await asyncio.wait(pending, timeout=5.0)
 
-    def _fail(self, branch_id: str) -> None:
+    def _fail(self, branch_id: str, *, store: bool = False) -> None:
+        """Back the branch off: escalating after a failed summary, a short fixed delay (keeping
+        the count of summary failures) after a store failure."""
         _, failures = self._backoff.get(branch_id, (0.0, 0))
-        failures += 1
-        self._backoff[branch_id] = (time.monotonic() + min(600.0, 30.0 * 2 ** (failures - 1)), failures)
+        if store:
+            delay = self.store_retry
+        else:
+            failures += 1
+            delay = min(600.0, 30.0 * 2 ** (failures - 1))
+        self._backoff[branch_id] = (time.monotonic() + delay, failures)
         if len(self._backoff) > 100_000:
             self._backoff.pop(next(iter(self._backoff)))
         self.failed += 1
@@ -129,7 +140,7 @@ class Compactor:
             token = await self.store.acquire_lease(job.branch_id, self.owner, self.lease_ttl)
         except StoreError as exc:
             log.error("compaction lease of branch %s not taken: %s", job.branch_id, exc)
-            self._fail(job.branch_id)
+            self._fail(job.branch_id, store=True)
             return None
         if token is None:
             log.info("compaction of branch %s skipped: another replica holds its lease", job.branch_id)
@@ -172,10 +183,9 @@ class Compactor:
                 covered, through = done, chunk[-1].seq
             if not through:
                 # nothing summarized: the previous checkpoint stays active
-                candidate = self._candidate(job, previous, 0, token)
-                await self.store.record_failed_checkpoint(candidate, error or "summary failed")
                 log.warning("compaction of branch %s failed: %s", job.branch_id, error)
                 self._fail(job.branch_id)
+                await self._record_failure(job, previous, token, error or "summary failed")
                 return None
             if error is not None:
                 # the chunks summarized so far still make a checkpoint: less than planned, more than before
@@ -190,7 +200,7 @@ class Compactor:
             return None  # deleted while we worked: nothing may be written back
         except StoreError as exc:
             log.error("compaction of branch %s could not be stored: %s", job.branch_id, exc)
-            self._fail(job.branch_id)
+            self._fail(job.branch_id, store=True)
             return None
         if committed is None:
             log.info("compaction of branch %s discarded: the branch moved on", job.branch_id)
@@ -202,6 +212,16 @@ class Compactor:
         if job.memory is not None:
             await self._extract(job, covered.text)
         return committed
+
+    async def _record_failure(self, job: CompactionJob, previous: Covered, token: int, error: str) -> None:
+        """The failed attempt's row (the inspector's "failed checkpoint"); a store that cannot take
+        it loses the row, and the branch keeps the summary failure's back-off."""
+        try:
+            await self.store.record_failed_checkpoint(self._candidate(job, previous, 0, token), error)
+        except ConversationGone:
+            return
+        except StoreError as exc:
+            log.warning("failed compaction of branch %s not recorded: %s", job.branch_id, exc)
 
     async def _extract(self, job: CompactionJob, summary: str) -> None:
         """Long-term memory's extraction: the summary's durable facts become unconfirmed candidate

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from proxy.catalog import ModelCatalog
 from proxy.compaction import Compactor
+from proxy.errors import StoreError
 from proxy.metrics import Metrics
 from proxy.record import Recorder
 from proxy.store.base import StoredCheckpoint
@@ -64,5 +66,58 @@ async def test_the_lease_is_held_renewed_and_released(tmp_path: Path) -> None:
         # Released: another replica gets it at once, with a higher token.
         other = await store.acquire_lease(branch, "other-replica", 30)
         assert other is not None and other > compactor.tokens[0]
+    finally:
+        await store.close()
+
+
+class _FlakyStore(SqliteStore):
+    """A store whose lease fails `outages` times, as while PostgreSQL or Redis restarts."""
+
+    outages = 0
+
+    async def acquire_lease(self, branch_id: str, owner: str, ttl: float) -> int | None:
+        if self.outages:
+            self.outages -= 1
+            raise StoreError("connection refused")
+        return await super().acquire_lease(branch_id, owner, ttl)
+
+
+async def test_a_store_failure_retries_after_a_short_fixed_delay(tmp_path: Path) -> None:
+    """A store outage is not the history's fault: the branch is not given the 30 s - 10 min
+    back-off of a summary that failed, and repeated outages do not escalate it."""
+    store = _FlakyStore(str(tmp_path / "flaky.db"))
+    await store.open()
+    try:
+        branch = (await store.create_conversation("t", None)).main_branch_id
+        compactor = _Recording(store, hold=0.0)
+        compactor.store_retry = 0.2
+        job: Any = SimpleNamespace(branch_id=branch)
+        for _ in range(3):
+            store.outages = 1
+            assert await compactor._run(job) is None
+            assert compactor.request(job) is None  # backing off
+            await asyncio.sleep(0.25)
+        task = compactor.request(job)
+        assert task is not None
+        await task
+        assert len(compactor.tokens) == 1  # the job ran once the store was back
+        assert compactor.failed == 3
+    finally:
+        await store.close()
+
+
+async def test_a_failed_summary_still_backs_off_for_half_a_minute(tmp_path: Path) -> None:
+    store, branch = await _store(tmp_path)
+    try:
+        compactor = _Recording(store, hold=0.0)
+        compactor.store_retry = 0.2
+        job: Any = SimpleNamespace(branch_id=branch)
+        compactor._fail(branch)
+        await asyncio.sleep(0.25)
+        assert compactor.request(job) is None
+        until, failures = compactor._backoff[branch]
+        assert failures == 1 and until - time.monotonic() > 25
+        compactor._fail(branch, store=True)  # a store outage later keeps the count of summary failures
+        assert compactor._backoff[branch][1] == 1
     finally:
         await store.close()
