@@ -33,6 +33,7 @@ from .recall.tool import offered, with_tool
 from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect, relay_unchanged
 from .services import Services
 from .shadow.runner import Sample
+from .shared_summary import SharedPrompt
 from .store.base import CallRecord
 from .tail_parse import BodyMemo
 from .tools import proxy_tools
@@ -217,6 +218,7 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
     answer_stored(ingested, turn, await services.recorder.finish(call, exchange.wire, error_kind, turn))
     if exchange.shadow is not None:  # the client has its answer: its twin may go now, in the background
         services.shadows.start(exchange.shadow, call)
+    _keep_shared(exchange, call)
     prediction = exchange.attempt.prediction
     if (
         call.status == "complete"
@@ -228,6 +230,25 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
         # What the upstream billed (normalized by `finish`) is what it counted: the next call on
         # this branch carries it, and the route's statistics learn from it.
         services.projector.estimator.observe(prediction, call.usage.get("input_total"))
+
+
+def _keep_shared(exchange: Exchange, call: CallRecord) -> None:
+    """An answered request, as it went upstream, becomes its branch's prompt for a shared summary
+    (`summarizer.mode: shared`): the provider has cached it. A request with recall rounds is not
+    one: its last round's messages were not these."""
+    billed = call.usage.get("input_total") if call.usage else None
+    if (
+        exchange.policy.summarizer.mode != "shared"
+        or exchange.sent is None
+        or call.status != "complete"
+        or "recall_rounds" in (call.projection or {})
+        or not isinstance(billed, int)
+    ):
+        return
+    body, messages = exchange.sent
+    ingested = exchange.ingested
+    prompt = SharedPrompt(exchange.wire.name, body, messages, exchange.headers, billed, ingested.position.seq)
+    exchange.services.compactor.shared.remember(ingested.identity.branch_id, prompt)
 
 
 def _sample(

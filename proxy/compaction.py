@@ -44,6 +44,7 @@ from .native_compaction import NativeRolling
 from .projector import Projector
 from .record import Recorder
 from .rolling import CompactionJob, Rolling
+from .shared_summary import SharedPrompts, SharedRolling
 from .store.base import CheckpointCandidate, Store, StoredCheckpoint
 from .summarizer import Summarizer
 
@@ -68,6 +69,8 @@ class Compactor:
         self.lease_ttl = LEASE_TTL
         self.store_retry = STORE_RETRY
         """Seconds a branch waits after the store failed its job (no escalation)."""
+        self.shared = SharedPrompts()
+        """Each branch's last answered request, for `summarizer.mode: shared`."""
         self._closing = False
         """Set by `drain`: no job starts, and no job starts another summarizer call."""
 
@@ -170,7 +173,7 @@ class Compactor:
 
     async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
-        kind = NativeRolling if job.policy.summarizer.mode == "native" else Rolling
+        kind = {"native": NativeRolling, "shared": SharedRolling}.get(job.policy.summarizer.mode, Rolling)
         rolling = kind(job, self.summarizer, self.projector, self.recorder, lambda: self._closing)
         previous = covered_of(job.previous) if job.previous else Covered()
         covered = previous

@@ -137,10 +137,12 @@ class Client(_Frozen):
 
 
 class Summarizer(_Frozen):
-    mode: Literal["text", "native"] = "text"
+    mode: Literal["text", "native", "shared"] = "text"
     """`native`: the route's own provider compacts (`proxy/native_compaction.py`: the Responses
     API's `/responses/compact`, Anthropic's server-side compaction), ctxproxy's own summarizer
-    only where it cannot; with the route's own upstream only (no `model`)."""
+    only where it cannot; `shared`: the summary is asked of the branch's last request as it went
+    upstream, read from the provider's prompt cache (`proxy/shared_summary.py`). Both with the
+    route's own upstream only (no `model`)."""
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
@@ -162,6 +164,8 @@ class Summarizer(_Frozen):
     def _native_own_route(self) -> Summarizer:
         if self.mode == "native" and self.model:
             raise ValueError("mode 'native' asks the route's own provider to compact: it takes no summarizer model")
+        if self.mode == "shared" and self.model:
+            raise ValueError("mode 'shared' reads the conversation's own prompt cache: it takes no summarizer model")
         return self
 
 

@@ -31,6 +31,7 @@ from .relay import or_disconnect
 from .services import Services
 from .shadow.runner import Sample
 from .store.base import CallRecord
+from .types import Message
 from .upstream.base import UpstreamResponse
 
 log = logging.getLogger("ctxproxy")
@@ -70,6 +71,8 @@ class Exchange:
         """when the call under way was sent"""
         self.shadow: Sample | None = None
         """the request's shadow pair to start once it is answered (None: not sampled)"""
+        self.sent: tuple[dict[str, Any], list[Message]] | None = None
+        """the body and messages the attempt under way was encoded from (None: not rewritable)"""
 
     @property
     def call(self) -> CallRecord:

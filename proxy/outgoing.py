@@ -79,6 +79,7 @@ class Outgoing:
                 self.sent = wire.with_cache_point(
                     self.body, projection.messages, projection.cache_point, projection.previous_point
                 )
+            exchange.sent = (self.body, self.sent)
         else:
             await self.count()
         known = ingested.known.encoded if ingested.known else None
@@ -149,6 +150,7 @@ class Outgoing:
             client_auth=self.credentials or {},
             wire=exchange.wire,
             memory=self.memory if self.memory is not None and policy.memory.extraction else None,
+            shared=services.compactor.shared.get(branch) if policy.summarizer.mode == "shared" else None,
         )
         task = services.compactor.request(job)
         overflowing = bool(projected.projection.record.pruned_seqs) and policy.on_overflow == "wait"

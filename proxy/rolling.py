@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from policies.base import CompactionPlan, Item
 from policies.pins import pinned_items
@@ -38,6 +39,9 @@ from .summarizer import Summarizer, SummaryResult
 from .types import Message
 from .upstream.classify import window_of
 from .windows import summarizer_key
+
+if TYPE_CHECKING:
+    from .shared_summary import SharedPrompt
 
 SHUTTING_DOWN = "the proxy is shutting down: no new summarizer call"
 CUT_OFF = "cut off at shutdown while the summarizer was answering; the upstream may bill it (usage unknown)"
@@ -65,6 +69,8 @@ class CompactionJob:
     wire: Wire
     memory: Recollection | None = None
     """the request's long-term memory when its policy extracts durable facts at compaction"""
+    shared: SharedPrompt | None = None
+    """the branch's last answered request, in `summarizer.mode: shared` (`proxy.shared_summary`)"""
 
 
 class Rolling:
@@ -175,10 +181,12 @@ class Rolling:
         await asyncio.shield(self.record(result, chunk, estimated))
         return result
 
-    async def record(self, result: SummaryResult, chunk: tuple[Item, ...], estimated: int) -> None:
+    async def record(self, result: SummaryResult, chunk: tuple[Item, ...], estimated: int, **facts: Any) -> None:
+        """The call's record, purpose `summary`; `facts`: how it was asked, kept with its projection."""
         job = self.job
         call = self.recorder.open(job.tenant, job.route, job.wire, result.model, "summary", stream=False)
         record.attach(call, job.conversation_id, job.branch_id)
         record.summarized(call, result, chunk[0].seq if chunk else None, chunk[-1].seq if chunk else None, estimated)
+        record.noted(call, **facts)
         status = result.upstream_status
         await self.recorder.finish(call, job.wire, f"http_{status}" if status is not None and status >= 400 else None)

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from policies.text import message_text
+
 from .config import Policy, Route, Timeouts, Upstream
 from .config import Summarizer as SummarizerSettings
 from .credentials import Keys
@@ -78,7 +80,7 @@ class Summarizer:
         else:
             client_auth = {**wire.summary_headers, **client_auth}
         path, body = wire.summary_request(model, messages, max_tokens or settings.max_tokens)
-        result = await self._call(wire, route, policy, model, path, body, client_auth, _summary_of(wire))
+        result = await self._call(wire, route, policy, model, path, _json(body), client_auth, _summary_of(wire))
         result.latency_ms = round((time.monotonic() - started) * 1000, 3)
         return result
 
@@ -93,7 +95,26 @@ class Summarizer:
             return replace(answer, error=f"native compaction: {answer.error}") if answer.error else answer
 
         auth = {**request.headers, **client_auth}
-        result = await self._call(wire, route, policy, model, request.path, request.body, auth, read)
+        result = await self._call(wire, route, policy, model, request.path, _json(request.body), auth, read)
+        result.latency_ms = round((time.monotonic() - started) * 1000, 3)
+        return result
+
+    async def shared(
+        self, wire: Wire, route: Route, policy: Policy, model: str, request: tuple[str, bytes, dict[str, str]]
+    ) -> SummaryResult:
+        """One summary asked of the conversation's own request (`proxy.shared_summary`): `request`
+        is its path, bytes and headers; the answer must be text, not a tool call."""
+        started = time.monotonic()
+        path, payload, headers = request
+
+        def read(parsed: dict[str, Any]) -> Compacted:
+            message, _, usage_raw = wire.response(parsed)
+            if message is not None and message.get("tool_calls"):
+                return Compacted((), None, usage_raw, "the model answered with a tool call, not a summary")
+            text = message_text(message) if message is not None else ""
+            return Compacted((), text.strip() or None, usage_raw)
+
+        result = await self._call(wire, route, policy, model, path, payload, headers, read)
         result.latency_ms = round((time.monotonic() - started) * 1000, 3)
         return result
 
@@ -104,16 +125,16 @@ class Summarizer:
         policy: Policy,
         model: str,
         path: str,
-        body: dict[str, Any],
+        payload: bytes,
         auth: dict[str, str],
         read: Callable[[dict[str, Any]], Compacted],
     ) -> SummaryResult:
-        """POST `body`; a 200 answer's content is what `read` finds in it (a summary's text, or
+        """POST `payload`; a 200 answer's content is what `read` finds in it (a summary's text, or
         a native compaction's messages or text)."""
         headers = {"Content-Type": "application/json", **auth}
         try:
             async with asyncio.timeout(policy.summarizer.timeout):
-                response = await self.upstream.send(route, "POST", path, json.dumps(body).encode(), headers)
+                response = await self.upstream.send(route, "POST", path, payload, headers)
                 try:
                     data = await response.read()
                 finally:
@@ -148,6 +169,10 @@ class Summarizer:
             answer.error or (None if done else "summarizer returned no text"),
             native=answer.messages,
         )
+
+
+def _json(body: dict[str, Any]) -> bytes:
+    return json.dumps(body).encode()
 
 
 def _summary_of(wire: Wire) -> Callable[[dict[str, Any]], Compacted]:

@@ -111,6 +111,14 @@ def test_summarizer_mode() -> None:
     assert len(found) == 1 and "takes no summarizer model" in found[0], found
     found = problems({"routes": [route("r")], "policies": {"default": {"summarizer": {"mode": "provider"}}}})
     assert len(found) == 1 and "mode" in found[0], found
+    # `shared` reads the conversation's own cache: the route's own model, never another
+    shared = {"summarizer": {"mode": "shared"}}
+    config = parse_config({"routes": [route("r")], "policies": {"default": shared}}, "cfg.yaml", {})
+    assert config.policy_for(config.routes[0]).summarizer.mode == "shared"
+    found = problems(
+        {"routes": [route("r")], "policies": {"default": {"summarizer": {"mode": "shared", "model": "x/y"}}}}
+    )
+    assert len(found) == 1 and "takes no summarizer model" in found[0], found
 
 
 def test_memory_setting() -> None:

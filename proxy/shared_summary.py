@@ -1,0 +1,148 @@
+"""Compaction through the conversation's own prompt cache (`summarizer.mode: shared`).
+
+Problem: ctxproxy's own summarizer request (`proxy.rolling`) sends the history as tagged data
+under another system prompt, so the provider bills all of it as plain input, although the same
+history went upstream moments ago and sits in the provider's prompt cache. On Anthropic a cache
+read costs a tenth of plain input; for a run that outgrows a 32k window the summary calls were
+most of what made it dearer than no proxy at all (bench/optimisations.md).
+
+With `mode: shared`, a compaction asks the route's own upstream for the summary with the branch's
+last answered request exactly as it went upstream (`SharedPrompt`: body, messages, headers),
+plus one user message (`policies.shared_prompt`): summarize up to the plan's boundary, call no
+tool. The provider reads the whole conversation from its cache; only the ask and the summary are
+paid in full. One call covers the whole plan: the request already fit the model's window.
+
+Any reason it cannot be used falls back to ctxproxy's own summarizer for the rest of the job,
+logged and counted (`ctxproxy_compactions_total{result="shared_fallback"}`): no request of the
+branch answered in this process yet (a restart, another replica), a litellm route, long-term
+memory's extraction (which needs event ids), a plan reaching past that request, a request too
+large to take the ask, an error answer, an answer that calls a tool or says nothing, a summary
+the checks (`check_summary`) refuse. The failed call is recorded like every summarizer call.
+
+`SharedPrompts` keeps each branch's last answered request, in memory, for policies in this mode
+only, and only the newest `capacity` branches: references to what the request already holds,
+never written anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from policies.base import Item
+from policies.shared_prompt import boundary_of, shared_ask
+from policies.summary_prompt import check_summary, fit_summary, summary_bound
+
+from .covered import Covered
+from .protocols.base import Wire
+from .rolling import Rolling
+from .types import Message
+
+log = logging.getLogger("ctxproxy.compaction")
+
+CAPACITY = 512
+"""Branches whose last answered request is kept (the newest; a compaction of an older one falls back)."""
+
+
+@dataclass(frozen=True)
+class SharedPrompt:
+    """A branch's last answered request, as it went upstream."""
+
+    wire: str
+    body: dict[str, Any]
+    """the body it was encoded from (tools and settings as sent)"""
+    messages: list[Message]
+    """its messages as sent (the projection, or the client's own)"""
+    headers: dict[str, str]
+    """the upstream headers it carried (the key, the API version, the client's betas)"""
+    input_tokens: int
+    """what the upstream billed as its input"""
+    last_seq: int
+    """the newest event it holds"""
+
+
+class SharedPrompts:
+    """The newest `capacity` branches' last answered requests."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self.capacity = capacity
+        self._prompts: OrderedDict[str, SharedPrompt] = OrderedDict()
+
+    def remember(self, branch_id: str, prompt: SharedPrompt) -> None:
+        self._prompts[branch_id] = prompt
+        self._prompts.move_to_end(branch_id)
+        while len(self._prompts) > self.capacity:
+            self._prompts.popitem(last=False)
+
+    def get(self, branch_id: str) -> SharedPrompt | None:
+        return self._prompts.get(branch_id)
+
+
+class SharedRolling(Rolling):
+    """One compaction job's calls in `shared` mode: the whole plan in one call that reads the
+    conversation from the provider's cache, ctxproxy's own summarizer from the first failure on."""
+
+    fallback: str | None = None
+    """Why the job went on with ctxproxy's own summarizer (None: it has not)."""
+    whole: Covered | None = None
+    """The summary through the plan's end, once the shared call made it."""
+
+    async def covering(
+        self, covered: Covered, chunk: tuple[Item, ...], through: int
+    ) -> tuple[Covered | None, str | None]:
+        if self.whole is None and self.fallback is None:
+            self.whole, why = await self._shared(covered)
+            if self.whole is None:
+                self.fallback = why
+                log.warning("shared summary of branch %s fell back to the own summarizer: %s", self.job.branch_id, why)
+                self.recorder.metrics.observe_compaction("shared_fallback")
+        if self.whole is not None:
+            return self.whole, None  # the one call covered every chunk of the plan
+        return await super().covering(covered, chunk, through)
+
+    async def _shared(self, covered: Covered) -> tuple[Covered | None, str]:
+        job, projector = self.job, self.projector
+        prompt = job.shared
+        through = job.plan.through_seq
+        if prompt is None:
+            return None, "no request of the branch was answered in this process yet"
+        if job.route.upstream.model:
+            return None, "a litellm route reads no cache of the client's provider"
+        if job.memory is not None:
+            return None, "long-term memory's extraction needs event ids, which the conversation does not show"
+        if prompt.wire != job.wire.name or prompt.last_seq < through:
+            return None, f"the branch's last answered request ends at e{prompt.last_seq}, before e{through}"
+        cap = projector.summary_max_tokens(job.policy, job.model, job.route)
+        ask: Message = {"role": "user", "content": shared_ask(boundary_of(job.items, through), cap)}
+        counter = projector.counter(job.model)
+        budget, _ = projector.budget(job.policy, job.model, prompt.body, counter, job.route)
+        room = budget.nominal_input or budget.context_window - budget.max_output_tokens
+        needed = prompt.input_tokens + counter(ask)
+        if needed > room:
+            return None, f"the request of {prompt.input_tokens:,} tokens leaves no room for the ask within {room:,}"
+        if self.closing():
+            return None, "the proxy is shutting down"
+        source = tuple(item for item in job.items if job.plan.from_seq <= item.seq <= prompt.last_seq)
+        request = _request(job.wire, job.model, prompt, ask)
+        result = await self.summarizer.shared(job.wire, job.route, job.policy, job.model, request)
+        await self.record(result, tuple(i for i in source if i.seq <= through), needed, shared=True)
+        if result.text is None:
+            return None, result.error or "the model answered no summary"
+        text = fit_summary(result.text, max(cap, job.plan.summary_room or cap), counter.count_text)
+        previous = covered.text or None
+        text = fit_summary(text, summary_bound(source, previous), len)
+        problems = check_summary(text, source, previous_summary=previous, allowed_texts=self.allowed)
+        if problems:
+            return None, "the summary was refused: " + "; ".join(problems)
+        return Covered(covered.native, text, covered.wire), ""
+
+
+def _request(wire: Wire, model: str, prompt: SharedPrompt, ask: Message) -> tuple[str, bytes, dict[str, str]]:
+    """Path, bytes and headers of the shared request: the last one, whole instead of streamed,
+    with the ask after its messages."""
+    body = wire.unstreamed(prompt.body)
+    encoded, _ = wire.encode(body, [*prompt.messages, ask], False, None)
+    assert encoded is not None  # messages were given: the body is always encoded
+    return wire.upstream_path_for(model, False), encoded, prompt.headers
