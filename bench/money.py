@@ -76,12 +76,15 @@ SMALL_SUMMARIZER = {"gpt-4.1": "gpt-4.1-mini", "claude-sonnet-4": "claude-haiku-
 class Request:
     """One upstream call. `blocks`: (hash of the prefix through this block, its tokens), in
     order; `breakpoints`: indices of the blocks that carry `cache_control` (Anthropic only);
-    `summarizer`: (input, output) tokens of the summarizer calls made for this request."""
+    `summarizer`: (input, output) tokens of the summarizer calls made for this request (plain
+    input); `shared`: its summary calls that repeat an earlier request (`summarizer.mode: shared`),
+    priced through the same cache as the conversation's own requests."""
 
     blocks: tuple[tuple[int, int], ...]
     breakpoints: tuple[int, ...]
     output: int
     summarizer: tuple[tuple[int, int], ...] = ()
+    shared: tuple[Request, ...] = ()
 
 
 @dataclass
@@ -94,6 +97,9 @@ class Bill:
     summarizer_output: int = 0
     dollars: float = 0.0
     summarizer_dollars: float = 0.0
+    """all summary calls, the plain ones and the shared ones"""
+    shared_dollars: float = 0.0
+    """the shared summary calls (their input read from the cache where it can be)"""
     per_request: list[float] = field(default_factory=list)
 
     @property
@@ -110,6 +116,7 @@ class Bill:
             "summarizer_output": self.summarizer_output,
             "dollars": round(self.dollars, 6),
             "summarizer_dollars": round(self.summarizer_dollars, 6),
+            "shared_dollars": round(self.shared_dollars, 6),
         }
 
 
@@ -164,9 +171,10 @@ def _anthropic(request: Request, entries: set[int], price: Price) -> tuple[int, 
 
 
 def with_summarizer_at(bill: Bill, price: Price) -> float:
-    """`bill`'s dollars with its summarizer calls priced at `price` (another model) instead."""
+    """`bill`'s dollars with its plain summarizer calls priced at `price` (another model) instead
+    (a shared call reads the conversation model's own cache: it has no other model)."""
     small = (bill.summarizer_input * price.input + bill.summarizer_output * price.output) * 1e-6
-    return bill.dollars - bill.summarizer_dollars + small
+    return bill.dollars - (bill.summarizer_dollars - bill.shared_dollars) + small
 
 
 def price_requests(requests: Iterable[Request], price: Price) -> Bill:
@@ -181,6 +189,12 @@ def price_requests(requests: Iterable[Request], price: Price) -> Bill:
         s_in = sum(i for i, _ in request.summarizer)
         s_out = sum(o for _, o in request.summarizer)
         s_cost = (s_in * price.input + s_out * price.output) * m
+        for call in request.shared:
+            c_uncached, c_read, c_write = rule(call, state, price)
+            c_cost = (c_uncached * price.input + c_read * price.cached + c_write * price.write) * m
+            c_cost += call.output * price.output * m
+            bill.shared_dollars += c_cost
+            s_cost += c_cost
         bill.uncached += uncached
         bill.cache_read += read
         bill.cache_write += write

@@ -242,7 +242,9 @@ def render(report: dict[str, Any]) -> str:
                 "sent before the first summary: `late_trim`). 'ratio with it': the same runs with the summarizer's "
                 "calls priced at the provider's small model, which a route can name as `summarizer.model` "
                 "(gpt-4.1-mini, Claude Haiku 4.5); the bench's stand-in summaries are the same, a real small "
-                "model's are not.",
+                "model's are not. 'shared': the same runs with `summarizer.mode: shared`, each compaction one "
+                "call that repeats the last request answered before it (read from the cache as that request "
+                "was) plus the ask, or the own summarizer's calls where that request does not hold the range.",
                 "",
             ]
             lines += _table(
@@ -268,6 +270,9 @@ def render(report: dict[str, Any]) -> str:
                     ("small_summarizer", "summarizer.model small"),
                     ("bill_ratio_small_summarizer", "ratio with it"),
                     ("runs_dearer_small_summarizer", "runs dearer with it"),
+                    ("bill_ratio_shared", "ratio shared"),
+                    ("worst_run_shared", "worst run shared"),
+                    ("runs_dearer_shared", "runs dearer shared"),
                 ],
             )
         long_runs = [d for d in sv.get("runs", []) if d["longer_than_4x_window"]]

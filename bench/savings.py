@@ -21,33 +21,54 @@ POINT_BREAKPOINT = True
 and on the previous one when it is more than `NEAR_LOOKBACK` blocks back"""
 
 
-def requests_of(report: Any, proxied: bool) -> list[Request]:
+def requests_of(report: Any, proxied: bool, shared: bool = False) -> list[Request]:
     """The run's upstream calls with ctxproxy (`proxied`) or as the client sent them (the whole
     history, whatever the window). Breakpoints are Claude Code's: the end of tools + system and
     the last message, which moves every turn; with ctxproxy also its own on the summary block,
     the cache point and (more than `NEAR_LOOKBACK` blocks back) the previous point, of which the
-    API's cap of 4 keeps the newest (`cap_own_markers`: the client's are never dropped)."""
+    API's cap of 4 keeps the newest (`cap_own_markers`: the client's are never dropped).
+    `shared`: the compactions as `summarizer.mode: shared` makes them, each a request that repeats
+    an earlier one (its blocks and breakpoints) plus the ask."""
     system = report.prefix_blocks - 1
-    out = []
-    for t in report.turns:
-        if proxied:
-            if t.error:
-                continue
-            client = {system, len(t.blocks) - 1}
-            own = []
-            if SUMMARY_BREAKPOINT and t.summary_at is not None:
-                own.append(t.summary_at)
-            if POINT_BREAKPOINT and t.point_at is not None:
-                own.append(t.point_at)
-                if t.previous_at is not None and t.point_at - t.previous_at > NEAR_LOOKBACK:  # as the wire does
-                    own.append(t.previous_at)
-            own = sorted(set(own) - client)
-            kept = own[len(own) - max(0, MAX_CACHE_CONTROL - len(client)) :] if own else []  # cap_own_markers
-            out.append(Request(t.blocks, tuple(sorted(client | set(kept))), t.output_tokens, t.summarizer_calls))
-        else:
+    if not proxied:
+        out = []
+        for t in report.turns:
             n = report.prefix_blocks + t.events
             out.append(Request(report.client_blocks[:n], (system, n - 1), t.output_tokens))
+        return out
+    points = [_breakpoints(t, system) for t in report.turns]
+    out = []
+    for t in report.turns:
+        calls = (t.shared_fallback if shared else t.summarizer_calls) or ()
+        asks = tuple(_shared_call(report.turns[i], points[i], ask, summary) for i, ask, summary in t.shared_calls)
+        if not t.error:
+            out.append(Request(t.blocks, points[t.turn - 1], t.output_tokens, calls, asks if shared else ()))
+        elif calls or (shared and asks):  # a refused request's compaction is paid all the same
+            out.append(Request((), (), 0, calls, asks if shared else ()))
     return out
+
+
+def _breakpoints(t: Any, system: int) -> tuple[int, ...]:
+    if t.error:
+        return ()
+    client = {system, len(t.blocks) - 1}
+    own = []
+    if SUMMARY_BREAKPOINT and t.summary_at is not None:
+        own.append(t.summary_at)
+    if POINT_BREAKPOINT and t.point_at is not None:
+        own.append(t.point_at)
+        if t.previous_at is not None and t.point_at - t.previous_at > NEAR_LOOKBACK:  # as the wire does
+            own.append(t.previous_at)
+    own = sorted(set(own) - client)
+    kept = own[len(own) - max(0, MAX_CACHE_CONTROL - len(client)) :] if own else []  # cap_own_markers
+    return tuple(sorted(client | set(kept)))
+
+
+def _shared_call(repeated: Any, points: tuple[int, ...], ask: int, summary: int) -> Request:
+    """A shared summary call: the request `repeated` as it was sent, its breakpoints unmoved,
+    then the ask (plain input) and the summary (output)."""
+    last = repeated.blocks[-1][0] if repeated.blocks else 0
+    return Request((*repeated.blocks, (hash((last, "ask", ask)), ask)), points, summary)
 
 
 def money_of(report: Any) -> dict[str, Any]:
@@ -56,11 +77,18 @@ def money_of(report: Any) -> dict[str, Any]:
     over = next((t.turn for t in report.turns if t.client_tokens + report.max_output > report.window), None)
     out: dict[str, Any] = {"baseline_over_from": over}
     with_proxy, without = requests_of(report, True), requests_of(report, False)
+    with_shared = requests_of(report, True, shared=True)
     for model in MONEY_MODELS:
         price = PRICES[model]
         a, b = price_requests(with_proxy, price), price_requests(without, price)
         small = round(with_summarizer_at(a, PRICES[SMALL_SUMMARIZER[model]]), 6)
-        out[model] = {"with": a.to_dict(), "without": b.to_dict(), "with_small_summarizer": small}
+        shared = round(price_requests(with_shared, price).dollars, 6)
+        out[model] = {
+            "with": a.to_dict(),
+            "without": b.to_dict(),
+            "with_small_summarizer": small,
+            "with_shared": shared,
+        }
     return out
 
 
@@ -168,6 +196,8 @@ def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[s
             ratios = _bill_ratios(sel, model, lambda bills: bills["with"]["dollars"])
             small = [d["money"][model]["with_small_summarizer"] for d in sel]
             small_ratios = _bill_ratios(sel, model, lambda bills: bills["with_small_summarizer"])
+            shared = [d["money"][model]["with_shared"] for d in sel]
+            shared_ratios = _bill_ratios(sel, model, lambda bills: bills["with_shared"])
             with_d, without_d = _total(w, "dollars"), _total(wo, "dollars")
             rows.append(
                 {
@@ -192,6 +222,9 @@ def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[s
                     "small_summarizer": SMALL_SUMMARIZER[model],
                     "bill_ratio_small_summarizer": r(sum(small) / without_d, 3) if without_d else None,
                     "runs_dearer_small_summarizer": sum(1 for x in small_ratios if x > 1.0 + 1e-9),
+                    "bill_ratio_shared": r(sum(shared) / without_d, 3) if without_d else None,
+                    "worst_run_shared": r(max(shared_ratios), 3) if shared_ratios else None,
+                    "runs_dearer_shared": sum(1 for x in shared_ratios if x > 1.0 + 1e-9),
                 }
             )
     return rows

@@ -7,6 +7,11 @@ the proxy's background job would), or at once when the request could only be ser
 (`on_overflow: wait`) or is the branch's first rewrite (`first_rewrite: compact`). The report
 compares what the client sent with what ctxproxy would send.
 
+Each compaction is also priced as `summarizer.mode: shared` would make it (`TurnStat.shared_calls`):
+one call that repeats the last request answered before it plus the ask (`policies.shared_prompt`),
+where that request holds the plan's range and leaves room for the ask, else the own summarizer's
+calls as the fallback (`shared_fallback`). The summary is the same either way.
+
 The summarizer is a deterministic stand-in by default (`extractive_summary`: the first line of
 each event with its event id, bounded by the route's `summary_max_tokens` as the proxy bounds a
 real summary), so the numbers are reproducible; pass another `summarize` callable to measure a
@@ -33,6 +38,7 @@ from policies.base import Checkpoint, CompactionPlan, ContextOverflow, Item
 from policies.compaction import fold_summaries, next_checkpoint
 from policies.pins import pinned_items
 from policies.projection import project
+from policies.shared_prompt import boundary_of, shared_ask
 from policies.summary_prompt import SUMMARY_HEAD, build_summary_messages
 from policies.text import message_text
 
@@ -153,6 +159,11 @@ class TurnStat:
     """the reply's tokens (the transcript's assistant message)"""
     summarizer_calls: tuple[tuple[int, int], ...] = ()
     """(input, output) tokens of each summarizer call the compaction after this request made"""
+    shared_calls: tuple[tuple[int, int, int], ...] = ()
+    """the same compactions in `summarizer.mode: shared`: (index in `ReplayReport.turns` of the
+    request repeated, the ask's tokens, the summary's tokens) per shared call"""
+    shared_fallback: tuple[tuple[int, int], ...] = ()
+    """... and the own summarizer's calls of those that could not be shared"""
 
 
 @dataclass
@@ -282,6 +293,7 @@ def replay(
         bounded_summary, pinned=pinned, cap=budget.summary_max_tokens, count=counter.count_text
     )
     calls: list[tuple[int, int]] = []
+    cap = budget.summary_max_tokens
 
     def summarizer(previous: str | None, chunk: Sequence[Item]) -> str:
         summary = base(previous, chunk)
@@ -296,11 +308,27 @@ def replay(
     previous_sent: list[Message] = []
     previous_client: list[Message] = []
 
-    def compact(plan: CompactionPlan) -> Checkpoint:
+    shared: list[tuple[int, int, int]] = []
+    fallback: list[tuple[int, int]] = []
+
+    def compact(plan: CompactionPlan, answered: int | None) -> Checkpoint:
+        """Apply `plan`; `answered`: the index of the last request answered before it."""
+        made = len(calls)
         summary = fold_summaries(plan, checkpoint.summary if checkpoint else None, summarizer)
         report.compactions += 1
         report.summary = summary
+        ask = counter.count({"role": "user", "content": shared_ask(boundary_of(items, plan.through_seq), cap)})
+        last = report.turns[answered] if answered is not None else None
+        room = budget.context_window - budget.max_output_tokens
+        if last is not None and plan.through_seq <= last.events and last.sent_tokens + ask <= room:
+            shared.append((answered, ask, counter.count_text(summary)))
+        else:
+            fallback.extend(calls[made:])
         return next_checkpoint(checkpoint, plan, summary, counter)
+
+    def answered_before(turns: int) -> int | None:
+        """The newest of the first `turns` requests that was answered (not refused)."""
+        return next((k for k in range(turns - 1, -1, -1) if not report.turns[k].error), None)
 
     for index, message in enumerate(history):
         if message.get("role") != "assistant" or index == 0:
@@ -312,18 +340,22 @@ def replay(
         )
         stat = TurnStat(len(report.turns) + 1, index, client_tokens, 0, False, 0, 0, 0, 0)
         calls.clear()
+        shared.clear()
+        fallback.clear()
+        before = answered_before(len(report.turns))
         try:
             projection = project(prefix, request_items, checkpoint, budget, config, counter)
             plan = projection.record.compaction
             overflowing = bool(projection.record.pruned_seqs) and policy.on_overflow == "wait"
             if plan is not None and (plan.wait or overflowing):
-                checkpoint = compact(plan)
+                checkpoint = compact(plan, before)
                 stat.compacted = True
                 projection = project(prefix, request_items, checkpoint, budget, config, counter)
                 plan = projection.record.compaction
         except ContextOverflow as exc:
             stat.error = str(exc)
             stat.summarizer_calls = tuple(calls)
+            stat.shared_calls, stat.shared_fallback = tuple(shared), tuple(fallback)
             report.turns.append(stat)
             continue
         sent = projection.messages
@@ -339,9 +371,10 @@ def replay(
         report.turns.append(stat)
         previous_sent, previous_client = sent, client
         if plan is not None:  # the background job lands before the next request
-            checkpoint = compact(plan)
+            checkpoint = compact(plan, before)  # it starts beside this request, before its answer
             stat.compacted = True
         stat.summarizer_calls = tuple(calls)
+        stat.shared_calls, stat.shared_fallback = tuple(shared), tuple(fallback)
         calls.clear()
     return report
 

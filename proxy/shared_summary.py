@@ -16,8 +16,9 @@ Any reason it cannot be used falls back to ctxproxy's own summarizer for the res
 logged and counted (`ctxproxy_compactions_total{result="shared_fallback"}`): no request of the
 branch answered in this process yet (a restart, another replica), a litellm route, long-term
 memory's extraction (which needs event ids), a plan reaching past that request, a request too
-large to take the ask, an error answer, an answer that calls a tool or says nothing, a summary
-the checks (`check_summary`) refuse. The failed call is recorded like every summarizer call.
+large to take the ask, an error answer, an answer that calls a tool, says nothing or has no
+`## Goal` (the model went on with the task), a summary the checks (`check_summary`) refuse. The
+failed call is recorded like every summarizer call.
 
 `SharedPrompts` keeps each branch's last answered request, in memory, for policies in this mode
 only, and only the newest `capacity` branches: references to what the request already holds,
@@ -27,6 +28,7 @@ never written anywhere.
 from __future__ import annotations
 
 import logging
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +44,8 @@ from .types import Message
 
 log = logging.getLogger("ctxproxy.compaction")
 
+GOAL = re.compile(r"^\W{0,6}goal\b", re.IGNORECASE | re.MULTILINE)
+"""The format's first section: an answer without it went on with the task instead."""
 CAPACITY = 512
 """Branches whose last answered request is kept (the newest; a compaction of an older one falls back)."""
 
@@ -130,6 +134,8 @@ class SharedRolling(Rolling):
         await self.record(result, tuple(i for i in source if i.seq <= through), needed, shared=True)
         if result.text is None:
             return None, result.error or "the model answered no summary"
+        if not GOAL.search(result.text):
+            return None, "the answer has no '## Goal' section: the model did not write the summary it was asked for"
         text = fit_summary(result.text, max(cap, job.plan.summary_room or cap), counter.count_text)
         previous = covered.text or None
         text = fit_summary(text, summary_bound(source, previous), len)

@@ -177,3 +177,19 @@ def test_chat_completions_asks_the_same_request_with_the_ask_after_it(proxy, ups
     (before,) = [b for b in bodies[:index] if b["messages"] == shared["messages"][:-1]]
     assert shared["messages"][-1]["role"] == "user"
     assert shared["model"] == before["model"] and not shared.get("stream")
+
+
+def test_an_answer_that_goes_on_with_the_task_is_not_taken_for_a_summary(proxy, upstream, api_key, monkeypatch):
+    """A model that ignores the ask and answers as the agent would (no summary format) leaves the
+    compaction to the own summarizer."""
+    model = "gpt-shared-2"
+    monkeypatch.setitem(upstream.context_windows, model, SMALL_POLICY["context_window"])
+    p = proxy(policies={"default": {**SMALL_POLICY, "summarizer": {"mode": "shared"}}}, fresh=True)
+    upstream.responder = lambda body: Reply(content=SUMMARY_TEXT) if is_summary_request(body) else None
+    conversation = drive(p.client(api_key), model, [CHAT_SYSTEM, CHAT_OBJECTIVE], 20, words=150)
+    assert wait_checkpoints(p, conversation)[0]["summary"] == SUMMARY_TEXT  # the own summarizer's
+    bodies = [r.body for r in upstream.chat_requests]
+    assert [b for b in bodies if ASK in json.dumps(b["messages"][-1])]  # asked, answered "ok: ..."
+    calls = p.wait_calls(conversation, 1, until=lambda cs: any(c.get("projection", {}).get("shared") for c in cs))
+    (asked,) = [c for c in calls if c["purpose"] == "summary" and (c["projection"] or {}).get("shared")][:1]
+    assert asked["status"] == "complete"  # the call itself succeeded; its answer was not a summary
