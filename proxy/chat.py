@@ -24,6 +24,7 @@ from .config import Route
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
 from .ingest import Arrival, Ingested, answer_stored, ingest, response_turn
+from .last_sent import SharedPrompt
 from .memory.access import recollect
 from .outgoing import Outgoing
 from .overflow import recover
@@ -33,7 +34,6 @@ from .recall.tool import offered, with_tool
 from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect, relay_unchanged
 from .services import Services
 from .shadow.runner import Sample
-from .shared_summary import SharedPrompt
 from .store.base import CallRecord
 from .tail_parse import BodyMemo
 from .tools import proxy_tools

@@ -39,12 +39,13 @@ from policies.summary_prompt import durable_facts
 
 from .covered import Covered, checkpoint_of, covered_of
 from .errors import ConversationGone, StoreError
+from .last_sent import SharedPrompts
 from .memory.actions import extract
 from .native_compaction import NativeRolling
 from .projector import Projector
 from .record import Recorder
 from .rolling import CompactionJob, Rolling
-from .shared_summary import SharedPrompts, SharedRolling
+from .shared_summary import SharedRolling
 from .store.base import CheckpointCandidate, Store, StoredCheckpoint
 from .summarizer import Summarizer
 

@@ -320,7 +320,12 @@ def replay(
         ask = counter.count({"role": "user", "content": shared_ask(boundary_of(items, plan.through_seq), cap)})
         last = report.turns[answered] if answered is not None else None
         room = budget.context_window - budget.max_output_tokens
-        if last is not None and plan.through_seq <= last.events and last.sent_tokens + ask <= room:
+        if (
+            answered is not None
+            and last is not None
+            and plan.through_seq <= last.events
+            and last.sent_tokens + ask <= room
+        ):
             shared.append((answered, ask, counter.count_text(summary)))
         else:
             fallback.extend(calls[made:])

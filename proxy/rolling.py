@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from policies.base import CompactionPlan, Item
 from policies.pins import pinned_items
@@ -30,6 +30,7 @@ from policies.text import message_text
 from . import record
 from .config import Policy, Route
 from .covered import Covered
+from .last_sent import SharedPrompt
 from .memory.access import Recollection
 from .projector import Projector
 from .protocols.base import Wire
@@ -39,9 +40,6 @@ from .summarizer import Summarizer, SummaryResult
 from .types import Message
 from .upstream.classify import window_of
 from .windows import summarizer_key
-
-if TYPE_CHECKING:
-    from .shared_summary import SharedPrompt
 
 SHUTTING_DOWN = "the proxy is shutting down: no new summarizer call"
 CUT_OFF = "cut off at shutdown while the summarizer was answering; the upstream may bill it (usage unknown)"

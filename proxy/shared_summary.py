@@ -20,24 +20,20 @@ large to take the ask, an error answer, an answer that calls a tool, says nothin
 `## Goal` (the model went on with the task), a summary the checks (`check_summary`) refuse. The
 failed call is recorded like every summarizer call.
 
-`SharedPrompts` keeps each branch's last answered request, in memory, for policies in this mode
-only, and only the newest `capacity` branches: references to what the request already holds,
-never written anywhere.
+What each branch last sent is kept by `proxy.last_sent`.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
 
 from policies.base import Item
 from policies.shared_prompt import boundary_of, shared_ask
 from policies.summary_prompt import check_summary, fit_summary, summary_bound
 
 from .covered import Covered
+from .last_sent import SharedPrompt
 from .protocols.base import Wire
 from .rolling import Rolling
 from .types import Message
@@ -46,42 +42,6 @@ log = logging.getLogger("ctxproxy.compaction")
 
 GOAL = re.compile(r"^\W{0,6}goal\b", re.IGNORECASE | re.MULTILINE)
 """The format's first section: an answer without it went on with the task instead."""
-CAPACITY = 512
-"""Branches whose last answered request is kept (the newest; a compaction of an older one falls back)."""
-
-
-@dataclass(frozen=True)
-class SharedPrompt:
-    """A branch's last answered request, as it went upstream."""
-
-    wire: str
-    body: dict[str, Any]
-    """the body it was encoded from (tools and settings as sent)"""
-    messages: list[Message]
-    """its messages as sent (the projection, or the client's own)"""
-    headers: dict[str, str]
-    """the upstream headers it carried (the key, the API version, the client's betas)"""
-    input_tokens: int
-    """what the upstream billed as its input"""
-    last_seq: int
-    """the newest event it holds"""
-
-
-class SharedPrompts:
-    """The newest `capacity` branches' last answered requests."""
-
-    def __init__(self, capacity: int = CAPACITY) -> None:
-        self.capacity = capacity
-        self._prompts: OrderedDict[str, SharedPrompt] = OrderedDict()
-
-    def remember(self, branch_id: str, prompt: SharedPrompt) -> None:
-        self._prompts[branch_id] = prompt
-        self._prompts.move_to_end(branch_id)
-        while len(self._prompts) > self.capacity:
-            self._prompts.popitem(last=False)
-
-    def get(self, branch_id: str) -> SharedPrompt | None:
-        return self._prompts.get(branch_id)
 
 
 class SharedRolling(Rolling):

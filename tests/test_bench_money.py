@@ -104,7 +104,7 @@ def test_the_benchs_breakpoints_keep_the_clients_and_the_newest_of_ctxproxys():
     turn = SimpleNamespace(
         error=None, blocks=blocks(*[100] * 40), summary_at=2, point_at=30, previous_at=10, output_tokens=5
     )
-    turn.summarizer_calls = ()
+    turn.summarizer_calls, turn.shared_calls, turn.shared_fallback = (), (), ()
     report = SimpleNamespace(prefix_blocks=2, turns=[turn])
     (request,) = requests_of(report, True)
     assert request.breakpoints == (1, 10, 30, 39)  # the summary's dropped
@@ -117,6 +117,21 @@ def test_summarizer_calls_are_billed_at_the_same_model():
     bill = price_requests([Request(FIRST, (1, 2), 0, ((1000, 200),))], PRICES["claude-sonnet-4"])
     assert bill.summarizer_dollars == pytest.approx((1000 * 3 + 200 * 15) / 1e6)
     assert bill.dollars == pytest.approx((1500 * 3.75) / 1e6 + bill.summarizer_dollars)
+
+
+def test_a_shared_summary_reads_the_request_it_repeats_from_the_cache():
+    """`summarizer.mode: shared`: the call repeats an earlier request, its breakpoints unmoved, plus
+    the ask: Anthropic reads that request from the cache (0.1x); the ask is plain input."""
+    ask = Request((*FIRST, (hash("ask"), 400)), (1, 2), 200)
+    requests = [Request(FIRST, (1, 2), 50), Request(SECOND, (1, 4), 50, shared=(ask,))]
+    bill = price_requests(requests, PRICES["claude-sonnet-4"])
+    assert bill.shared_dollars == pytest.approx((1500 * 0.30 + 400 * 3 + 200 * 15) / 1e6)
+    assert bill.summarizer_dollars == pytest.approx(bill.shared_dollars)
+    plain = price_requests([requests[0], Request(SECOND, (1, 4), 50, ((1900, 200),))], PRICES["claude-sonnet-4"])
+    output = 200 * 15 / 1e6
+    assert plain.summarizer_dollars - output > 3 * (bill.shared_dollars - output)  # its input, all plain
+    # a small summarizer model cannot take a shared call: it reads the conversation model's cache
+    assert with_summarizer_at(bill, PRICES["claude-haiku-4.5"]) == pytest.approx(bill.dollars)
 
 
 def test_a_small_summarizer_reprices_only_the_summarizer_calls():

@@ -3,7 +3,7 @@ newest branches only (a compaction of a branch it no longer holds falls back).""
 
 from __future__ import annotations
 
-from proxy.shared_summary import SharedPrompt, SharedPrompts
+from proxy.last_sent import SharedPrompt, SharedPrompts
 
 
 def _prompt(seq: int) -> SharedPrompt:
