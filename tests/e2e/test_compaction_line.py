@@ -168,3 +168,36 @@ def test_another_tenants_rebuilt_history_never_joins(proxy, anthropic_upstream, 
     # the session's own rebuilt history still joins its line
     assert Agent(p, api_key, session).send(_rebuilt(SUMMARY))[0] == conversation
     assert _metrics(p) == {"client_compaction": "1"}
+
+
+def test_two_compactions_make_one_line_with_two_boundaries_in_order(proxy, anthropic_upstream, api_key):
+    """The second compaction is a side call of the rebuilt branch, and the history rebuilt after
+    it continues from that branch: three branches in a row, two boundaries, each at its call."""
+    p = proxy(fresh=True, **_config(anthropic_upstream.url))
+    agent = Agent(p, api_key, str(uuid.uuid4()))
+    conversation, _ = _compacted(p, anthropic_upstream, agent)
+    again, history = agent.turns(_rebuilt(SUMMARY)[:1], ["step 3", "step 4"])
+    assert again == conversation
+    second = SUMMARY.replace("steps 0 to 2", "steps 0 to 4").replace("7431-ALPHA", "7431-BRAVO")
+    anthropic_upstream.push(Reply(text=f"<summary>{second}</summary>"))
+    prompt = {"role": "user", "content": [{"type": "text", "text": COMPACT, "cache_control": CC}]}
+    assert agent.send([*history, prompt])[0] == conversation
+    assert agent.turns(_rebuilt(second)[:1], ["step 5"])[0] == conversation
+
+    calls = p.wait_calls(conversation, 8)
+    compactions = [c for c in calls if c["purpose"] == "client_compaction"]
+    assert len(compactions) == 2
+    branches = {b["id"]: b for b in p.conversation(conversation)["branches"]}
+    assert len(branches) == 3
+    first, middle = compactions[0]["branch_id"], compactions[1]["branch_id"]
+    last = next(b for b in branches if b not in (first, middle))
+    assert branches[first]["parent_id"] is None
+    assert (branches[middle]["parent_id"], branches[middle]["fork_seq"]) == (first, 0)
+    assert (branches[last]["parent_id"], branches[last]["fork_seq"]) == (middle, 0)
+    assert _metrics(p) == {"client_compaction": "2"}
+
+    page = httpx.get(f"{p.url}/ui/conversations/{conversation}", headers=ADMIN, timeout=10).text
+    line = re.findall(r'data-branch="([^"]+)"|data-boundary="client_compaction" data-call="([^"]+)"', page)
+    assert [a or b for a, b in line] == [first, compactions[0]["id"], middle, compactions[1]["id"], last]
+    tree = page[page.index('<section id="branches">') : page.index("</section>", page.index('id="branches"'))]
+    assert tree.count("<ul>") == 1  # no branch nested under another: one line
