@@ -28,7 +28,9 @@ new messages, and the store resolves the conversation and appends. Resolution:
   `client_compaction`. Nothing is appended (neither the prompt nor the summary it gets), so the
   line neither grows nor forks -- also when the prompt came as a second text block of a user
   message that is the branch's head (a turn the user interrupted). The history the agent rebuilds
-  from the summary continues the session as its next branch (the rule above).
+  from the summary continues the session as its next branch (the rule above), linked to that
+  call when it carries the call's recorded summary (`proxy.rebuilt`): forked from the compaction's
+  branch before its first event, its first event's `call_id` the compaction call's.
 
 The append is idempotent: re-sent messages whose chain hash is stored only move the position,
 and the first new message after a non-head position forks a branch there.
@@ -65,7 +67,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from . import identify, renderings, side_calls
+from . import identify, rebuilt, renderings, side_calls
 from .errors import BadRequest
 from .history_cache import Head, HistoryCache, Remembered
 from .protocols.base import Wire
@@ -116,17 +118,24 @@ class Ingested:
     purpose: str = "main"
     """`main`, or `client_compaction`: the agent's own compaction call, a side call of the branch
     its history continues (`proxy.side_calls`): nothing appended, its answer not stored."""
+    continues: str | None = None
+    """The compaction call whose summary this rebuilt history opens with (`proxy.rebuilt`): its
+    new branch continues the line after that call. None otherwise."""
 
     @property
     def fork(self) -> str | None:
         """Why this request forked a branch (`ctxproxy_forks_total{cause}`), None when it did not:
-        `start` (a branch from the start: an agent session's history rebuilt after its own
-        compaction, or a named conversation whose first message differs), `answer` (the
+        `client_compaction` (an agent's history rebuilt after its recorded compaction call: the
+        line's next branch, `proxy.rebuilt`), `start` (a branch from the start: an agent
+        session's history rebuilt without a recorded compaction it carries, or a named
+        conversation whose first message differs), `answer` (the
         first message that differed is an answer: regenerated, or re-rendered in a way identity
         does not read back) or `edit` (it is the client's own message)."""
         identity = self.identity
         if not identity.forked:
             return None
+        if self.continues is not None:
+            return "client_compaction"
         if identity.matched == 0:
             return "start"
         return "answer" if self.history[identity.matched].get("role") == "assistant" else "edit"
@@ -170,7 +179,7 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
                 purpose=side_calls.PURPOSE,
             )
     head = _continued(known, hashes) or cache.head_for(tenant, history, hashes)
-    position, identity, lookup = await _append_request(store, arrival, system_hash, history, hashes, head)
+    position, identity, lookup, continues = await _append_request(store, arrival, system_hash, history, hashes, head)
     if hashes:  # until `answer_stored` moves it to the answer (a next request may come first)
         remembered.head = Head(position, hashes[-1], len(hashes))
     cache.remember(tenant, remembered)
@@ -178,9 +187,8 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
     matched_by = _rendered(history, len(known.hashes) if known else 0, identity.matched)
     if matched_by is None and lookup != "remembered" and identity.matched and cache.transient.patterns:
         matched_by = await _transient_start(store, position.branch_id, history[0])
-    return Ingested(
-        identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup, matched_by
-    )
+    parts = (identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup)
+    return Ingested(*parts, matched_by, continues=continues)
 
 
 def _rendered(history: list[Message], start: int, matched: int) -> tuple[str, str] | None:
@@ -287,10 +295,13 @@ def _continued(known: Remembered | None, hashes: list[str]) -> Head | None:
 
 async def _append_request(
     store: Store, arrival: Arrival, system_hash: str, history: list[Message], hashes: list[str], head: Head | None
-) -> tuple[Position, Identity, str]:
+) -> tuple[Position, Identity, str, str | None]:
+    """Where the request's events go, how that was found, and the compaction call its rebuilt
+    history continues (None: it continues none)."""
     tenant, explicit, session = arrival.tenant, arrival.explicit, arrival.session
     created = False
     lookup = "lookup"
+    continues = None
     if explicit is not None:
         _check_external(explicit)
         conversation = await store.find_conversation(tenant, explicit)
@@ -300,7 +311,7 @@ async def _append_request(
         if head is not None and head.position.conversation_id == conversation.id:
             extended = await _extend(store, tenant, history, hashes, head, conversation.external_id)
             if extended is not None:
-                return (*extended, "remembered")
+                return (*extended, "remembered", None)
             lookup = "stale"
         match = await store.find_longest(hashes, tenant, conversation.id)
         start = match.position if match else Position(conversation.id, conversation.main_branch_id, 0)
@@ -310,7 +321,7 @@ async def _append_request(
         if head is not None:
             extended = await _extend(store, tenant, history, hashes, head, None)
             if extended is not None:
-                return (*extended, "remembered")
+                return (*extended, "remembered", None)
             lookup = "stale"
         match = await store.find_longest(hashes, tenant, None)
         if match is not None and _answers_unstamped_first(match, history):
@@ -318,6 +329,13 @@ async def _append_request(
         resumed = None
         if match is not None and (match.count >= 2 or match.system_hash == system_hash):
             start, matched = match.position, match.count
+        elif (
+            session is not None
+            and session.tools is not None
+            and rebuilt.is_rebuilt(history)
+            and (line := await rebuilt.continued(store, tenant, session.ref, history[0], time.time())) is not None
+        ):
+            (start, continues), matched = line, 0
         elif session is not None and (resumed := await _session_start(store, tenant, session)) is not None:
             start, created = resumed
             matched = 0
@@ -325,8 +343,8 @@ async def _append_request(
             conversation = await store.create_conversation(tenant, None)
             start, matched, created = Position(conversation.id, conversation.main_branch_id, 0), 0, True
         external = None
-    position = await store.append(start, _events(history, hashes, matched), None, stamp=False)
-    return position, _identity(tenant, start, position, matched, external, created), lookup
+    position = await store.append(start, _events(history, hashes, matched, continues), None, stamp=False)
+    return position, _identity(tenant, start, position, matched, external, created), lookup, continues
 
 
 def _check_external(explicit: str) -> None:
@@ -393,11 +411,14 @@ def _identity(
     )
 
 
-def _events(history: list[Message], hashes: list[str], matched: int) -> list[NewEvent]:
-    """The request's events after the first `matched` (unstamped: stamped once answered)."""
+def _events(history: list[Message], hashes: list[str], matched: int, continues: str | None = None) -> list[NewEvent]:
+    """The request's events after the first `matched` (unstamped: stamped once answered); the
+    first one names the compaction call whose summary it carries, when it continues one."""
     return [
-        NewEvent(role=str(m.get("role")), message=m, chain_hash=h, source="request")
-        for m, h in zip(history[matched:], hashes[matched:], strict=True)
+        NewEvent(
+            role=str(m.get("role")), message=m, chain_hash=h, source="request", call_id=continues if i == 0 else None
+        )
+        for i, (m, h) in enumerate(zip(history[matched:], hashes[matched:], strict=True))
     ]
 
 

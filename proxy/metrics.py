@@ -33,11 +33,14 @@ are spent money) but not in the request counters and histograms, which describe 
                                                          message that differed from the stored one:
                                                          edit (the client's own message) | answer (an
                                                          answer regenerated, or re-rendered in a way
-                                                         identity does not read back) | start (a
-                                                         branch from the start: an agent session's
-                                                         history rebuilt after its own compaction,
-                                                         or a named conversation whose first
-                                                         message differs)
+                                                         identity does not read back) |
+                                                         client_compaction (an agent's history
+                                                         rebuilt after its recorded compaction
+                                                         call: the line's next branch, proxy/
+                                                         rebuilt.py) | start (a branch from the
+                                                         start: an agent session's history rebuilt
+                                                         without a recorded summary, or a named
+                                                         conversation whose first message differs)
     ctxproxy_identity_rules_total{rule,averted}          requests that matched their stored history
                                                          only through a re-rendering rule (proxy/
                                                          renderings.py): rule rendering (an answer's

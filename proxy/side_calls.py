@@ -7,7 +7,7 @@ message, the cache marker moved onto it. Stored as a turn, that request would ad
 the summary to the session's line or fork a branch at its end. It is a side call instead
 (`ingest`): recorded and billed with purpose `client_compaction` on the branch its history
 continues, nothing appended; the history the agent rebuilds from the summary continues the
-session as its next branch (`ingest`'s agent-session rule).
+session as its next branch, after this call (`proxy.rebuilt`).
 
 Recognized when the newest message is a user message whose last text (its string, or its last
 text part) contains one of COMPACTION_PROMPTS. Risk: a user who types that sentence as a prompt

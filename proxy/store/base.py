@@ -97,6 +97,9 @@ class StoredEvent(PublicRecord):
     source: str
     tokens: int | None
     created_at: float
+    call_id: str | None = None
+    """The call whose answer the event is (a response), or, for the first event of a history an
+    agent rebuilt after its own compaction, that compaction call (`proxy.rebuilt`); else None."""
 
     public = ("seq", "branch_id", "role", "message", "source", "tokens", "created_at")
 

@@ -92,24 +92,44 @@ def actions(request: Request, ctx: Ctx, detail: data.Detail) -> str:
 
 
 def branch_tree(detail: data.Detail, current: Branch) -> str:
+    """The branches as a tree of forks; a branch that continues the line after the agent's own
+    compaction (`Detail.continued`) follows its parent on the same level, after a boundary
+    marker linking to the compaction call: one line with one boundary per compaction."""
     children: dict[str | None, list[Branch]] = {}
     for b in sorted(detail.branches, key=lambda b: b.created_at):
         children.setdefault(b.parent_id, []).append(b)
     cid = detail.conversation.id
+    continued = detail.continued
 
-    def render(parent: str | None) -> str:
-        items = []
-        for b in children.get(parent, []):
+    def items(b: Branch) -> list[str]:
+        if b.id in continued:
+            fork = "continues the line"
+        else:
             fork = f"forked after e{b.fork_seq}" if b.parent_id else "root"
-            mark = ' aria-current="true" class="current"' if b.id == current.id else ""
-            items.append(
-                f'<li{mark} data-branch="{esc(b.id)}">'
-                + link(query(f"/ui/conversations/{cid}", branch=b.id), b.id)
-                + f" {esc(fork)}, events to e{b.head_seq}, last {esc(when(b.updated_at))}{render(b.id)}</li>"
-            )
-        return f"<ul>{''.join(items)}</ul>" if items else ""
+        mark = ' aria-current="true" class="current"' if b.id == current.id else ""
+        out = [
+            f'<li{mark} data-branch="{esc(b.id)}">'
+            + link(query(f"/ui/conversations/{cid}", branch=b.id), b.id)
+            + f" {esc(fork)}, events to e{b.head_seq}, last {esc(when(b.updated_at))}"
+            + render([c for c in children.get(b.id, []) if c.id not in continued])
+            + "</li>"
+        ]
+        for c in children.get(b.id, []):
+            if c.id in continued:
+                call = continued[c.id]
+                out.append(
+                    f'<li class="boundary" data-boundary="client_compaction" data-call="{esc(call)}">'
+                    + link(f"/ui/conversations/{cid}/calls/{call}", "client compaction")
+                    + "</li>"
+                )
+                out += items(c)
+        return out
 
-    return f'<section id="branches"><h2>Branches</h2>{render(None)}</section>'
+    def render(branches: list[Branch]) -> str:
+        rows = [row for b in branches for row in items(b)]
+        return f"<ul>{''.join(rows)}</ul>" if rows else ""
+
+    return f'<section id="branches"><h2>Branches</h2>{render(children.get(None, []))}</section>'
 
 
 def checkpoints_section(detail: data.Detail, branch: Branch) -> str:

@@ -7,11 +7,12 @@ so a conversation's numbers on a page equal `/admin/usage?conversation=ID` by co
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from policies.search import Hit, parse_query, search
 
+from .. import side_calls
 from ..errors import BadRequest, Conflict, NotFound
 from ..ledger import summarize
 from ..store.base import Branch, CallRecord, Conversation, Store, StoredCheckpoint, StoredEvent, UsageQuery
@@ -130,13 +131,16 @@ def newest_branch(branches: Sequence[Branch]) -> Branch:
 
 @dataclass
 class Detail:
-    """One conversation: its record, branches, calls (oldest first), checkpoints, totals."""
+    """One conversation: its record, branches, calls (oldest first), checkpoints, totals, and the
+    branches that continue the line after the agent's own compaction (`continued`: branch id ->
+    that `client_compaction` call's id, `proxy.rebuilt`)."""
 
     conversation: Conversation
     branches: list[Branch]
     calls: list[CallRecord]
     checkpoints: list[StoredCheckpoint]
     totals: dict[str, Any]
+    continued: dict[str, str] = field(default_factory=dict)
 
     def branch(self, branch_id: str | None) -> Branch:
         if branch_id is None:
@@ -183,13 +187,28 @@ async def detail(store: Store, ref: str) -> Detail:
     conversation = await resolve(store, ref)
     calls = await store.list_calls(conversation.id, CALLS_MAX, 0)
     calls.sort(key=lambda c: c.started_at)
+    branches = await store.list_branches(conversation.id)
     return Detail(
         conversation,
-        await store.list_branches(conversation.id),
+        branches,
         calls,
         await store.list_checkpoints(conversation.id),
         await totals(store, conversation.id),
+        await _continued(store, branches, calls),
     )
+
+
+async def _continued(store: Store, branches: list[Branch], calls: list[CallRecord]) -> dict[str, str]:
+    """The branches forked from their parent's start whose first event names one of the
+    conversation's compaction calls (`Detail.continued`)."""
+    compactions = {c.id for c in calls if c.purpose == side_calls.PURPOSE}
+    out: dict[str, str] = {}
+    for branch in branches:
+        if compactions and branch.parent_id is not None and branch.fork_seq == 0:
+            first = await store.lineage_events(branch.id, 0, 1)
+            if first and first[0].call_id in compactions:
+                out[branch.id] = str(first[0].call_id)
+    return out
 
 
 async def events(store: Store, branch: Branch, after: int, limit: int) -> list[StoredEvent]:

@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.agents import harness
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
+from tests.support.proxy_process import ADMIN_TOKEN
 
 pytestmark = pytest.mark.agents
 
@@ -212,6 +214,17 @@ def test_claude_code_interactive_compact(proxy, claude_upstream, tmp_path):
     assert len(got.branches) == 2, got.branches
     assert [c["purpose"] for c in got.calls].count("client_compaction") == 1, got.calls
     assert {b["fork_seq"] for b in got.branches if b["parent_id"]} == {0}
+    # the rebuilt history carries the compaction's summary: the line's next branch after that call
+    # (`proxy.rebuilt`), one boundary on the inspector's conversation page, counted by its cause
+    compaction = next(c for c in got.calls if c["purpose"] == "client_compaction")
+    assert [b["parent_id"] for b in got.branches if b["parent_id"]] == [compaction["branch_id"]]
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    page = httpx.get(f"{p.url}/ui/conversations/{got.conversations[0]['id']}", headers=admin, timeout=10).text
+    assert page.count('data-boundary="client_compaction"') == 1
+    assert f'data-call="{compaction["id"]}"' in page
+    metrics = httpx.get(f"{p.url}/metrics", timeout=10).text
+    assert 'ctxproxy_forks_total{cause="client_compaction"} 1' in metrics
+    assert 'cause="start"' not in metrics
     assert any(c["status"] == "active" for c in got.checkpoints), got.checkpoints
     assert all(c["status"] == "complete" for c in got.calls), [c["status"] for c in got.calls]
     print(harness.report("claude interactive", got, len(requests)))

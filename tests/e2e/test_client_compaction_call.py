@@ -7,7 +7,7 @@ user message after the last answer, or, after a turn the user interrupted (its a
 arrived whole, so the history ends with that user message), a second text block of that
 message carrying the marker. Then the history rebuilt from the summary. One conversation, the
 compaction recorded as `client_compaction`, nothing of it in the line, and two branches: the
-session's line and the rebuilt one.
+session's line and the rebuilt one, its next branch after the compaction call (`proxy.rebuilt`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ COMPACT = (
     "the user's explicit requests and your previous actions."
 )
 REBUILT = "This session is being continued from a previous conversation that ran out of context."
+SUMMARY = "The user ran steps 0 to 2; each answered ok, and step 3 is next."
 
 
 def _config(url: str) -> dict[str, Any]:
@@ -102,7 +103,7 @@ def test_claude_code_compact_is_a_side_call_and_the_rebuilt_history_its_next_bra
     p.wait_calls(conversation, 3 if interrupted else 2)
     line = [str(e["message"]["content"]) for e in p.events(conversation)]
 
-    anthropic_upstream.push(Reply(text="<summary>steps 0 to 2 ran</summary>"))
+    anthropic_upstream.push(Reply(text=f"<summary>{SUMMARY}</summary>"))
     assert _post(p, api_key, session, compaction) == conversation
 
     calls = p.wait_calls(conversation, 4 if interrupted else 3)
@@ -111,16 +112,17 @@ def test_claude_code_compact_is_a_side_call_and_the_rebuilt_history_its_next_bra
     assert [str(e["message"]["content"]) for e in p.events(conversation)] == line  # nothing of it stored
 
     rebuilt = [
-        {"role": "user", "content": f"{REBUILT}\nSummary: steps 0 to 2 ran"},
+        {"role": "user", "content": f"{REBUILT}\nSummary:\n{SUMMARY}"},
         {"role": "user", "content": "step 3"},
     ]
     assert _post(p, api_key, session, rebuilt) == conversation
     branches = p.conversation(conversation)["branches"]
     assert len(branches) == 2
-    assert {b["fork_seq"] for b in branches if b["parent_id"]} == {0}
+    compacted = next(c for c in p.calls(conversation) if c["purpose"] == "client_compaction")
+    assert [(b["parent_id"], b["fork_seq"]) for b in branches if b["parent_id"]] == [(compacted["branch_id"], 0)]
     metrics = httpx.get(f"{p.url}/metrics", timeout=10).text
     assert 'ctxproxy_identity_total{how="side_call"} 1' in metrics
-    assert re.findall(r'ctxproxy_forks_total\{cause="(\w+)"\} (\S+)', metrics) == [("start", "1")]
+    assert re.findall(r'ctxproxy_forks_total\{cause="(\w+)"\} (\S+)', metrics) == [("client_compaction", "1")]
 
 
 def test_a_compaction_prompt_on_a_history_never_seen_is_a_turn(proxy, anthropic_upstream, api_key):

@@ -385,6 +385,26 @@ async def test_fork_at_the_root(store: Store) -> None:
     assert await lineage(store, pos.branch_id) == [(pos.branch_id, 1, "u4")]
 
 
+async def test_a_fork_at_the_root_of_a_child_continues_the_child_and_keeps_its_call_link(store: Store) -> None:
+    """An agent's rebuilt history after its compaction on a branch forked from the start: the next
+    branch's parent is that branch, it inherits nothing, and its first event names the compaction
+    call (`proxy.rebuilt`), read back as the event's `call_id`."""
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    await store.append(origin(conv), new_events(T1, [U1, A1]), None)
+    first = await store.append(origin(conv), new_events(T1, [U2, A2]), None)
+    linked = [
+        dataclasses.replace(e, call_id="c_compaction") if i == 0 else e for i, e in enumerate(new_events(T1, [U3]))
+    ]
+    second = await store.append(Position(conv.id, first.branch_id, 0), linked, None)
+    branches = {b.id: b for b in await store.list_branches(conv.id)}
+    assert (branches[first.branch_id].parent_id, branches[first.branch_id].fork_seq) == (main, 0)
+    assert (branches[second.branch_id].parent_id, branches[second.branch_id].fork_seq) == (first.branch_id, 0)
+    events = await store.lineage_events(second.branch_id, 0, 10)
+    assert [(e.branch_id, e.seq, e.call_id) for e in events] == [(second.branch_id, 1, "c_compaction")]
+    assert [e.call_id for e in await store.lineage_events(first.branch_id, 0, 10)] == [None, None]
+
+
 async def test_lineage_of_a_grandchild(store: Store) -> None:
     conv = await store.create_conversation(T1, None)
     main = conv.main_branch_id

@@ -200,6 +200,7 @@ class History(Identity):
                     payload["source"],
                     payload["tokens"],
                     payload["created_at"],
+                    payload.get("call_id"),
                 )
             )
         return out

@@ -33,8 +33,9 @@ def _event(
     source: str,
     tokens: int | None,
     created_at: float,
+    call_id: str | None,
 ) -> StoredEvent:
-    return StoredEvent(branch_id, seq, role, codec.loads(message), chain_hash, source, tokens, created_at)
+    return StoredEvent(branch_id, seq, role, codec.loads(message), chain_hash, source, tokens, created_at, call_id)
 
 
 _CONVERSATION = Select(Conversation)
