@@ -25,6 +25,7 @@ from tests.e2e.test_rewriting import SUMMARY as SUMMARY_TEXT
 from tests.e2e.test_rewriting import SYSTEM as CHAT_SYSTEM
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as AnthropicReply
+from tests.support.responses_upstream import ResponsesReply, fcall
 from tests.support.upstream_server import Reply
 from tests.support.waiting import wait_until
 
@@ -193,3 +194,39 @@ def test_an_answer_that_goes_on_with_the_task_is_not_taken_for_a_summary(proxy, 
     calls = p.wait_calls(conversation, 1, until=lambda cs: any(c.get("projection", {}).get("shared") for c in cs))
     (asked,) = [c for c in calls if c["purpose"] == "summary" and (c["projection"] or {}).get("shared")][:1]
     assert asked["status"] == "complete"  # the call itself succeeded; its answer was not a summary
+
+
+def test_responses_asks_the_same_input_with_the_ask_after_it(proxy, rup, api_key):
+    """On the Responses API too: the last answered request's input, unchanged, then the ask."""
+    route = {
+        "name": "shared",
+        "match": {"model": "resp-*"},
+        "upstream": {"base_url": rup.base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": TIMEOUTS},
+        "policy": "shared",
+    }
+    p = proxy(routes=[route], policies={"shared": {**POLICY, "summarizer": {"mode": "shared"}}})
+
+    def answer(body: dict[str, Any]) -> ResponsesReply:
+        if ASK in json.dumps(body["input"][-1]):
+            return ResponsesReply(text=SUMMARY)
+        step = sum(1 for item in body["input"] if item.get("type") == "function_call_output")
+        return ResponsesReply(calls=[fcall("bash", {"cmd": f"cat part{step}.txt"}, f"call_{step}")])
+
+    rup.responder = answer
+    client = p.client(api_key)
+    tools = [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}]
+    items: list[dict[str, Any]] = [{"role": "user", "content": OBJECTIVE}]
+    conversation = ""
+    for step in range(20):
+        raw = client.responses.with_raw_response.create(model="resp-shared-1", input=items, tools=tools)
+        conversation = raw.headers["x-conversation-id"]
+        output = [item.model_dump(exclude_none=True) for item in raw.parse().output]
+        items += output
+        output_text = "".join(f"step {step} line {k}: the quick brown fox jumps over the lazy dog\n" for k in range(30))
+        items.append({"type": "function_call_output", "call_id": output[-1]["call_id"], "output": output_text})
+    assert _checkpoint(p, conversation)["summary"] == SUMMARY
+    bodies = rup.bodies
+    index = next(i for i, b in enumerate(bodies) if ASK in json.dumps(b["input"][-1]))
+    shared = bodies[index]
+    (before,) = [b for b in bodies[:index] if b["input"] == shared["input"][:-1]]
+    assert shared["tools"] == before["tools"] and not shared.get("stream")
