@@ -560,3 +560,20 @@ def test_proxy_answers_503_fast_while_redis_is_down(proxy: Any, upstream: Any, a
         assert response.status_code == 200, response.text
     finally:
         server.stop()
+
+
+async def test_more_concurrent_commands_than_connections_wait_for_one(
+    redis_server: RedisServer, raw: sync_redis.Redis, prefix: str
+) -> None:
+    """A team's agents issue more concurrent commands than a replica has connections: they queue
+    for a free one instead of failing (redis-py's default pool refuses the one over its size)."""
+    store = make_store(f"{redis_server.url}?prefix={prefix}&max_connections=4")
+    assert isinstance(store, RedisStore)
+    await store.open()
+    try:
+        conv = await store.create_conversation(T1, None)
+        await store.append(origin(conv), events_of(history(2)), "sys")
+        results = await asyncio.gather(*(store.lineage_events(conv.main_branch_id, 0, 10) for _ in range(60)))
+        assert all(len(events) == 2 for events in results)
+    finally:
+        await store.close()

@@ -55,6 +55,8 @@ from .keys import TAGS, Layout
 from .scripts import sources
 
 DEFAULT_PREFIX = "ctxproxy:"
+POOL_CONNECTIONS = 256
+"""Connections per replica to a single Redis; more concurrent commands wait for one."""
 SOCKET_TIMEOUT = 1.5
 CONNECT_TIMEOUT = 1.5
 BATCH = 1000
@@ -119,6 +121,7 @@ class RedisConnection:
         self._r: Any = None
         self._scripts: dict[str, Any] = {}
         self._node_clients: dict[str, Any] = {}  # plain clients per cluster node, for WAIT
+        self._pool: Any = None  # a single Redis's connection pool
         self._tenants: dict[str, str] = {}  # conversation id -> tenant (never changes), bounded
         self.location = _redacted(url)
 
@@ -162,11 +165,7 @@ class RedisConnection:
             **_NO_MAINT,
         )
         try:
-            client: Any = (
-                _cluster_client(self.url, common)
-                if self.cluster
-                else aioredis.from_url(self.url, retry_on_timeout=False, **common)
-            )
+            client: Any = _cluster_client(self.url, common) if self.cluster else self._pooled(common)
         except ValueError as exc:
             raise StoreError(f"invalid redis store URL: {exc}") from exc
         self._r = client
@@ -177,10 +176,25 @@ class RedisConnection:
             await self.close()
             raise
 
+    def _pooled(self, common: dict[str, Any]) -> Any:
+        """A client whose pool waits for a free connection (up to the socket time-out) when all
+        `POOL_CONNECTIONS` are busy, instead of failing the request: redis-py's default pool
+        refuses the 101st concurrent command at once, which a team's load of agents reaches.
+        The URL's own `max_connections` wins."""
+        settings = {k: v for k, v in common.items() if k not in _NO_MAINT}
+        pool = aioredis.BlockingConnectionPool.from_url(
+            self.url, max_connections=POOL_CONNECTIONS, timeout=self.socket_timeout, retry_on_timeout=False, **settings
+        )
+        self._pool = pool  # the client does not own it: `close` disconnects it
+        return aioredis.Redis(connection_pool=pool, **_NO_MAINT)
+
     async def close(self) -> None:
         client, self._r = self._r, None
+        pool, self._pool = self._pool, None
         nodes, self._node_clients = list(self._node_clients.values()), {}
-        for c in [client, *nodes] if client is not None else nodes:
+        for c in [client, *nodes, pool] if client is not None else [*nodes, pool]:
+            if c is None:
+                continue
             try:
                 await c.aclose()
             except (RedisError, OSError):
