@@ -7,7 +7,8 @@ answered with a recall call (so the proxy detours), summaries taking as long as 
 300 tokens. The route's window is `WINDOW` tokens (`MAX_OUTPUT` reserved for the answer); every
 fifth session opens a few turns short of it (`opening_pairs`), so ~20% of sessions cross their
 trigger during the run -- the first request that no longer fits waits for its summary -- while
-the others open small enough never to.
+the others open small enough never to. The proxy is configured for the load
+(`CAP_PER_SESSION`, `REDIS_CONNECTIONS_PER_SESSION`): at the defaults part of it is refused.
 
 Measured per store backend (a fresh proxy and store each): proxy CPU per request (/proc, the
 process tree, over the timed requests); RSS (peak, sampled every second, and at the end); the
@@ -44,6 +45,12 @@ MAX_OUTPUT = 4_096
 KEEP_RECENT = 8_000
 """The default (20,000) is sized for 128k windows: in 32k it leaves a compaction little to summarize."""
 RESULT_CHARS = 2_000
+CAP_PER_SESSION = 2
+"""`server.max_concurrent_requests` per session: the cap counts a call until the app returns,
+after its answer is recorded, so under load a session's next request can arrive before its last ends"""
+REDIS_CONNECTIONS_PER_SESSION = 2
+"""the Redis URL's `max_connections` per session: redis-py's default pool (100) refuses, not
+queues, the store calls of more requests at once (`MaxConnectionsError`)"""
 TURN_TOKENS = 700
 """What a turn of the run adds at most, generously: a thought and call, a cut tool result."""
 
@@ -196,6 +203,7 @@ def run_backend(
     config = run_dir / f"ctxproxy-team-{backend}.yaml"
     config.write_text(
         f"""store: "{store_url}"
+server: {{max_concurrent_requests: {CAP_PER_SESSION * spec["sessions"]}}}
 routes:
   - name: team
     match: {{model: "*"}}
@@ -300,7 +308,8 @@ def run_team_load(
         if backend == "redis":
             server = RedisServer().start()
             try:
-                rows.append(run_backend(backend, f"{server.url}?prefix=team:", run_dir, env, spec, log))
+                url = f"{server.url}?prefix=team:&max_connections={REDIS_CONNECTIONS_PER_SESSION * sessions}"
+                rows.append(run_backend(backend, url, run_dir, env, spec, log))
             finally:
                 server.stop()
         else:
@@ -323,6 +332,11 @@ def run_team_load(
             "5% of requests answered with a recall call, a summary the time of 300 tokens; the agent runs its "
             "tool 0.2-1 s between requests; one ctxproxy worker, a fresh proxy and store per backend "
             "(redis: a private redis-server without persistence). Load generator and model in processes of "
-            "their own on the same machine"
+            f"their own on the same machine. Sized for the load: `server.max_concurrent_requests: "
+            f"{CAP_PER_SESSION * sessions}` and the Redis URL's "
+            f"`max_connections={REDIS_CONNECTIONS_PER_SESSION * sessions}`; at the defaults (256 and redis-py's "
+            "pool of 100) part of this load is refused with 503 (`overloaded`: the cap counts a call until the "
+            "app returns, after its answer is recorded, and a session's next request can come first; "
+            "`store_unavailable`: redis-py's `MaxConnectionsError`)"
         ),
     }

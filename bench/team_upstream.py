@@ -3,7 +3,7 @@
     python -m bench.team_upstream --port P [--seed 34] [--ttft 1,3] [--rate 30,80] [--recall 0.05]
 
 Every answer is a function of (seed, session, step, round) (`plan`), so a run is reproducible and
-each session's sessions differ:
+sessions differ from each other:
 
 * a main request (the newest tool result names its session and step: `<<team s=S step=T>>`,
   `marker`) is answered after a time to first token drawn from `--ttft` seconds, then streamed as
