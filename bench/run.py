@@ -348,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             sessions = args.team_sessions or (8 if quick else 256)
             turns = args.team_turns or (6 if quick else 16)
             log(f"team_load: {sessions} agent sessions, {turns} streamed requests each, on sqlite and redis")
-            report["team_load"] = run_team_load(run_dir, env, sessions, turns, log)
+            pace = {"ttft_s": (0.05, 0.2), "rate": (300.0, 600.0)} if quick else {}  # quick: a fast model
+            report["team_load"] = run_team_load(run_dir, env, sessions, turns, log, **pace)
         if "savings" in phases:
             log("savings: offline replay")
             sessions = [(100, 1500)] if quick else [(300, 0), (300, 1500), (300, 5000)]
