@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.bodies import generated_session
 from bench.overhead import run_loadgen
-from bench.procs import Proc, free_port, rss_mb
+from bench.procs import Proc, free_port, rss_mb, runqueue_wait_s
 from bench.stats import pct, r
 from bench.team_client import opening
 from bench.workers import ctxproxy_proc
@@ -225,6 +225,7 @@ policies:
 
         def ready() -> None:
             marks["before"], marks["go"] = metrics_of(proxy.port), time.perf_counter()
+            marks["runqueue"] = runqueue_wait_s(proxy.pid)
             peak.start()
 
         timeout = spec["max_seconds"] + 600
@@ -233,6 +234,7 @@ policies:
         )
         peak.done.set()
         rss = rss_mb(proxy.pid)
+        runqueue = runqueue_wait_s(proxy.pid) - marks["runqueue"]
         after = metrics_of(proxy.port)
         served = json.loads(_get(f"http://127.0.0.1:{port}/team/log"))
         (run_dir / f"team-upstream-{backend}.json").write_text(json.dumps({"go": marks["go"], "log": served}))
@@ -255,6 +257,7 @@ policies:
         "rss_peak_mb": round(max(peak.peak, rss), 1),
         "rss_end_mb": round(rss, 1),
         "loop_lag_p99_ms": r((lag_p99(delta) or 0.0) * 1000),
+        "runqueue_wait_s": round(runqueue, 1),
         "loop_lag_samples": int(_sum(delta, "ctxproxy_event_loop_lag_seconds_count")),
         "summary_waits": int(_sum(delta, "ctxproxy_summary_wait_seconds_count")),
         "summary_waits_not_committed": int(_sum(delta, "ctxproxy_summary_wait_seconds_count", "not_committed")),

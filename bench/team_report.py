@@ -26,9 +26,10 @@ def section(report: dict[str, Any]) -> list[str]:
     lines = ["", "## A realistic team load", "", team["setup"] + ".", ""]
     lines += [
         "| store | req | err | req/s | CPU ms/req | RSS peak MB | RSS end MB | loop lag p99 ms | added TTFT p50 ms "
-        "| added TTFT p99 ms | waited for a summary | recall rounds | sessions compacted | forks |"
+        "| added TTFT p99 ms | waited for a summary | recall rounds | sessions compacted | forks "
+        "| loop waited for a CPU |"
     ]
-    lines += ["|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         a = row["added_ttft"]["all"]
         waited = f"{row['summary_waits']} ({row['summary_waits_not_committed']} not committed)"
@@ -52,6 +53,7 @@ def section(report: dict[str, Any]) -> list[str]:
                     row["recall_rounds"],
                     compacted,
                     row["forks"],
+                    f"{row['runqueue_wait_s']:g} of {row['wall_s']:g} s",
                 )
             )
             + " |"
@@ -79,7 +81,9 @@ def section(report: dict[str, Any]) -> list[str]:
         "the proxy) over the timed run, p99 interpolated within its buckets. Waited for a summary: "
         "`ctxproxy_summary_wait_seconds` (the proxy's count); the per-request split above finds them in the "
         "logs (a summary of the session's history that started after the request was sent and ended before "
-        "the upstream got it). 'before upstream': from the client's send to the upstream's arrival. Errors: "
+        "the upstream got it). 'before upstream': from the client's send to the upstream's arrival. 'Loop waited "
+        "for a CPU': the proxy's main thread runnable but not running (/proc/PID/schedstat) over the timed run: "
+        "lag and added time that come from a machine busy with other work, not from the proxy. Errors: "
         "failed or malformed answers the agents got, warm-up included (goal 0).",
     ]
     for row in rows:

@@ -27,6 +27,7 @@ def test_small_team_load_on_sqlite_and_redis(tmp_path: Path) -> None:
         assert row["requests"] == 8 * 10
         assert row["cpu_ms_per_request"] > 0 and row["rss_peak_mb"] >= row["rss_end_mb"] > 0
         assert row["loop_lag_samples"] > 0 and row["loop_lag_p99_ms"] >= 0
+        assert 0 <= row["runqueue_wait_s"] <= row["wall_s"] + 5
         # both sessions that open near the window cross it in the run and wait for their summary
         assert row["sessions_compacted"] == 2 and row["compactions"] >= 2
         assert row["summary_waits"] == row["waited_by_logs"] == 2
