@@ -46,13 +46,19 @@ class Acc:
 
 
 def run_loadgen(
-    spec: dict[str, Any], spec_path: Path, pid: int | None, timeout: float, on_ready: Any = None
+    spec: dict[str, Any],
+    spec_path: Path,
+    pid: int | None,
+    timeout: float,
+    on_ready: Any = None,
+    module: str = "bench.loadgen",
 ) -> tuple[dict[str, Any], float | None]:
-    """Start the load generator, wait for READY (bodies built, warm-up done), read the target's CPU,
-    say GO, read the result, read CPU again. Bounded by `timeout`; the generator is stopped by PID."""
+    """Start the load generator (`module`: `bench.loadgen`, or another that speaks its protocol),
+    wait for READY (bodies built, warm-up done), read the target's CPU, say GO, read the result,
+    read CPU again. Bounded by `timeout`; the generator is stopped by PID."""
     spec_path.write_text(json.dumps(spec))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.loadgen", str(spec_path)],
+        [sys.executable, "-m", module, str(spec_path)],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

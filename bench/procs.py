@@ -57,6 +57,16 @@ def cpu_seconds(pid: int) -> float:
     return total / CLK_TCK
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the process's main thread (an asyncio server's event loop) has spent runnable but
+    waiting for a CPU (/proc/PID/schedstat, second field): time its loop could not run however
+    idle the loop itself was, e.g. on a machine busy with other work."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def rss_mb(pid: int) -> float:
     total = 0
     for p in tree(pid):

@@ -8,6 +8,7 @@ from typing import Any
 
 from bench.active import section as active_section
 from bench.targets import row_where
+from bench.team_report import section as team_section
 
 CLOSING_NOTE = Path(__file__).resolve().parent / "optimisations.md"
 CONTINUITY = Path(__file__).resolve().parent / "continuity" / "RESULTS.md"
@@ -84,7 +85,9 @@ def render(report: dict[str, Any]) -> str:
         "`bench/.venv-litellm` on first use; `--profile` adds py-spy profiles of ctxproxy and, where `perf` is "
         "installed, a native one), "
         "`python -m bench --quick` (seconds; skips LiteLLM unless already installed), "
-        "`--no-litellm`, `--only overhead,scaling,workers,memory,active,store,compaction,savings`, `--rounds N`. "
+        "`--no-litellm`, `--only overhead,scaling,workers,memory,active,store,compaction,savings,team_load`, "
+        "`--rounds N` "
+        "(`--team-sessions N --team-turns N` size the team load). "
         "Results go to `bench/results/<stamp>/report.{md,json}`; a full run rewrites this file. "
         "`python -m bench --render bench/results/<stamp>/report.json` re-renders it.",
         "",
@@ -171,6 +174,7 @@ def render(report: dict[str, Any]) -> str:
             "cache (bounded by `caches.history_mb`, LRU) and SQLite's page cache.",
         ]
     lines += active_section(report)
+    lines += team_section(report)
     lines += _store_calls(report)
     cp = report.get("compaction", {})
     if cp.get("rows") or cp.get("error"):

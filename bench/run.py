@@ -26,6 +26,7 @@ from bench.scaling import run_compaction, run_scaling
 from bench.sections import merge
 from bench.store_calls import run_store_calls
 from bench.targets import targets
+from bench.team_load import run_team_load
 from bench.workers import ctxproxy_proc, run_workers, start_workers
 
 HERE = Path(__file__).resolve().parent
@@ -113,9 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy (never installs it)")
     p.add_argument(
         "--only",
-        default="overhead,scaling,workers,memory,active,store,compaction,savings",
-        help="comma list of phases: overhead,scaling,workers,memory,active,store,compaction,savings",
+        default="overhead,scaling,workers,memory,active,store,compaction,savings,team_load",
+        help="comma list of phases: overhead,scaling,workers,memory,active,store,compaction,savings,team_load",
     )
+    p.add_argument("--team-sessions", type=int, help="team_load: agent sessions at once (default 256, quick 8)")
+    p.add_argument("--team-turns", type=int, help="team_load: requests per session (default 16, quick 6)")
     p.add_argument(
         "--profile",
         action="store_true",
@@ -341,6 +344,12 @@ def main(argv: list[str] | None = None) -> int:
                 SUMMARY_DELAY_MS,
                 log,
             )
+        if "team_load" in phases:
+            sessions = args.team_sessions or (8 if quick else 256)
+            turns = args.team_turns or (6 if quick else 16)
+            log(f"team_load: {sessions} agent sessions, {turns} streamed requests each, on sqlite and redis")
+            pace = {"ttft_s": (0.05, 0.2), "rate": (300.0, 600.0)} if quick else {}  # quick: a fast model
+            report["team_load"] = run_team_load(run_dir, env, sessions, turns, log, **pace)
         if "savings" in phases:
             log("savings: offline replay")
             sessions = [(100, 1500)] if quick else [(300, 0), (300, 1500), (300, 5000)]

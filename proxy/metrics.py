@@ -78,6 +78,14 @@ are spent money) but not in the request counters and histograms, which describe 
     ctxproxy_recall_rejected{route,model}                gauge: 1 for each route and model whose
                                                          upstream rejected the recall tool, until
                                                          the mark expires (`Metrics.watch_rejected`)
+    ctxproxy_summary_wait_seconds{route,outcome}         histogram: requests that waited for their
+                                                         branch's compaction before being sent
+                                                         (`Outgoing.project`); outcome committed (sent
+                                                         with the new summary) | not_committed (timed
+                                                         out or failed: sent pruned)
+    ctxproxy_event_loop_lag_seconds                      histogram: how late the event loop ran a
+                                                         timer that was due (`proxy/loop_lag.py`,
+                                                         sampled ten times a second)
 """
 
 from __future__ import annotations
@@ -90,6 +98,8 @@ from .store.base import CallRecord
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # LLM calls take from tens of milliseconds (cache hits, errors) to minutes (long generations).
 BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# A healthy loop runs a due timer within a millisecond; tens of milliseconds stall every request.
+LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 _TOKEN_KINDS = (
     ("input", "input_total"),
     ("output", "output"),
@@ -274,6 +284,15 @@ class Metrics:
             ("route", "model"),
         )
 
+        self.summary_waits = Histogram(
+            "ctxproxy_summary_wait_seconds",
+            "Requests that waited for their branch's compaction before being sent, by outcome.",
+            ("route", "outcome"),
+        )
+        self.loop_lag = Histogram(
+            "ctxproxy_event_loop_lag_seconds", "How late the event loop ran a timer that was due.", (), LAG_BUCKETS
+        )
+
     def watch(
         self, sizes: Callable[[], Mapping[str, float]], lookups: Callable[[], Mapping[tuple[str, ...], float]]
     ) -> None:
@@ -325,6 +344,9 @@ class Metrics:
     def observe_compaction(self, result: str) -> None:
         self.compactions.inc((result,))
 
+    def observe_summary_wait(self, route: str, committed: bool, seconds: float) -> None:
+        self.summary_waits.observe((route, "committed" if committed else "not_committed"), seconds)
+
     def observe_recall(self, route: str, outcome: str) -> None:
         self.recall.inc((route, outcome))
 
@@ -374,6 +396,8 @@ class Metrics:
             self.shadow_pairs,
             self.shadow_skipped,
             self.rejected,
+            self.summary_waits,
+            self.loop_lag,
         ):
             lines.extend(metric.render())
         return ("\n".join(lines) + "\n").encode()

@@ -12,6 +12,7 @@ the upstream's count to the attempt, which the answer's bill is compared with.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -156,10 +157,12 @@ class Outgoing:
         overflowing = bool(projected.projection.record.pruned_seqs) and policy.on_overflow == "wait"
         if task is None or not (plan.wait or overflowing):
             return projected
+        waiting = time.perf_counter()
         try:
             committed = await asyncio.wait_for(asyncio.shield(task), policy.overflow_wait)
         except TimeoutError:
             committed = None
+        services.metrics.observe_summary_wait(route.name, committed is not None, time.perf_counter() - waiting)
         if committed is None:
             return projected
         asked = await self.remembering(replace(asked, prefix=ingested.prefix), committed)

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from .. import retention, ui
+from .. import loop_lag, retention, ui
 from ..admission import Admission
 from ..asgi import Incoming, RawResponse, error_response, query_of
 from ..catalog import ModelCatalog
@@ -171,16 +171,18 @@ def create_app(config: Config, env: dict[str, str] | None = None, config_path: s
             config_path=config_path,
         )
         app.state.ctx = services
+        lag = asyncio.create_task(loop_lag.sample_forever(metrics), name="loop-lag")
         purger = None
         if retention.enabled(config.retention):
             purger = asyncio.create_task(retention.run_forever(store, config.retention), name="retention")
         try:
             yield
         finally:
-            if purger is not None:
-                purger.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await purger
+            for task in (lag, purger):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             # shadow calls in flight are billed too: recorded before the store closes
             await services.shadows.drain(timeout=max(10.0, config.server.shutdown_grace))
             # summarizer calls in flight are billed: give them the shutdown grace to answer and be recorded

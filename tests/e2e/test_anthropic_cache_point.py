@@ -17,9 +17,11 @@ import json
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
+from tests.unit.test_ledger import parse_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -255,3 +257,11 @@ def test_the_first_rewrite_is_the_compaction(proxy, anthropic_upstream, api_key,
         assert summaries and max(summaries) < first and carries and went["covered_through_seq"] > 0
     else:
         assert not summaries and not carries and went["covered_through_seq"] == 0
+    # the metric counts the one request that waited for its summary (`ctxproxy_summary_wait_seconds`)
+    metrics = parse_metrics(httpx.get(f"{p.url}/metrics", timeout=10).text)
+    waits = {
+        dict(labels)["outcome"]: value
+        for (name, labels), value in metrics.items()
+        if name == "ctxproxy_summary_wait_seconds_count"
+    }
+    assert waits == ({"committed": 1} if first_rewrite == "compact" else {})
