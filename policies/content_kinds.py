@@ -81,8 +81,9 @@ _DEFINITION_ANY = re.compile(_DEFINITION.pattern, re.M)
 _IMPORT_ANY = re.compile(_IMPORT.pattern, re.M)
 _ERROR_ANY = ERROR_LINE
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
-REFERENCE = re.compile(r"[\w./-]+\.\w{1,6}:\d+")
-"""a `path:line` reference (`src/app.py:46`, `lib.rs:12:5`): where a warning, a frame or a hit is"""
+REFERENCE = re.compile(r"(?<=[\w./-])\.\w{1,6}:\d")
+"""a `path:line` reference (`src/app.py:46`, `lib.rs:12:5`): where a warning, a frame or a hit is
+(found by its `.ext:digit`, a literal first, so a long run of word characters is read once)"""
 SAMPLE = 60
 """lines a costly kind test reads first: a kind that fails on them is not tried on the rest"""
 _SEPARATORS = (",", "\t", "|")
@@ -99,7 +100,7 @@ class Ranked:
     unit: str = "lines"
     key: int = 0
     """lines ranked this or better (`MUST` aside) are the key lines the excerpt's budget grows
-    for (`shaping.budget_of`); 0: the kind has none"""
+    for (`shaping.excerpt_budget`); 0: the kind has none"""
 
 
 class _Read:

@@ -62,13 +62,22 @@ def excerpt_budget(text: str, cap: int, *, quotes: Sequence[str] = (), focus: Se
     (`Ranked.key`) need, each whole with its gap lines and `MARKER_ROOM`, when that is more than
     the cap, up to `GROW_AT_MOST` times it; `LEAN` of the cap for text with no key lines (what the
     dense ones spend beyond the cap, so that over many results the excerpts cost no more than
-    head + tail at the cap). A function of the text, the cap, the quotes and the focus alone."""
-    if not quotes and _json_value(text) is not None:
-        return cap
-    need = key_need(text, quotes=quotes, focus=focus)
-    if not need:
-        return int(cap * LEAN)
-    return min(cap * GROW_AT_MOST, max(cap, need + MARKER_ROOM))
+    head + tail at the cap). A function of the text, the cap, the quotes and the focus alone.
+
+    Remembered like `shape_text`'s excerpts, by a digest of the text: classifying is the cost."""
+    key = (hashlib.blake2b(text.encode(), digest_size=16).digest(), cap, tuple(quotes), tuple(focus))
+    with _SHAPED_LOCK:
+        if key in _BUDGETS:
+            return _BUDGETS[key]
+    budget = cap
+    if quotes or _json_value(text) is None:
+        need = key_need(text, quotes=quotes, focus=focus)
+        budget = min(cap * GROW_AT_MOST, max(cap, need + MARKER_ROOM)) if need else int(cap * LEAN)
+    with _SHAPED_LOCK:
+        if len(_BUDGETS) >= SHAPED_REMEMBERED:
+            del _BUDGETS[next(iter(_BUDGETS))]
+        _BUDGETS[key] = budget
+    return budget
 
 
 def key_need(text: str, *, quotes: Sequence[str] = (), focus: Sequence[str] = ()) -> int:
@@ -108,6 +117,7 @@ def shape_text(text: str, max_chars: int, *, quotes: Sequence[str] = (), focus: 
 
 SHAPED_REMEMBERED = 8192
 _SHAPED: dict[tuple[bytes, int, tuple[str, ...], tuple[str, ...]], Shaped | None] = {}
+_BUDGETS: dict[tuple[bytes, int, tuple[str, ...], tuple[str, ...]], int] = {}
 _SHAPED_LOCK = threading.Lock()
 
 
