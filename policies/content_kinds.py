@@ -15,10 +15,12 @@ Kinds, tried in this order (the first that recognizes the text wins):
 - `source` (numbered lines as file viewers print them, or a definition every 40 lines): definitions and
   signatures, the lines around the call's focus (the pattern it searched for);
 - `repetitive output` (half the lines or more follow one pattern): the lines that break it;
-- `output`: any other text with error lines or a traceback: those lines and the traceback's last
-  frame.
-Every kind but `diff`, `table` and `source` also ranks error lines and Python tracebacks (the
-header, the last frame and the exception line) as key. Text of no kind is left to head + tail.
+- `output`: any other text with error lines, a traceback or `path:line` references: those lines
+  and the traceback's last frame.
+Every kind but `diff`, `table` and `source` also ranks error lines, `path:line` references and
+Python tracebacks (the header, the last frame and the exception line) as key. Text of no kind is
+left to head + tail. `Ranked.key` says which ranks are the key lines an excerpt's budget grows
+for (`shaping.excerpt_budget`).
 
 Invariant: pure; ranks depend on the lines and the focus terms only.
 """
@@ -79,6 +81,9 @@ _DEFINITION_ANY = re.compile(_DEFINITION.pattern, re.M)
 _IMPORT_ANY = re.compile(_IMPORT.pattern, re.M)
 _ERROR_ANY = ERROR_LINE
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+REFERENCE = re.compile(r"(?<=[\w./-])\.\w{1,6}:\d")
+"""a `path:line` reference (`src/app.py:46`, `lib.rs:12:5`): where a warning, a frame or a hit is
+(found by its `.ext:digit`, a literal first, so a long run of word characters is read once)"""
 SAMPLE = 60
 """lines a costly kind test reads first: a kind that fails on them is not tried on the rest"""
 _SEPARATORS = (",", "\t", "|")
@@ -93,6 +98,9 @@ class Ranked:
     ranks: list[int]
     note: GapNote | None = None
     unit: str = "lines"
+    key: int = 0
+    """lines ranked this or better (`MUST` aside) are the key lines the excerpt's budget grows
+    for (`shaping.excerpt_budget`); 0: the kind has none"""
 
 
 class _Read:
@@ -167,11 +175,13 @@ def _matching_lines(read: _Read, pattern: re.Pattern[str]) -> list[int]:
 
 
 def _errors(read: _Read, ranks: list[int]) -> bool:
-    """Rank error lines 1 (a line of context 4) and Python tracebacks: the header 2, the last
-    frame and the exception line 1, the last frame's code 2, the other frames 4. Whether any
-    was found."""
+    """Rank error lines 1 (a line of context 4), `path:line` references 2 (warnings, pytest's
+    frames) and Python tracebacks: the header 2, the last frame and the exception line 1, the
+    last frame's code 2, the other frames 4. Whether any error was found."""
     lines = read.lines
     n = len(lines)
+    for i in _matching_lines(read, REFERENCE) if REFERENCE.search(read.text) else ():
+        _lower(ranks, i, 2)
     errors = _matching_lines(read, ERROR_LINE)
     tracebacks = set(_matching_lines(read, _TRACEBACK))
     for i in errors:
@@ -223,7 +233,7 @@ def _test_output(read: _Read, focus: Sequence[str]) -> Ranked | None:
         elif line.startswith(">"):
             _lower(ranks, i, 4)
     _ends(ranks, 1, 5)
-    return Ranked("test output", "failures, last frames, summary", ranks)
+    return Ranked("test output", "failures, last frames, summary", ranks, key=2)
 
 
 def _diff(read: _Read, focus: Sequence[str]) -> Ranked | None:
@@ -247,7 +257,7 @@ def _diff(read: _Read, focus: Sequence[str]) -> Ranked | None:
         elif line.startswith(" "):
             ranks[i] = 6
     _focus(lines, focus, ranks, 2, 1)
-    return Ranked("diff", "file and hunk headers, changed lines", ranks)
+    return Ranked("diff", "file and hunk headers, changed lines", ranks, key=1)
 
 
 def _level_note(gap: Sequence[str]) -> str:
@@ -278,7 +288,7 @@ def _log(read: _Read, focus: Sequence[str]) -> Ranked | None:
     _errors(read, ranks)
     _focus(lines, focus, ranks, 2, 1)
     _ends(ranks, 2, 3)
-    return Ranked("log", "errors, warnings, first and last lines", ranks, _level_note)
+    return Ranked("log", "errors, warnings, first and last lines", ranks, _level_note, key=1)
 
 
 def _table(read: _Read, focus: Sequence[str]) -> Ranked | None:
@@ -383,16 +393,16 @@ def _repetitive(read: _Read, focus: Sequence[str]) -> Ranked | None:
         alike = sum(1 for line in gap if template(line) == common)
         return f"{alike:,} like {common!r}" if alike else ""
 
-    return Ranked("repetitive output", "lines breaking the pattern", ranks, note)
+    return Ranked("repetitive output", "lines breaking the pattern", ranks, note, key=1)
 
 
 def _output(read: _Read, focus: Sequence[str]) -> Ranked | None:
-    if not _ERROR_ANY.search(read.text):
+    if not _ERROR_ANY.search(read.text) and not REFERENCE.search(read.text):
         return None
     lines = read.lines
     ranks = _ranks(lines)
-    if not _errors(read, ranks):
+    if not _errors(read, ranks) and min(ranks, default=FILLER) == FILLER:
         return None
     _focus(lines, focus, ranks, 2, 0)
     _ends(ranks, 2, 4)
-    return Ranked("output", "error lines, last frames", ranks)
+    return Ranked("output", "error lines, last frames", ranks, key=2)

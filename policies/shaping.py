@@ -10,6 +10,13 @@ most of what the model may need later, and to say what it left out. This module 
   budget; text a later call quotes verbatim (`quotes`) is kept whatever the budget;
 - text of no kind (and no quote to keep) gets None: the caller cuts it head + tail.
 
+The budget is per result (`excerpt_budget`): the cap is what a result of average key-line density
+gets. Key lines (the kind's `Ranked.key`: failures, errors, tracebacks' ends, `path:line`
+references, a diff's file headers) need what they need, so a result dense in them may spend up to
+`GROW_AT_MOST` times the cap, and a result with none gets `LEAN` of it, which pays for them over
+many results (`python -m bench.lossless` measures both against head + tail at the cap). The
+budget depends on the result's own text, cap, quotes and focus only, so its bytes stay put.
+
 Invariant: pure and deterministic (what it remembers changes no answer, only how soon it comes).
 """
 
@@ -24,8 +31,15 @@ from functools import lru_cache
 from typing import Any
 
 from policies.content_kinds import Ranked, classify
-from policies.excerpt import FILLER, MUST, Picked, pick, render
+from policies.excerpt import FILLER, GAP_COST, MUST, Picked, pick, render
 
+GROW_AT_MOST = 4
+"""a type-aware excerpt's budget grows for its key lines to at most this many times the cap"""
+LEAN = 0.9
+"""the share of the cap a type-aware excerpt of text with no key lines gets"""
+MARKER_ROOM = 64
+"""what an excerpt's marker says beyond head + tail's (its kind, what it kept, lines left out):
+the room a grown budget leaves it, so that the key lines still fit once it is paid"""
 JSON_ROUNDS = ((3, 1, 200), (2, 1, 80), (1, 1, 40), (1, 0, 40), (1, 0, 16), (0, 0, 16))
 """(items kept at the start of a long array, at its end, characters kept of a long string), per round"""
 
@@ -41,6 +55,44 @@ class Shaped:
     left_out: int
     total: int
     unit: str = "lines"
+
+
+def excerpt_budget(text: str, cap: int, *, quotes: Sequence[str] = (), focus: Sequence[str] = ()) -> int:
+    """The budget of `text`'s type-aware excerpt under `cap`: the cap for JSON; what its key lines
+    (`Ranked.key`) need, each whole with its gap lines and `MARKER_ROOM`, when that is more than
+    the cap, up to `GROW_AT_MOST` times it; `LEAN` of the cap for text with no key lines (what the
+    dense ones spend beyond the cap, so that over many results the excerpts cost no more than
+    head + tail at the cap). A function of the text, the cap, the quotes and the focus alone.
+
+    Remembered like `shape_text`'s excerpts, by a digest of the text: classifying is the cost."""
+    key = (hashlib.blake2b(text.encode(), digest_size=16).digest(), cap, tuple(quotes), tuple(focus))
+    with _SHAPED_LOCK:
+        if key in _BUDGETS:
+            return _BUDGETS[key]
+    budget = cap
+    if quotes or _json_value(text) is None:
+        need = key_need(text, quotes=quotes, focus=focus)
+        budget = min(cap * GROW_AT_MOST, max(cap, need + MARKER_ROOM)) if need else int(cap * LEAN)
+    with _SHAPED_LOCK:
+        if len(_BUDGETS) >= SHAPED_REMEMBERED:
+            del _BUDGETS[next(iter(_BUDGETS))]
+        _BUDGETS[key] = budget
+    return budget
+
+
+def key_need(text: str, *, quotes: Sequence[str] = (), focus: Sequence[str] = ()) -> int:
+    """The characters `text`'s key lines (`Ranked.key`, `MUST` lines aside) take in an excerpt,
+    each whole, with a gap line before each run of them and one after the last; 0: none."""
+    read = _ranked(text, tuple(quotes), tuple(focus))
+    if read is None or not read[1].key:
+        return 0
+    lines, ranked, ranks = read
+    need, previous = GAP_COST, -2
+    for i, rank in enumerate(ranks):
+        if MUST < rank <= ranked.key:
+            need += len(lines[i]) + 1 + (GAP_COST if previous != i - 1 else 0)
+            previous = i
+    return need if previous >= 0 else 0
 
 
 def shape_text(text: str, max_chars: int, *, quotes: Sequence[str] = (), focus: Sequence[str] = ()) -> Shaped | None:
@@ -65,6 +117,7 @@ def shape_text(text: str, max_chars: int, *, quotes: Sequence[str] = (), focus: 
 
 SHAPED_REMEMBERED = 8192
 _SHAPED: dict[tuple[bytes, int, tuple[str, ...], tuple[str, ...]], Shaped | None] = {}
+_BUDGETS: dict[tuple[bytes, int, tuple[str, ...], tuple[str, ...]], int] = {}
 _SHAPED_LOCK = threading.Lock()
 
 
@@ -130,14 +183,22 @@ class _Shrink:
         return value
 
 
-def shape_json(text: str, max_chars: int) -> Shaped | None:
-    """A JSON object or array shrunk to `max_chars` (None: not JSON, or no round fits)."""
+@lru_cache(maxsize=16)
+def _json_value(text: str) -> Any:
+    """The object or array `text` parses as, else None."""
     stripped = text.strip()
     if not stripped or stripped[0] not in "[{":
         return None
     try:
-        value = json.loads(stripped)
+        return json.loads(stripped)
     except ValueError:
+        return None
+
+
+def shape_json(text: str, max_chars: int) -> Shaped | None:
+    """A JSON object or array shrunk to `max_chars` (None: not JSON, or no round fits)."""
+    value = _json_value(text)
+    if value is None:
         return None
     for head, tail, chars in JSON_ROUNDS:
         shrink = _Shrink(head, tail, chars)

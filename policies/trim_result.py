@@ -7,9 +7,11 @@ lossless first:
 2. `near-repeat`: the same call as a later result, a few lines apart -> the marker and the line
    delta against that result, when the delta fits the cap and keeps every quote;
 3. `type-aware`: an excerpt by content (`policies.shaping`), the marker first, saying what kind it
-   read, what it kept, how many lines it left out, the event and the recall tool;
-4. otherwise head + tail (`trim_message`), as the `trim` action always does (when a later call
-   quotes the result, a line excerpt that keeps the quotes instead).
+   read, what it kept, how many lines it left out, the event and the recall tool; its budget is
+   the cap grown for its key lines or made lean without them (`budget_of`);
+4. otherwise head + tail (`trim_message`): at that budget for text of no kind, at the cap for
+   the `trim` action (when a later call quotes the result, a line excerpt that keeps the quotes
+   instead).
 A result whose trimmed form would not be shorter is left whole.
 
 Invariant: a function of (message, `Shaping`) alone, so the bytes of a trimmed result stay the
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from policies.base import Message, TrimEntry
 from policies.later import focus_of
 from policies.repeats import near_marker, near_repeat, repeat_marker
-from policies.shaping import Shaped, shape_text
+from policies.shaping import Shaped, excerpt_budget, shape_text
 from policies.text import content_text, cut_text, non_text_parts, with_content
 
 Trimmed = tuple[dict[str, object], TrimEntry]
@@ -99,18 +101,31 @@ def excerpt_marker(shaped: Shaped, tool: str, chars: int, seq: int, dropped: int
     )
 
 
-def excerpt(text: str, spec: Shaping, dropped: int) -> tuple[str, Shaped] | None:
+SHRINK_ROUNDS = 6
+"""how many times an excerpt over what head + tail would send is shaped again, its budget cut by
+the excess (gap lines and cut lines make the cost of a budget uneven)"""
+
+
+def budget_of(text: str, spec: Shaping) -> int:
+    """The characters `text` keeps once trimmed: the cap for `trim`; for `type-aware`, the cap
+    grown for the key lines a result holds, or made lean when it holds none
+    (`shaping.excerpt_budget`)."""
+    if spec.action != "type-aware":
+        return spec.max_chars
+    return excerpt_budget(text, spec.max_chars, quotes=spec.quotes, focus=focus_of(spec.arguments))
+
+
+def excerpt(text: str, spec: Shaping, dropped: int, budget: int) -> tuple[str, Shaped] | None:
     """The marker and excerpt of `text` by content (`shaping.shape_text`), costing no more than
-    head + tail would (the excerpt's budget is cut by what its marker says more); None: no
-    kind applies (the caller cuts head + tail). (what is sent, how it was shaped)"""
+    head + tail at `budget` would (the excerpt's budget is cut by what its marker says more);
+    None: no kind applies (the caller cuts head + tail). (what is sent, how it was shaped)"""
     quotes = spec.quotes
     focus = focus_of(spec.arguments) if spec.action == "type-aware" else ()
     if spec.action != "type-aware" and not quotes:
         return None
-    plain = len(trim_marker(spec.tool, len(text), 0, 0, spec.seq, dropped, spec.recall_tool)) + 2 + spec.max_chars
-    budget = spec.max_chars
+    plain = len(trim_marker(spec.tool, len(text), 0, 0, spec.seq, dropped, spec.recall_tool)) + 2 + budget
     best: tuple[str, Shaped] | None = None
-    for _ in range(3):
+    for _ in range(SHRINK_ROUNDS):
         shaped = shape_text(text, budget, quotes=quotes, focus=focus)
         if shaped is None:
             break
@@ -150,14 +165,15 @@ def shape_message(message: Message, spec: Shaping) -> Trimmed | None:
                     return done(sent, len(delta), "near-repeat")
     if len(text) <= spec.max_chars:
         return None
-    shaped = excerpt(text, spec, dropped)
+    budget = budget_of(text, spec)
+    shaped = excerpt(text, spec, dropped, budget)
     if shaped is not None:
         return done(shaped[0], shaped[1].kept_chars, shaped[1].kind or "lines")
     if spec.quotes:
         return None  # nothing shorter keeps the quotes: whole
     return trim_message(
         message,
-        max_chars=spec.max_chars,
+        max_chars=budget,
         head_ratio=spec.head_ratio,
         tool_name=spec.tool,
         seq=spec.seq,

@@ -23,7 +23,8 @@ How, one module per step:
   `encrypted_content` kept before the `function_call`), then one tool result per call
   (`Wire.tool_result`, its text from `answer`).
 * `answer` -- the tool result: a search of the branch's lineage (`policies.search`) or one event
-  whole, bounded by `max_result_tokens`.
+  whole, bounded by `max_result_tokens` (a longer one is cut, its marker naming the `offset` that
+  reads on: every byte can be read, page by page).
 * `detour` -- the loop: answer, call upstream again, at most `max_rounds` times (the last round
   without the tool); each consumed answer is a call record with `purpose: recall`. None of the
   detour becomes an event. An upstream that rejects the request with the tool (a 400 before any

@@ -55,7 +55,10 @@ def answer(
         return "Error: the arguments must be a JSON object with a string `query`."
     event = arguments.get("event")
     if isinstance(event, int) and not isinstance(event, bool):
-        return _fitted_event(events, event, limit, count)
+        offset = arguments.get("offset", 0)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            return "Error: `offset` must be a non-negative integer (a cut event's marker names it)."
+        return _fitted_event(events, event, limit, count, offset)
     text = arguments.get("query")
     try:
         query = parse_query(text if isinstance(text, str) else "")
@@ -65,15 +68,18 @@ def answer(
     return render(text if isinstance(text, str) else "", fitted)
 
 
-def _fitted_event(events: Sequence[SearchableEvent], seq: int, limit: int, count: Callable[[str], int]) -> str:
-    """One event, cut by characters until the tokenizer says it fits (digits and symbols take
-    more tokens per character than prose)."""
+def _fitted_event(
+    events: Sequence[SearchableEvent], seq: int, limit: int, count: Callable[[str], int], offset: int = 0
+) -> str:
+    """One event from character `offset` on, cut by characters until the tokenizer says it fits
+    (digits and symbols take more tokens per character than prose); a cut one's marker names the
+    offset that reads on."""
     chars = limit * CHARS_PER_TOKEN
-    text = render_event(events, seq, chars)
+    text = render_event(events, seq, chars, offset)
     for _ in range(4):
         used = count(text)
         if used <= limit:
             break
         chars = int(chars * limit / used * 0.9)
-        text = render_event(events, seq, chars)
+        text = render_event(events, seq, chars, offset)
     return text

@@ -19,13 +19,15 @@ DESCRIPTION = (
     "Search this conversation's earlier history, including tool results that were trimmed "
     'and turns that were summarized. `query`: words and "quoted phrases", all must match, '
     "case-insensitive. Results are excerpts with event numbers, oldest first. Give `event` "
-    "to read one stored event whole (bounded)."
+    "to read one stored event whole (bounded: a longer one comes back cut, its marker naming "
+    "the `offset` that reads on)."
 )
 PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "description": 'Words or "quoted phrases" to find.'},
         "event": {"type": "integer", "description": "An event number to read whole."},
+        "offset": {"type": "integer", "description": "With `event`: the character to read on from."},
     },
     "required": ["query"],
 }

@@ -70,5 +70,6 @@ routes = [
     Route("/ui/api/shadow", api(shadow_page.shadow_json), methods=["GET"]),
     Route("/ui/api" + C[3:] + "/state", api(conversation.state_json), methods=["GET"]),
     Route("/ui/api" + C[3:] + "/calls/{call}", api(call_page.call_json), methods=["GET"]),
+    Route("/ui/api" + C[3:] + "/calls/{call}/elided/{seq}", api(call_page.elided_json), methods=["GET"]),
     Route("/ui/api" + C[3:] + "/tokens", api(call_page.tokens_json), methods=["GET"]),
 ]

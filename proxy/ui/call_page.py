@@ -9,10 +9,13 @@ from typing import Any
 
 from starlette.requests import Request
 
+from policies.text import content_text
+
 from ..asgi import RawResponse
 from ..errors import BadRequest, NotFound
 from . import data
 from .conversation import event_link
+from .elided import segments
 from .guard import Ctx
 from .html import cell, cost, esc, frame, json_answer, link, message_text, ms, num, query, respond, table
 from .reconstruct import CallView, Rebuilder, Row, consumers, preview, shown_record
@@ -71,7 +74,17 @@ def _text(cid: str, branch: str | None, row: Row, message: Mapping[str, Any] | N
     return f"<pre>{marked}</pre>{more}"
 
 
-def diff_row(cid: str, branch: str | None, row: Row) -> str:
+def elided_details(api: str, seq: int) -> str:
+    """The on-demand view of what a trimmed result left out: opening it loads `elided_json`
+    (app.js) and shows the stored original, its elided runs marked."""
+    return (
+        f'<details class="elided" data-src="{esc(f"{api}/elided/{seq}")}">'
+        '<summary>Show the elided parts</summary><pre class="original"></pre></details>'
+    )
+
+
+def diff_row(cid: str, branch: str | None, row: Row, api: str | None = None) -> str:
+    """One event's row; `api`: the call's JSON path, for the elided parts of a trimmed result."""
     where = event_link(cid, branch, row.seq) if row.seq is not None else ""
     left = _text(cid, branch, row, row.client) if row.client is not None else ""
     if row.form == "raw":
@@ -80,6 +93,8 @@ def diff_row(cid: str, branch: str | None, row: Row) -> str:
         right = f'<span class="gone">{esc(FORM_TEXT[row.form])}</span>'
     else:
         right = _text(cid, branch, row, row.sent)
+        if row.form == "trimmed" and row.seq is not None and api is not None:
+            right += elided_details(api, row.seq)
     return (
         f'<tr class="form-{row.form}" data-form="{row.form}" data-seq="{"" if row.seq is None else row.seq}">'
         f'<td>{where}</td><td><span class="badge {row.form}">{esc(FORM_TEXT[row.form])}</span>'
@@ -149,7 +164,7 @@ async def call_page(request: Request, ctx: Ctx) -> RawResponse:
     grid = table(
         ["Event", "Form", "Client sent", "Would have gone upstream" if observed else "Went upstream"]
         + ["Client tokens", "Would-be sent tokens" if observed else "Sent tokens"],
-        [diff_row(cid, view.call.branch_id, row) for row in shown],
+        [diff_row(cid, view.call.branch_id, row, f"/ui/api/conversations/{cid}/calls/{view.call.id}") for row in shown],
         cls="grid diff",
         id="diff",
     )
@@ -186,6 +201,30 @@ async def call_json(request: Request, ctx: Ctx) -> RawResponse:
                 }
                 for r in view.rows
             ],
+        }
+    )
+
+
+async def elided_json(request: Request, ctx: Ctx) -> RawResponse:
+    """A trimmed result of the call: the stored original cut into kept and elided runs
+    (`elided.segments`), and how it was trimmed."""
+    raw = request.path_params["seq"]
+    if not raw.isdigit():
+        raise BadRequest(f"Event {raw!r} is not an event number.", param="seq")
+    seq = int(raw)
+    _, view = await _view(request, ctx)
+    row = next((r for r in view.rows if r.seq == seq and r.form == "trimmed"), None)
+    if row is None:
+        raise NotFound(f"Event {seq} was not trimmed in call {view.call.id!r}.")
+    original, sent = content_text((row.client or {}).get("content")), content_text((row.sent or {}).get("content"))
+    parts = segments(original, sent)
+    return json_answer(
+        {
+            "seq": seq,
+            "note": row.note,
+            "original_chars": len(original),
+            "elided_chars": sum(len(text) for text, elided in parts if elided),
+            "segments": [{"text": text, "elided": elided} for text, elided in parts],
         }
     )
 

@@ -9,6 +9,7 @@ byte-identical on every request.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import pytest
@@ -143,3 +144,32 @@ def test_recall_rounds_are_bounded_and_the_last_has_no_tool(proxy, upstream, api
     assert "No stored event matches" in sent[1].body["messages"][-1]["content"]
     purposes = [c["purpose"] for c in p.wait_calls(conv, 7)]
     assert purposes.count("recall") == 2
+
+
+def test_a_long_event_reads_on_by_offset_to_the_fact_in_its_middle(proxy, upstream, api_key):
+    # the 12,013-char result is longer than an answer's 8,000 chars: read whole it comes back
+    # head + tail, the fact in its middle left out; the marker's offset reads on to the fact
+    p = proxy(policies={"default": POLICY})
+    client, conv, history = _history(p, upstream, api_key, f"offset-{uuid.uuid4().hex}")
+    seq = next(e["seq"] for e in p.events(conv) if e["role"] == "tool")
+    before = len(upstream.chat_requests)
+    history.append(user("Which port does the config set?"))
+
+    def model(body):
+        last = body["messages"][-1]
+        if last["role"] != "tool":
+            return Reply(tool_calls=[tool_call("ctxproxy_recall", {"query": "", "event": seq}, id="call_read_0")])
+        if FACT in last["content"]:
+            return Reply(content="The config sets port 48443.")
+        offset = int(re.search(r'"offset": (\d+) reads on from there', last["content"]).group(1))
+        arguments = {"query": "", "event": seq, "offset": offset}
+        return Reply(tool_calls=[tool_call("ctxproxy_recall", arguments, id="call_read_1")])
+
+    upstream.responder = model
+    answer = client.chat.completions.create(model="gpt-4o", messages=history, tools=TOOLS)
+    assert answer.choices[0].message.content == "The config sets port 48443."
+    last = upstream.chat_requests[before:][-1].body["messages"]
+    first, second = (m["content"] for m in last if m.get("tool_call_id") in ("call_read_0", "call_read_1"))
+    assert FACT not in first and "chars left out" in first and first.count("a") > 1000 and first.count("b") > 1000
+    assert FACT in second and re.search(rf"Stored event {seq}, from char 4,000 of 12,0\d\d \(data", second)
+    assert [c["purpose"] for c in p.wait_calls(conv, 7)].count("recall") == 2

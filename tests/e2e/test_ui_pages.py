@@ -228,6 +228,41 @@ def test_the_diff_marks_trims_the_summary_pins_and_pruned_groups(scenario: Scena
     context.close()
 
 
+def test_a_trimmed_results_elided_parts_show_on_demand(scenario: Scenario, clean: Browser) -> None:
+    call = last_call(scenario, scenario.demo, lambda p: p["trimmed"])
+    context, page = clean.login(viewport={"width": 1280, "height": 900})
+    page.goto(f"{clean.base}/ui/conversations/{scenario.demo}/calls/{call['id']}")
+    row = page.locator('#diff tr[data-form="trimmed"]').first
+    seq = int(row.get_attribute("data-seq") or "0")
+    details = row.locator("details.elided")
+    pre = details.locator("pre.original")
+    assert details.count() == 1 and pre.text_content() == "", "nothing is loaded before it is asked for"
+    loads = len([url for url in clean.requests if "/elided/" in url])
+    assert loads == 0
+    details.locator("summary").click()
+    expect(details).to_have_attribute("data-loaded", "done")
+    page_events = scenario.admin(
+        f"conversations/{scenario.demo}/events?branch={call['branch_id']}&after={seq - 1}&limit=1"
+    )
+    stored = page_events["data"][0]["message"]["content"]
+    assert pre.text_content() == stored, "the stored original, byte for byte"
+    sent = row.locator("td").nth(3).locator("pre").first.inner_text()
+    elided = pre.locator("mark.elided").all_text_contents()
+    assert elided and all(part not in sent for part in elided if len(part) > 40)
+    assert "line 20 of log" in "".join(elided) and "line 20 of log" not in sent, "the middle the model did not see"
+    assert [url for url in clean.requests if "/elided/" in url] == [
+        f"{clean.base}/ui/api/conversations/{scenario.demo}/calls/{call['id']}/elided/{seq}"
+    ]
+    details.locator("summary").click()
+    details.locator("summary").click()  # closed and opened again: loaded once
+    assert len([url for url in clean.requests if "/elided/" in url]) == 1
+    clean.shot(page, "diff-elided")
+    # a row that was not trimmed in the call: the API's own 404
+    answer = page.request.get(f"{clean.base}/ui/api/conversations/{scenario.demo}/calls/{call['id']}/elided/1")
+    assert answer.status == 404 and "was not trimmed" in answer.json()["error"]["message"]
+    context.close()
+
+
 def test_where_the_tokens_went_ranks_events_by_what_they_cost_upstream(scenario: Scenario, clean: Browser) -> None:
     context, page = clean.login(viewport={"width": 1280, "height": 900})
     page.goto(f"{clean.base}/ui/conversations/{scenario.demo}")

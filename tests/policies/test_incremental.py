@@ -258,9 +258,9 @@ def test_the_cache_point_ends_the_old_results_and_its_prefix_survives_each_bound
         point = projection.cache_point
         if point is not None:
             message = projection.messages[point]
-            assert message["role"] == "tool" and "first 50 and last 50 kept" in message["content"]
+            assert message["role"] == "tool" and "first 45 and last 45 kept" in message["content"]
             later = projection.messages[point + 1 :]
-            assert not any("first 50 and last 50 kept" in str(m.get("content")) for m in later)
+            assert not any("first 45 and last 45 kept" in str(m.get("content")) for m in later)
         if previous is not None and previous.cache_point is not None:
             kept = previous.messages[: previous.cache_point + 1]
             assert json.dumps(projection.messages[: len(kept)]) == json.dumps(kept)

@@ -125,7 +125,7 @@ def test_old_trimmed_recent_capped_excluded_and_latest_untouched() -> None:
     contents = [str(m.get("content")) for m in out.messages()]
     assert len(contents[2]) < 500  # old: 400 chars + marker
     assert contents[4] == big  # excluded tool
-    assert len(contents[6]) < 8_200 and "first 4,000 and last 4,000 kept; event 7" in contents[6]  # recent cap
+    assert len(contents[6]) < 7_400 and "first 3,600 and last 3,600 kept; event 7" in contents[6]  # recent cap, lean
     assert contents[8] == big  # in-flight group
     assert [e.seq for e in out.trimmed] == [3, 7]
     assert [i.message for i in history] == before

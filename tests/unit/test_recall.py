@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,3 +226,39 @@ def test_a_rejection_mark_expires_and_says_why():
     assert ("r", "m") not in rejected and rejected.pairs() == [] and len(rejected) == 0
     rejected.remember("r", "m", "again", 60)
     assert rejected.forget() == 1 and ("r", "m") not in rejected
+
+
+def test_a_long_event_reads_on_page_by_page_until_every_byte_is_back():
+    # 35,000 chars, every position distinct: far over the 2,000 tokens an answer holds
+    text = "".join(f"<{i:05d}>" for i in range(5_000))
+    events = [Ev(7, "tool", {"role": "tool", "tool_call_id": "t", "content": text})]
+    call = {"id": "c", "type": "function", "function": {"name": RECALL}}
+    read, offset, answers = "", 0, 0
+    while True:
+        arguments = {"query": "", "event": 7, **({"offset": offset} if offset else {})}
+        out = answer(
+            events, {**call, "function": {**call["function"], "arguments": json.dumps(arguments)}}, AUTO.recall, len
+        )
+        answers += 1
+        assert len(out) <= AUTO.recall.max_result_tokens  # `len` counts a char a token
+        body = out.split("\n", 3)[3].rsplit("\n", 1)[0]  # the event's text: after the headers, before the block's end
+        marker = re.search(
+            r'\n\[\.\.\. [\d,]+ of 35,000 chars left out \(chars [\d,]+ to [\d,]+\); "offset": (\d+) reads on', body
+        )
+        if marker is None:
+            read += body
+            break
+        if offset:  # reading on: the next page, nothing after the marker
+            assert body.endswith(" reads on from there ...]")
+        else:  # the first answer: head + tail, as before
+            assert text.endswith(body[body.index("\n", marker.end()) + 1 :])
+        head = body[: marker.start()]
+        assert text[offset:].startswith(head) and int(marker.group(1)) == offset + len(head)
+        read += head
+        offset = int(marker.group(1))
+        assert answers < 40  # each page reads on by what an answer holds
+    assert read == text and answers > 2
+    assert f"from char {offset:,} of 35,000" in out
+    bad = {**call, "function": {**call["function"], "arguments": '{"query": "", "event": 7, "offset": -1}'}}
+    assert answer(events, bad, AUTO.recall, len).startswith("Error: `offset`")
+    assert "offset" in definition(W["openai_chat"], AUTO.recall)["function"]["parameters"]["properties"]

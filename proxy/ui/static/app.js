@@ -1,4 +1,4 @@
-// The inspector's only script: copy buttons, keyboard shortcuts, live refresh. No inline code
+// The inspector's only script: copy buttons, keyboard shortcuts, live refresh, elided parts. No inline code
 // (the Content-Security-Policy forbids it) and nothing fetched but this proxy's own /ui pages.
 "use strict";
 
@@ -70,6 +70,35 @@ function live() {
   tick();
   setInterval(tick, 2000);
 }
+
+// A trimmed result's "Show the elided parts": opening it loads the stored original once (the
+// call's JSON at data-src) and shows it, each elided run in a <mark class="elided">. Text goes in
+// as text nodes, never as HTML. Delegated from the document: live refresh swaps <main>.
+document.addEventListener("toggle", function (event) {
+  var details = event.target;
+  if (!details || !details.matches || !details.matches("details.elided[data-src]")) return;
+  if (!details.open || details.getAttribute("data-loaded")) return;
+  details.setAttribute("data-loaded", "loading");
+  var pre = details.querySelector("pre.original");
+  fetch(details.getAttribute("data-src"), { credentials: "same-origin", headers: { Accept: "application/json" } })
+    .then(function (response) { return response.ok ? response.json() : null; })
+    .then(function (body) {
+      if (!body || !pre) { details.setAttribute("data-loaded", "failed"); return; }
+      pre.textContent = "";
+      body.segments.forEach(function (part) {
+        if (part.elided) {
+          var mark = document.createElement("mark");
+          mark.className = "elided";
+          mark.textContent = part.text;
+          pre.appendChild(mark);
+        } else {
+          pre.appendChild(document.createTextNode(part.text));
+        }
+      });
+      details.setAttribute("data-loaded", "done");
+    })
+    .catch(function () { details.setAttribute("data-loaded", "failed"); });
+}, true);
 
 bindCopy(document);
 live();
