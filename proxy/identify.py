@@ -21,6 +21,14 @@ an empty list is treated as absent. `annotations` are always ignored (citation m
 clients drop). An answer's parallel tool calls compare in the order of their ids, and the text
 beside them without surrounding whitespace.
 
+A wire's private copy of a message's content (a `_`-prefixed key, `proxy.protocols.base`) is part
+of the message, except when it holds that content and nothing else: exactly `{"content": [{"type":
+"text", "text": T}]}` (empty fields absent) where T is the message's content. The Anthropic wire
+stores an answer so (its content blocks as the API returned them, to send them back exactly), and
+a client built on the SDK sends that answer back as the string T (`reply.content[0].text`): both
+are the message `{"role": "assistant", "content": T}`. Several blocks, a thinking block, a block
+with citations or any other field keep the copy, and so match only the same copy.
+
 Two re-renderings are the message they render (`proxy.renderings` states the rules and their
 risk): an answer's tool calls rendered as assistant text -- the same answer rendered differently --
 and a user message without its transient date reminder part. "The same answer" means the same
@@ -107,10 +115,23 @@ def _strip(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if v not in _EMPTY and k not in _IGNORED_KEYS}
 
 
+def _lone_text_copy(value: Any, content: Any) -> bool:
+    """Whether a private key's value is a copy of the message's content that adds nothing to it:
+    `{"content": [{"type": "text", "text": content}]}`, empty fields absent (module docstring)."""
+    if not isinstance(value, dict) or set(value) != {"content"} or not isinstance(content, str) or not content:
+        return False
+    parts = value["content"]
+    if not isinstance(parts, list) or len(parts) != 1 or not isinstance(parts[0], dict):
+        return False
+    return _strip(parts[0]) == {"type": "text", "text": content}
+
+
 def canonical(message: Message, transient: renderings.Transient = renderings.DEFAULT_TRANSIENT) -> dict[str, Any]:
     """The form that is hashed; see the module docstring for what is treated as equal.
     `transient` is the configured transient-part rule (`Config.transient_parts`)."""
     out = _strip(message)
+    for key in [k for k, v in out.items() if k.startswith("_") and _lone_text_copy(v, out.get("content"))]:
+        del out[key]
     rendered = renderings.rendered_answer(out)
     if rendered is not None:
         out = {**_strip(rendered), **{k: v for k, v in out.items() if k not in ("content", "role")}}

@@ -2,19 +2,24 @@
 
 Clients re-send what they got in their own spelling: pi re-stringifies tool-call arguments
 (`{"command": "ls"}` -> `{"command":"ls"}`), Claude Code sends its newest prompt as a text block
-with `cache_control` and re-sends it as a plain string next turn. Identity compares the canonical
-forms (no fork); the upstream still gets the client's own bytes.
+with `cache_control` and re-sends it as a plain string next turn, and an app built on the anthropic
+SDK sends its previous answer back as the string `reply.content[0].text` instead of the blocks the
+API returned. Identity compares the canonical forms (no fork); the upstream still gets the client's
+own bytes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 
+from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as AnthropicReply
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 from tests.support.upstream_server import Reply, tool_call
@@ -68,6 +73,23 @@ def test_chat_respelled_arguments_continue_the_branch(proxy, upstream, api_key):
     ]
 
 
+def _forks(p: Any) -> int:
+    """`ctxproxy_forks_total`, all causes (the pooled proxy is shared: compare before and after)."""
+    text = httpx.get(f"{p.url}/metrics", timeout=10).text
+    return sum(int(float(n)) for n in re.findall(r"^ctxproxy_forks_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+def _claude(proxy: Any, server: Any) -> Any:
+    timeouts = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
+    route = {
+        "name": "claude",
+        "match": {"model": "claude-*", "path": "/v1/messages"},
+        "upstream": {"base_url": server.url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
+        "policy": "default",
+    }
+    return proxy(routes=[route])
+
+
 def _anthropic_post(p: Any, api_key: str, body: dict[str, Any]) -> httpx.Response:
     headers = {"x-api-key": api_key, "anthropic-version": "2023-06-01", "content-type": "application/json"}
     response = httpx.post(f"{p.url}/v1/messages", content=json.dumps(body), headers=headers, timeout=TIMEOUT)
@@ -78,14 +100,7 @@ def _anthropic_post(p: Any, api_key: str, body: dict[str, Any]) -> httpx.Respons
 def test_anthropic_block_prompt_resent_as_string(proxy, claude_server, api_key):
     """Claude Code: the newest prompt is `[text block + cache_control]`, then the plain string."""
     claude_server.clear()
-    timeouts = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
-    route = {
-        "name": "claude",
-        "match": {"model": "claude-*", "path": "/v1/messages"},
-        "upstream": {"base_url": claude_server.url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
-        "policy": "default",
-    }
-    p = proxy(routes=[route])
+    p = _claude(proxy, claude_server)
     cc = {"type": "ephemeral"}
     use = {"name": "Bash", "input": {"command": "ls", "description": "list"}, "id": "toolu_01"}
     claude_server.push(AnthropicReply(tool_uses=[use]), AnthropicReply(text="two files"), AnthropicReply(text="ok"))
@@ -121,6 +136,84 @@ def test_anthropic_block_prompt_resent_as_string(proxy, claude_server, api_key):
     _one_branch(p, conv)
     roles = [e["message"]["role"] for e in p.events(conv)]
     assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant", "user", "assistant"]
+
+
+TURNS = 5
+
+
+@pytest.mark.parametrize("resent", ["string", "blocks"])
+def test_anthropic_sdk_answer_resent_as_string_or_blocks(
+    proxy: Any, claude_server: AnthropicUpstream, api_key: str, resent: str
+) -> None:
+    """The anthropic SDK, five turns (streamed and not, in turn): the previous answer goes back as
+    `reply.content[0].text` or as the blocks the API returned. Both are the stored answer: one
+    conversation, one branch, no fork counted; the string goes upstream as the client sent it."""
+    claude_server.clear()
+    p = _claude(proxy, claude_server)
+    client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=TIMEOUT)
+    forks = _forks(p)
+    messages: list[Any] = []
+    conversations = set()
+    for turn in range(TURNS):
+        messages.append({"role": "user", "content": f"question {turn}"})
+        args: dict[str, Any] = {"model": "claude-test-1", "max_tokens": 100, "messages": messages}
+        if turn % 2:
+            with client.messages.stream(**args) as stream:
+                reply = stream.get_final_message()
+                conversations.add(stream.response.headers["x-conversation-id"])
+        else:
+            raw = client.messages.with_raw_response.create(**args)
+            reply = raw.parse()
+            conversations.add(raw.headers["x-conversation-id"])
+        assert [b.type for b in reply.content] == ["text"]
+        text = reply.content[0].text  # type: ignore[union-attr]
+        assert text == f"ok: question {turn}"
+        messages.append({"role": "assistant", "content": text if resent == "string" else reply.content})
+    (conv,) = conversations
+    assert len(p.conversation(conv)["branches"]) == 1
+    assert _forks(p) == forks
+    assert [e["message"]["role"] for e in p.events(conv)] == ["user", "assistant"] * TURNS
+    sent = claude_server.message_requests[-1].body["messages"][1]
+    if resent == "string":  # the client's own bytes went upstream
+        assert sent == {"role": "assistant", "content": "ok: question 0"}
+    else:
+        assert sent == {"role": "assistant", "content": [{"type": "text", "text": "ok: question 0"}]}
+
+
+def test_anthropic_sdk_text_and_tool_use_answers_resent_as_blocks(
+    proxy: Any, claude_server: AnthropicUpstream, api_key: str
+) -> None:
+    """Five turns whose answers are text beside a tool_use block, sent back as the SDK returned
+    them with the tool's result: one conversation, one branch, no fork counted."""
+    claude_server.clear()
+    p = _claude(proxy, claude_server)
+    client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=TIMEOUT)
+    forks = _forks(p)
+    for turn in range(TURNS):
+        use = {"name": "bash", "input": {"command": f"ls dir{turn}"}, "id": f"toolu_{turn:02d}"}
+        claude_server.push(AnthropicReply(text=f"Looking at dir{turn}.", tool_uses=[use]))
+    tools = [{"name": "bash", "description": "Run a command.", "input_schema": {"type": "object"}}]
+    messages: list[Any] = [{"role": "user", "content": "look around"}]
+    conversations = set()
+    for turn in range(TURNS):
+        args: dict[str, Any] = {"model": "claude-test-1", "max_tokens": 100, "messages": messages, "tools": tools}
+        if turn % 2:
+            with client.messages.stream(**args) as stream:
+                reply = stream.get_final_message()
+                conversations.add(stream.response.headers["x-conversation-id"])
+        else:
+            raw = client.messages.with_raw_response.create(**args)
+            reply = raw.parse()
+            conversations.add(raw.headers["x-conversation-id"])
+        assert [b.type for b in reply.content] == ["text", "tool_use"]
+        result = {"type": "tool_result", "tool_use_id": f"toolu_{turn:02d}", "content": f"files of dir{turn}"}
+        messages += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": [result]}]
+    (conv,) = conversations
+    assert len(p.conversation(conv)["branches"]) == 1
+    assert _forks(p) == forks
+    assert [e["message"]["role"] for e in p.events(conv)] == ["user"] + ["assistant", "tool"] * (TURNS - 1) + [
+        "assistant"
+    ]
 
 
 @pytest.fixture(scope="module")

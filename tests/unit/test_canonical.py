@@ -117,6 +117,64 @@ def test_anthropic_two_blocks_are_not_one_string() -> None:
     assert anthropic_hashes([{"role": "user", "content": two}]) != anthropic_hashes([{"role": "user", "content": "PQ"}])
 
 
+def _answered(answer: Any) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "n"},
+    ]
+
+
+@pytest.mark.parametrize("marker", [None, CC])
+def test_anthropic_answer_as_one_text_block_is_the_string(marker: Any) -> None:
+    """An SDK app sends the answer back as `reply.content[0].text`: the stored answer's block copy
+    adds nothing to that string, so both are one message (and `citations: null` is no citation)."""
+    block: dict[str, Any] = {"type": "text", "text": "A", "citations": None}
+    if marker:
+        block["cache_control"] = marker
+    assert anthropic_hashes(_answered([block])) == anthropic_hashes(_answered("A"))
+
+
+@pytest.mark.parametrize(
+    ("blocks", "string"),
+    [
+        ([{"type": "text", "text": "A"}, {"type": "text", "text": "B"}], "A\nB"),
+        ([{"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "text", "text": "A"}], "A"),
+        ([{"type": "text", "text": "A", "citations": [{"type": "char_location", "cited_text": "x"}]}], "A"),
+        ([{"type": "text", "text": "A"}], "B"),
+    ],
+    ids=["two-text-blocks", "thinking", "citations", "other-text"],
+)
+def test_anthropic_answer_blocks_with_more_than_one_text_are_not_the_string(blocks: Any, string: str) -> None:
+    a, b = anthropic_hashes(_answered(blocks)), anthropic_hashes(_answered(string))
+    assert a[0] == b[0] and a[1] != b[1]
+
+
+def test_anthropic_answer_keeps_its_blocks_and_the_string_stays_a_string() -> None:
+    """The rule is for matching only: the stored answer keeps its block copy (sent back exactly),
+    a client's string goes back as that string."""
+    blocks = [{"type": "text", "text": "A"}]
+    common = anthropic.to_common({"messages": _answered(blocks)})
+    assert common[1][anthropic.PRIVATE] == {"content": blocks}
+    assert anthropic.to_native(common) == _answered(blocks)
+    assert anthropic.to_native(anthropic.to_common({"messages": _answered("A")})) == _answered("A")
+
+
+def test_a_private_copy_that_holds_more_than_the_content_is_part_of_the_message() -> None:
+    text = {"type": "text", "text": "A"}
+    plain = identify.canonical({"role": "assistant", "content": "A"})
+    assert identify.canonical({"role": "assistant", "content": "A", "_wire": {"content": [text]}}) == plain
+    for copy in (
+        {"content": [text], "extra": {"id": "m"}},
+        {"content": [{**text, "index": 0}]},
+        {"parts": [text]},
+        {"content": text},
+    ):
+        assert identify.canonical({"role": "assistant", "content": "A", "_wire": copy}) != plain
+    # only a private key: a visible one is content
+    assert identify.canonical({"role": "assistant", "content": "A", "wire": {"content": [text]}}) != plain
+
+
 def test_anthropic_moving_cache_markers_never_change_identity() -> None:
     """Claude Code moves its breakpoints every turn, inside a message too: its `/compact` after an
     interrupted turn marks the newest block instead of the one marked before; a tool result and

@@ -49,8 +49,11 @@ Common -> native (the upstream body after a projection rewrote something):
 Identity: the Anthropic SDK re-sends the content blocks of a response as it received them
 (`model_dump(exclude_unset=True)`: exactly the fields the JSON had), and the stream reassembly
 (`stream.py`) reproduces the SDK's `get_final_message()`. So the stored response and the re-sent
-turn convert to equal common messages. A client that re-serializes blocks with extra null fields
-(a plain `model_dump()`) forks the conversation at that turn.
+turn convert to equal common messages. An app that sends an answer of one text block back as the
+string of its text (`reply.content[0].text`) continues too: identity takes a copy of the content
+that holds one text block and nothing else as that string (`proxy.identify`). A client that
+re-serializes blocks with extra null fields (a plain `model_dump()`) forks the conversation at
+that turn, unless the answer is one text block.
 """
 
 from __future__ import annotations
