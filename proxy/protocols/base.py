@@ -67,7 +67,7 @@ from ..types import Json, Message, SentBody
 from ..usage import Usage
 from .chat_hop import ChatDefaults, ChatRendering
 from .counting import CountDefaults, Counting
-from .target import Target
+from .target import Target as Target  # re-exported: the wires and the pipeline import it from here
 
 Continue = Callable[[SseEvent], bytes | None]
 """One event of a follow-up's stream -> the bytes that continue the client's stream (None: dropped)."""

@@ -88,9 +88,9 @@ def _user(text: str) -> dict[str, Any]:
     return {"role": "user", "parts": [{"text": text}]}
 
 
-def _history(batches: int) -> list[dict[str, Any]]:
+def _history(batches: int) -> list[Any]:
     """Batches of ~450 tokens of notes, each acknowledged by the model."""
-    contents = [_user("Audit every batch of inventory notes, one at a time.")]
+    contents: list[Any] = [_user("Audit every batch of inventory notes, one at a time.")]
     for i in range(batches):
         rows = "".join(
             f"batch {i} row {r:03d}: item {r * 7 + i}, quantity {r % 13}, shelf {r % 5}\n" for r in range(30)
@@ -126,7 +126,7 @@ def _upstream_count(server: GeminiUpstream, body: dict[str, Any]) -> int:
     return int(r.json()["totalTokens"])
 
 
-def test_count_tokens_is_the_projection(proxy, gup, api_key):
+def test_count_tokens_is_the_projection(proxy: Any, gup: GeminiUpstream, api_key: str) -> None:
     p = _start(proxy, gup, POLICY)
     c = _client(p, api_key)
     config = types.GenerateContentConfig(max_output_tokens=OUTPUT)  # the SDK counts contents only
@@ -169,7 +169,7 @@ def test_count_tokens_is_the_projection(proxy, gup, api_key):
         assert abs(tokens - billed_tokens) <= 0.03 * billed_tokens, rows
 
 
-def test_a_fresh_conversation_is_counted_as_it_goes(proxy, gup, api_key):
+def test_a_fresh_conversation_is_counted_as_it_goes(proxy: Any, gup: GeminiUpstream, api_key: str) -> None:
     """Nothing stored: the upstream counts the body as the client sent it, with the route's key;
     a `generateContentRequest` (system instruction and tools included) with the key in the query
     goes as the model call would (with the proxy's own tools). Nothing is stored or recorded."""
@@ -220,7 +220,7 @@ def test_a_fresh_conversation_is_counted_as_it_goes(proxy, gup, api_key):
         (b"{not json", "Invalid JSON payload received"),
     ],
 )
-def test_a_bad_body_is_geminis_400(proxy, gup, api_key, body, words):
+def test_a_bad_body_is_geminis_400(proxy: Any, gup: GeminiUpstream, api_key: str, body: Any, words: str) -> None:
     p = _start(proxy, gup)
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     r = httpx.post(
@@ -235,7 +235,7 @@ def test_a_bad_body_is_geminis_400(proxy, gup, api_key, body, words):
     assert gup.requests == [] and p.admin_json("conversations")["data"] == []
 
 
-def test_the_sdk_raises_geminis_error(proxy, gup, api_key):
+def test_the_sdk_raises_geminis_error(proxy: Any, gup: GeminiUpstream, api_key: str) -> None:
     p = _start(proxy, gup)
     c = _client(p, api_key)
     system_turn = types.Content(role="system", parts=[types.Part(text="x")])

@@ -79,8 +79,8 @@ class GeminiWire(BaseWire):
     paths: tuple[str, ...] = ()
     """None fixed: the model is in the path (`target`)."""
     upstream_path = "/v1beta/models"
-    count_paths = COUNT_PATHS
-    upstream_count_path = UPSTREAM_COUNT_PATH
+    count_paths: tuple[str, ...] = COUNT_PATHS
+    upstream_count_path: str | None = UPSTREAM_COUNT_PATH
     """`{model}` is the model's (`upstream_count_path_for`)."""
     provider = "gcp.gemini"
     client_hint = "Google GenAI SDKs and Gemini CLI (GOOGLE_GEMINI_BASE_URL) {url}"
