@@ -1,5 +1,5 @@
 """Count a request's input as ctxproxy would send it (Anthropic's `count_tokens`, the Responses
-API's `input_tokens`).
+API's `input_tokens`, Gemini's `countTokens`).
 
 Problem: an agent sizes its own compaction from these endpoints (and from the usage of its
 calls). Relayed unchanged they count the history the agent holds, not what the proxy sends for
@@ -82,7 +82,7 @@ async def count(
     target, query = where_from
     config = services.config
     raw = await read_body(headers, receive, config.limits)
-    body = wire.parse(raw)
+    body = wire.count_body(wire.parse(raw))
     model, _ = wire.envelope(body, target)
     route, policy = routing.route_for(config, wire.path, model)
     caller = await auth.caller_of(services, route, wire.client_key(headers, query))
@@ -126,7 +126,7 @@ async def count(
     prediction = projected.prediction
     if prediction is not None and prediction.carried:
         return Counted(prediction.predicted, "carried")
-    payload = _payload(wire, body, raw, projected, tools is not None or block is not None)
+    payload = _payload(wire, (body, model), raw, projected, tools is not None or block is not None)
     try:
         upstream = await services.upstream.send(route, "POST", path, payload, upstream_headers)
     except UpstreamError:
@@ -137,19 +137,21 @@ async def count(
     if upstream.status != 200:
         return Counted(None, "relayed", upstream)
     try:
-        tokens = _input_tokens(await upstream.read())
+        tokens = _input_tokens(wire, await upstream.read())
     finally:
         upstream.close()
     return Counted(tokens, "upstream") if tokens is not None else _estimated(projected)
 
 
-def _payload(wire: Wire, body: dict[str, Any], raw: bytes, projected: Projected, added: bool) -> bytes:
-    """The body the model call would send (`added`: with the proxy's tools or memory block), as
-    the counting endpoint takes it."""
+def _payload(wire: Wire, call: tuple[dict[str, Any], str], raw: bytes, projected: Projected, added: bool) -> bytes:
+    """The body the model call of `call` (its body and model) would send (`added`: with the
+    proxy's tools or memory block), as the counting endpoint takes it; the client's own counting
+    body when it goes unchanged."""
+    body, model = call
     projection = projected.projection
     messages = projection.messages if projection.record.rewritten or added else None
     encoded, _ = wire.encode(body, messages, False, None)
-    return raw if encoded is None else encoded
+    return raw if encoded is None else wire.count_request(encoded, model)
 
 
 def _estimated(projected: Projected) -> Counted:
@@ -158,10 +160,10 @@ def _estimated(projected: Projected) -> Counted:
     return Counted(tokens, "estimated")
 
 
-def _input_tokens(data: bytes) -> int | None:
+def _input_tokens(wire: Wire, data: bytes) -> int | None:
     try:
         parsed = loads(data)
     except JsonRejected:
         return None
-    tokens = parsed.get("input_tokens") if isinstance(parsed, dict) else None
+    tokens = wire.counted_tokens(parsed)
     return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None

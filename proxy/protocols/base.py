@@ -24,8 +24,10 @@ passes. The hooks, by concern:
   query)` (whether a request path is the wire's, and the model and stream flag the path or query
   carry: Gemini's `/v1beta/models/{model}:streamGenerateContent`), `owns(path)` (the paths whose
   errors take the wire's shape), `upstream_path` and `upstream_path_for(model, stream)` (where
-  the call goes on the route's `base_url`), `count_paths`, `count_target`, `upstream_count_path`
-  and `upstream_count_path_for(model)`, `count_answer`;
+  the call goes on the route's `base_url`);
+* counting -- `count_paths`, `count_target`, `count_body`, `upstream_count_path_for(model)`,
+  `count_request`, `counted_tokens`, `count_answer` (`counting.py`: the API's token-counting
+  endpoint);
 * the request -- `parse`, `envelope(body, target)` (the model and stream flag, from the body or
   the `Target`), `messages`, `validate`, `rewrite_allowed`, `provider_managed`, `encode`,
   `with_cache_point`, `with_cache_key`, `provider_trigger` (the input tokens at which the
@@ -64,21 +66,12 @@ from ..tail_parse import BodyMemo
 from ..types import Json, Message, SentBody
 from ..usage import Usage
 from .chat_hop import ChatDefaults, ChatRendering
+from .counting import CountDefaults, Counting
+from .target import Target as Target  # re-exported: the wires and the pipeline import it from here
 
 Continue = Callable[[SseEvent], bytes | None]
 """One event of a follow-up's stream -> the bytes that continue the client's stream (None: dropped)."""
 NO_QUERY: Mapping[str, str] = {}
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a model call's path (and query) says: the path it came on, and the model and stream
-    flag when the API carries them there (Gemini: `/v1beta/models/{model}:streamGenerateContent`);
-    None where the body says (`Wire.envelope`)."""
-
-    path: str
-    model: str | None = None
-    stream: bool | None = None
 
 
 class StreamObserver(Protocol):
@@ -140,7 +133,7 @@ class Compacted:
     error: str | None = None
 
 
-class Wire(ChatRendering, Protocol):
+class Wire(ChatRendering, Counting, Protocol):
     name: str
     """The wire's identifier: recorded with every call (`CallRecord.wire`), in metrics and logs."""
     path: str
@@ -173,12 +166,6 @@ class Wire(ChatRendering, Protocol):
     def upstream_path_for(self, model: str, stream: bool) -> str:
         """Where a call of `model` goes, appended to the route's `base_url` (`upstream_path`
         unless the API puts the model or the stream in the path)."""
-
-    def count_target(self, path: str, query: Mapping[str, str]) -> Target:
-        """What a counting path (one of `count_paths`) says, as `target` for a model path."""
-
-    def upstream_count_path_for(self, model: str) -> str | None:
-        """Where the upstream counts a request of `model` (`upstream_count_path`), None without one."""
 
     def client_key(self, headers: Mapping[str, str], query: Mapping[str, str] = NO_QUERY) -> str | None:
         """The caller's own key, from `credential_headers` then `credential_query`; None without one."""
@@ -216,14 +203,6 @@ class Wire(ChatRendering, Protocol):
     """Every path the wire is served on (aliases of `path`)."""
     upstream_path: str
     """Appended to the route's `base_url`."""
-    count_paths: tuple[str, ...]
-    """Where the API counts a request's input tokens without running it (Anthropic's
-    `count_tokens`, the Responses API's `input_tokens`); empty when it has no such endpoint."""
-    upstream_count_path: str | None
-    """The upstream's counting path (appended to the route's `base_url`), None without one."""
-
-    def count_answer(self, tokens: int) -> Json:
-        """The counting endpoint's answer for `tokens` input tokens, in the API's shape."""
 
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         """The body as a dict; with `memo`, only its new tail when it extends a recent body."""
@@ -315,7 +294,7 @@ class Wire(ChatRendering, Protocol):
         """What a `native_compaction` call's 200 answer holds."""
 
 
-class BaseWire(ChatDefaults):
+class BaseWire(ChatDefaults, CountDefaults):
     """Defaults of the `Wire` members a wire may leave alone: fixed paths, a model and stream
     flag in the body, and OpenAI's conventions (bearer keys, function tools, `tool_choice`)."""
 
@@ -325,8 +304,6 @@ class BaseWire(ChatDefaults):
     upstream_path: str
     fails_in_stream = False
     purpose = "main"
-    count_paths: tuple[str, ...] = ()
-    upstream_count_path: str | None = None
     provider = "openai"
     client_hint = ""
     credential_headers: tuple[str, ...] = ("authorization", "x-api-key", "api-key")
@@ -348,12 +325,6 @@ class BaseWire(ChatDefaults):
 
     def upstream_path_for(self, model: str, stream: bool) -> str:
         return self.upstream_path
-
-    def count_target(self, path: str, query: Mapping[str, str]) -> Target:
-        return Target(path)
-
-    def upstream_count_path_for(self, model: str) -> str | None:
-        return self.upstream_count_path
 
     def client_key(self, headers: Mapping[str, str], query: Mapping[str, str] = NO_QUERY) -> str | None:
         for name in self.credential_headers:
@@ -412,10 +383,6 @@ class BaseWire(ChatDefaults):
     def continuation(self, relayed: Sequence[bytes]) -> Continue:
         """Independent deltas (chat chunks): the follow-up's events go through as they are."""
         return _unchanged
-
-    def count_answer(self, tokens: int) -> Json:
-        """Anthropic's shape (`{"input_tokens": N}`); the Responses API adds its `object`."""
-        return {"input_tokens": tokens}
 
     def rewrite_allowed(self, body: Json) -> bool:
         """Every request may be projected."""

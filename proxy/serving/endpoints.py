@@ -125,9 +125,10 @@ async def embeddings(request: Request) -> RawResponse:
 
 
 async def count_tokens(request: Request) -> RawResponse:
-    """`POST /v1/messages/count_tokens` and `POST /v1/responses/input_tokens`: the input tokens of
-    what the proxy would send for the body (`proxy.count`), in the API's shape; errors in it too
-    (the app's error boundary knows which API the path belongs to). Nothing is recorded."""
+    """`POST /v1/messages/count_tokens`, `POST /v1/responses/input_tokens` and `POST
+    /v1beta/models/{model}:countTokens`: the input tokens of what the proxy would send for the
+    body (`proxy.count`), in the API's shape; errors in it too (the app's error boundary knows
+    which API the path belongs to). Nothing is recorded."""
     services: Services = request.app.state.ctx
     wire = wire_for_path(request.url.path)
     assert wire is not None and wire.count_paths, request.url.path

@@ -415,9 +415,9 @@ def test_long_term_memory_on_the_gemini_wire(proxy, gup, api_key):
 
 def test_a_method_the_proxy_does_not_serve_answers_in_geminis_shape(proxied, gup, api_key):
     p = proxied()
-    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    body = {"content": {"parts": [{"text": "hi"}]}}
     r = httpx.post(
-        f"{p.url}/v1beta/models/{MODEL}:countTokens", json=body, headers={"x-goog-api-key": api_key}, timeout=30
+        f"{p.url}/v1beta/models/{MODEL}:embedContent", json=body, headers={"x-goog-api-key": api_key}, timeout=30
     )
     assert r.status_code == 404 and r.json()["error"]["status"] == "NOT_FOUND", r.text
     assert gup.requests == []

@@ -12,7 +12,8 @@ every request recorded.
   ``finishReason`` on the last one), no ``[DONE]``; every chunk carries the usage so far (a
   snapshot: the last one is the call's usage). Without ``alt=sse`` the chunks come as one JSON array.
 - ``POST /v1beta/models/{model}:countTokens``: ``{"totalTokens": N}`` for ``contents`` or a
-  ``generateContentRequest``.
+  ``generateContentRequest`` (counted as usage counts a prompt), validated as a model call; a
+  field beside them is refused as the JSON mapping of ``CountTokensRequest`` does.
 - ``GET /v1beta/models``: one model.
 - Credentials: ``x-goog-api-key`` or ``?key=``; a wrong key is the API's 400 ``API_KEY_INVALID``,
   none its 403 ``PERMISSION_DENIED``.
@@ -284,7 +285,7 @@ class GeminiUpstream(ScriptedServer[Reply]):
             return
         if method == "countTokens":
             target = body.get("generateContentRequest", body) if isinstance(body, dict) else body
-            problem = self.validate(model, target)
+            problem = _count_fields(body) or self.validate(model, target)
             if problem is not None:
                 await self._json(send, 400, problem)
                 return
@@ -403,6 +404,16 @@ class GeminiUpstream(ScriptedServer[Reply]):
                 drop_after=reply.drop_after_events,
                 hold_after=reply.hold_after_events,
             )
+
+
+def _count_fields(body: Any) -> dict[str, Any] | None:
+    """The 400 for a field a `CountTokensRequest` does not have (it has two: `contents` and
+    `generateContentRequest`, each also by its proto name)."""
+    known = ("contents", "generateContentRequest")
+    for key in body if isinstance(body, dict) else ():
+        if camel(key) not in known:
+            return error_body(400, f'Invalid JSON payload received. Unknown name "{key}": Cannot find field.')
+    return None
 
 
 def _current_turn(contents: list[Any]) -> int:

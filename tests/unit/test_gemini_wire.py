@@ -284,3 +284,26 @@ def test_the_summarizer_call_is_a_gemini_request():
     }
     assert GEMINI.summary_text(answer) == ("## Goal", {"promptTokenCount": 3})
     assert GEMINI.auth_headers("k") == {"x-goog-api-key": "k"} and GEMINI.probe(None) == ("/v1beta/models", {})
+
+
+def test_a_count_path_says_the_model_and_goes_upstream_under_v1beta():
+    target = GEMINI.count_target("/v1/models/gemini-2.5-flash:countTokens", {})
+    assert (target.model, target.stream) == ("gemini-2.5-flash", False)
+    assert GEMINI.upstream_count_path_for("gemini-2.5-flash") == "/v1beta/models/gemini-2.5-flash:countTokens"
+    with pytest.raises(errors.NotFound):
+        GEMINI.count_target("/v1beta/models/a:b:countTokens", {})
+    assert wire_for_path("/v1beta/models/m:countTokens") is GEMINI
+
+
+def test_a_counting_body_stands_for_its_model_call():
+    call = {"contents": [user("x")], "systemInstruction": {"parts": [{"text": "s"}]}, "tools": []}
+    wrapped = {"generateContentRequest": {"model": "models/m", **call}, "contents": [user("ignored")]}
+    assert GEMINI.count_body(wrapped) == call  # `contents` is ignored beside a generateContentRequest
+    assert GEMINI.count_body({"generate_content_request": call}) == call
+    assert GEMINI.count_body({"contents": [user("x")], "model": "models/m"}) == {"contents": [user("x")]}
+    with pytest.raises(errors.BadRequest, match="GenerateContentRequest object"):
+        GEMINI.count_body({"generateContentRequest": [call]})
+    asked = json.loads(GEMINI.count_request(json.dumps(call).encode(), "m"))
+    assert asked == {"generateContentRequest": {**call, "model": "models/m"}}
+    assert GEMINI.count_answer(12) == {"totalTokens": 12} and GEMINI.counted_tokens({"totalTokens": 12}) == 12
+    assert GEMINI.counted_tokens({"input_tokens": 12}) is None

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from policies.text import call_arguments, call_name, message_text, tool_call_ids, tool_calls
-from proxy import errors, identify, routing
+from proxy import codec, errors, identify, routing
 from proxy.auth import Caller
 from proxy.config import parse_config
 from proxy.credentials import redact_query, resolve_keys
@@ -28,7 +28,7 @@ from proxy.recall.watch import may_call, may_write
 from proxy.sse import SseEvent, SseSplitter
 from proxy.types import Json, Message
 from proxy.usage import Usage
-from tests.wires.conftest import samples_of
+from tests.wires.conftest import MAIN, samples_of, wire_id
 from tests.wires.samples import CALLER_KEY, RECALL, ROUTE_KEY, TEXT, Samples
 
 PARAMETERS: Json = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
@@ -86,6 +86,21 @@ def test_names_and_paths_are_the_wires_own(any_wire: Wire) -> None:
         assert wire_for_request(path) is None  # a count is no model call
     others = [wire for wire in WIRES if wire is not any_wire]
     assert not any(set(any_wire.paths) & set(other.paths) for other in others)
+
+
+@pytest.mark.parametrize("counting", [wire for wire in MAIN if wire.count_paths], ids=wire_id)
+def test_a_count_reads_as_the_model_call_it_stands_for(counting: Wire) -> None:
+    """On every wire with a counting endpoint: a model call's own body counts as itself; the
+    projection asked to the upstream's counting endpoint reads back as that body; the upstream's
+    count reads back from the API's answer."""
+    samples = samples_of(counting)
+    raw, body = request(counting, samples)
+    assert counting.count_body(body) == body
+    model, _ = counting.envelope(body, target_of(counting, samples, False))
+    asked = counting.count_request(raw, model)
+    assert counting.count_body(counting.parse(asked)) == body
+    assert counting.upstream_count_path_for(model) not in (None, counting.upstream_path_for(model, False))
+    assert counting.counted_tokens(json.loads(codec.dumps(counting.count_answer(7)))) == 7
 
 
 def test_the_envelope_says_model_and_stream(wire: Wire, samples: Samples) -> None:

@@ -13,6 +13,8 @@ of it, `toolUsePromptTokenCount` the input of server-side tools (added to the in
 `candidatesTokenCount` is the answer and `thoughtsTokenCount` the thinking, both output. The API
 leaves zero fields out, so a reported prompt with no cache field read 0 tokens from the cache.
 
+`:countTokens` counts what the proxy would send for the body (`count.py`, `proxy.count`).
+
 On a litellm route the calls go as chat completions and their answers come back in Gemini's
 shape (`chat.py`, the `chat_*` hooks).
 
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import codec
-from ...errors import BadRequest, ProxyError
+from ...errors import BadRequest, NotFound, ProxyError
 from ...tail_parse import BodyMemo
 from ...types import Json, Message, SentBody
 from ...usage import Usage
@@ -36,6 +38,7 @@ from ..base import BaseWire, Target
 from ..chat_hop import ChatStream
 from .chat import ChatToGemini, chat_answer, chat_error, chat_request
 from .convert import contents_to_common, model_to_common, system_to_common
+from .count import COUNT_PATH, COUNT_PATHS, UPSTREAM_COUNT_PATH, count_body, count_request, total_tokens
 from .encode import to_native
 from .errors import error_bytes
 from .stream import ContentStream, candidate
@@ -44,7 +47,7 @@ from .validate import field, parse_body, validate_body
 PATH = re.compile(
     r"^/(?P<version>v1beta|v1)/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)$"
 )
-"""A model call's path; `countTokens` and the other methods are not model calls."""
+"""A model call's path; `countTokens` (`COUNT_PATH`) and the other methods are not model calls."""
 KEY_HEADER = "x-goog-api-key"
 
 
@@ -76,6 +79,9 @@ class GeminiWire(BaseWire):
     paths: tuple[str, ...] = ()
     """None fixed: the model is in the path (`target`)."""
     upstream_path = "/v1beta/models"
+    count_paths: tuple[str, ...] = COUNT_PATHS
+    upstream_count_path: str | None = UPSTREAM_COUNT_PATH
+    """`{model}` is the model's (`upstream_count_path_for`)."""
     provider = "gcp.gemini"
     client_hint = "Google GenAI SDKs and Gemini CLI (GOOGLE_GEMINI_BASE_URL) {url}"
     credential_headers: tuple[str, ...] = (KEY_HEADER, "authorization", "x-api-key", "api-key")
@@ -97,6 +103,28 @@ class GeminiWire(BaseWire):
 
     def upstream_path_for(self, model: str, stream: bool) -> str:
         return f"/v1beta/models/{model}:" + ("streamGenerateContent?alt=sse" if stream else "generateContent")
+
+    def count_target(self, path: str, query: Mapping[str, str]) -> Target:
+        match = COUNT_PATH.match(path)
+        if match is None:
+            raise NotFound(f"Unknown path {path}: a count is POST /v1beta/models/{{model}}:countTokens.")
+        return GeminiTarget(path, match["model"], False)
+
+    def upstream_count_path_for(self, model: str) -> str:
+        return UPSTREAM_COUNT_PATH.format(model=model)
+
+    def count_body(self, body: Json) -> Json:
+        return count_body(body)
+
+    def count_request(self, encoded: bytes, model: str) -> bytes:
+        return count_request(encoded, model)
+
+    def counted_tokens(self, answer: Any) -> Any:
+        return total_tokens(answer)
+
+    def count_answer(self, tokens: int) -> Json:
+        """`{"totalTokens": N}`: the count of a projection has no per-modality details."""
+        return {"totalTokens": tokens}
 
     def parse(self, raw: bytes, memo: BodyMemo | None = None) -> Json:
         return parse_body(raw)
