@@ -8,8 +8,9 @@ is handed to `finish` inside a shielded scope, whatever happened: complete, upst
 time-out mid-stream (the client gets one error event, the record says `partial`), or the client
 going away.
 
-Each complete SSE event is forwarded as soon as it is complete; the wire's observer reads it on the
-side and may rewrite or drop it (the usage chunk a client did not ask for).
+Each complete SSE event is forwarded as soon as it is complete (the events that arrived in one
+upstream read, in one write); the wire's observer reads it on the side and may rewrite or drop it
+(the usage chunk a client did not ask for).
 
 A whole (non-streamed) answer is awaited with `or_disconnect` (`read_or_disconnect`): the client
 may hang up while the upstream is still working on it (most upstreams send nothing until the
@@ -152,14 +153,24 @@ class StreamRelay:
         )
         self._started = True
         splitter = SseSplitter()
+        first = True
         try:
             async for piece in self.upstream.pieces():
                 if outcome.first_byte_at is None:
                     outcome.first_byte_at = time.monotonic()
+                outs: list[bytes] = []
                 for event in splitter.feed(piece):
                     out = self.observer(event)
-                    if out:
+                    if not out:
+                        continue
+                    if first:  # at once, not after the rest of its read: the time to first token
+                        first = False
                         await send({"type": "http.response.body", "body": out, "more_body": True})
+                    else:
+                        outs.append(out)
+                if outs:  # the rest of one read in one write: they are all here, none waits for another
+                    body = outs[0] if len(outs) == 1 else b"".join(outs)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
             outcome.upstream_finished = True
             outcome.truncated = splitter.rest()
             if not self.observer.done and self.observer.failure() is None:

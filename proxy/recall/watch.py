@@ -86,26 +86,34 @@ class Watched(UpstreamResponse):
         self.answer.upstream.close()
 
     async def pieces(self) -> AsyncIterator[bytes]:
+        # One piece per upstream read: the events it released, joined (the relay writes each piece at once).
         # what the client got, for the follow-up to continue from (when the wire's continuation reads it)
         keep = self.wire.splices_relayed
-        relayed: list[bytes] = [event.raw for event in self.head] if keep else []
-        for event in self.head:
-            yield event.raw
+        head = [event.raw for event in self.head]
+        relayed: list[bytes] = list(head) if keep else []
+        yield b"".join(head)  # at once: the first text goes out before the rest of its read is read
+        batch: list[bytes] = []
         shift: Continue | None = None
         pending = self.pending
         while True:
             answer, held, calling = self.answer, [], False
-            async for event in _events(answer, pending):
-                answer.observer(event)
-                calling = calling or (may_call(self.wire, event) and bool(tool_calls(answer.observer.message() or {})))
-                if calling:
-                    held.append(event)
-                    continue
-                out = event.raw if shift is None else shift(event)
-                if out:
-                    if keep:
-                        relayed.append(out)
-                    yield out
+            async for events in _reads(answer, pending):
+                for event in events:
+                    answer.observer(event)
+                    calling = calling or (
+                        may_call(self.wire, event) and bool(tool_calls(answer.observer.message() or {}))
+                    )
+                    if calling:
+                        held.append(event)
+                        continue
+                    out = event.raw if shift is None else shift(event)
+                    if out:
+                        if keep:
+                            relayed.append(out)
+                        batch.append(out)
+                if batch:
+                    yield b"".join(batch)
+                    batch = []
             pending = []
             message = answer.observer.message()
             recalled = self.tools.calls(message)
@@ -113,10 +121,10 @@ class Watched(UpstreamResponse):
                 for event in held:
                     out = event.raw if shift is None else shift(event)
                     if out:
-                        yield out
-                rest = answer.splitter.rest()
-                if rest:
-                    yield rest
+                        batch.append(out)
+                batch.append(answer.splitter.rest())
+                if any(batch):
+                    yield b"".join(batch)
                 return
             await self._consumed(answer)
             answer.upstream.close()
@@ -136,13 +144,13 @@ class Watched(UpstreamResponse):
         record.noted(self.call, recall_rounds=before + 1, recall_spliced=True)
 
 
-async def _events(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[SseEvent]:
-    for event in pending:
-        yield event
+async def _reads(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[list[SseEvent]]:
+    """The answer's events, a list per upstream read, `pending` first."""
+    if pending:
+        yield pending
     async for piece in answer.pieces:
         answer.first_byte_at = answer.first_byte_at or time.monotonic()
-        for event in answer.splitter.feed(piece):
-            yield event
+        yield answer.splitter.feed(piece)
 
 
 async def _opened(wire: Wire, body: Json, upstream: UpstreamResponse, sent: float) -> Answer:
