@@ -105,36 +105,45 @@ class StreamRelay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = StreamOutcome()
+        current = asyncio.current_task()
+        assert current is not None
+        cut = False
+        """A watcher cancelled the copy (the client left, the proxy is shutting down)."""
+
+        async def watch_disconnect() -> None:
+            nonlocal cut
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            outcome.client_disconnected = cut = True
+            current.cancel()
+
+        async def watch_shutdown(shutdown: asyncio.Event) -> None:
+            nonlocal cut
+            await shutdown.wait()
+            outcome.error = Overloaded("The proxy is shutting down; the stream was cut.", code="shutting_down")
+            cut = True
+            current.cancel()
+
+        # Plain tasks cancelling this one, as `or_disconnect` does, not an anyio task group: a group
+        # costs several times as much per stream, and a child of a group that ends cancelled (this
+        # one nearly always would) leaves its CancelledError in a reference cycle with anyio's
+        # `task_done` frame. The copy runs in this task; a watcher runs only while it waits in
+        # the copy, so that is where its cancellation lands.
+        shutdown = scope.get(SHUTDOWN_KEY)
+        watchers = [asyncio.ensure_future(watch_disconnect())]
+        if shutdown is not None:
+            watchers.append(asyncio.ensure_future(watch_shutdown(shutdown)))
         try:
-            async with anyio.create_task_group() as group:
-
-                async def watch_disconnect() -> None:
-                    while True:
-                        message = await receive()
-                        if message["type"] == "http.disconnect":
-                            outcome.client_disconnected = True
-                            group.cancel_scope.cancel()
-                            return
-
-                async def watch_shutdown(shutdown: asyncio.Event) -> None:
-                    await shutdown.wait()
-                    outcome.error = Overloaded("The proxy is shutting down; the stream was cut.", code="shutting_down")
-                    group.cancel_scope.cancel()
-
-                group.start_soon(watch_disconnect)
-                shutdown = scope.get(SHUTDOWN_KEY)
-                # A plain task, not the group's: a child of an anyio task group that ends cancelled
-                # (this one nearly always does) leaves its CancelledError in a reference cycle with
-                # anyio's `task_done` frame (~30 objects per stream, kept until a collection).
-                watcher = asyncio.ensure_future(watch_shutdown(shutdown)) if shutdown is not None else None
-                try:
-                    await self._copy(send, outcome)
-                except OSError:
-                    outcome.client_disconnected = True
-                finally:
-                    if watcher is not None:
-                        watcher.cancel()
-                    group.cancel_scope.cancel()
+            try:
+                await self._copy(send, outcome)
+            except OSError:
+                outcome.client_disconnected = True
+            except asyncio.CancelledError:
+                if not cut or current.uncancel() > 0:
+                    raise
+            finally:
+                for watcher in watchers:
+                    watcher.cancel()
             if outcome.error is not None and outcome.error.code == "shutting_down" and self._started:
                 await send({"type": "http.response.body", "body": self.observer.error_event(outcome.error)})
         finally:
