@@ -1,11 +1,12 @@
 """A relayed stream that is still watched for a recall call after its text.
 
 `read.read_stream` starts the relay at the stream's first text. From there this response relays
-event by event and keeps reading the answer on the side; once the answer calls any tool, its
-events are held until its end. Then either nothing called recall and the held events follow, or
-recall was called: the held events are dropped, the answer is recorded as a `recall` call, the
-follow-up goes upstream (`Rounds.next_answer`), and its events continue the client's stream
-(`Wire.continuation`), watched the same way, while rounds remain. The relay's own observer sees
+the answer as it comes and scans each event's bytes for the wire's call markers; only an event
+that may start a call has the answer reassembled to look (every event before it read then), and
+once the answer calls any tool, its events are held until its end. Then either nothing called
+recall and the held events follow, or recall was called: the held events are dropped, the answer
+is recorded as a `recall` call, the follow-up goes upstream (`Rounds.next_answer`), and its events
+continue the client's stream (`Wire.continuation`), watched the same way, while rounds remain. The relay's own observer sees
 exactly what the client gets, so the stored answer and the main call record are the client's view.
 """
 
@@ -86,10 +87,10 @@ class Watched(UpstreamResponse):
         self.answer.upstream.close()
 
     async def pieces(self) -> AsyncIterator[bytes]:
-        # One piece per upstream read: the events it released, joined (the relay writes each piece at once).
-        # what the client got, for the follow-up to continue from (when the wire's continuation reads it)
+        # One piece per upstream read: the events it released, joined (the relay writes each at once).
         keep = self.wire.splices_relayed
         head = [event.raw for event in self.head]
+        # what the client got, for the follow-up to continue from (when the wire's continuation reads it)
         relayed: list[bytes] = list(head) if keep else []
         yield b"".join(head)  # at once: the first text goes out before the rest of its read is read
         batch: list[bytes] = []
@@ -97,15 +98,21 @@ class Watched(UpstreamResponse):
         pending = self.pending
         while True:
             answer, held, calling = self.answer, [], False
+            unseen: list[SseEvent] = []
+            """Events the answer's observer has not read: it reads them when one may start a call."""
             async for events in _reads(answer, pending):
                 for event in events:
-                    answer.observer(event)
-                    calling = calling or (
-                        may_call(self.wire, event) and bool(tool_calls(answer.observer.message() or {}))
-                    )
                     if calling:
+                        answer.observer(event)
                         held.append(event)
                         continue
+                    unseen.append(event)
+                    if may_call(self.wire, event):
+                        calling = _calls(answer.observer, unseen)
+                        unseen = []
+                        if calling:
+                            held.append(event)
+                            continue
                     out = event.raw if shift is None else shift(event)
                     if out:
                         if keep:
@@ -115,9 +122,14 @@ class Watched(UpstreamResponse):
                     yield b"".join(batch)
                     batch = []
             pending = []
+            if not calling:  # nothing held, and the answer's observer has nothing to tell
+                rest = answer.splitter.rest()
+                if rest:
+                    yield rest
+                return
             message = answer.observer.message()
             recalled = self.tools.calls(message)
-            if message is None or not (calling and answer.observer.done and recalled and self.rounds.more()):
+            if message is None or not (answer.observer.done and recalled and self.rounds.more()):
                 for event in held:
                     out = event.raw if shift is None else shift(event)
                     if out:
@@ -142,6 +154,13 @@ class Watched(UpstreamResponse):
         # the rounds of this request so far: the ones before the relay started, plus this one
         before = int((self.call.projection or {}).get("recall_rounds") or 0)
         record.noted(self.call, recall_rounds=before + 1, recall_spliced=True)
+
+
+def _calls(observer: StreamObserver, unseen: list[SseEvent]) -> bool:
+    """Whether the answer calls a tool, once `observer` read the events it had not."""
+    for event in unseen:
+        observer(event)
+    return bool(tool_calls(observer.message() or {}))
 
 
 async def _reads(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[list[SseEvent]]:
