@@ -6,8 +6,9 @@ that may start a call has the answer reassembled to look (every event before it 
 once the answer calls any tool, its events are held until its end. Then either nothing called
 recall and the held events follow, or recall was called: the held events are dropped, the answer
 is recorded as a `recall` call, the follow-up goes upstream (`Rounds.next_answer`), and its events
-continue the client's stream (`Wire.continuation`), watched the same way, while rounds remain. The relay's own observer sees
-exactly what the client gets, so the stored answer and the main call record are the client's view.
+continue the client's stream (`Wire.continuation`), watched the same way, while rounds remain.
+The relay's own observer sees exactly what the client gets, so the stored answer and the main call
+record are the client's view.
 """
 
 from __future__ import annotations
