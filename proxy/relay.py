@@ -8,8 +8,9 @@ is handed to `finish` inside a shielded scope, whatever happened: complete, upst
 time-out mid-stream (the client gets one error event, the record says `partial`), or the client
 going away.
 
-Each complete SSE event is forwarded as soon as it is complete; the wire's observer reads it on the
-side and may rewrite or drop it (the usage chunk a client did not ask for).
+Each complete SSE event is forwarded as soon as it is complete (the events that arrived in one
+upstream read, in one write); the wire's observer reads it on the side and may rewrite or drop it
+(the usage chunk a client did not ask for).
 
 A whole (non-streamed) answer is awaited with `or_disconnect` (`read_or_disconnect`): the client
 may hang up while the upstream is still working on it (most upstreams send nothing until the
@@ -104,36 +105,45 @@ class StreamRelay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome = StreamOutcome()
+        current = asyncio.current_task()
+        assert current is not None
+        cut = False
+        """A watcher cancelled the copy (the client left, the proxy is shutting down)."""
+
+        async def watch_disconnect() -> None:
+            nonlocal cut
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            outcome.client_disconnected = cut = True
+            current.cancel()
+
+        async def watch_shutdown(shutdown: asyncio.Event) -> None:
+            nonlocal cut
+            await shutdown.wait()
+            outcome.error = Overloaded("The proxy is shutting down; the stream was cut.", code="shutting_down")
+            cut = True
+            current.cancel()
+
+        # Plain tasks cancelling this one, as `or_disconnect` does, not an anyio task group: a group
+        # costs several times as much per stream, and a child of a group that ends cancelled (this
+        # one nearly always would) leaves its CancelledError in a reference cycle with anyio's
+        # `task_done` frame. The copy runs in this task; a watcher runs only while it waits in
+        # the copy, so that is where its cancellation lands.
+        shutdown = scope.get(SHUTDOWN_KEY)
+        watchers = [asyncio.ensure_future(watch_disconnect())]
+        if shutdown is not None:
+            watchers.append(asyncio.ensure_future(watch_shutdown(shutdown)))
         try:
-            async with anyio.create_task_group() as group:
-
-                async def watch_disconnect() -> None:
-                    while True:
-                        message = await receive()
-                        if message["type"] == "http.disconnect":
-                            outcome.client_disconnected = True
-                            group.cancel_scope.cancel()
-                            return
-
-                async def watch_shutdown(shutdown: asyncio.Event) -> None:
-                    await shutdown.wait()
-                    outcome.error = Overloaded("The proxy is shutting down; the stream was cut.", code="shutting_down")
-                    group.cancel_scope.cancel()
-
-                group.start_soon(watch_disconnect)
-                shutdown = scope.get(SHUTDOWN_KEY)
-                # A plain task, not the group's: a child of an anyio task group that ends cancelled
-                # (this one nearly always does) leaves its CancelledError in a reference cycle with
-                # anyio's `task_done` frame (~30 objects per stream, kept until a collection).
-                watcher = asyncio.ensure_future(watch_shutdown(shutdown)) if shutdown is not None else None
-                try:
-                    await self._copy(send, outcome)
-                except OSError:
-                    outcome.client_disconnected = True
-                finally:
-                    if watcher is not None:
-                        watcher.cancel()
-                    group.cancel_scope.cancel()
+            try:
+                await self._copy(send, outcome)
+            except OSError:
+                outcome.client_disconnected = True
+            except asyncio.CancelledError:
+                if not cut or current.uncancel() > 0:
+                    raise
+            finally:
+                for watcher in watchers:
+                    watcher.cancel()
             if outcome.error is not None and outcome.error.code == "shutting_down" and self._started:
                 await send({"type": "http.response.body", "body": self.observer.error_event(outcome.error)})
         finally:
@@ -152,14 +162,24 @@ class StreamRelay:
         )
         self._started = True
         splitter = SseSplitter()
+        first = True
         try:
             async for piece in self.upstream.pieces():
                 if outcome.first_byte_at is None:
                     outcome.first_byte_at = time.monotonic()
+                outs: list[bytes] = []
                 for event in splitter.feed(piece):
                     out = self.observer(event)
-                    if out:
+                    if not out:
+                        continue
+                    if first:  # at once, not after the rest of its read: the time to first token
+                        first = False
                         await send({"type": "http.response.body", "body": out, "more_body": True})
+                    else:
+                        outs.append(out)
+                if outs:  # the rest of one read in one write: they are all here, none waits for another
+                    body = outs[0] if len(outs) == 1 else b"".join(outs)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
             outcome.upstream_finished = True
             outcome.truncated = splitter.rest()
             if not self.observer.done and self.observer.failure() is None:

@@ -95,8 +95,9 @@ async def read_stream(
         raise
     message = answer.observer.message()
     if not (answer.observer.done and rounds.tools.calls(message)):
-        rest = answer.splitter.rest()
-        return Replayed(upstream, [e.raw for e in head] + ([rest] if rest else [])), None
+        # one piece: the relay writes the events it holds at once, not one write each
+        held = b"".join([*(e.raw for e in head), answer.splitter.rest()])
+        return Replayed(upstream, [held] if held else []), None
     upstream.close()
     outcome.ended_at, outcome.upstream_finished = time.monotonic(), True
     kind = record.streamed(call, wire, upstream, answer.observer, outcome, t0, purpose="recall")

@@ -1,12 +1,14 @@
 """A relayed stream that is still watched for a recall call after its text.
 
 `read.read_stream` starts the relay at the stream's first text. From there this response relays
-event by event and keeps reading the answer on the side; once the answer calls any tool, its
-events are held until its end. Then either nothing called recall and the held events follow, or
-recall was called: the held events are dropped, the answer is recorded as a `recall` call, the
-follow-up goes upstream (`Rounds.next_answer`), and its events continue the client's stream
-(`Wire.continuation`), watched the same way, while rounds remain. The relay's own observer sees
-exactly what the client gets, so the stored answer and the main call record are the client's view.
+the answer as it comes and scans each event's bytes for the wire's call markers; only an event
+that may start a call has the answer reassembled to look (every event before it read then), and
+once the answer calls any tool, its events are held until its end. Then either nothing called
+recall and the held events follow, or recall was called: the held events are dropped, the answer
+is recorded as a `recall` call, the follow-up goes upstream (`Rounds.next_answer`), and its events
+continue the client's stream (`Wire.continuation`), watched the same way, while rounds remain.
+The relay's own observer sees exactly what the client gets, so the stored answer and the main call
+record are the client's view.
 """
 
 from __future__ import annotations
@@ -86,37 +88,56 @@ class Watched(UpstreamResponse):
         self.answer.upstream.close()
 
     async def pieces(self) -> AsyncIterator[bytes]:
-        # what the client got, for the follow-up to continue from (when the wire's continuation reads it)
+        # One piece per upstream read: the events it released, joined (the relay writes each at once).
         keep = self.wire.splices_relayed
-        relayed: list[bytes] = [event.raw for event in self.head] if keep else []
-        for event in self.head:
-            yield event.raw
+        head = [event.raw for event in self.head]
+        # what the client got, for the follow-up to continue from (when the wire's continuation reads it)
+        relayed: list[bytes] = list(head) if keep else []
+        yield b"".join(head)  # at once: the first text goes out before the rest of its read is read
+        batch: list[bytes] = []
         shift: Continue | None = None
         pending = self.pending
         while True:
             answer, held, calling = self.answer, [], False
-            async for event in _events(answer, pending):
-                answer.observer(event)
-                calling = calling or (may_call(self.wire, event) and bool(tool_calls(answer.observer.message() or {})))
-                if calling:
-                    held.append(event)
-                    continue
-                out = event.raw if shift is None else shift(event)
-                if out:
-                    if keep:
-                        relayed.append(out)
-                    yield out
-            pending = []
-            message = answer.observer.message()
-            recalled = self.tools.calls(message)
-            if message is None or not (calling and answer.observer.done and recalled and self.rounds.more()):
-                for event in held:
+            unseen: list[SseEvent] = []
+            """Events the answer's observer has not read: it reads them when one may start a call."""
+            async for events in _reads(answer, pending):
+                for event in events:
+                    if calling:
+                        answer.observer(event)
+                        held.append(event)
+                        continue
+                    unseen.append(event)
+                    if may_call(self.wire, event):
+                        calling = _calls(answer.observer, unseen)
+                        unseen = []
+                        if calling:
+                            held.append(event)
+                            continue
                     out = event.raw if shift is None else shift(event)
                     if out:
-                        yield out
+                        if keep:
+                            relayed.append(out)
+                        batch.append(out)
+                if batch:
+                    yield b"".join(batch)
+                    batch = []
+            pending = []
+            if not calling:  # nothing held, and the answer's observer has nothing to tell
                 rest = answer.splitter.rest()
                 if rest:
                     yield rest
+                return
+            message = answer.observer.message()
+            recalled = self.tools.calls(message)
+            if message is None or not (answer.observer.done and recalled and self.rounds.more()):
+                for event in held:
+                    out = event.raw if shift is None else shift(event)
+                    if out:
+                        batch.append(out)
+                batch.append(answer.splitter.rest())
+                if any(batch):
+                    yield b"".join(batch)
                 return
             await self._consumed(answer)
             answer.upstream.close()
@@ -136,13 +157,20 @@ class Watched(UpstreamResponse):
         record.noted(self.call, recall_rounds=before + 1, recall_spliced=True)
 
 
-async def _events(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[SseEvent]:
-    for event in pending:
-        yield event
+def _calls(observer: StreamObserver, unseen: list[SseEvent]) -> bool:
+    """Whether the answer calls a tool, once `observer` read the events it had not."""
+    for event in unseen:
+        observer(event)
+    return bool(tool_calls(observer.message() or {}))
+
+
+async def _reads(answer: Answer, pending: list[SseEvent]) -> AsyncIterator[list[SseEvent]]:
+    """The answer's events, a list per upstream read, `pending` first."""
+    if pending:
+        yield pending
     async for piece in answer.pieces:
         answer.first_byte_at = answer.first_byte_at or time.monotonic()
-        for event in answer.splitter.feed(piece):
-            yield event
+        yield answer.splitter.feed(piece)
 
 
 async def _opened(wire: Wire, body: Json, upstream: UpstreamResponse, sent: float) -> Answer:
