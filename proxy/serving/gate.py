@@ -1,14 +1,16 @@
 """The ASGI edge in front of the app: the concurrency cap, draining, and readiness.
 
-- **Cap.** At most `server.max_concurrent_requests` model calls (the three APIs' paths) run at
-  once; a stream counts until its last byte. One more is answered at once with 503
-  `service_unavailable` / `overloaded` and `Retry-After`, in the shape of the API called, rather
-  than queued behind the others until its client times out.
+- **Cap.** At most `server.max_concurrent_requests` model calls (the APIs' paths) are answered at
+  once; a call counts until its answer's last byte (a stream's too), not through the bookkeeping
+  after it (the response turn and call record), so an agent's next request, sent the moment it
+  has the answer, never finds its own finished call still holding a place. One more is answered
+  at once with 503 `service_unavailable` / `overloaded` and `Retry-After`, in the shape of the API
+  called, rather than queued behind the others until its client times out.
 - **Draining** (`Gate.drain`, called by proxy/serving/server.py on SIGTERM): from that moment `/readyz`
   and `/healthz` answer 503 `{"status": "draining"}`, so a load balancer stops sending; a new
   model call or admin request is answered 503 `shutting_down` with `Retry-After` and
-  `Connection: close`; the calls already running go on until they end (the server waits up to
-  `server.shutdown_grace`, `Gate.idle`); then `Gate.cut`: a stream still running ends with the
+  `Connection: close`; the calls already running, bookkeeping included, go on until they end (the
+  server waits up to `server.shutdown_grace`, `Gate.idle`); then `Gate.cut`: a stream still running ends with the
   API's error event, a call not answered yet is answered 503 `shutting_down`.
 - **Readiness.** `/readyz` is `/healthz` (the store answers) unless draining, and says the load:
   `{"status": "ok", "in_flight": <model calls>, "tasks": <asyncio tasks>}`.
@@ -36,6 +38,9 @@ class Gate:
 
     def __init__(self) -> None:
         self.in_flight = 0
+        """model calls running, until their bookkeeping ends (what draining waits for)"""
+        self.answering = 0
+        """model calls not answered to their last byte yet (what the cap counts)"""
         self.draining = False
         self.cutting = False
         self.shutdown = asyncio.Event()
@@ -44,7 +49,11 @@ class Gate:
 
     def enter(self) -> None:
         self.in_flight += 1
+        self.answering += 1
         self._idle.clear()
+
+    def answered(self) -> None:
+        self.answering -= 1
 
     def leave(self) -> None:
         self.in_flight -= 1
@@ -98,17 +107,23 @@ class Edge:
         if not model_call:
             await self.app(scope, receive, send)
             return
-        if cap is not None and gate.in_flight >= cap:
-            message = f"The proxy is serving {gate.in_flight} calls, its limit (server.max_concurrent_requests); retry."
+        if cap is not None and gate.answering >= cap:
+            message = f"The proxy is serving {gate.answering} calls, its limit (server.max_concurrent_requests); retry."
             await self._refuse(scope, receive, send, "overloaded", message)
             return
         gate.enter()
-        started = False
+        started = ended = False
 
         async def watched_send(message: Any) -> None:
-            nonlocal started
+            nonlocal started, ended
             started = started or message["type"] == "http.response.start"
-            await send(message)
+            last = message["type"] == "http.response.body" and not message.get("more_body", False)
+            try:
+                await send(message)
+            finally:
+                if last and not ended:
+                    ended = True
+                    gate.answered()
 
         try:
             await self.app({**scope, SHUTDOWN_KEY: gate.shutdown}, receive, watched_send)
@@ -120,6 +135,8 @@ class Edge:
             if not started:
                 await self._refuse(scope, receive, send, "shutting_down", "The proxy shut down before answering.")
         finally:
+            if not ended:
+                gate.answered()
             gate.leave()
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
