@@ -140,20 +140,6 @@ def count_message(message: Message, enc: tiktoken.Encoding) -> int:
     return total
 
 
-def counted(message: Message) -> tuple[Any, ...]:
-    """What `count_message` reads of `message`: two messages with equal `counted` have equal
-    counts in every encoding (a count stored with one message serves the other)."""
-    refusal, name, call_id = message.get("refusal"), message.get("name"), message.get("tool_call_id")
-    return (
-        str(message.get("role", "")),
-        message.get("content"),
-        refusal if isinstance(refusal, str) else None,
-        name if isinstance(name, str) and name else None,
-        [(call_name(call), call_arguments(call)) for call in tool_calls(message)],
-        call_id if isinstance(call_id, str) else None,
-    )
-
-
 TOOLS_FRAMING = 4
 """The developer message OpenAI renders the tools section into: `<|start|>developer<|message|>`
 ... `<|end|>`."""

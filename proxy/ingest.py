@@ -421,7 +421,7 @@ def _events(history: list[Message], hashes: list[str], matched: int, counter: To
             message=m,
             chain_hash=h,
             source="request",
-            tokens=counter.count(m, h) if counter is not None else None,
+            tokens=stored_counts.tokens(counter, m, h),
         )
         for m, h in zip(history[matched:], hashes[matched:], strict=True)
     ]

@@ -64,8 +64,8 @@ class Outgoing:
         if not self.stored:  # what no cache counted, as stored with the events
             counter = exchange.services.projector.counter(self.model)
             history, hashes, remembered = ingested.history, ingested.hashes, ingested.known
-            store, position = exchange.services.store, ingested.position
-            self.stored = await stored_counts.read(store, counter, remembered, history, hashes, position)
+            store, branch = exchange.services.store, ingested.position.branch_id
+            self.stored = await stored_counts.read(store, counter, remembered, history, hashes, branch)
         if self.credentials is not None:
             with tracing.span("ctxproxy.projection", **{"ctxproxy.attempt": attempt.number}):
                 projected = await self.project(attempt.cut)

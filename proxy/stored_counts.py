@@ -9,16 +9,17 @@ So every event is stored with its count (`NewEvent.tokens`: the request's new me
 `ingest` appends them, the answer when it is stored) in one encoding, `ENCODING`, the one of
 the gpt-4o/4.1/5 families and of every model tiktoken does not know. A request counted in that
 encoding whose history has at least `MIN_READ` messages the counter does not hold reads its
-lineage once (`Store.lineage_events`), and the projection's items take the counts stored there
+lineage's counts once (`Store.lineage_counts`), and the projection's items take them
 (`Projector.items`); it counts only what has none. Another encoding stores and reads nothing (the
 column stays null).
 
-Invariant: a stored count serves a message of the request only when that message reads the
-same to `count_message` as the stored one (`policies.tokens.counted`), never by chain hash
-alone: identity matches an answer the client re-sent in another spelling (its tool-call
-arguments re-serialized, its tool calls rendered as text) by hash, and such a message is
-counted itself, as it would be without the store. Counts are derived state: a store that fails
-to answer costs the count, not the request.
+Invariant: a count is stored, and a stored count taken, only for a message of one spelling
+(`one_spelling`: text content or none, no tool calls, no answer rendered as text): two such
+messages with one chain hash read the same to `count_message` (identity ignores only what the
+count reads as nothing: empty values, annotations), so the count goes by hash with no message
+read. Any other message -- tool-call arguments identity compares parsed, content parts with a
+transient one dropped, a rendering -- is counted as the client sent it, as without the store.
+Counts are derived state: a store that fails to answer costs the count, not the request.
 
 Example: 1,024 agents take turns on a proxy whose caches hold about 200 of their histories; a
 request of a 500-message conversation no cache holds reads its 500 stored counts in one query
@@ -27,11 +28,12 @@ instead of encoding 500 messages.
 
 from __future__ import annotations
 
-from policies.tokens import count_message, counted
+from policies.tokens import count_message
 
+from . import renderings
 from .errors import StoreError
 from .history_cache import Remembered
-from .store.base import Position, Store
+from .store.base import Store
 from .token_counter import TokenCounter
 from .types import Message
 
@@ -47,11 +49,29 @@ def storing(counter: TokenCounter) -> TokenCounter | None:
     return counter if counter.encoding.name == ENCODING else None
 
 
+def one_spelling(message: Message) -> bool:
+    """Whether every message with `message`'s chain hash reads the same to `count_message`
+    (module docstring)."""
+    content = message.get("content")
+    return (
+        (content is None or isinstance(content, str))
+        and not message.get("tool_calls")
+        and renderings.rendered_answer(message) is None
+    )
+
+
+def tokens(counter: TokenCounter | None, message: Message, chain_hash: str) -> int | None:
+    """The count a request's new event is stored with (through the counter, which the
+    projection then finds holding it); None without a counter or for a message of more spellings."""
+    return counter.count(message, chain_hash) if counter is not None and one_spelling(message) else None
+
+
 def answer_tokens(counter: TokenCounter | None, message: Message) -> int | None:
-    """The count an answer is stored with. Counted apart from the counter's cache: the client
-    may send the answer back in another spelling under the same chain hash, and that one is
-    counted as it is sent."""
-    return count_message(message, counter.encoding) if counter is not None else None
+    """The count an answer is stored with. Counted apart from the counter's cache, by the
+    message as the upstream gave it: the projection counts the client's copy."""
+    if counter is None or not one_spelling(message):
+        return None
+    return count_message(message, counter.encoding)
 
 
 async def read(
@@ -60,11 +80,11 @@ async def read(
     known: Remembered | None,
     history: list[Message],
     hashes: list[str],
-    position: Position,
+    branch_id: str,
 ) -> dict[str, int]:
-    """The stored counts, by chain hash, of the messages of `history` (stored up to `position`)
-    that neither `known` nor the counter holds counted; empty when fewer than `MIN_READ` are
-    missing, or the counter counts in another encoding."""
+    """The stored counts, by chain hash, of the messages of `history` (stored on the lineage of
+    `branch_id`) that neither `known` nor the counter holds counted; empty when fewer than
+    `MIN_READ` are missing, or the counter counts in another encoding."""
     if counter.encoding.name != ENCODING:
         return {}
     start = len(known.items.get(ENCODING, ())) if known is not None else 0
@@ -72,13 +92,12 @@ async def read(
     if len(missing) < MIN_READ:
         return {}
     try:
-        events = await store.lineage_events(position.branch_id, 0, position.seq)
+        stored = await store.lineage_counts(branch_id)
     except StoreError:
         return {}
-    stored = {event.chain_hash: event for event in events if event.tokens is not None}
     counts: dict[str, int] = {}
     for i in missing:
-        event = stored.get(hashes[i])
-        if event is not None and event.tokens is not None and counted(event.message) == counted(history[i]):
-            counts[hashes[i]] = event.tokens
+        count = stored.get(hashes[i])
+        if count is not None and one_spelling(history[i]):
+            counts[hashes[i]] = count
     return counts

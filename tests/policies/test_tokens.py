@@ -13,7 +13,6 @@ from policies.tokens import (
     IMAGE_TOKENS,
     count_message,
     count_tools,
-    counted,
     encoding_for_model,
     encoding_name_for_model,
 )
@@ -147,22 +146,3 @@ def test_counter_counts_the_same_tools_once() -> None:
     assert counter.misses == 2
     assert counter.count_tools(None) == counter.count_tools([]) == 0
     assert first == count_tools(tools, encoding_for_model("gpt-4o"), {"type": "any"})
-
-
-def test_messages_that_read_the_same_to_the_count_count_the_same() -> None:
-    """`counted` is what `count_message` reads: equal for equal counts whatever else differs
-    (fields the count ignores), different for another spelling of what it reads."""
-    enc = encoding_for_model("gpt-4o")
-    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "."}'}}
-    answer = {"role": "assistant", "content": "Listing.", "tool_calls": [call]}
-    resent = {**answer, "refusal": None, "annotations": [], "tool_calls": [{**call, "index": 0}]}
-    assert counted(resent) == counted(answer)
-    assert count_message(resent, enc) == count_message(answer, enc)
-    compact = {**answer, "tool_calls": [{**call, "function": {"name": "ls", "arguments": '{"path":"."}'}}]}
-    assert counted(compact) != counted(answer)
-    assert count_message(compact, enc) != count_message(answer, enc)
-    named = {"role": "user", "content": "hi", "name": "ann"}
-    assert counted(named) != counted({"role": "user", "content": "hi"})
-    assert counted({"role": "tool", "tool_call_id": "c1", "content": "x"}) != counted(
-        {"role": "tool", "tool_call_id": "c2", "content": "x"}
-    )
