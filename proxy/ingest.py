@@ -464,6 +464,8 @@ def answer_stored(ingested: Ingested, turn: ResponseTurn, position: Position | N
     `ingest` left it, the request's own last event (the stamp moves nothing)."""
     if position is not None and turn.answer is not None:
         ingested.remembered.head = Head(position, turn.answer.chain_hash, len(ingested.hashes) + 1)
+        if turn.answer.tokens is not None:
+            ingested.remembered.answer = (turn.answer.chain_hash, turn.answer.tokens)
 
 
 async def reject(store: Store, ingested: Ingested) -> bool:

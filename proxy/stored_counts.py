@@ -8,9 +8,11 @@ such a request costs, for messages the store already holds.
 So every event is stored with its count (`NewEvent.tokens`: the request's new messages when
 `ingest` appends them, the answer when it is stored) in one encoding, `ENCODING`, the one of
 the gpt-4o/4.1/5 families and of every model tiktoken does not know. A request counted in that
-encoding whose history has at least `MIN_READ` messages the counter does not hold reads its
+encoding whose history has messages of one spelling (below) the counter does not hold reads its
 lineage's counts once (`Store.lineage_counts`), and the projection's items take them
-(`Projector.items`); it counts only what has none. Another encoding stores and reads nothing (the
+(`Projector.items`); it counts only what has none. Any such message, not just many: with the
+conversations taken in turn, the one a request serves is the least recently used in the
+counter, and each count it missed would evict the next of its own. Another encoding stores and reads nothing (the
 column stays null).
 
 Invariant: a count is stored, and a stored count taken, only for a message of one spelling
@@ -39,9 +41,6 @@ from .types import Message
 
 ENCODING = "o200k_base"
 """The encoding of the counts stored with the events."""
-MIN_READ = 32
-"""Messages a request's counter must lack before their stored counts are read: below it,
-counting them costs less than the read."""
 
 
 def storing(counter: TokenCounter) -> TokenCounter | None:
@@ -82,22 +81,28 @@ async def read(
     hashes: list[str],
     branch_id: str,
 ) -> dict[str, int]:
-    """The stored counts, by chain hash, of the messages of `history` (stored on the lineage of
-    `branch_id`) that neither `known` nor the counter holds counted; empty when fewer than
-    `MIN_READ` are missing, or the counter counts in another encoding."""
+    """The counts, by chain hash, of the messages of one spelling in `history` (stored on the
+    lineage of `branch_id`) that neither `known` nor the counter holds counted: the answer
+    `known` was answered with, as it was stored, and the rest read from the store (no read
+    when there is none, or when the counter counts in another encoding)."""
     if counter.encoding.name != ENCODING:
         return {}
     start = len(known.items.get(ENCODING, ())) if known is not None else 0
-    missing = [i for i in range(start, len(hashes)) if not counter.holds(hashes[i])]
-    if len(missing) < MIN_READ:
-        return {}
+    answer = known.answer if known is not None else None
+    counts: dict[str, int] = dict([answer]) if answer is not None else {}
+    missing = [
+        i
+        for i in range(start, len(hashes))
+        if hashes[i] not in counts and not counter.holds(hashes[i]) and one_spelling(history[i])
+    ]
+    if not missing:
+        return counts
     try:
         stored = await store.lineage_counts(branch_id)
     except StoreError:
-        return {}
-    counts: dict[str, int] = {}
+        return counts
     for i in missing:
         count = stored.get(hashes[i])
-        if count is not None and one_spelling(history[i]):
+        if count is not None:
             counts[hashes[i]] = count
     return counts

@@ -10,12 +10,13 @@ import httpx
 import pytest
 
 from policies.tokens import count_message, encoding_for_model
-from proxy.stored_counts import MIN_READ
 from tests.support.proxy_process import ADMIN_TOKEN
 from tests.support.resilience import counter
 
 pytestmark = pytest.mark.slow
 
+LONG = 32
+"""Messages enough that a history's counts are not all among the few the counter holds."""
 NO_ROOM = {"history_mb": 0.0001, "token_counts": 8}
 """No history remembered, eight counts held (the system prefix's and the newest messages'): every
 request's older messages are counted from the store."""
@@ -57,7 +58,7 @@ def opening(n: int) -> list[dict[str, str]]:
 
 
 def test_a_request_no_cache_counted_reads_the_counts_stored_with_its_events(proxy, api_key):
-    first = opening(2 * MIN_READ + 1)
+    first = opening(2 * LONG + 1)
     turns = 3
     cold = proxy(fresh=True, caches=NO_ROOM)
     conversation, messages, got = converse(cold.url, api_key, first, turns)
@@ -97,7 +98,7 @@ def test_an_answer_sent_back_in_another_spelling_is_counted_as_sent(proxy, api_k
     at = len(first) - 2  # far from the newest messages the counter holds
     first += [
         {"role": "assistant" if j % 2 == 0 else "user", "content": f"after the listing, message {j}"}
-        for j in range(2 * MIN_READ)
+        for j in range(2 * LONG)
     ]
     cold = proxy(fresh=True, caches=NO_ROOM)
     _, _, got = converse(cold.url, api_key, first, 0)
@@ -111,6 +112,6 @@ def test_an_answer_sent_back_in_another_spelling_is_counted_as_sent(proxy, api_k
         assert r.status_code == 200, r.text
         cold_tokens = int(r.headers["x-ctxproxy-client-tokens"])
         # the re-spelled answer and the few the counter held, not the history
-        assert 1 <= misses(cold.url) - before < MIN_READ
+        assert 1 <= misses(cold.url) - before < LONG
     _, _, warm = converse(roomy.url, api_key, compact, 0)
     assert cold_tokens == warm[0] != got[0]
