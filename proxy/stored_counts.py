@@ -49,8 +49,8 @@ def storing(counter: TokenCounter) -> TokenCounter | None:
 
 
 def one_spelling(message: Message) -> bool:
-    """Whether every message with `message`'s chain hash reads the same to `count_message`
-    (module docstring)."""
+    """Whether `message` is of one spelling: any other such message with its chain hash reads
+    the same to `count_message` (module docstring)."""
     content = message.get("content")
     return (
         (content is None or isinstance(content, str))
@@ -88,13 +88,12 @@ async def read(
     if counter.encoding.name != ENCODING:
         return {}
     start = len(known.items.get(ENCODING, ())) if known is not None else 0
+    missing = [i for i in range(start, len(hashes)) if not counter.holds(hashes[i]) and one_spelling(history[i])]
+    counts: dict[str, int] = {}
     answer = known.answer if known is not None else None
-    counts: dict[str, int] = dict([answer]) if answer is not None else {}
-    missing = [
-        i
-        for i in range(start, len(hashes))
-        if hashes[i] not in counts and not counter.holds(hashes[i]) and one_spelling(history[i])
-    ]
+    if answer is not None and missing and hashes[missing[0]] == answer[0]:
+        counts[answer[0]] = answer[1]
+        missing = missing[1:]
     if not missing:
         return counts
     try:
