@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import auth, identify, modes, record, routing
+from . import auth, identify, modes, record, routing, stored_counts
 from .asgi import Incoming, RawResponse, read_body
 from .cache_key import conversation_key
 from .config import Route
@@ -67,7 +67,10 @@ async def handle(services: Services, request: Incoming, wire: Wire, target: Targ
     ingested: Ingested | None = None
     try:
         session = identify.session_of(config.session_headers, request.headers, body.get("tools"))
-        arrival = Arrival(tenant, messages, request.headers.get(header), len(raw), session)
+        # A litellm route's window and prices are its provider model's, whatever the client calls it.
+        provider_model = route.upstream.model or model
+        counter = stored_counts.storing(services.projector.counter(provider_model))
+        arrival = Arrival(tenant, messages, request.headers.get(header), len(raw), session, counter)
         ingested = await ingest(services.store, services.history, wire, arrival)
         services.metrics.observe_identity(ingested.lookup, ingested.fork, ingested.matched_by)
         # from here on every answer, errors included, names the conversation
@@ -103,8 +106,6 @@ async def handle(services: Services, request: Incoming, wire: Wire, target: Targ
             if rewriting
             else None
         )
-        # A litellm route's window and prices are its provider model's, whatever the client calls it.
-        provider_model = route.upstream.model or model
         detouring = tools is not None
         outgoing = Outgoing(
             exchange, provider_model, body, messages, raw, credentials, detouring, mode, observing, memory

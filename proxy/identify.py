@@ -56,6 +56,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from . import codec, renderings
@@ -67,6 +68,21 @@ CACHE_MARKERS = "_cache_markers"
 turn, so they are not part of a message's identity."""
 _IGNORED_KEYS = frozenset({"annotations", CACHE_MARKERS})
 _EMPTY: tuple[Any, ...] = (None, "", [], {})
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_C_ENCODE = (
+    # `json.dumps` with `_ENCODER`'s settings builds this encoder on every call; built once, without
+    # the circular-reference check (parsed JSON has no cycles), it writes the same text.
+    c_make_encoder(None, _ENCODER.default, encode_basestring, None, ":", ",", True, False, True)
+    if c_make_encoder is not None
+    else None
+)
+
+
+def _dumps(value: Any) -> str:
+    """The compact, key-sorted JSON (non-ASCII as is) every hash here covers."""
+    if _C_ENCODE is None or isinstance(value, str):
+        return _ENCODER.encode(value)
+    return "".join(_C_ENCODE(value, 0))
 
 
 def split_prefix(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
@@ -96,7 +112,7 @@ def canonical_arguments(arguments: Any) -> Any:
         value = codec.loads(arguments)
     except codec.JsonRejected:  # not JSON, or hostile JSON (too deep, huge integers)
         return arguments
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _dumps(value)
 
 
 def _canonical_tool_call(call: Any) -> Any:
@@ -165,7 +181,7 @@ def root_hash(tenant: str) -> str:
 
 
 def message_hash(parent: str, message: Message, transient: renderings.Transient = renderings.DEFAULT_TRANSIENT) -> str:
-    body = json.dumps(canonical(message, transient), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    body = _dumps(canonical(message, transient))
     return _digest(parent.encode() + b"\x00" + body.encode("utf-8", "surrogatepass"))
 
 
@@ -188,7 +204,7 @@ def chain_from(
 
 
 def prefix_hash(prefix: Sequence[Message]) -> str:
-    body = json.dumps([canonical(m) for m in prefix], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    body = _dumps([canonical(m) for m in prefix])
     return _digest(b"ctxproxy/prefix/v1\x00" + body.encode("utf-8", "surrogatepass"))
 
 

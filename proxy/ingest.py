@@ -67,12 +67,13 @@ import re
 import time
 from dataclasses import dataclass
 
-from . import identify, rebuilt, renderings, side_calls
+from . import identify, rebuilt, renderings, side_calls, stored_counts
 from .errors import BadRequest
 from .history_cache import Head, HistoryCache, Remembered
 from .protocols.base import Wire
 from .renderings import Transient
 from .store.base import HashMatch, NewEvent, Position, ResponseTurn, Store
+from .token_counter import TokenCounter
 from .types import Identity, Message
 
 NO_TRANSIENT = Transient((), 0)
@@ -121,6 +122,8 @@ class Ingested:
     continues: str | None = None
     """The compaction call whose summary this rebuilt history opens with (`proxy.rebuilt`): its
     new branch continues the line after that call. None otherwise."""
+    counter: TokenCounter | None = None
+    """`Arrival.counter`: the answer is stored with its count too (`response_turn`)."""
 
     @property
     def fork(self) -> str | None:
@@ -152,6 +155,9 @@ class Arrival:
     explicit: str | None = None
     body_size: int = 0
     session: identify.Session | None = None
+    counter: TokenCounter | None = None
+    """The route's counter when the events are stored with its counts (`stored_counts.storing`),
+    which a later request whose history no cache holds reads back; None: stored without."""
 
 
 async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival) -> Ingested:
@@ -177,6 +183,7 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
                 [],
                 "side_call",
                 purpose=side_calls.PURPOSE,
+                counter=arrival.counter,
             )
     head = _continued(known, hashes) or cache.head_for(tenant, history, hashes)
     position, identity, lookup, continues = await _append_request(store, arrival, system_hash, history, hashes, head)
@@ -188,7 +195,7 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
     if matched_by is None and lookup != "remembered" and identity.matched and cache.transient.patterns:
         matched_by = await _transient_start(store, position.branch_id, history[0])
     parts = (identity, position, prefix, history, hashes, system_hash, known, remembered, appended, lookup)
-    return Ingested(*parts, matched_by, continues=continues)
+    return Ingested(*parts, matched_by, continues=continues, counter=arrival.counter)
 
 
 def _rendered(history: list[Message], start: int, matched: int) -> tuple[str, str] | None:
@@ -309,7 +316,7 @@ async def _append_request(
             conversation = await store.create_conversation(tenant, explicit)
             created = True
         if head is not None and head.position.conversation_id == conversation.id:
-            extended = await _extend(store, tenant, history, hashes, head, conversation.external_id)
+            extended = await _extend(store, arrival, history, hashes, head, conversation.external_id)
             if extended is not None:
                 return (*extended, "remembered", None)
             lookup = "stale"
@@ -319,7 +326,7 @@ async def _append_request(
         external = conversation.external_id
     else:
         if head is not None:
-            extended = await _extend(store, tenant, history, hashes, head, None)
+            extended = await _extend(store, arrival, history, hashes, head, None)
             if extended is not None:
                 return (*extended, "remembered", None)
             lookup = "stale"
@@ -343,7 +350,8 @@ async def _append_request(
             conversation = await store.create_conversation(tenant, None)
             start, matched, created = Position(conversation.id, conversation.main_branch_id, 0), 0, True
         external = None
-    position = await store.append(start, _events(history, hashes, matched, continues), None, stamp=False)
+    events = _events(history, hashes, matched, arrival.counter, continues)
+    position = await store.append(start, events, None, stamp=False)
     return position, _identity(tenant, start, position, matched, external, created), lookup, continues
 
 
@@ -387,13 +395,14 @@ async def _first_stamped(
 
 
 async def _extend(
-    store: Store, tenant: str, history: list[Message], hashes: list[str], head: Head, external: str | None
+    store: Store, arrival: Arrival, history: list[Message], hashes: list[str], head: Head, external: str | None
 ) -> tuple[Position, Identity] | None:
     """Append after the remembered head without a lookup, when the store confirms it (module docstring)."""
-    position = await store.extend(head.position, head.chain_hash, _events(history, hashes, head.count))
+    events = _events(history, hashes, head.count, arrival.counter)
+    position = await store.extend(head.position, head.chain_hash, events)
     if position is None:
         return None
-    return position, _identity(tenant, head.position, position, head.count, external, False)
+    return position, _identity(arrival.tenant, head.position, position, head.count, external, False)
 
 
 def _identity(
@@ -411,12 +420,24 @@ def _identity(
     )
 
 
-def _events(history: list[Message], hashes: list[str], matched: int, continues: str | None = None) -> list[NewEvent]:
-    """The request's events after the first `matched` (unstamped: stamped once answered); the
-    first one names the compaction call whose summary it carries, when it continues one."""
+def _events(
+    history: list[Message],
+    hashes: list[str],
+    matched: int,
+    counter: TokenCounter | None,
+    continues: str | None = None,
+) -> list[NewEvent]:
+    """The request's events after the first `matched` (unstamped: stamped once answered), with
+    their counts when `counter` is given (the projection then finds them counted); the first one
+    names the compaction call whose summary it carries, when it continues one."""
     return [
         NewEvent(
-            role=str(m.get("role")), message=m, chain_hash=h, source="request", call_id=continues if i == 0 else None
+            role=str(m.get("role")),
+            message=m,
+            chain_hash=h,
+            source="request",
+            tokens=stored_counts.tokens(counter, m, h),
+            call_id=continues if i == 0 else None,
         )
         for i, (m, h) in enumerate(zip(history[matched:], hashes[matched:], strict=True))
     ]
@@ -448,7 +469,8 @@ def response_turn(ingested: Ingested, message: Message | None, call_id: str, mai
     if message is not None:
         parent = ingested.hashes[-1] if ingested.hashes else identify.root_hash(ingested.identity.tenant)
         chain_hash = identify.message_hash(parent, message)
-        answer = NewEvent(role="assistant", message=message, chain_hash=chain_hash, source="response", call_id=call_id)
+        tokens = stored_counts.answer_tokens(ingested.counter, message)
+        answer = NewEvent("assistant", message, chain_hash, "response", tokens, call_id)
     return ResponseTurn(ingested.position, ingested.system_hash if main else None, answer)
 
 
@@ -458,6 +480,8 @@ def answer_stored(ingested: Ingested, turn: ResponseTurn, position: Position | N
     `ingest` left it, the request's own last event (the stamp moves nothing)."""
     if position is not None and turn.answer is not None:
         ingested.remembered.head = Head(position, turn.answer.chain_hash, len(ingested.hashes) + 1)
+        if turn.answer.tokens is not None:
+            ingested.remembered.answer = (turn.answer.chain_hash, turn.answer.tokens)
 
 
 async def reject(store: Store, ingested: Ingested) -> bool:

@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from . import record, tracing
+from . import record, stored_counts, tracing
 from .errors import BadRequest, ContextLengthExceeded
 from .exchange import Exchange
 from .memory.access import Recollection
@@ -54,12 +54,19 @@ class Outgoing:
         self.block_tokens = 0
         self.sent: list[Message] = messages
         """the messages of the last attempt prepared (the recall detour appends to them)"""
+        self.stored: dict[str, int] = {}
+        """counts stored with the history's events that no cache held (`stored_counts.read`)"""
 
     async def prepare(self) -> bytes:
         """The bytes of the attempt under way: the client's own, or the projection."""
         exchange = self.exchange
         wire, ingested, attempt = exchange.wire, exchange.ingested, exchange.attempt
         self.sent = self.messages
+        if not self.stored:  # what no cache counted, as stored with the events
+            counter = exchange.services.projector.counter(self.model)
+            history, hashes, remembered = ingested.history, ingested.hashes, ingested.known
+            store, branch = exchange.services.store, ingested.position.branch_id
+            self.stored = await stored_counts.read(store, counter, remembered, history, hashes, branch)
         if self.credentials is not None:
             with tracing.span("ctxproxy.projection", **{"ctxproxy.attempt": attempt.number}):
                 projected = await self.project(attempt.cut)
@@ -111,8 +118,9 @@ class Outgoing:
         """The request as the projection (or the count) sees it, for `body`."""
         exchange = self.exchange
         ingested, projector = exchange.ingested, exchange.services.projector
+        counter = projector.counter(self.model)
         items = projector.items(
-            ingested.history, ingested.hashes, projector.counter(self.model), ingested.known, ingested.remembered
+            ingested.history, ingested.hashes, counter, ingested.known, ingested.remembered, self.stored
         )
         branch, route = ingested.identity.branch_id, exchange.route
         wire, policy = exchange.wire, exchange.policy

@@ -24,6 +24,7 @@ same bytes.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from policies.base import Budget, ContextOverflow, Item, Projection
@@ -233,18 +234,29 @@ class Projector:
         counter: TokenCounter,
         known: Remembered | None = None,
         remember: Remembered | None = None,
+        stored: Mapping[str, int] | None = None,
     ) -> list[Item]:
         """Token-counted items; those of a remembered equal prefix are reused as they are (a C
         copy of the list, then the new ones). `remember` keeps the list and, as
-        `remember.shared`, the proof that it starts with the remembered list's very objects."""
+        `remember.shared`, the proof that it starts with the remembered list's very objects.
+        `stored`: counts by chain hash read with the events (`proxy.stored_counts`), taken as
+        they are."""
         name = counter.encoding.name
         reused = known.items.get(name, []) if known is not None else []
         shared = min(len(reused), len(history))
         items = reused[:shared]
-        items.extend(
-            Item(seq=i + 1, message=history[i], tokens=counter.count(history[i], hashes[i]))
-            for i in range(shared, len(history))
-        )
+        if stored:
+            items.extend(
+                Item(
+                    seq=i + 1, message=history[i], tokens=stored.get(hashes[i]) or counter.count(history[i], hashes[i])
+                )
+                for i in range(shared, len(history))
+            )
+        else:
+            items.extend(
+                Item(seq=i + 1, message=history[i], tokens=counter.count(history[i], hashes[i]))
+                for i in range(shared, len(history))
+            )
         if remember is not None:
             remember.items[name] = items
             if shared:

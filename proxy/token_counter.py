@@ -97,6 +97,10 @@ class TokenCounter:
             while len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
 
+    def holds(self, key: str) -> bool:
+        """Whether the count under `key` is held (neither a hit nor a miss)."""
+        return key in self._cache
+
     def __call__(self, message: Message) -> int:
         with self._lock:
             recent = self._recent.get(id(message))

@@ -343,6 +343,24 @@ async def test_append_is_idempotent(store: Store) -> None:
     assert len(await store.list_branches(conv.id)) == 1
 
 
+async def test_lineage_counts_are_the_stored_counts_of_the_lineage(store: Store) -> None:
+    """By chain hash, the counts stored with the lineage's events: an ancestor's up to the
+    fork point, none of an event stored without one, none of another branch."""
+    conv = await store.create_conversation(T1, None)
+    main = conv.main_branch_id
+    history = [U1, A1, U2]
+    await store.append(origin(conv), new_events(T1, history, tokens=7), "sys-1")
+    hashes = identify.chain(T1, history)
+    assert await store.lineage_counts(main) == dict.fromkeys(hashes, 7)
+    fork = await store.append(Position(conv.id, main, 2), new_events(T1, [U1, A1, U3], start=2), None)
+    assert fork.branch_id != main
+    grown = [U1, A1, U3, A3]
+    await store.append(fork, new_events(T1, grown, start=3, tokens=5), None)
+    counts = await store.lineage_counts(fork.branch_id)
+    assert counts == {hashes[0]: 7, hashes[1]: 7, identify.chain(T1, grown)[3]: 5}
+    assert await store.lineage_counts(main) == dict.fromkeys(hashes, 7)
+
+
 async def test_append_after_non_head_forks_a_child_branch(store: Store) -> None:
     conv = await store.create_conversation(T1, None)
     main = conv.main_branch_id

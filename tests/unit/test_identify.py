@@ -225,6 +225,30 @@ def test_message_hash_depends_on_parent() -> None:
     assert len(message_hash(PARENT, m)) == 32  # blake2b, 16 bytes, hex
 
 
+def _stored_form(parent: str, message: dict[str, Any]) -> str:
+    """The hash as every stored chain was made: blake2b-16 over the parent, NUL and the canonical
+    form as `json.dumps` writes it compact, key-sorted, non-ASCII as is."""
+    import json
+
+    body = json.dumps(canonical(message), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    data = parent.encode() + b"\x00" + body.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "text", "text": 'é\u2028\x00\x7f"\\ \ud83d'}, {"type": "image_url"}]},
+        {"role": "assistant", "content": None, "tool_calls": [CALL], "refusal": None},
+        {"role": "tool", "tool_call_id": "c", "content": "x", "meta": {"b": [1.5, 1e16, -0.0, 1e-7, 2**70], "a": True}},
+    ],
+)
+def test_message_hash_is_the_stored_form(message: dict[str, Any]) -> None:
+    """Stored chains never change: the hash is the formula they were made with, to the byte."""
+    assert message_hash(PARENT, message) == _stored_form(PARENT, message)
+
+
 def test_lone_surrogate_hashes() -> None:
     # JSON allows "\ud83d" (JS agents that cut a string mid-emoji send it); json.loads keeps it as a lone
     # surrogate. Hashing must not crash on it (a UnicodeEncodeError becomes a 500 for the whole request).

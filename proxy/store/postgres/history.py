@@ -180,6 +180,9 @@ class History(PostgresConnection):
     async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
         return await self._read(_lineage_events, branch_id, after_seq, limit)
 
+    async def lineage_counts(self, branch_id: str) -> dict[str, int]:
+        return await self._read(_lineage_counts, branch_id)
+
     async def delete_conversation(self, conversation_id: str, only_if_empty: bool = False) -> bool:
         return await self._write(_delete, conversation_id, time.time(), only_if_empty)
 
@@ -303,17 +306,31 @@ async def _retract(conn: Conn, end: Position, hashes: list[str]) -> bool:
     return True
 
 
+_SEGMENTS = (
+    # The lineage's segments (each ancestor up to its child's fork point), from the root.
+    "WITH RECURSIVE up (id, parent_id, upto, depth) AS ("
+    " SELECT id, parent_id, 9223372036854775807::bigint, 0 FROM branches WHERE id = $1"
+    " UNION ALL SELECT b.id, b.parent_id, c.fork_seq, up.depth + 1"
+    " FROM up JOIN branches c ON c.id = up.id JOIN branches b ON b.id = up.parent_id)"
+    " SELECT id, upto FROM up ORDER BY depth DESC"
+)
+
+
+async def _lineage_counts(conn: Conn, branch_id: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for seg_branch, seg_upto in await conn.fetch(_SEGMENTS, branch_id):
+        rows = await conn.fetch(
+            "SELECT chain_hash, tokens FROM events WHERE branch_id = $1 AND seq <= $2 AND tokens IS NOT NULL",
+            seg_branch,
+            seg_upto,
+        )
+        out.update((str(h), int(t)) for h, t in rows)
+    return out
+
+
 async def _lineage_events(conn: Conn, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
-    # The lineage's segments (each ancestor up to its child's fork point) by one recursive query,
-    # then each segment's events by its primary key.
-    segments = await conn.fetch(
-        "WITH RECURSIVE up (id, parent_id, upto, depth) AS ("
-        " SELECT id, parent_id, 9223372036854775807::bigint, 0 FROM branches WHERE id = $1"
-        " UNION ALL SELECT b.id, b.parent_id, c.fork_seq, up.depth + 1"
-        " FROM up JOIN branches c ON c.id = up.id JOIN branches b ON b.id = up.parent_id)"
-        " SELECT id, upto FROM up ORDER BY depth DESC",
-        branch_id,
-    )
+    # Each segment's events by its primary key.
+    segments = await conn.fetch(_SEGMENTS, branch_id)
     out: list[StoredEvent] = []
     for seg_branch, seg_upto in segments:
         rows = await conn.fetch(

@@ -16,6 +16,9 @@ from .connection import guarded, num
 from .identity import Identity
 from .keys import conversation_of, ext_tag, is_conversation_id, main_branch_id, new_conversation_id
 
+LINEAGE_ALL = 1 << 40
+"""A limit no lineage reaches: every event of it."""
+
 
 class History(Identity):
     @guarded
@@ -204,6 +207,11 @@ class History(Identity):
                 )
             )
         return out
+
+    async def lineage_counts(self, branch_id: str) -> dict[str, int]:
+        # An event's count is inside its payload: read with the events.
+        events = await self.lineage_events(branch_id, 0, LINEAGE_ALL)
+        return {e.chain_hash: e.tokens for e in events if e.tokens is not None}
 
     @guarded
     async def delete_conversation(self, conversation_id: str, only_if_empty: bool = False) -> bool:

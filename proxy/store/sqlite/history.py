@@ -156,6 +156,9 @@ class History(SqliteConnection):
     async def lineage_events(self, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
         return self._read(_lineage_events, branch_id, after_seq, limit)
 
+    async def lineage_counts(self, branch_id: str) -> dict[str, int]:
+        return self._read(_lineage_counts, branch_id)
+
     async def delete_conversation(self, conversation_id: str, only_if_empty: bool = False) -> bool:
         found = self._write(_delete, conversation_id, time.time(), only_if_empty)
         if found:
@@ -330,8 +333,9 @@ def _retract(db: Db, end: Position, hashes: list[str]) -> bool:
     return True
 
 
-def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
-    # Walk up to the root: each ancestor contributes its events up to the child's fork point.
+def _segments(db: Db, branch_id: str) -> list[tuple[str, int]]:
+    """The lineage's branches from the root, each with the last seq it contributes (an
+    ancestor's events up to its child's fork point)."""
     segments: list[tuple[str, int]] = []
     current: str | None = branch_id
     upto = 1 << 62
@@ -341,8 +345,23 @@ def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[
             break
         segments.append((current, upto))
         current, upto = row
+    return segments[::-1]
+
+
+def _lineage_counts(db: Db, branch_id: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for seg_branch, seg_upto in _segments(db, branch_id):
+        rows = db.execute(
+            "SELECT chain_hash, tokens FROM events WHERE branch_id = ? AND seq <= ? AND tokens IS NOT NULL",
+            (seg_branch, seg_upto),
+        )
+        out.update(rows)
+    return out
+
+
+def _lineage_events(db: Db, branch_id: str, after_seq: int, limit: int) -> list[StoredEvent]:
     out: list[StoredEvent] = []
-    for seg_branch, seg_upto in reversed(segments):
+    for seg_branch, seg_upto in _segments(db, branch_id):
         rows = db.execute(
             f"SELECT {_EVENT.sql} FROM events WHERE branch_id = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
             (seg_branch, after_seq, seg_upto, limit - len(out)),
