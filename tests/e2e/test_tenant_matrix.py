@@ -97,6 +97,12 @@ def _messages_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"model": "gpt-4o", "max_tokens": 50, "messages": messages}
 
 
+def _gemini_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    roles = {"assistant": "model"}
+    contents = [{"role": roles.get(m["role"], "user"), "parts": [{"text": m["content"]}]} for m in messages]
+    return {"contents": contents}
+
+
 def _count(path: str, body: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> Callable[..., None]:
     """A count reads the conversation it would continue (read-only): named by A's ids or by A's
     own history, mallory's count is of mallory's tenant, never leaks A's bytes, stores nothing."""
@@ -210,6 +216,8 @@ MATRIX: dict[tuple[str, str], Callable[..., None]] = {
     ("POST", "/v1/messages/count_tokens"): _count("/v1/messages/count_tokens", _messages_body),
     ("POST", "/v1/responses/input_tokens"): _count("/v1/responses/input_tokens", _responses_body),
     ("POST", "/responses/input_tokens"): _count("/responses/input_tokens", _responses_body),
+    ("POST", "/v1beta/models/{model}:countTokens"): _count("/v1beta/models/gpt-4o:countTokens", _gemini_body),
+    ("POST", "/v1/models/{model}:countTokens"): _count("/v1/models/gpt-4o:countTokens", _gemini_body),
     ("POST", "/v1/responses/compact"): _model_call("/v1/responses/compact", _responses_body),
     ("POST", "/responses/compact"): _model_call("/responses/compact", _responses_body),
     ("GET", "/v1/models"): _plain("/v1/models"),
