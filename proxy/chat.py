@@ -7,7 +7,7 @@ for streams, `http.RawResponse` for whole bodies), record (`record`). The reques
 one `Exchange`, which ends a call that got no answer in one place. The response turn and the
 call record are written together after the client has its answer; a request that got no answer
 (an error status from the upstream, or a failure before one) is retracted from the history
-instead (`ingest.reject`).
+instead (`settle.reject`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .cache_key import conversation_key
 from .config import Route
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
-from .ingest import Arrival, Ingested, answer_stored, ingest, response_turn
+from .ingest import Arrival, Ingested, ingest
 from .last_sent import SharedPrompt
 from .memory.access import recollect
 from .outgoing import Outgoing
@@ -33,6 +33,7 @@ from .recall.detour import detour
 from .recall.tool import offered, with_tool
 from .relay import StreamOutcome, StreamRelay, nothing, read_or_disconnect, relay_unchanged
 from .services import Services
+from .settle import answer_stored, response_turn
 from .shadow.runner import Sample
 from .store.base import CallRecord
 from .tail_parse import BodyMemo

@@ -25,10 +25,11 @@ from .asgi import Incoming
 from .config import Policy, Route
 from .errors import ProxyError, StoreError
 from .estimate import Prediction
-from .ingest import Ingested, reject
+from .ingest import Ingested
 from .protocols.base import Wire
 from .relay import or_disconnect
 from .services import Services
+from .settle import reject
 from .shadow.runner import Sample
 from .store.base import CallRecord
 from .types import Message
@@ -141,7 +142,7 @@ class Exchange:
 async def retract(services: Services, ingested: Ingested, request: Incoming) -> bool:
     """Remove a request's events from the history: it got no answer (or the proxy itself refused
     it), so it leaves no trace; a store that fails now keeps them (logged). True when the
-    conversation went with them (`ingest.reject`): the answer then names no conversation."""
+    conversation went with them (`settle.reject`): the answer then names no conversation."""
     try:
         gone = await reject(services.store, ingested)
     except StoreError as exc:

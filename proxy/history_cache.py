@@ -86,7 +86,7 @@ class Remembered:
     """The body last sent upstream with these messages (as the very objects it holds), written
     and reused by the chat wire's `encode_body` (`protocols/openai_chat/encode.py`)."""
     answer: tuple[str, int] | None = None
-    """The chain hash and count of the answer stored after these messages (`ingest.answer_stored`,
+    """The chain hash and count of the answer stored after these messages (`settle.answer_stored`,
     when stored with one): the next request finds it counted (`stored_counts.read`)."""
     serial: int = 0
     """Set by `HistoryCache.remember`: the conversation's place in the cache, kept by the history

@@ -119,7 +119,7 @@ def test_caller_key_echoed_by_the_upstream_is_kept_out_of_answers_records_and_fi
     seen: list[tuple[str, bytes]] = []
     ref = f"own-{uuid.uuid4().hex}"
     echo = openai_error(f"Incorrect API key provided: {own}.", code="invalid_api_key")
-    opened = httpx.post(  # the conversation exists: a failed first request would leave none (ingest.reject)
+    opened = httpx.post(  # the conversation exists: a failed first request would leave none (settle.reject)
         f"{p.base_url}/chat/completions",
         json={"model": "pass-echo", "messages": [user("opens the conversation")]},
         headers={"Authorization": f"Bearer {own}", "X-Conversation-Id": ref},
