@@ -22,9 +22,9 @@ import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as AnthropicReply
+from tests.support.e2e import active_checkpoint
 from tests.support.proxy_process import ADMIN_TOKEN
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -91,15 +91,6 @@ def _anthropic_messages(rounds: int, lines: int) -> list[dict[str, Any]]:
     return messages
 
 
-def _checkpoint(p: Any, conversation: str) -> dict[str, Any]:
-    def active() -> dict[str, Any] | None:
-        rows = p.admin_json(f"conversations/{conversation}/checkpoints")["data"]
-        return next((c for c in rows if c["status"] == "active"), None)
-
-    found: dict[str, Any] = wait_until(active, timeout=30, what="an active checkpoint")
-    return found
-
-
 def _responses_run(p: Any, rup: ResponsesServer, api_key: str, rounds: range) -> str:
     client = p.client(api_key)
     conversation = ""
@@ -117,7 +108,7 @@ def _responses_run(p: Any, rup: ResponsesServer, api_key: str, rounds: range) ->
 def test_responses_checkpoints_hold_the_providers_compaction_item(proxy, rup, api_key):
     p = _proxy(proxy, rup.base_url, "resp-*", SMALL)
     conversation = _responses_run(p, rup, api_key, range(10, 70, 10))
-    checkpoint = _checkpoint(p, conversation)
+    checkpoint = active_checkpoint(p, conversation)
     content = json.loads(checkpoint["summary"])
     made = [c for c in rup.compactions if c["via"] == "compact"]
     assert made and content["wire"] == "openai_responses" and content["text"] == ""
@@ -155,7 +146,7 @@ def test_responses_compaction_failure_falls_back_to_the_own_summarizer(proxy, ru
     p = _proxy(proxy, rup.base_url, "resp-*", SMALL)
     rup.compact_failure = (500, SERVER_ERROR)
     conversation = _responses_run(p, rup, api_key, range(10, 70, 10))
-    checkpoint = _checkpoint(p, conversation)
+    checkpoint = active_checkpoint(p, conversation)
     assert not checkpoint["summary"].startswith("{")  # the own summarizer's text
     assert [b for b in rup.bodies if _own_summary(b)]
     calls = p.wait_calls(conversation, 1, until=lambda cs: any(c["upstream_status"] == 500 for c in cs))
@@ -197,7 +188,7 @@ def test_anthropic_checkpoints_hold_the_providers_summary(proxy, anthropic_upstr
     )
     p = _proxy(proxy, anthropic_upstream.url, "claude-*", LARGE)
     conversation = _anthropic_run(p, anthropic_upstream, api_key, range(90, 150, 20), 60)
-    checkpoint = _checkpoint(p, conversation)
+    checkpoint = active_checkpoint(p, conversation)
     assert anthropic_upstream.compactions and anthropic_upstream.compactions[0]["paused"]
     assert checkpoint["summary"] == anthropic_upstream.compactions[-1]["summary"]
     native = [r for r in anthropic_upstream.message_requests if "context_management" in r.body]
@@ -215,7 +206,7 @@ def test_anthropic_below_the_minimum_or_failing_falls_back(proxy, anthropic_upst
     # Below the provider's 50,000-token minimum: ctxproxy summarizes without asking it.
     p = _proxy(proxy, anthropic_upstream.url, "claude-*", SMALL)
     conversation = _anthropic_run(p, anthropic_upstream, api_key, range(10, 70, 10), 40)
-    assert _checkpoint(p, conversation)["summary"].startswith("## Goal")
+    assert active_checkpoint(p, conversation)["summary"].startswith("## Goal")
     assert not [r for r in anthropic_upstream.message_requests if "context_management" in r.body]
     assert [r for r in anthropic_upstream.message_requests if _own_summary(r.body)]
 
@@ -223,7 +214,7 @@ def test_anthropic_below_the_minimum_or_failing_falls_back(proxy, anthropic_upst
     anthropic_upstream.clear()
     p = _proxy(proxy, anthropic_upstream.url, "claude-*", LARGE)
     conversation = _anthropic_run(p, anthropic_upstream, api_key, range(90, 150, 20), 60, failing=True)
-    assert _checkpoint(p, conversation)["summary"].startswith("## Goal")
+    assert active_checkpoint(p, conversation)["summary"].startswith("## Goal")
     assert [r for r in anthropic_upstream.message_requests if _own_summary(r.body)]
     assert not anthropic_upstream.compactions
     calls = p.wait_calls(conversation, 1, until=lambda cs: any(c["upstream_status"] == 529 for c in cs))

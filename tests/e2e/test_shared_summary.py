@@ -25,9 +25,9 @@ from tests.e2e.test_rewriting import SUMMARY as SUMMARY_TEXT
 from tests.e2e.test_rewriting import SYSTEM as CHAT_SYSTEM
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as AnthropicReply
+from tests.support.e2e import active_checkpoint
 from tests.support.responses_upstream import ResponsesReply, fcall
 from tests.support.upstream_server import Reply
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -93,21 +93,12 @@ def _run(p: Any, api_key: str, rounds: range) -> str:
     return conversation
 
 
-def _checkpoint(p: Any, conversation: str) -> dict[str, Any]:
-    def active() -> dict[str, Any] | None:
-        rows = p.admin_json(f"conversations/{conversation}/checkpoints")["data"]
-        return next((c for c in rows if c["status"] == "active"), None)
-
-    found: dict[str, Any] = wait_until(active, timeout=30, what="an active checkpoint")
-    return found
-
-
 def test_the_summary_reads_the_conversation_from_the_cache(proxy, anthropic_upstream: AnthropicUpstream, api_key):
     summary = AnthropicReply(text=SUMMARY)
     anthropic_upstream.responder = lambda body: summary if _asks(body) else _next_step(body)
     p = _proxy(proxy, anthropic_upstream.url)
     conversation = _run(p, api_key, range(2, 24))
-    checkpoint = _checkpoint(p, conversation)
+    checkpoint = active_checkpoint(p, conversation)
     assert checkpoint["summary"] == SUMMARY
     requests = anthropic_upstream.message_requests
     assert not [r for r in requests if _own_summary(r.body)]  # ctxproxy's own summarizer never ran
@@ -151,7 +142,7 @@ def test_an_answer_that_calls_a_tool_falls_back_to_the_own_summarizer(
     anthropic_upstream.responder = answer
     p = _proxy(proxy, anthropic_upstream.url)
     conversation = _run(p, api_key, range(2, 24))
-    assert "own summary" in _checkpoint(p, conversation)["summary"]
+    assert "own summary" in active_checkpoint(p, conversation)["summary"]
     calls = p.wait_calls(conversation, 1, until=lambda cs: sum(c["purpose"] == "summary" for c in cs) >= 2)
     failed = [c for c in calls if c["purpose"] == "summary" and c["status"] == "error"]
     assert failed and "tool call" in failed[0]["error"] and failed[0]["projection"]["shared"] is True
@@ -224,7 +215,7 @@ def test_responses_asks_the_same_input_with_the_ask_after_it(proxy, rup, api_key
         items += output
         output_text = "".join(f"step {step} line {k}: the quick brown fox jumps over the lazy dog\n" for k in range(30))
         items.append({"type": "function_call_output", "call_id": output[-1]["call_id"], "output": output_text})
-    assert _checkpoint(p, conversation)["summary"] == SUMMARY
+    assert active_checkpoint(p, conversation)["summary"] == SUMMARY
     bodies = rup.bodies
     index = next(i for i, b in enumerate(bodies) if ASK in json.dumps(b["input"][-1]))
     shared = bodies[index]

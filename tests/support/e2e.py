@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.waiting import wait_until
+
 ERROR_KEYS = {"message", "type", "param", "code"}
 
 
@@ -78,3 +80,14 @@ def sent_verbatim_in_all(value: Any, raws: list[bytes]) -> bool:
     appears byte for byte in every raw request body: the same bytes on every request."""
     forms = (json.dumps(value).encode(), json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
     return any(all(form in raw for raw in raws) for form in forms)
+
+
+def active_checkpoint(p: Any, conversation: str, timeout: float = 30) -> dict[str, Any]:
+    """The conversation's active checkpoint, once a compaction (in the background) committed one."""
+
+    def active() -> dict[str, Any] | None:
+        rows = p.admin_json(f"conversations/{conversation}/checkpoints")["data"]
+        return next((c for c in rows if c["status"] == "active"), None)
+
+    found: dict[str, Any] = wait_until(active, timeout=timeout, what="an active checkpoint")
+    return found
