@@ -183,16 +183,22 @@ def price_requests(requests: Iterable[Request], price: Price) -> Bill:
     state: set[int] = set()
     rule = _openai if price.provider == "openai" else _anthropic
     m = 1e-6
-    for request in requests:
+
+    def cost(request: Request) -> tuple[int, int, int, float]:
+        """`request`'s input as (uncached, read, written) through the cache, and its dollars."""
         uncached, read, write = rule(request, state, price)
-        cost = (uncached * price.input + read * price.cached + write * price.write + request.output * price.output) * m
+        dollars = (
+            uncached * price.input + read * price.cached + write * price.write + request.output * price.output
+        ) * m
+        return uncached, read, write, dollars
+
+    for request in requests:
+        uncached, read, write, dollars = cost(request)
         s_in = sum(i for i, _ in request.summarizer)
         s_out = sum(o for _, o in request.summarizer)
         s_cost = (s_in * price.input + s_out * price.output) * m
         for call in request.shared:
-            c_uncached, c_read, c_write = rule(call, state, price)
-            c_cost = (c_uncached * price.input + c_read * price.cached + c_write * price.write) * m
-            c_cost += call.output * price.output * m
+            c_cost = cost(call)[3]
             bill.shared_dollars += c_cost
             s_cost += c_cost
         bill.uncached += uncached
@@ -201,7 +207,7 @@ def price_requests(requests: Iterable[Request], price: Price) -> Bill:
         bill.output += request.output
         bill.summarizer_input += s_in
         bill.summarizer_output += s_out
-        bill.dollars += cost + s_cost
+        bill.dollars += dollars + s_cost
         bill.summarizer_dollars += s_cost
-        bill.per_request.append(cost + s_cost)
+        bill.per_request.append(dollars + s_cost)
     return bill

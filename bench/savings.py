@@ -40,11 +40,15 @@ def requests_of(report: Any, proxied: bool, shared: bool = False) -> list[Reques
     out = []
     for k, t in enumerate(report.turns):
         calls = (t.shared_fallback if shared else t.summarizer_calls) or ()
-        asks = tuple(_shared_call(report.turns[i], points[i], ask, summary) for i, ask, summary in t.shared_calls)
+        asks = (
+            tuple(_shared_call(report.turns[i], points[i], ask, summary) for i, ask, summary in t.shared_calls)
+            if shared
+            else ()
+        )
         if not t.error:
-            out.append(Request(t.blocks, points[k], t.output_tokens, calls, asks if shared else ()))
-        elif calls or (shared and asks):  # a refused request's compaction is paid all the same
-            out.append(Request((), (), 0, calls, asks if shared else ()))
+            out.append(Request(t.blocks, points[k], t.output_tokens, calls, asks))
+        elif calls or asks:  # a refused request's compaction is paid all the same
+            out.append(Request((), (), 0, calls, asks))
     return out
 
 
