@@ -164,11 +164,11 @@ class StreamRelay:
         splitter = SseSplitter()
         first = True
         try:
-            async for piece in self.upstream.pieces():
+            async for events in self.upstream.reads(splitter):
                 if outcome.first_byte_at is None:
                     outcome.first_byte_at = time.monotonic()
                 outs: list[bytes] = []
-                for event in splitter.feed(piece):
+                for event in events:
                     out = self.observer(event)
                     if not out:
                         continue

@@ -82,19 +82,19 @@ class Watched(UpstreamResponse):
         """`head` was observed and is relayed as it is; `pending` arrived with it, not yet observed."""
 
     async def read(self, limit: int = 64 * 1024 * 1024) -> bytes:
-        raise NotImplementedError("a watched stream is read by pieces")
+        raise NotImplementedError("a watched stream is read by its events")
 
     def close(self) -> None:
         self.answer.upstream.close()
 
-    async def pieces(self) -> AsyncIterator[bytes]:
-        # One piece per upstream read: the events it released, joined (the relay writes each at once).
+    async def reads(self, splitter: SseSplitter) -> AsyncIterator[list[SseEvent]]:
+        # One list per upstream read: the events it released, as this watch split and parsed them
+        # (the relay does not split them again); what a continuation rewrote, split by `splitter`.
         keep = self.wire.splices_relayed
-        head = [event.raw for event in self.head]
         # what the client got, for the follow-up to continue from (when the wire's continuation reads it)
-        relayed: list[bytes] = list(head) if keep else []
-        yield b"".join(head)  # at once: the first text goes out before the rest of its read is read
-        batch: list[bytes] = []
+        relayed: list[bytes] = [event.raw for event in self.head] if keep else []
+        yield self.head  # at once: the first text goes out before the rest of its read is read
+        batch: list[SseEvent] = []
         shift: Continue | None = None
         pending = self.pending
         while True:
@@ -118,15 +118,15 @@ class Watched(UpstreamResponse):
                     if out:
                         if keep:
                             relayed.append(out)
-                        batch.append(out)
+                        _add(batch, splitter, event, out)
                 if batch:
-                    yield b"".join(batch)
+                    yield batch
                     batch = []
             pending = []
             if not calling:  # nothing held, and the answer's observer has nothing to tell
                 rest = answer.splitter.rest()
                 if rest:
-                    yield rest
+                    yield splitter.feed(rest)
                 return
             message = answer.observer.message()
             recalled = self.tools.calls(message)
@@ -134,10 +134,10 @@ class Watched(UpstreamResponse):
                 for event in held:
                     out = event.raw if shift is None else shift(event)
                     if out:
-                        batch.append(out)
-                batch.append(answer.splitter.rest())
-                if any(batch):
-                    yield b"".join(batch)
+                        _add(batch, splitter, event, out)
+                batch += splitter.feed(answer.splitter.rest())
+                if batch:
+                    yield batch
                 return
             await self._consumed(answer)
             answer.upstream.close()
@@ -155,6 +155,16 @@ class Watched(UpstreamResponse):
         # the rounds of this request so far: the ones before the relay started, plus this one
         before = int((self.call.projection or {}).get("recall_rounds") or 0)
         record.noted(self.call, recall_rounds=before + 1, recall_spliced=True)
+
+
+def _add(batch: list[SseEvent], splitter: SseSplitter, event: SseEvent, out: bytes) -> None:
+    """`out`, what goes to the client for `event`, onto `batch` as the relay's events: `event`
+    itself when it goes unchanged and `splitter` holds no rest (splitting its bytes again would
+    give it back), else `out` split by `splitter`."""
+    if out is event.raw and not splitter.rest():
+        batch.append(event)
+    else:
+        batch += splitter.feed(out)
 
 
 def _calls(observer: StreamObserver, unseen: list[SseEvent]) -> bool:

@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 from ..config import Route
 from ..errors import UpstreamTimeout
 from ..protocols import CREDENTIAL_HEADERS, Wire
+from ..sse import SseEvent, SseSplitter
 
 T = TypeVar("T")
 
@@ -93,6 +94,13 @@ class UpstreamResponse:
 
     def pieces(self) -> AsyncIterator[bytes]:
         raise NotImplementedError
+
+    async def reads(self, splitter: SseSplitter) -> AsyncIterator[list[SseEvent]]:
+        """A stream's complete SSE events, a list per piece, split by `splitter` (which keeps an
+        unterminated rest). A response that has split its events already hands them as they are
+        (`recall/watch.Watched`): the relay then does not split and parse them a second time."""
+        async for piece in self.pieces():
+            yield splitter.feed(piece)
 
     def close(self) -> None:
         raise NotImplementedError
