@@ -9,7 +9,7 @@ conventions is how gateways double-count or lose cached tokens, so each wire has
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -23,7 +23,16 @@ class Usage:
     reasoning: int | None = None
 
     def to_dict(self) -> dict[str, int | None]:
-        return asdict(self)
+        # Field by field: `dataclasses.asdict` deep-copies each value through its recursive walk,
+        # several times the cost, on every call record.
+        return {
+            "input_total": self.input_total,
+            "input_uncached": self.input_uncached,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+            "output": self.output,
+            "reasoning": self.reasoning,
+        }
 
 
 TOKEN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Usage))

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.protocols.openai_chat.usage import from_openai_chat
-from proxy.usage import Usage
+from proxy.usage import TOKEN_FIELDS, Usage
 
 
 def test_full_usage() -> None:
@@ -96,3 +96,8 @@ def test_to_dict_exact() -> None:
         "output": 5,
         "reasoning": None,
     }
+
+
+def test_to_dict_names_every_field_in_order() -> None:
+    """`to_dict` is written out field by field: a field added to `Usage` must be added there too."""
+    assert list(Usage().to_dict()) == list(TOKEN_FIELDS)
