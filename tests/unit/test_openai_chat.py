@@ -529,3 +529,15 @@ def test_filter_forwards_choiceless_chunk_that_carries_no_usage() -> None:
     f = StreamFilter(client_wants_usage=False)
     out = f(parse_event(sse({**azure_first, "usage": None})))
     assert out == sse(azure_first)
+
+
+def test_accumulator_content_delta_with_finish_and_extras_in_one_chunk() -> None:
+    """A delta of content alone skips the other fields' checks; its choice's finish reason still
+    counts, and a delta holding content with other text fields is read whole."""
+    acc = StreamAccumulator()
+    acc.feed({"choices": [{"index": 0, "delta": {"content": "a", "reasoning_content": "r1"}}]})
+    acc.feed({"choices": [{"index": 0, "delta": {"refusal": "no", "content": "b"}}]})
+    acc.feed({"choices": [{"index": 0, "delta": {"content": "c"}, "finish_reason": "length"}]})
+    assert acc.message(0) == {"role": "assistant", "content": "abc", "reasoning_content": "r1", "refusal": "no"}
+    assert list(acc.message(0) or {}) == ["role", "content", "reasoning_content", "refusal"]
+    assert acc.finish_reason(0) == "length"

@@ -37,6 +37,10 @@ def strip_null_usage(raw: bytes, chunk: Json) -> bytes:
     return b"data: " + codec.dumps(rest) + b"\n\n"
 
 
+_EXTRA = ("refusal", "reasoning_content")
+"""Text fields of a delta besides `content`, reassembled into the message under their own names."""
+
+
 def _index(value: Any) -> int:
     """A choice's or tool call's `index` (0 when absent or not an integer)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
@@ -68,30 +72,37 @@ class StreamAccumulator:
         for choice in as_list(chunk.get("choices")):
             if not isinstance(choice, dict):
                 continue
-            state = self._choices.setdefault(
-                _index(choice.get("index")), {"content": [], "tool_calls": {}, "finish_reason": None, "extra": {}}
-            )
+            index = _index(choice.get("index"))
+            state = self._choices.get(index)
+            if state is None:
+                state = self._choices[index] = {"content": [], "tool_calls": {}, "finish_reason": None, "extra": {}}
             delta = as_dict(choice.get("delta"))
-            if isinstance(delta.get("content"), str):
-                state["content"].append(delta["content"])
-            for key in ("refusal", "reasoning_content"):
-                if isinstance(delta.get(key), str):
-                    state["extra"][key] = state["extra"].get(key, "") + delta[key]
-            for call in as_list(delta.get("tool_calls")):
-                if not isinstance(call, dict):
-                    continue
-                slot = state["tool_calls"].setdefault(
-                    _index(call.get("index")), {"id": None, "type": "function", "name": "", "arguments": []}
-                )
-                slot["id"] = _text(call.get("id")) or slot["id"]
-                slot["type"] = _text(call.get("type")) or slot["type"]
-                function = as_dict(call.get("function"))
-                if isinstance(function.get("name"), str):
-                    slot["name"] += function["name"]
-                if isinstance(function.get("arguments"), str):
-                    slot["arguments"].append(function["arguments"])
+            content = delta.get("content")
+            if isinstance(content, str):
+                state["content"].append(content)
+            if len(delta) > 1 or content is None:  # most deltas hold a piece of content and nothing else
+                for key in _EXTRA:
+                    if isinstance(delta.get(key), str):
+                        state["extra"][key] = state["extra"].get(key, "") + delta[key]
+                self._calls(state["tool_calls"], delta.get("tool_calls"))
             if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                 state["finish_reason"] = choice["finish_reason"]
+
+    @staticmethod
+    def _calls(slots: dict[int, dict[str, Any]], calls: Any) -> None:
+        for call in as_list(calls):
+            if not isinstance(call, dict):
+                continue
+            slot = slots.setdefault(
+                _index(call.get("index")), {"id": None, "type": "function", "name": "", "arguments": []}
+            )
+            slot["id"] = _text(call.get("id")) or slot["id"]
+            slot["type"] = _text(call.get("type")) or slot["type"]
+            function = as_dict(call.get("function"))
+            if isinstance(function.get("name"), str):
+                slot["name"] += function["name"]
+            if isinstance(function.get("arguments"), str):
+                slot["arguments"].append(function["arguments"])
 
     def message(self, index: int = 0) -> Message | None:
         state = self._choices.get(index)
