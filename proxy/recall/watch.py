@@ -33,13 +33,21 @@ from .toolbox import Toolbox
 
 def may_call(wire: Wire, event: SseEvent) -> bool:
     """Whether the event may start a tool call (`Wire.call_markers`): only after one is the
-    message reassembled to look for a call."""
-    return any(marker in event.raw for marker in wire.call_markers)
+    message reassembled to look for a call. A loop, not `any` over a generator: this runs for
+    every event of a watched answer, and the generator cost more than the byte searches."""
+    return _holds(event.raw, wire.call_markers)
 
 
 def may_write(wire: Wire, event: SseEvent) -> bool:
     """Whether the event may carry text (`Wire.text_markers`)."""
-    return any(marker in event.raw for marker in wire.text_markers)
+    return _holds(event.raw, wire.text_markers)
+
+
+def _holds(raw: bytes, markers: tuple[bytes, ...]) -> bool:
+    for marker in markers:
+        if marker in raw:
+            return True
+    return False
 
 
 class Rounds(Protocol):
