@@ -122,6 +122,8 @@ def _scan(value: Any, depth: int = 1) -> bool:
         for node in level:
             for child in node.values() if type(node) is dict else node:
                 kind = type(child)
+                if kind is str or kind is int or child is None:  # most values: nothing to look at
+                    continue
                 if kind is dict or kind is list:
                     deeper.append(child)
                 elif kind is float and not -_FLOAT_INT <= child <= _FLOAT_INT:
