@@ -2,9 +2,10 @@
 
 A hop (`Hop.send`) takes a route, a method, a path, body bytes and headers, and answers once the
 response headers are in, as an `UpstreamResponse` whose body is read whole (`read`) or piece by
-piece (`pieces`; a stream's SSE events a list per piece, `reads`) within the route's deadlines. Two hops implement it: raw HTTP for
-OpenAI-compatible upstreams (`http`) and litellm for any other provider (`litellm`); `RoutedUpstream`
-(in `__init__`) picks one per route, for requests and summarizer calls alike.
+piece (`pieces`; a stream's SSE events a list per piece, `reads`) within the route's deadlines.
+Two hops implement it: raw HTTP for OpenAI-compatible upstreams (`http`) and litellm for any
+other provider (`litellm`); `RoutedUpstream` (in `__init__`) picks one per route, for requests
+and summarizer calls alike.
 """
 
 from __future__ import annotations
