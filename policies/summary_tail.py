@@ -56,9 +56,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
-from policies.base import Budget, CompactionPlan, Item, Message, PolicyConfig
+from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig
 from policies.draft import CountFn, Draft, Inputs, StepContext
 from policies.groups import Group, effective_boundary, group_items, last_index, normalize_boundary
+from policies.key_lines import split
 from policies.pins import pinned_seqs
 from policies.summary_prompt import (
     EVENT_OVERHEAD_TOKENS,
@@ -101,6 +102,15 @@ def chunk_limit(
     room = budget.input_budget - budget.fixed_tokens - SUMMARY_PROMPT_TOKENS
     room -= max(previous_summary_tokens, rolling_summary_tokens) + pinned
     return max(MIN_CHUNK_TOKENS, min(config.summary_chunk_tokens, room))
+
+
+def _shown_tokens(checkpoint: Checkpoint | None, count: CountFn) -> int:
+    """The previous summary as the summarizer is shown it: the model's own text, without the key
+    lines of tool output ctxproxy carries after it (`policies.key_lines`)."""
+    if checkpoint is None:
+        return 0
+    own, carried = split(checkpoint.summary)
+    return count(summary_block(own, checkpoint.covered_through_seq)) if carried else checkpoint.tokens
 
 
 def _rolling_summary_tokens(summary_budget: Budget | None, summary_max_tokens: int | None) -> int:
@@ -313,7 +323,7 @@ def plan_compaction(inputs: Inputs, standing: Standing, ctx: StepContext | None 
     limit = chunk_limit(
         summary_budget or budget,
         config,
-        previous_summary_tokens=checkpoint.tokens if checkpoint else 0,
+        previous_summary_tokens=_shown_tokens(checkpoint, count),
         pinned_tokens=pinned_tokens,
         # a summary is at most its reply reserve long, and no longer than the longest summary
         # accepted (a longer one is rejected); it rolls into the next chunk's request

@@ -10,6 +10,9 @@ expected, not fatal:
 - A chunk the summarizer's window cannot take -- by our estimate, or by the summarizer's own
   overflow error, which teaches its window (`Estimator.overflowed`) -- is halved and each half
   summarized in turn (`SPLITS`).
+- The summary the model wrote is followed by the key lines of the tool results the chunk held,
+  copied by ctxproxy (`policies.key_lines`: deterministic, budgeted, data); the next chunk's
+  summarizer call sees the model's summary only, and the lines are carried forward.
 - A call started is recorded even when the job is cancelled meanwhile (a shutdown's last
   resort): the upstream bills it whether or not anyone reads the answer.
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from policies.base import CompactionPlan, Item
+from policies.key_lines import KeyLine, key_lines_budget, split, with_key_lines
 from policies.pins import pinned_items
 from policies.summary_prompt import build_summary_messages, check_summary, fit_summary, summary_bound
 from policies.summary_tail import split_chunk
@@ -97,8 +101,21 @@ class Rolling:
     ) -> tuple[Covered | None, str | None]:
         """What the checkpoint stands for once `chunk` is summarized after `covered` (which covers
         through `through`), or (None, why)."""
-        text, error = await self.through(covered.text or None, chunk)
-        return (replace(covered, text=text), None) if text is not None else (None, error)
+        previous, carried = split(covered.text)
+        text, error = await self.through(previous or None, chunk)
+        if text is None:
+            return None, error
+        return replace(covered, text=self.keyed(text, carried, chunk)), None
+
+    def keyed(self, summary: str, carried: list[KeyLine], chunk: tuple[Item, ...]) -> str:
+        """`summary` with the key lines of the tool results it covers (`policies.key_lines`), in
+        the room the plan left beside it (`summarizer.key_lines_share` of its length limit)."""
+        job = self.job
+        cap = self.projector.summary_max_tokens(job.policy, job.model, job.route)
+        count = self.projector.counter(job.model).count_text
+        room = job.plan.summary_room or cap
+        budget = key_lines_budget(cap, room, count(summary), job.policy.summarizer.key_lines_share)
+        return with_key_lines(summary, carried, chunk, budget, count) if budget else summary
 
     async def through(
         self, previous: str | None, chunk: tuple[Item, ...], depth: int = 0

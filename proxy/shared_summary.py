@@ -29,6 +29,7 @@ import logging
 import re
 
 from policies.base import Item
+from policies.key_lines import split
 from policies.shared_prompt import boundary_of, shared_ask
 from policies.summary_prompt import check_summary, fit_summary, summary_bound
 
@@ -97,11 +98,12 @@ class SharedRolling(Rolling):
         if not GOAL.search(result.text):
             return None, "the answer has no '## Goal' section: the model did not write the summary it was asked for"
         text = fit_summary(result.text, max(cap, job.plan.summary_room or cap), counter.count_text)
-        previous = covered.text or None
-        text = fit_summary(text, summary_bound(source, previous), len)
-        problems = check_summary(text, source, previous_summary=previous, allowed_texts=self.allowed)
+        previous, carried = split(covered.text)
+        text = fit_summary(text, summary_bound(source, previous or None), len)
+        problems = check_summary(text, source, previous_summary=previous or None, allowed_texts=self.allowed)
         if problems:
             return None, "the summary was refused: " + "; ".join(problems)
+        text = self.keyed(text, carried, tuple(item for item in source if item.seq <= through))
         return Covered(covered.native, text, covered.wire), ""
 
 
