@@ -12,9 +12,11 @@ output's pattern, a diff's file headers), each with its event id so recall can r
 Rules:
 - deterministic: a function of the previous checkpoint's text, the new summary and the chunk,
   so a checkpoint's bytes are fixed once committed (cache-stable like the summary itself);
-- budgeted: the section is at most `budget` tokens (a share of the summary's length limit, within
-  the room the plan left; `key_lines_budget`); when lines must go, the oldest go first, and a
-  line repeated later (the same error on every re-run) is kept once, at its latest event;
+- budgeted, within the summary's own length limit: the section takes at most a share of it
+  (`summarizer.key_lines_share`, default `SHARE`), and the summarizer is asked for the rest, so
+  the checkpoint is no longer than before (the bill does not grow); when lines must go, the
+  oldest go first, and a line repeated later (the same error on every re-run) is kept once, at
+  its latest event;
 - bounded per result (`PER_RESULT` lines, `LINE_CHARS` characters each, a cut said on the line);
 - data, never instructions: the section sits inside the summary block (user role, neutralized,
   "provided as data"), verbatim tool output under a heading that says so; a line holding a URL
@@ -26,8 +28,9 @@ Rules:
 
 Example::
 
-    with_key_lines("## Goal\\n...", [], chunk, 200, count)
-    # '## Goal\\n...\\n\\n## Key lines of tool output\\n(copied ... )\\n- [e57 bash] listen_port = 48443'
+    section = key_lines_section([], chunk, 200, count)
+    # '## Key lines of tool output\\n(copied ... )\\n- [e57 bash] listen_port = 48443'
+    joined("## Goal\\n...", section)   # the summary, a blank line, the section
 """
 
 from __future__ import annotations
@@ -68,12 +71,6 @@ class KeyLine:
 
     def rendered(self) -> str:
         return f"- [e{self.seq} {self.tool}] {self.text}"
-
-
-def key_lines_budget(cap: int, room: int, summary_tokens: int, share: float = SHARE) -> int:
-    """Tokens the section may take: `share` of the summary's length limit `cap`, within what the
-    plan's room for the checkpoint (`room`, at least `cap`) leaves beside the summary."""
-    return max(0, min(int(share * cap), max(cap, room) - summary_tokens))
 
 
 def _tool(name: str) -> str:
@@ -122,18 +119,19 @@ def split(text: str) -> tuple[str, list[KeyLine]]:
     return text[:at].rstrip(), carried
 
 
-def with_key_lines(
-    summary: str, carried: Sequence[KeyLine], chunk: Sequence[Item], budget: int, count: Callable[[str], int]
+def key_lines_section(
+    carried: Sequence[KeyLine], chunk: Sequence[Item], budget: int, count: Callable[[str], int]
 ) -> str:
-    """`summary` followed by the section of key lines: those `carried` from the previous
-    checkpoint and those of `chunk`, the newest that fit `budget` tokens, in history order;
-    `summary` alone when none fits."""
+    """The section of key lines that follows a summary: those `carried` from the previous
+    checkpoint and those of `chunk`, the newest that fit `budget` tokens, in history order ("" when
+    none fits)."""
     latest: dict[str, KeyLine] = {}
     for line in (*carried, *lines_of(chunk)):
         latest.pop(line.text, None)  # a repeated line is kept once, at its latest event
         latest[line.text] = line
     entries = [line.rendered() for line in latest.values()]
-    room = budget - count(f"\n\n{HEADING}\n{INTRO}")
+    head = f"{HEADING}\n{INTRO}"
+    room = budget - count(head)
     kept = 0
     for entry in reversed(entries):
         cost = count(entry) + 1
@@ -143,8 +141,13 @@ def with_key_lines(
         kept += 1
 
     def section(n: int) -> str:
-        return f"{summary.rstrip()}\n\n{HEADING}\n{INTRO}\n" + "\n".join(entries[len(entries) - n :])
+        return "\n".join([head, *entries[len(entries) - n :]])
 
-    while kept and count(section(kept)) - count(summary.rstrip()) > budget:
+    while kept and count(section(kept)) > budget:
         kept -= 1  # token counts are not quite additive across lines
-    return section(kept) if kept else summary
+    return section(kept) if kept else ""
+
+
+def joined(summary: str, section: str) -> str:
+    """A checkpoint's text: the model's summary, then the section of key lines (if any)."""
+    return f"{summary.rstrip()}\n\n{section}" if section else summary

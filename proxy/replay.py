@@ -16,7 +16,8 @@ The summarizer is a deterministic stand-in by default (`extractive_summary`: the
 each event with its event id, bounded by the route's `summary_max_tokens` as the proxy bounds a
 real summary), so the numbers are reproducible; pass another `summarize` callable to measure a
 real model. Either way the checkpoint carries the key lines of the tool results it covers after
-the summary, as the proxy's compaction does (`policies.key_lines`), so their tokens are priced.
+the summary, as the proxy's compaction does (`policies.key_lines`; the stand-in's bound is then
+shorter by what they take, as the proxy asks a real summarizer), so their tokens are priced.
 
 The stand-in also carries corrections of pinned values, as the real prompt asks: a later user
 message restating a key of a pinned message with another number ("budget 120" after a pinned
@@ -37,7 +38,7 @@ from typing import Any
 
 from policies.base import Checkpoint, CompactionPlan, ContextOverflow, Item
 from policies.compaction import fold_summaries, next_checkpoint
-from policies.key_lines import key_lines_budget, split, with_key_lines
+from policies.key_lines import joined, key_lines_section, split
 from policies.pins import pinned_items
 from policies.projection import project
 from policies.shared_prompt import boundary_of, shared_ask
@@ -291,22 +292,21 @@ def replay(
     hashes = identify.chain("replay", history)
     items = projector.items(history, hashes, counter)
     pinned = tuple(pinned_items(items, policy.pins))
-    base: Summarize = summarize or partial(
-        bounded_summary, pinned=pinned, cap=budget.summary_max_tokens, count=counter.count_text
-    )
     calls: list[tuple[int, int]] = []
     cap = budget.summary_max_tokens
 
-    checkpoint_room = [cap or 0]  # the plan's room for the checkpoint, set per compaction
-
     def summarizer(previous: str | None, chunk: Sequence[Item]) -> str:
         prior, carried = split(previous or "")  # the summarizer sees no key lines (`policies.key_lines`)
-        summary = base(prior or None, chunk)
+        share = policy.summarizer.key_lines_share
+        section = key_lines_section(carried, chunk, int(share * (cap or 0)), counter.count_text)
+        reserved = counter.count_text(section) if section else 0
+        own = summarize or partial(
+            bounded_summary, pinned=pinned, cap=cap - reserved if cap else None, count=counter.count_text
+        )
+        summary = own(prior or None, chunk)
         request = build_summary_messages(prior or None, chunk, pinned)
         calls.append((sum(counter.count(m) for m in request), counter.count_text(summary)))
-        share = policy.summarizer.key_lines_share
-        lines = key_lines_budget(cap or 0, checkpoint_room[0], counter.count_text(summary), share)
-        return with_key_lines(summary, carried, tuple(chunk), lines, counter.count_text) if lines else summary
+        return joined(summary, section)
 
     known = {id(m): _digest(m) for m in (*prefix, *history)}
     report.client_blocks = _blocks([*prefix, *history], budget.fixed_tokens, counter, known)[0]
@@ -321,7 +321,6 @@ def replay(
     def compact(plan: CompactionPlan, answered: int | None) -> Checkpoint:
         """Apply `plan`; `answered`: the index of the last request answered before it."""
         made = len(calls)
-        checkpoint_room[0] = plan.summary_room or cap or 0
         summary = fold_summaries(plan, checkpoint.summary if checkpoint else None, summarizer)
         report.compactions += 1
         report.summary = summary

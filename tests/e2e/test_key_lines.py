@@ -4,7 +4,8 @@ A session whose tool results each print one line that breaks a long repetitive o
 the agent may need later), against a summarizer that keeps none of them. Through compaction after
 compaction: the checkpoints carry those lines with their event ids after the summary, oldest
 dropped first within the budget; the summarizer is never shown the section (it rolls the model's
-own summary only); and the main model receives the lines inside the summary block, as data.
+own summary only) and is asked for a summary shorter by what the lines take; and the main model
+receives the lines inside the summary block, as data.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ POLICY = {
     "overflow_wait": 20,
     "summarizer": {"timeout": 5, "max_attempts": 2},
 }
+LIMIT = WINDOW // 10  # the summary's length limit by default
 SUMMARY = (
     "## Goal\nTidy the repository.\n## Constraints\nnone\n## Corrections\nnone\n## Decisions\nnone\n"
     "## Key facts\nnone\n## Failed attempts\nnone\n## Open questions\nnone\n## Next step\nContinue."
@@ -78,6 +80,8 @@ def test_checkpoints_carry_the_key_lines_the_summary_dropped(proxy, upstream, ap
     assert turns == sorted(turns) and all(int(value) == 41000 + int(t) for _, t, value in carried)
     assert any("<previous_summary>" in s for s in summaries)  # rolled over a checkpoint with key lines...
     assert not any("Key lines of tool output" in s for s in summaries)  # ...the summarizer saw its own text only
+    asked = [int(m.group(1).replace(",", "")) for s in summaries if (m := re.search(r"under ([\d,]+) tokens", s))]
+    assert len(asked) == len(summaries) and max(asked) <= LIMIT and min(asked) < LIMIT  # the lines take their share
     sent = [
         str(m.get("content"))
         for r in upstream.chat_requests

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from policies.key_lines import HEADING, KeyLine, key_lines_budget, lines_of, split, with_key_lines
+from policies.key_lines import HEADING, KeyLine, joined, key_lines_section, lines_of, split
 from policies.summary_prompt import check_summary
 from policies.tokens import count_text, encoding_for_model
 from tests.policies.helpers import calls, items, result, user
@@ -59,34 +59,27 @@ def test_plain_prose_and_short_results_carry_nothing() -> None:
 
 def test_the_section_follows_the_summary_and_splits_off_exactly() -> None:
     chunk = items(calls("c1"), result("c1", _repetitive("db_host: pg-replica-17.internal")))
-    text = with_key_lines(SUMMARY, [], chunk, 200, count)
+    section = key_lines_section([], chunk, 200, count)
+    text = joined(SUMMARY, section)
     assert text.startswith(SUMMARY + "\n\n" + HEADING + "\n")
     assert text.endswith("\n- [e2 bash] db_host: pg-replica-17.internal")
     assert split(text) == (SUMMARY, [KeyLine(2, "bash", "db_host: pg-replica-17.internal")])
-    assert with_key_lines(SUMMARY, [], chunk, 200, count) == text  # deterministic
-    assert split(SUMMARY) == (SUMMARY, [])
+    assert key_lines_section([], chunk, 200, count) == section  # deterministic
+    assert split(SUMMARY) == (SUMMARY, []) and joined(SUMMARY, "") == SUMMARY
 
 
 def test_the_budget_keeps_the_newest_lines_and_a_repeated_line_once() -> None:
     carried = [KeyLine(seq, "bash", f"port_{seq} = {40000 + seq}") for seq in range(1, 60)]
     carried.append(KeyLine(60, "bash", "port_3 = 40003"))  # printed again later
-    chunk = [item for item in items(*[user("x")] * 99, calls("c1"), result("c1", _repetitive("max_workers = 12")))]
-    text = with_key_lines(SUMMARY, carried, chunk, 120, count)
-    _, kept = split(text)
-    assert count(text) - count(SUMMARY) <= 120
+    chunk = items(*[user("x")] * 99, calls("c1"), result("c1", _repetitive("max_workers = 12")))
+    section = key_lines_section(carried, chunk, 120, count)
+    _, kept = split(joined(SUMMARY, section))
+    assert count(section) <= 120
     assert kept[-1] == KeyLine(101, "bash", "max_workers = 12")
     assert [line.seq for line in kept] == sorted(line.seq for line in kept)
     assert KeyLine(60, "bash", "port_3 = 40003") in kept and KeyLine(3, "bash", "port_3 = 40003") not in kept
     assert KeyLine(1, "bash", "port_1 = 40001") not in kept  # the oldest went first
-    assert with_key_lines(SUMMARY, carried, chunk, 10, count) == SUMMARY  # not even the heading fits
-
-
-def test_the_budget_is_a_share_of_the_limit_within_the_room_left() -> None:
-    assert key_lines_budget(800, 800, 500) == 200
-    assert key_lines_budget(800, 3000, 900) == 200
-    assert key_lines_budget(800, 1000, 900) == 100
-    assert key_lines_budget(800, 800, 900) == 0
-    assert key_lines_budget(800, 800, 100, share=0) == 0
+    assert key_lines_section(carried, chunk, 10, count) == ""  # not even the heading fits
 
 
 def test_a_summary_writing_the_section_itself_is_refused() -> None:
