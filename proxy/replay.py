@@ -38,7 +38,7 @@ from typing import Any
 
 from policies.base import Checkpoint, CompactionPlan, ContextOverflow, Item
 from policies.compaction import fold_summaries, next_checkpoint
-from policies.key_lines import joined, key_lines_section, split
+from policies.key_lines import joined, key_lines_section, section_budget, split
 from policies.pins import pinned_items
 from policies.projection import project
 from policies.shared_prompt import boundary_of, shared_ask
@@ -298,7 +298,7 @@ def replay(
     def summarizer(previous: str | None, chunk: Sequence[Item]) -> str:
         prior, carried = split(previous or "")  # the summarizer sees no key lines (`policies.key_lines`)
         share = policy.summarizer.key_lines_share
-        section = key_lines_section(carried, chunk, int(share * (cap or 0)), counter.count_text)
+        section = key_lines_section(carried, chunk, section_budget(cap or 0, share), counter.count_text)
         reserved = counter.count_text(section) if section else 0
         own = summarize or partial(
             bounded_summary, pinned=pinned, cap=cap - reserved if cap else None, count=counter.count_text

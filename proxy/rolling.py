@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from policies.base import CompactionPlan, Item
-from policies.key_lines import KeyLine, joined, key_lines_section, split
+from policies.key_lines import KeyLine, joined, key_lines_section, section_budget, split
 from policies.pins import pinned_items
 from policies.summary_prompt import build_summary_messages, check_summary, fit_summary, summary_bound
 from policies.summary_tail import split_chunk
@@ -113,7 +113,7 @@ class Rolling:
         job = self.job
         cap = self.projector.summary_max_tokens(job.policy, job.model, job.route)
         count = self.projector.counter(job.model).count_text
-        section = key_lines_section(carried, chunk, int(job.policy.summarizer.key_lines_share * cap), count)
+        section = key_lines_section(carried, chunk, section_budget(cap, job.policy.summarizer.key_lines_share), count)
         return section, count(section) if section else 0
 
     async def through(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from policies.key_lines import HEADING, KeyLine, joined, key_lines_section, lines_of, split
+from policies.key_lines import HEADING, MAX_TOKENS, KeyLine, joined, key_lines_section, lines_of, section_budget, split
 from policies.summary_prompt import check_summary
 from policies.tokens import count_text, encoding_for_model
 from tests.policies.helpers import calls, items, result, user
@@ -80,6 +80,11 @@ def test_the_budget_keeps_the_newest_lines_and_a_repeated_line_once() -> None:
     assert KeyLine(60, "bash", "port_3 = 40003") in kept and KeyLine(3, "bash", "port_3 = 40003") not in kept
     assert KeyLine(1, "bash", "port_1 = 40001") not in kept  # the oldest went first
     assert key_lines_section(carried, chunk, 10, count) == ""  # not even the heading fits
+
+
+def test_the_section_takes_a_share_of_the_summary_limit_within_a_fixed_bound() -> None:
+    assert section_budget(800) == 200 and section_budget(1000, 0.1) == 100 and section_budget(800, 0) == 0
+    assert section_budget(20_000) == section_budget(800, 0.5) == MAX_TOKENS
 
 
 def test_a_summary_writing_the_section_itself_is_refused() -> None:
