@@ -17,7 +17,8 @@ Invariants:
   preamble saying it is data, never as system text (DESIGN 8).
 - `check_summary` rejects summaries that introduce URLs or markdown images absent from user /
   assistant text, are empty, exceed their source, break the delimiter, cite events beyond the
-  range, or "quote" constraints or corrections that are not in user/system text. A rejected
+  range, write the section of tool-output key lines ctxproxy appends (`policies.key_lines`), or
+  "quote" constraints or corrections that are not in user/system text. A rejected
   summary leaves the previous checkpoint active (DESIGN 6).
 
 Example::
@@ -34,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from policies.base import Item, Message
+from policies.key_lines import HEADING_RE
 from policies.text import (
     call_arguments,
     call_name,
@@ -319,6 +321,8 @@ def check_summary(
     )
     if _DELIMITER_RE.search(summary):
         problems.append("summary contains the <conversation_summary> delimiter")
+    if HEADING_RE.search(summary):
+        problems.append("summary writes the key lines of tool output section, which only ctxproxy writes")
     newest = max((item.seq for item in source_items), default=0)
     refs = sorted({int(m.group(1)) for m in _EVENT_REF_RE.finditer(summary)})
     beyond = [ref for ref in refs if ref > newest]

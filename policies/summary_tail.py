@@ -28,8 +28,9 @@ Rules:
   `ContextOverflow` takes over.
 - chunks: whole groups, each <= the chunk limit = min(`summary_chunk_tokens`, what fits in the
   summarizer's own input budget next to its prompt, the previous summary and the pinned texts).
-  A group larger than the limit gets a chunk of its own with its texts cut head + tail (binary
-  search on a per-message char cap) — the summarizer request itself must never overflow.
+  A group larger than the limit gets a chunk of its own with its texts cut (binary search on a
+  per-message char cap; a tool result to its key lines by content, so the summarizer still sees a
+  test run's failures, other text head + tail) — the summarizer request itself must never overflow.
 
 Example: input budget 14,000, trigger 0.8 -> compact above 11,200; target 0.5 -> 7,000; with
 2,500 tokens of overhead the tail keeps the newest groups that fit in 4,500 tokens (fewer than
@@ -56,10 +57,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
-from policies.base import Budget, CompactionPlan, Item, Message, PolicyConfig
+from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig
 from policies.draft import CountFn, Draft, Inputs, StepContext
 from policies.groups import Group, effective_boundary, group_items, last_index, normalize_boundary
+from policies.key_lines import split
 from policies.pins import pinned_seqs
+from policies.shaping import shape_text
 from policies.summary_prompt import (
     EVENT_OVERHEAD_TOKENS,
     PINNED_MAX_CHARS,
@@ -103,6 +106,15 @@ def chunk_limit(
     return max(MIN_CHUNK_TOKENS, min(config.summary_chunk_tokens, room))
 
 
+def _shown_tokens(checkpoint: Checkpoint | None, count: CountFn) -> int:
+    """The previous summary as the summarizer is shown it: the model's own text, without the key
+    lines of tool output ctxproxy carries after it (`policies.key_lines`)."""
+    if checkpoint is None:
+        return 0
+    own, carried = split(checkpoint.summary)
+    return count(summary_block(own, checkpoint.covered_through_seq)) if carried else checkpoint.tokens
+
+
 def _rolling_summary_tokens(summary_budget: Budget | None, summary_max_tokens: int | None) -> int:
     reserve = summary_budget.max_output_tokens if summary_budget else 0
     return min(reserve, summary_max_tokens) if summary_max_tokens else reserve
@@ -117,13 +129,29 @@ def _cut(text: str, max_chars: int) -> str:
     return "\n".join([head, _cut_marker(len(text), len(head), len(tail)), tail])
 
 
+def _cut_result(text: str, max_chars: int) -> str:
+    """A tool result cut for the summarizer: the lines that matter by its content (a test run's
+    failures, a log's errors, `policies.shaping`), so the summary can name them; head + tail for
+    text of no kind."""
+    shaped = shape_text(text, max_chars)
+    if shaped is None:
+        return _cut(text, max_chars)
+    kind = shaped.kind or "tool result"
+    return (
+        f"[cut for summarization: {kind}, {len(text):,} chars; kept {shaped.keeps}; "
+        f"{shaped.left_out:,} {shaped.unit} left out]\n{shaped.body}"
+    )
+
+
 def cut_message(message: Message, max_chars: int) -> Message:
     """A copy of `message` whose content text and tool-call arguments keep at most `max_chars`
-    each (head + tail); returns `message` itself when nothing is longer."""
+    each (a tool result its key lines, `_cut_result`; other text head + tail); returns `message`
+    itself when nothing is longer."""
     out: Message = message
     text = content_text(message.get("content"))
     if len(text) > max_chars:
-        out = with_content(out, _cut(text, max_chars))
+        cut = _cut_result if message.get("role") == "tool" else _cut
+        out = with_content(out, cut(text, max_chars))
     calls = tool_calls(message)
     if any(len(call_arguments(call)) > max_chars for call in calls):
         new_calls = []
@@ -313,7 +341,7 @@ def plan_compaction(inputs: Inputs, standing: Standing, ctx: StepContext | None 
     limit = chunk_limit(
         summary_budget or budget,
         config,
-        previous_summary_tokens=checkpoint.tokens if checkpoint else 0,
+        previous_summary_tokens=_shown_tokens(checkpoint, count),
         pinned_tokens=pinned_tokens,
         # a summary is at most its reply reserve long, and no longer than the longest summary
         # accepted (a longer one is rejected); it rolls into the next chunk's request

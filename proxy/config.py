@@ -28,6 +28,7 @@ from pydantic.dataclasses import dataclass as validated_dataclass
 from pydantic_core import ErrorDetails
 
 from policies.base import PolicyConfig, SettingError
+from policies.key_lines import SHARE as KEY_LINES_SHARE
 from policies.projection import check_order
 
 from . import renderings
@@ -159,6 +160,10 @@ class Summarizer(_Frozen):
     max_output_tokens: int | None = Field(None, gt=0)
     """the summarizer's output reserve (default: `max_tokens`, capped at the model's max output
     and a quarter of its window)"""
+    key_lines_share: float = Field(KEY_LINES_SHARE, ge=0, le=0.5)
+    """the share of `summary_max_tokens` given to the key lines of the tool results a checkpoint
+    covers, copied by ctxproxy after the summary (`policies/key_lines.py`; 0: none); the summary
+    is asked for the rest"""
 
     @model_validator(mode="after")
     def _native_own_route(self) -> Summarizer:

@@ -15,7 +15,9 @@ calls as the fallback (`shared_fallback`). The summary is the same either way.
 The summarizer is a deterministic stand-in by default (`extractive_summary`: the first line of
 each event with its event id, bounded by the route's `summary_max_tokens` as the proxy bounds a
 real summary), so the numbers are reproducible; pass another `summarize` callable to measure a
-real model.
+real model. Either way the checkpoint carries the key lines of the tool results it covers after
+the summary, as the proxy's compaction does (`policies.key_lines`; the stand-in's bound is then
+shorter by what they take, as the proxy asks a real summarizer), so their tokens are priced.
 
 The stand-in also carries corrections of pinned values, as the real prompt asks: a later user
 message restating a key of a pinned message with another number ("budget 120" after a pinned
@@ -36,6 +38,7 @@ from typing import Any
 
 from policies.base import Checkpoint, CompactionPlan, ContextOverflow, Item
 from policies.compaction import fold_summaries, next_checkpoint
+from policies.key_lines import joined, key_lines_section, section_budget, split
 from policies.pins import pinned_items
 from policies.projection import project
 from policies.shared_prompt import boundary_of, shared_ask
@@ -289,17 +292,21 @@ def replay(
     hashes = identify.chain("replay", history)
     items = projector.items(history, hashes, counter)
     pinned = tuple(pinned_items(items, policy.pins))
-    base: Summarize = summarize or partial(
-        bounded_summary, pinned=pinned, cap=budget.summary_max_tokens, count=counter.count_text
-    )
     calls: list[tuple[int, int]] = []
     cap = budget.summary_max_tokens
 
     def summarizer(previous: str | None, chunk: Sequence[Item]) -> str:
-        summary = base(previous, chunk)
-        request = build_summary_messages(previous, chunk, pinned)
+        prior, carried = split(previous or "")  # the summarizer sees no key lines (`policies.key_lines`)
+        share = policy.summarizer.key_lines_share
+        section = key_lines_section(carried, chunk, section_budget(cap or 0, share), counter.count_text)
+        reserved = counter.count_text(section) if section else 0
+        own = summarize or partial(
+            bounded_summary, pinned=pinned, cap=cap - reserved if cap else None, count=counter.count_text
+        )
+        summary = own(prior or None, chunk)
+        request = build_summary_messages(prior or None, chunk, pinned)
         calls.append((sum(counter.count(m) for m in request), counter.count_text(summary)))
-        return summary
+        return joined(summary, section)
 
     known = {id(m): _digest(m) for m in (*prefix, *history)}
     report.client_blocks = _blocks([*prefix, *history], budget.fixed_tokens, counter, known)[0]

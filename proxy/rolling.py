@@ -10,6 +10,10 @@ expected, not fatal:
 - A chunk the summarizer's window cannot take -- by our estimate, or by the summarizer's own
   overflow error, which teaches its window (`Estimator.overflowed`) -- is halved and each half
   summarized in turn (`SPLITS`).
+- The summary the model wrote is followed by the key lines of the tool results the chunk held,
+  copied by ctxproxy (`policies.key_lines`: deterministic, data); the summary is asked to be
+  shorter by what they take, so the checkpoint is not longer; the next chunk's summarizer call
+  sees the model's summary only, and the lines are carried forward.
 - A call started is recorded even when the job is cancelled meanwhile (a shutdown's last
   resort): the upstream bills it whether or not anyone reads the answer.
 """
@@ -22,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from policies.base import CompactionPlan, Item
+from policies.key_lines import KeyLine, joined, key_lines_section, section_budget, split
 from policies.pins import pinned_items
 from policies.summary_prompt import build_summary_messages, check_summary, fit_summary, summary_bound
 from policies.summary_tail import split_chunk
@@ -97,18 +102,31 @@ class Rolling:
     ) -> tuple[Covered | None, str | None]:
         """What the checkpoint stands for once `chunk` is summarized after `covered` (which covers
         through `through`), or (None, why)."""
-        text, error = await self.through(covered.text or None, chunk)
-        return (replace(covered, text=text), None) if text is not None else (None, error)
+        previous, carried = split(covered.text)
+        section, reserved = self.key_lines(carried, chunk)
+        text, error = await self.through(previous or None, chunk, reserved=reserved)
+        return (replace(covered, text=joined(text, section)), None) if text is not None else (None, error)
+
+    def key_lines(self, carried: list[KeyLine], chunk: tuple[Item, ...]) -> tuple[str, int]:
+        """The section of key lines that follows the summary of `chunk` (`policies.key_lines`) and
+        its tokens, which the summary's own length limit gives up (`summarizer.key_lines_share`)."""
+        job = self.job
+        cap = self.projector.summary_max_tokens(job.policy, job.model, job.route)
+        count = self.projector.counter(job.model).count_text
+        section = key_lines_section(carried, chunk, section_budget(cap, job.policy.summarizer.key_lines_share), count)
+        return section, count(section) if section else 0
 
     async def through(
-        self, previous: str | None, chunk: tuple[Item, ...], depth: int = 0
+        self, previous: str | None, chunk: tuple[Item, ...], depth: int = 0, reserved: int = 0
     ) -> tuple[str | None, str | None]:
-        """The rolling summary through `chunk`, or (None, why). A chunk the summarizer's window
+        """The rolling summary through `chunk`, or (None, why); `reserved`: tokens of the summary's
+        length limit (and room) the key lines after it take. A chunk the summarizer's window
         cannot take (by our estimate, or by its own overflow error) is split in two and each half
         summarized in turn, at most `SPLITS` times over."""
         job, projector, policy = self.job, self.projector, self.job.policy
-        cap = projector.summary_max_tokens(policy, job.model, job.route)
-        room = max(cap, job.plan.summary_room or cap)
+        limit = projector.summary_max_tokens(policy, job.model, job.route)
+        cap = limit - reserved
+        room = max(limit, job.plan.summary_room or limit) - reserved
         messages = build_summary_messages(previous, chunk, self.pinned, max_tokens=cap, durable=job.memory is not None)
         budget = projector.summarizer_budget(policy, job.model, job.route)
         name = policy.summarizer.model or job.model
@@ -116,7 +134,7 @@ class Rolling:
         needed = budget.fixed_tokens + sum(counter(message) for message in messages)
         if needed > budget.input_budget:
             # the plan sized the chunk for a window the summarizer does not have (any more)
-            return await self._halves(previous, chunk, depth, budget.input_budget, needed)
+            return await self._halves(previous, chunk, depth, budget.input_budget, needed, reserved)
         key = summarizer_key(policy, job.model, job.route.name)
         prediction = projector.estimator.predict(key, None, (), needed, budget.fixed_tokens, policy.safety_margin)
         error: str | None = None
@@ -129,7 +147,7 @@ class Rolling:
                 window = window_of(rejection, budget.max_output_tokens)
                 projector.estimator.overflowed(prediction, rejection.input_tokens, window)
                 self.recorder.metrics.observe_overflow(job.route.name, "summary", "retried")
-                return await self._halves(previous, chunk, depth, budget.input_budget, needed)
+                return await self._halves(previous, chunk, depth, budget.input_budget, needed, reserved)
             if result.text is None:
                 error = result.error
                 continue
@@ -143,7 +161,7 @@ class Rolling:
         return None, error
 
     async def _halves(
-        self, previous: str | None, chunk: tuple[Item, ...], depth: int, room: int, needed: int
+        self, previous: str | None, chunk: tuple[Item, ...], depth: int, room: int, needed: int, reserved: int
     ) -> tuple[str | None, str | None]:
         """Summarize `chunk` as two halves, rolling; its groups stay whole (a single group is cut)."""
         too_large = f"summarizer request of {needed:,} tokens does not fit its input budget of {room:,}"
@@ -155,7 +173,7 @@ class Rolling:
             return None, too_large
         summary = previous
         for half in halves:
-            text, error = await self.through(summary, half, depth + 1)
+            text, error = await self.through(summary, half, depth + 1, reserved)
             if text is None:
                 return None, error
             summary = text

@@ -29,6 +29,7 @@ import logging
 import re
 
 from policies.base import Item
+from policies.key_lines import joined, split
 from policies.shared_prompt import boundary_of, shared_ask
 from policies.summary_prompt import check_summary, fit_summary, summary_bound
 
@@ -78,7 +79,11 @@ class SharedRolling(Rolling):
             return None, "long-term memory's extraction needs event ids, which the conversation does not show"
         if prompt.wire != job.wire.name or prompt.last_seq < through:
             return None, f"the branch's last answered request ends at e{prompt.last_seq}, before e{through}"
-        cap = projector.summary_max_tokens(job.policy, job.model, job.route)
+        source = tuple(item for item in job.items if job.plan.from_seq <= item.seq <= prompt.last_seq)
+        previous, carried = split(covered.text)
+        section, reserved = self.key_lines(carried, tuple(item for item in source if item.seq <= through))
+        limit = projector.summary_max_tokens(job.policy, job.model, job.route)
+        cap = limit - reserved
         ask: Message = {"role": "user", "content": shared_ask(boundary_of(job.items, through), cap)}
         counter = projector.counter(job.model)
         budget, _ = projector.budget(job.policy, job.model, prompt.body, counter, job.route)
@@ -88,7 +93,6 @@ class SharedRolling(Rolling):
             return None, f"the request of {prompt.input_tokens:,} tokens leaves no room for the ask within {room:,}"
         if self.closing():
             return None, "the proxy is shutting down"
-        source = tuple(item for item in job.items if job.plan.from_seq <= item.seq <= prompt.last_seq)
         request = _request(job.wire, job.model, prompt, ask)
         result = await self.summarizer.shared(job.wire, job.route, job.policy, job.model, request)
         await self.record(result, tuple(i for i in source if i.seq <= through), needed, shared=True)
@@ -96,13 +100,12 @@ class SharedRolling(Rolling):
             return None, result.error or "the model answered no summary"
         if not GOAL.search(result.text):
             return None, "the answer has no '## Goal' section: the model did not write the summary it was asked for"
-        text = fit_summary(result.text, max(cap, job.plan.summary_room or cap), counter.count_text)
-        previous = covered.text or None
-        text = fit_summary(text, summary_bound(source, previous), len)
-        problems = check_summary(text, source, previous_summary=previous, allowed_texts=self.allowed)
+        text = fit_summary(result.text, max(limit, job.plan.summary_room or limit) - reserved, counter.count_text)
+        text = fit_summary(text, summary_bound(source, previous or None), len)
+        problems = check_summary(text, source, previous_summary=previous or None, allowed_texts=self.allowed)
         if problems:
             return None, "the summary was refused: " + "; ".join(problems)
-        return Covered(covered.native, text, covered.wire), ""
+        return Covered(covered.native, joined(text, section), covered.wire), ""
 
 
 def _request(wire: Wire, model: str, prompt: SharedPrompt, ask: Message) -> tuple[str, bytes, dict[str, str]]:

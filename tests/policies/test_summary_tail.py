@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from policies.base import Budget, Checkpoint, Item, PolicyConfig, SettingError
@@ -11,6 +13,8 @@ from policies.projection import project
 from policies.summary_tail import Standing, chunk_limit, cut_message, make_chunks, plan_compaction
 from tests.policies.helpers import calls, items, result, user
 from tests.policies.strategies import fake_count
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "tool_outputs"
 
 BUDGET = Budget(16_000, 2_000, 0)  # input budget 14,000; trigger 11,200; target 7,000
 
@@ -153,6 +157,18 @@ def test_cut_message_cuts_arguments_too() -> None:
     assert len(cut["tool_calls"][0]["function"]["arguments"]) < 200
     assert message["tool_calls"][0]["function"]["arguments"] == "A" * 10_000
     assert cut_message(user("short"), 100) == user("short")
+
+
+def test_a_tool_result_cut_for_the_summarizer_keeps_its_key_lines() -> None:
+    """A test run cut to fit the summarizer keeps its failure and summary line (head + tail at the
+    same size keeps neither: they sit in the middle); other text is cut head + tail."""
+    text = (DATA / "pytest_failure.txt").read_text() + "\n" + "collected item\n" * 200
+    cut = str(cut_message(result("c1", text), 600)["content"])
+    assert cut.startswith("[cut for summarization: test output, ")
+    assert "test/core/file_helpers_test.py:46: AssertionError" in cut and "1 failed, 2 warnings" in cut
+    assert len(cut) < 800
+    head_tail = str(cut_message(user(text), 600)["content"])
+    assert "file_helpers_test.py:46" not in head_tail and "first 300 and last 300 kept" in head_tail
 
 
 @pytest.mark.parametrize("window", [8_000, 16_000])
