@@ -28,7 +28,7 @@ def test_defaults() -> None:
         token_counts=100_000,
         projection_branches=256,
         projection_memo_entries=4096,
-        calibrations=10_000,
+        calibrations=256,
     )
 
 
