@@ -42,7 +42,7 @@ ONE_KEY = 64
 def sized(conversations: int, body_bytes: int, events: int) -> dict[str, int]:
     """The `caches:` docs/operations.md gives for `conversations` active at once of `body_bytes` / `events`."""
     return {
-        "history_mb": max(64, -(-9 * conversations * body_bytes // 2**20)),
+        "history_mb": max(160, -(-9 * conversations * body_bytes // 2**20)),
         "projection_branches": max(256, conversations + conversations // 4),
         "calibrations": max(256, conversations + conversations // 4),
         "token_counts": max(100_000, conversations * events * 5 // 4),

@@ -248,8 +248,10 @@ class Caches(_Frozen):
     """Per-process memory that spares recomputation, each bounded (proxy/services.py builds them).
     All of it is derived state: a smaller cache costs CPU on misses, never correctness."""
 
-    history_mb: float = Field(64.0, gt=0)
-    """Remembered request histories (proxy/history_cache.py), by the approximate bytes of their bodies."""
+    history_mb: float = Field(160.0, gt=0)
+    """Remembered request histories and bodies (proxy/history_cache.py), by the approximate bytes
+    they hold (a history 5x its body's bytes: `HISTORY_PER_BODY_BYTE`): 160 MB holds about 400
+    histories of 80 kB bodies (the bodies go first when it is full)."""
     histories_per_first_message: int = Field(
         64, gt=0, validation_alias=AliasChoices("histories_per_first_message", "history_per_conversation")
     )
