@@ -8,9 +8,9 @@ round. Each cell runs on a fresh ctxproxy (so one cell's conversations never sit
 one's caches); CPU per request from /proc over the timed requests, RSS at the cell's end.
 
 Settings: the defaults, and caches sized for the largest cell by the rule in docs/operations.md (histories
-about 5x the body bytes of every active conversation, a projection memo and the token counts of
-every active branch's messages, each with a quarter to spare for the conversations that were in
-use before). What a request costs when its conversation fell out of a
+about 9x the body bytes of every active conversation, a projection memo, a calibration and the
+token counts of every active branch's messages, each with a quarter to spare for the
+conversations that were in use before). What a request costs when its conversation fell out of a
 cache is what it costs to derive everything again: hash the history's chain, count its tokens,
 parse the whole body, project every message.
 
@@ -42,8 +42,9 @@ ONE_KEY = 64
 def sized(conversations: int, body_bytes: int, events: int) -> dict[str, int]:
     """The `caches:` docs/operations.md gives for `conversations` active at once of `body_bytes` / `events`."""
     return {
-        "history_mb": max(64, -(-5 * conversations * body_bytes // 2**20)),
+        "history_mb": max(160, -(-9 * conversations * body_bytes // 2**20)),
         "projection_branches": max(256, conversations + conversations // 4),
+        "calibrations": max(256, conversations + conversations // 4),
         "token_counts": max(100_000, conversations * events * 5 // 4),
     }
 

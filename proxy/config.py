@@ -253,8 +253,10 @@ class Caches(_Frozen):
     """Per-process memory that spares recomputation, each bounded (proxy/services.py builds them).
     All of it is derived state: a smaller cache costs CPU on misses, never correctness."""
 
-    history_mb: float = Field(64.0, gt=0)
-    """Remembered request histories (proxy/history_cache.py), by the approximate bytes of their bodies."""
+    history_mb: float = Field(160.0, gt=0)
+    """Remembered request histories and bodies (proxy/history_cache.py), by the approximate bytes
+    they hold (a history 5x its body's bytes: `HISTORY_PER_BODY_BYTE`): 160 MB holds about 400
+    histories of 80 kB bodies (the bodies go first when it is full)."""
     histories_per_first_message: int = Field(
         64, gt=0, validation_alias=AliasChoices("histories_per_first_message", "history_per_conversation")
     )
@@ -269,9 +271,11 @@ class Caches(_Frozen):
     """Branches whose projection memo is kept (proxy/projector.py): the most recently used."""
     projection_memo_entries: int = Field(4096, gt=0)
     """Derived renderings memoized per branch (cleared when full)."""
-    calibrations: int = Field(10_000, gt=0)
+    calibrations: int = Field(256, gt=0)
     """Branches whose last billed call is remembered (the part of the next request the upstream
-    has already counted: `proxy.estimate`)."""
+    has already counted: `proxy.estimate`). Each holds that call's messages, a whole history of
+    its own once the history cache dropped the branch's: 10,000 held 130 MB with 1,024
+    conversations of 500 messages in use (`python -m bench --only active`)."""
 
 
 class Server(_Frozen):

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import is_
 from typing import Any
+
+from .eviction import Eviction
 
 Key = tuple[str, str]
 """(route name, model): whose counting a statistic describes."""
@@ -137,10 +139,15 @@ def _starts_with(messages: Sequence[Any], prefix: Sequence[Any]) -> bool:
 class Estimator:
     """Per-process statistics per (route, model) and each branch's last bill; bounded."""
 
-    def __init__(self, branches: int = 10_000) -> None:
+    def __init__(self, branches: int = 256) -> None:
         self.branches = branches
+        """Branches whose last bill is kept. Each holds that call's messages, the history cache's
+        objects while it holds the branch's history, a whole parsed history of its own after."""
         self._stats: dict[Key, _Stats] = {}
-        self._baselines: OrderedDict[str, _Baseline] = OrderedDict()
+        self._baselines: dict[str, _Baseline] = {}
+        self._order: Eviction[str] = Eviction()
+        """Which baseline goes when there are more than `branches` (`proxy.eviction`: with more
+        branches in use than fit, those that keep being billed stay)."""
         self._lock = threading.Lock()
 
     def _of(self, key: Key) -> _Stats:
@@ -203,13 +210,18 @@ class Estimator:
             return
         with self._lock:
             self._sample(prediction, billed)
-            if baseline and prediction.branch is not None:
-                self._baselines[prediction.branch] = _Baseline(
-                    prediction.messages, prediction.fixed, prediction.estimated, billed
-                )
-                self._baselines.move_to_end(prediction.branch)
+            branch = prediction.branch
+            if baseline and branch is not None:
+                if branch in self._baselines:
+                    self._order.hit(branch)
+                else:
+                    self._order.touch(branch)
+                self._baselines[branch] = _Baseline(prediction.messages, prediction.fixed, prediction.estimated, billed)
                 while len(self._baselines) > self.branches:
-                    self._baselines.popitem(last=False)
+                    victim = self._order.evict(branch)
+                    if victim is None:
+                        break
+                    self._baselines.pop(victim, None)
 
     def overflowed(self, prediction: Prediction, counted: int | None, window: int | None) -> None:
         """The upstream refused the predicted request as too long; `counted` is its own count of

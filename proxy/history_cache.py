@@ -19,7 +19,7 @@ head another writer moved costs only the lookup it would have cost anyway).
 Candidates are found by a cheap hash of the first history message (plus tenant). Many
 conversations can share it (agents started in one repository or by one harness open alike), so
 a key holds up to `per_key` histories, one per conversation: a history takes the place of the
-one it continues. Memory is bounded by the approximate bytes of the remembered bodies. Which
+one it continues. Memory is bounded by the approximate bytes the remembered histories hold. Which
 history goes, when a key or the budget is full, is `proxy.eviction`'s choice (least recently
 used, unless every one is in use), one history at a time: 8 conversations opening alike through
 4 places keep 3 hitting, where a key evicted whole, or an LRU, would keep none.
@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -52,6 +53,12 @@ from .store.base import Position
 from .types import Message, SentBody
 
 V = TypeVar("V")
+
+HISTORY_PER_BODY_BYTE = 5
+"""What a remembered history holds per byte of the body it came in: its parsed messages (2.6x
+the bytes), chain hashes (0.6x), token-counted items (0.35x) and the body it sent upstream
+(1.3x), measured with tracemalloc on `bench.bodies.scaling_body(500)` (80 kB). Counted at 2x,
+the default budget held 2.5 times what it said."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,17 @@ class HistoryCache:
         self.body_hits = 0
         """Bodies parsed only in their new tail (`tail_parse.BodyMemo.parse`); `body_misses`: whole."""
         self.body_misses = 0
+        self._evicted: Callable[[str], None] | None = None
+        self._gone: list[str] = []
+        """Branches of the histories evicted under the lock, told to `_evicted` once it is released."""
+
+    def on_evicted(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(branch_id)` when a history with a head is evicted (the budget or its key
+        full; not when a longer history of it takes its place). The branch's projection memo is
+        built over this history's very items and resumes only from them (`ProjectionCache`), so
+        once the history is gone the memo can only be rebuilt, and it would keep the whole
+        history alive until the memos' own eviction reached it (`Projector.forget`)."""
+        self._evicted = callback
 
     @staticmethod
     def key(tenant: str, history: list[Message]) -> tuple[str, int] | None:
@@ -224,8 +242,11 @@ class HistoryCache:
                 index.order.touch(entry.serial)
                 self._order.touch((key, entry.serial))
             while len(index.entries) > self.per_key:
-                self._drop_history(key, index, index.order.evict(entry.serial))
+                self._drop_history(key, index, index.order.evict(entry.serial), evicted=True)
             self._evict((key, entry.serial))
+            if entry.head is not None and self._gone:  # the branch this request goes on to project
+                self._gone = [b for b in self._gone if b != entry.head.position.branch_id]
+        self._tell()
 
     def sizes(self) -> dict[str, int]:
         """Entries held now (`ctxproxy_cache_entries`): remembered histories and bodies."""
@@ -286,6 +307,7 @@ class HistoryCache:
             while len(index.entries) > self.bodies_per_credential:
                 self._drop_body(partition, index, index.order.evict(seen.serial))
             self._evict()
+        self._tell()
 
     def forget_body(self, partition: bytes, seen: Seen) -> None:
         with self._lock:
@@ -304,15 +326,34 @@ class HistoryCache:
             if victim is None:
                 return
             key, serial = victim
-            self._drop_history(key, self._entries[key], serial, tracked=False)
+            self._drop_history(key, self._entries[key], serial, tracked=False, evicted=True)
+
+    def _tell(self) -> None:
+        """Tell `_evicted` the branches whose histories went (called with the lock released)."""
+        if not self._gone:
+            return
+        with self._lock:
+            gone, self._gone = self._gone, []
+        if self._evicted is not None:
+            for branch_id in gone:
+                self._evicted(branch_id)
 
     def _drop_history(
-        self, key: tuple[str, int], index: _Index[Remembered], serial: int | None, tracked: bool = True
+        self,
+        key: tuple[str, int],
+        index: _Index[Remembered],
+        serial: int | None,
+        tracked: bool = True,
+        evicted: bool = False,
     ) -> None:
-        """Drop a history from its index and the budget (and from the global order, if `tracked`)."""
+        """Drop a history from its index and the budget (and from the global order, if `tracked`);
+        `evicted`: not superseded by a longer history of it, so its branch is told (`on_evicted`)."""
         if serial is None:
             return
-        self._bytes -= index.entries.pop(serial).size
+        entry = index.entries.pop(serial)
+        self._bytes -= entry.size
+        if evicted and entry.head is not None and self._evicted is not None:
+            self._gone.append(entry.head.position.branch_id)
         index.order.discard(serial)
         if tracked:
             self._order.discard((key, serial))

@@ -181,8 +181,24 @@ def root_hash(tenant: str) -> str:
 
 
 def message_hash(parent: str, message: Message, transient: renderings.Transient = renderings.DEFAULT_TRANSIENT) -> str:
-    body = _dumps(canonical(message, transient))
+    body = _plain(message) or _dumps(canonical(message, transient))
     return _digest(parent.encode() + b"\x00" + body.encode("utf-8", "surrogatepass"))
+
+
+def _plain(message: Message) -> str | None:
+    """`_dumps(canonical(message))` of a message that is only a role and non-empty text (not an
+    answer rendered as text: no `Calling tools:` in it), which `canonical` returns as it is: its
+    JSON written directly, without the canonical form's copies and checks (most messages of an
+    agent's history; a whole history's chain is hashed on every request no cache holds). None:
+    another message, for `canonical`."""
+    if type(message) is not dict or len(message) != 2:
+        return None
+    role, content = message.get("role"), message.get("content")
+    if type(role) is not str or type(content) is not str or not role or not content:
+        return None
+    if role == "assistant" and renderings.CALLING_TOOLS in content:
+        return None
+    return '{"content":' + encode_basestring(content) + ',"role":' + encode_basestring(role) + "}"
 
 
 def chain(

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 from . import identify, rebuilt, renderings, side_calls, stored_counts
 from .errors import BadRequest
-from .history_cache import Head, HistoryCache, Remembered
+from .history_cache import HISTORY_PER_BODY_BYTE, Head, HistoryCache, Remembered
 from .protocols.base import Wire
 from .renderings import Transient
 from .store.base import HashMatch, NewEvent, Position, Store
@@ -157,7 +157,8 @@ async def ingest(store: Store, cache: HistoryCache, wire: Wire, arrival: Arrival
     tenant = arrival.tenant
     prefix, history, known, hashes = _read(cache, wire, arrival)
     system_hash = cache.prefix_hash(prefix, known)
-    remembered = Remembered(history, hashes, 2 * arrival.body_size, prefix=prefix, system_hash=system_hash)
+    size = HISTORY_PER_BODY_BYTE * arrival.body_size
+    remembered = Remembered(history, hashes, size, prefix=prefix, system_hash=system_hash)
     if side_calls.is_compaction_call(history):
         side = await _side_call(store, arrival, system_hash, hashes)
         if side is not None:  # not remembered: the agent's next request carries another history

@@ -139,6 +139,15 @@ class Projector:
                 self._memo_order.hit(branch_id)
             return memo
 
+    def forget(self, branch_id: str) -> None:
+        """Drop the branch's memo: the history cache evicted the history whose items it was
+        built over (`HistoryCache.on_evicted`), so its next request brings new items and the
+        memo could only be rebuilt (`ProjectionCache.index` clears it then). Held on, it kept
+        that whole history alive in a memo that could not hit again."""
+        with self._lock:
+            if self._memos.pop(branch_id, None) is not None:
+                self._memo_order.discard(branch_id)
+
     def counter(self, model: str) -> TokenCounter:
         name = encoding_name_for_model(model)
         counter = self._counters.get(name)

@@ -47,6 +47,7 @@ class Services:
     def __post_init__(self) -> None:
         self.metrics.watch(self.projector.cache_sizes, self.projector.cache_lookups)
         self.metrics.watch(self.history.sizes, self.history.lookups)
+        self.history.on_evicted(self.projector.forget)
         self.metrics.watch_compactions(self.compactor.running_jobs)
         self.metrics.watch_rejected(self.recalls_rejected.pairs)
 

@@ -127,3 +127,16 @@ def test_conversations_that_open_alike_under_one_key_keep_hitting(proxy, api_key
     tight = drive_in_turn(small.url, api_key, 8, 3, alike=True)
     for cache in ("histories", "bodies"):
         assert (tight[(cache, "hit")], tight[(cache, "miss")]) == (3 * 2, 5 * 2), (cache, tight)
+
+
+def test_a_memo_goes_with_its_history(proxy, api_key):
+    """A branch's projection memo resumes only from the very items of its remembered history
+    (`ProjectionCache`): once the history cache evicts that history, the memo goes with it (it
+    could only be rebuilt, and it kept the whole history alive). 8 conversations taken in turn,
+    with room for a few histories and for every memo: the memos held are those of the histories
+    held."""
+    p = proxy(fresh=True, caches={"history_mb": 0.004})
+    drive_in_turn(p.url, api_key, 8, 3)
+    held = entries(p.url, "histories")
+    assert 0 < held < 8, held
+    assert entries(p.url, "projection_branches") == held

@@ -22,13 +22,13 @@ def parse(caches: Any) -> Caches:
 def test_defaults() -> None:
     caches = parse_config({"routes": ROUTES}, "cfg.yaml", {}).caches
     assert caches == Caches(
-        history_mb=64,
+        history_mb=160,
         histories_per_first_message=64,
         bodies_per_credential=64,
         token_counts=100_000,
         projection_branches=256,
         projection_memo_entries=4096,
-        calibrations=10_000,
+        calibrations=256,
     )
 
 

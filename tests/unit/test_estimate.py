@@ -108,5 +108,21 @@ def test_a_branch_baseline_is_bounded() -> None:
     for branch in ("a", "b", "c"):
         estimator.observe(estimator.predict(KEY, branch, history(1), 100, 0, FLOOR), 100)
     assert estimator.sizes() == {"calibrations": 2}
-    assert estimator.predict(KEY, "a", history(1), 100, 0, FLOOR).carried == 0  # the oldest forgotten
+    # all three in use (`proxy.eviction`): the newest that was not billed again went for "c"
+    assert estimator.predict(KEY, "b", history(1), 100, 0, FLOOR).carried == 0
+    assert estimator.predict(KEY, "a", history(1), 100, 0, FLOOR).carried == 100
     assert estimator.predict(KEY, "c", history(1), 100, 0, FLOOR).carried == 100
+
+
+def test_branches_billed_in_turn_keep_their_baselines_past_the_bound() -> None:
+    """8 branches billed in turn with room for 4: 3 keep their last bill (carried) every turn,
+    where an LRU of 4 would keep none (each forgotten just before its next turn)."""
+    estimator = Estimator(branches=4)
+    carried = []
+    for turn in range(3):
+        for branch in "abcdefgh":
+            prediction = estimator.predict(KEY, branch, history(1), 100, 0, FLOOR)
+            if turn:
+                carried.append(prediction.carried > 0)
+            estimator.observe(prediction, 100)
+    assert sum(carried) == 3 * 2

@@ -225,6 +225,12 @@ def test_message_hash_depends_on_parent() -> None:
     assert len(message_hash(PARENT, m)) == 32  # blake2b, 16 bytes, hex
 
 
+RENDERED = (
+    "Calling tools:\n[{'id': 'call_1', 'type': 'function', 'function': {'name': 'ls', 'arguments': {'path': '.'}}}]"
+)
+"""An answer's tool call rendered as text (`proxy.renderings`): hashed as the answer it renders."""
+
+
 def _stored_form(parent: str, message: dict[str, Any]) -> str:
     """The hash as every stored chain was made: blake2b-16 over the parent, NUL and the canonical
     form as `json.dumps` writes it compact, key-sorted, non-ASCII as is."""
@@ -242,11 +248,25 @@ def _stored_form(parent: str, message: dict[str, Any]) -> str:
         {"role": "user", "content": [{"type": "text", "text": 'é\u2028\x00\x7f"\\ \ud83d'}, {"type": "image_url"}]},
         {"role": "assistant", "content": None, "tool_calls": [CALL], "refusal": None},
         {"role": "tool", "tool_call_id": "c", "content": "x", "meta": {"b": [1.5, 1e16, -0.0, 1e-7, 2**70], "a": True}},
+        {"content": 'é\u2028\x00\x7f"\\ \ud83d', "role": "assistant"},
+        {"role": "assistant", "content": RENDERED},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": ""},
+        {"role": "", "content": "x"},
     ],
 )
 def test_message_hash_is_the_stored_form(message: dict[str, Any]) -> None:
     """Stored chains never change: the hash is the formula they were made with, to the byte."""
     assert message_hash(PARENT, message) == _stored_form(PARENT, message)
+
+
+@given(role=st.sampled_from(["user", "assistant", "tool"]) | st.text(), content=st.text(), first=st.booleans())
+def test_a_role_and_text_hash_as_the_stored_form(role: str, content: str, first: bool) -> None:
+    """A message of a role and text alone is hashed from its JSON written directly (`_plain`),
+    the stored form to the byte, in either key order, a rendered answer's text included."""
+    for text in (content, f"{content}\n{RENDERED}"):
+        message = {"role": role, "content": text} if first else {"content": text, "role": role}
+        assert message_hash(PARENT, message) == _stored_form(PARENT, message)
 
 
 def test_lone_surrogate_hashes() -> None:
