@@ -87,6 +87,17 @@ class Request:
     shared: tuple[Request, ...] = ()
 
 
+@dataclass(frozen=True)
+class RequestBill:
+    """One request's part of a `Bill`: its input by kind, and its dollars (summary calls included)."""
+
+    uncached: int
+    cache_read: int
+    cache_write: int
+    summarizer_dollars: float
+    dollars: float
+
+
 @dataclass
 class Bill:
     uncached: int = 0
@@ -100,7 +111,7 @@ class Bill:
     """all summary calls, the plain ones and the shared ones"""
     shared_dollars: float = 0.0
     """the shared summary calls (their input read from the cache where it can be)"""
-    per_request: list[float] = field(default_factory=list)
+    per_request: list[RequestBill] = field(default_factory=list)
 
     @property
     def input(self) -> int:
@@ -209,5 +220,5 @@ def price_requests(requests: Iterable[Request], price: Price) -> Bill:
         bill.summarizer_output += s_out
         bill.dollars += dollars + s_cost
         bill.summarizer_dollars += s_cost
-        bill.per_request.append(dollars + s_cost)
+        bill.per_request.append(RequestBill(uncached, read, write, s_cost, dollars + s_cost))
     return bill

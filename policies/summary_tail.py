@@ -27,7 +27,10 @@ Rules:
   huge tool result from looping compaction: the plan is None and `prune_groups` or
   `ContextOverflow` takes over.
 - chunks: whole groups, each <= the chunk limit = min(`summary_chunk_tokens`, what fits in the
-  summarizer's own input budget next to its prompt, the previous summary and the pinned texts).
+  summarizer's own input budget next to its prompt, the previous summary and the pinned texts,
+  and, only when the range needs more than one chunk, the summary that rolls into the next
+  chunk's request). A range that fits one call is one call: a second call would cost its prompt,
+  the pinned texts and a whole new summary again for a few groups.
   A group larger than the limit gets a chunk of its own with its texts cut (binary search on a
   per-message char cap; a tool result to its key lines by content, so the summarizer still sees a
   test run's failures, other text head + tail) — the summarizer request itself must never overflow.
@@ -338,15 +341,20 @@ def plan_compaction(inputs: Inputs, standing: Standing, ctx: StepContext | None 
         pinned = ctx.pinned if ctx is not None else pinned_seqs(items, config.pins)
         pinned_tokens = sum(item.tokens for item in items if item.seq in pinned)
     summary_budget = budget.summarizer
+    previous_tokens = _shown_tokens(checkpoint, count)
     limit = chunk_limit(
-        summary_budget or budget,
-        config,
-        previous_summary_tokens=_shown_tokens(checkpoint, count),
-        pinned_tokens=pinned_tokens,
-        # a summary is at most its reply reserve long, and no longer than the longest summary
-        # accepted (a longer one is rejected); it rolls into the next chunk's request
-        rolling_summary_tokens=_rolling_summary_tokens(summary_budget, budget.summary_max_tokens),
+        summary_budget or budget, config, previous_summary_tokens=previous_tokens, pinned_tokens=pinned_tokens
     )
+    if sum(_chunk_cost(group.items) for group in summarize) > limit:
+        # several chunks: each summary rolls into the next chunk's request, at most its reply
+        # reserve long and no longer than the longest summary accepted (a longer one is rejected)
+        limit = chunk_limit(
+            summary_budget or budget,
+            config,
+            previous_summary_tokens=previous_tokens,
+            pinned_tokens=pinned_tokens,
+            rolling_summary_tokens=_rolling_summary_tokens(summary_budget, budget.summary_max_tokens),
+        )
     landing = overhead_tokens - current_summary + kept + framing  # after the commit, but its summary
     summary_room = max(budget.summary_max_tokens or 0, (target_tokens + trigger_tokens) // 2 - landing)
     reason = (

@@ -43,7 +43,11 @@ Small windows: at most one recent group per `RECENT_GROUP_TOKENS` of input budge
 quantum no larger than that), so a 16k-window model keeps one recent group whole, not four:
 four recent results of 8,000 chars would fill the room between the compaction's landing point
 and its trigger, and the proxy would compact on nearly every request (each a summarizer call
-and a rewritten prefix). From a 32k input budget on, the configured values apply.
+and a rewritten prefix). A 32k window keeps two (seed 002's "last two turns"): the recent groups
+follow the boundary, so each of its moves writes them to the prompt cache again (Anthropic bills
+a cache write at 1.25x input, a read at 0.1x), and a third whole result there cost more in
+those writes and in earlier compactions than it saved. From a 48k input budget on, the
+configured values apply.
 
 Example: keep_recent_groups=4, clear_at_least=4 (a 128k window): with 10 groups the raw boundary is 6, trimmed
 boundary 4 (groups 0-3 old); with 11 groups still 4; with 12 groups 8.
@@ -81,8 +85,8 @@ __all__ = [
     "trimmed",
 ]
 
-RECENT_GROUP_TOKENS = 8000
-"""input budget per recent group: a 16k window keeps one recent group, 32k three, 128k four"""
+RECENT_GROUP_TOKENS = 12000
+"""input budget per recent group: a 16k window keeps one recent group, 32k two, 64k and up four"""
 REPEAT_MIN_CHARS = 200
 """a result this short is not worth a repeat marker (one is 120-170 characters)"""
 

@@ -58,6 +58,12 @@ def test_anthropic_reads_previous_breakpoint_and_writes_the_rest():
     second = 1500 * 0.30 + 450 * 3.75 + 100 * 15
     assert bill.dollars == pytest.approx((first + second) / 1e6)
 
+    # each request's part, as `python -m bench.dearer --run` prints it
+    (a, b) = bill.per_request
+    assert (a.cache_read, a.cache_write, a.uncached) == (0, 1500, 0)
+    assert (b.cache_read, b.cache_write, b.uncached) == (1500, 450, 0)
+    assert (a.dollars, b.dollars) == (pytest.approx(first / 1e6), pytest.approx(second / 1e6))
+
 
 def test_anthropic_lookback_is_20_blocks():
     long = blocks(500, 700, 300, *([10] * 25))  # 25 new blocks after FIRST's end
@@ -117,6 +123,7 @@ def test_summarizer_calls_are_billed_at_the_same_model():
     bill = price_requests([Request(FIRST, (1, 2), 0, ((1000, 200),))], PRICES["claude-sonnet-4"])
     assert bill.summarizer_dollars == pytest.approx((1000 * 3 + 200 * 15) / 1e6)
     assert bill.dollars == pytest.approx((1500 * 3.75) / 1e6 + bill.summarizer_dollars)
+    assert bill.per_request[0].summarizer_dollars == pytest.approx(bill.summarizer_dollars)
 
 
 def test_a_shared_summary_reads_the_request_it_repeats_from_the_cache():

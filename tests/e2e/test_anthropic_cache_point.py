@@ -35,7 +35,7 @@ TOOLS = [
         "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
     }
 ]
-POLICY = {"context_window": 24_000, "max_output_tokens": 1_000}  # 2 recent groups, a move every 2
+POLICY = {"context_window": 25_000, "max_output_tokens": 1_000}  # 2 recent groups, a move every 2
 WIDER = {
     "context_window": 40_000,
     "max_output_tokens": 1_000,

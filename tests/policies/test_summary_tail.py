@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.base import Budget, Checkpoint, Item, PolicyConfig, SettingError
+from policies.base import Budget, Checkpoint, CompactionPlan, Item, PolicyConfig, SettingError
 from policies.draft import Inputs
 from policies.groups import group_items
 from policies.projection import project
@@ -273,3 +273,25 @@ def test_the_first_rewrite_is_the_compaction() -> None:
     assert record.trimmed and record.compaction is None
     with pytest.raises(SettingError):
         PolicyConfig(first_rewrite="later")
+
+
+def _plan_with_summarizer(turns: int, overhead: int = 0) -> CompactionPlan:
+    """A plan over `turns` groups of ~1,000 tokens, summarized by a model whose input budget is
+    6,000 (8k window, 2k reply) with summaries of at most 800 tokens."""
+    h = history(turns, 1_000)
+    total = sum(i.tokens for i in h)
+    budget = Budget(16_000, 2_000, 0, summarizer=Budget(8_000, 2_000, 3), summary_max_tokens=800)
+    inputs = Inputs((), h, None, budget, PolicyConfig(keep_recent_tokens=500), fake_count)
+    p = plan_compaction(inputs, Standing(max(total, 11_201), overhead))
+    assert p is not None
+    return p
+
+
+def test_one_chunk_reserves_no_room_for_a_summary_rolling_into_a_next_one() -> None:
+    """What fits one summarizer call beside its prompt and pinned texts is one call: the room for
+    a summary rolling into the next chunk's request (800 tokens) is kept only when there is one."""
+    pinned = fake_count(user("the task"))
+    with_reserve = 6_000 - 3 - 900 - 800 - pinned
+    p = _plan_with_summarizer(16)
+    assert len(p.chunks) == 1
+    assert with_reserve < sum(i.tokens + 16 for i in p.chunks[0]) <= 6_000 - 3 - 900 - pinned

@@ -227,3 +227,16 @@ def test_the_recent_groups_follow_the_windows_size_not_a_learned_budget() -> Non
     # without it, the budget itself sizes them: 2 recent groups at 21,353, 3 at 25,600
     plain = {e: project([], history, None, Budget(512 + e, 512), config, fake_count) for e in (21_353, 25_600)}
     assert [e.seq for e in plain[21_353].record.trimmed] != [e.seq for e in plain[25_600].record.trimmed]
+
+
+@pytest.mark.parametrize(
+    ("input_budget", "expected"),
+    [(6_000, (0, 1)), (12_000, (1, 1)), (24_000, (2, 2)), (36_000, (3, 3)), (48_000, (4, 4)), (120_000, (4, 4))],
+)
+def test_one_recent_group_per_12000_tokens_of_input_budget(input_budget: int, expected: tuple[int, int]) -> None:
+    """(recent groups, quantum) for the default four: a 32k window (24k budget) keeps two whole,
+    as seed 002's last two turns; each more would be written to the prompt cache again at every
+    move of the boundary it follows."""
+    from policies.trim_tool_results import recent_groups
+
+    assert recent_groups(ToolResultsConfig(), input_budget) == expected
