@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic.dataclasses import dataclass as validated_dataclass
 from pydantic_core import ErrorDetails
 
-from policies.base import PolicyConfig, SettingError
+from policies.config import PolicyConfig, SettingError
 from policies.key_lines import SHARE as KEY_LINES_SHARE
 from policies.projection import check_order
 

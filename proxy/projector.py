@@ -27,10 +27,11 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from policies.base import Budget, ContextOverflow, Item, Projection
+from policies.base import Budget, ContextOverflow, Item
 from policies.draft import Inputs
 from policies.history_index import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
+from policies.outcome import Projection
 from policies.projection import project
 from policies.tokens import encoding_name_for_model
 

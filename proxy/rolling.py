@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from policies.base import CompactionPlan, Item
+from policies.base import Item
 from policies.key_lines import KeyLine, joined, key_lines_section, section_budget, split
+from policies.outcome import CompactionPlan
 from policies.pins import pinned_items
 from policies.summary_prompt import build_summary_messages, check_summary, fit_summary, summary_bound
 from policies.summary_tail import split_chunk

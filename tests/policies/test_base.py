@@ -6,18 +6,9 @@ import json
 
 import pytest
 
-from policies.base import (
-    Budget,
-    CompactionPlan,
-    ContextOverflow,
-    Item,
-    PinsConfig,
-    PolicyConfig,
-    ProjectionRecord,
-    SettingError,
-    ToolResultsConfig,
-    TrimEntry,
-)
+from policies.base import Budget, ContextOverflow, Item
+from policies.config import PinsConfig, PolicyConfig, SettingError, ToolResultsConfig
+from policies.outcome import CompactionPlan, ProjectionRecord, TrimEntry
 
 
 def test_input_budget_is_window_minus_output() -> None:

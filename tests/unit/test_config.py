@@ -414,7 +414,7 @@ def test_per_tool_rules_load_and_the_documented_ones_are_valid() -> None:
 
     import yaml
 
-    from policies.base import ToolRule
+    from policies.config import ToolRule
 
     page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     block = re.search(r"## Per-tool rules.*?```yaml\n(.*?)```", page, re.S)
