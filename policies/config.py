@@ -1,10 +1,10 @@
 """The policy configuration: the settings of each step and of the pipeline, validated on construction.
 
-Problem: a route's settings come from YAML through the proxy's config (`proxy.config.Policy` is
-`PolicyConfig` plus the proxy-only settings), and a policy must never see a half-valid one. The
-bounds live only here, so the proxy validates these dataclasses directly instead of repeating
-them; a violated bound is a `SettingError` naming its field, which the config loader turns into
-a located message (`policies.default.pins.patterns: invalid regex ...`).
+Problem: a route's settings come from YAML through the proxy's config
+(`proxy.policy_settings.Policy` is `PolicyConfig` plus the proxy-only settings), and a policy must
+never see a half-valid one. The bounds live only here, so the proxy validates these dataclasses
+directly instead of repeating them; a violated bound is a `SettingError` naming its field, which
+the config loader turns into a located message (`policies.default.pins.patterns: invalid regex ...`).
 
 Invariant: every config is frozen and holds tuples, never lists (configs stay hashable).
 
@@ -145,7 +145,7 @@ class PinsConfig:
 class PolicyConfig:
     """Per-route policy settings. `trigger` and `target` are fractions of `Budget.input_budget`.
 
-    The proxy's config (`proxy.config.Policy`) is this dataclass plus the proxy-only settings,
+    The proxy's config (`proxy.policy_settings.Policy`) is this dataclass plus the proxy-only settings,
     validated by pydantic from the YAML keys of the same names; the bounds below are the only ones."""
 
     trigger: float = 0.8

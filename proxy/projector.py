@@ -36,12 +36,13 @@ from policies.projection import project
 from policies.tokens import encoding_name_for_model
 
 from .catalog import ModelCatalog
-from .config import Caches, Policy, Route
+from .config import Caches, Route
 from .covered import checkpoint_of
 from .errors import ContextLengthExceeded
 from .estimate import Estimator, Key, Prediction
 from .eviction import Eviction
 from .history_cache import Remembered
+from .policy_settings import Policy
 from .protocols import DEFAULT, wire_named
 from .protocols.base import Wire
 from .store.base import StoredCheckpoint

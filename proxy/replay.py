@@ -47,7 +47,7 @@ from policies.summary_prompt import SUMMARY_HEAD, build_summary_messages
 from policies.text import message_text
 
 from . import identify
-from .config import Policy
+from .policy_settings import Policy
 from .projector import Projector
 from .types import Message
 

@@ -34,10 +34,11 @@ from policies.summary_tail import split_chunk
 from policies.text import message_text
 
 from . import record
-from .config import Policy, Route
+from .config import Route
 from .covered import Covered
 from .last_sent import SharedPrompt
 from .memory.access import Recollection
+from .policy_settings import Policy
 from .projector import Projector
 from .protocols.base import Wire
 from .record import Recorder

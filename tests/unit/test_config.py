@@ -11,7 +11,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from proxy.config import Config, parse_config
+from proxy.config import Config
+from proxy.config_file import parse_config
 from proxy.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
