@@ -60,7 +60,7 @@ def dearer_runs(windows: list[int], models: Sequence[str]) -> list[str]:
 def request_rows(window: int, run: str, model: str) -> list[str]:
     """The requests of the replayed runs whose name holds `run`, priced for `model`."""
     from proxy.catalog import ModelCatalog
-    from proxy.config import Policy
+    from proxy.policy_settings import Policy
     from proxy.projector import Projector
     from proxy.replay import load_transcript, replay
 

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.bodies import generated_session, transcript_files
-from policies.base import Budget, Item, PolicyConfig, ToolResultsConfig
+from policies.base import Budget, Item
+from policies.config import PolicyConfig, ToolResultsConfig
 from policies.groups import group_items
 from policies.later import call_of, canonical
 from policies.projection import project

@@ -132,7 +132,8 @@ def measure(package: str, runs: int) -> dict[str, float]:
     if counter_class is None:
         counter_class = importlib.import_module("proxy.token_counter").TokenCounter
     counter = counter_class.for_model("gpt-4o")
-    config = base.PolicyConfig()
+    settings = base if hasattr(base, "PolicyConfig") else importlib.import_module(f"{package}.config")
+    config = settings.PolicyConfig()  # `policies.config` since the settings left `policies.base`
     pure = projection.project
     try:
         memo = importlib.import_module(f"{package}.memo")

@@ -100,7 +100,7 @@ def run_savings(
     windows: list[int], files_limit: int | None, sessions: list[tuple[int, int]], log: Any
 ) -> dict[str, Any]:
     from proxy.catalog import ModelCatalog
-    from proxy.config import Policy
+    from proxy.policy_settings import Policy
     from proxy.projector import Projector
     from proxy.replay import load_transcript, replay
 

@@ -71,10 +71,11 @@ async def _compaction(db: Path, windows: list[int], turns: int, stub_ms: float, 
     from bench.mock_upstream import SUMMARY_TEXT, USAGE
     from proxy.catalog import ModelCatalog
     from proxy.compaction import Compactor
-    from proxy.config import Policy, Route, Upstream
+    from proxy.config import Route, Upstream
     from proxy.history_cache import HistoryCache
     from proxy.ingest import Arrival, ingest
     from proxy.metrics import Metrics
+    from proxy.policy_settings import Policy
     from proxy.projector import Asked, Projector
     from proxy.protocols import OPENAI_CHAT
     from proxy.protocols.openai_chat.usage import from_openai_chat

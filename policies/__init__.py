@@ -7,21 +7,9 @@ same function memoized per branch (the core never imports the memo).
 
 from __future__ import annotations
 
-from policies.base import (
-    Budget,
-    Checkpoint,
-    CompactionPlan,
-    ContextOverflow,
-    Item,
-    PinsConfig,
-    PolicyConfig,
-    Projection,
-    ProjectionRecord,
-    SettingError,
-    ToolResultsConfig,
-    ToolRule,
-    TrimEntry,
-)
+from policies.base import Budget, Checkpoint, ContextOverflow, Item
+from policies.config import PinsConfig, PolicyConfig, SettingError, ToolResultsConfig, ToolRule
+from policies.outcome import CompactionPlan, Projection, ProjectionRecord, TrimEntry
 from policies.projection import STEPS, project
 
 __all__ = [

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from policies.base import Checkpoint, CompactionPlan, Item, Message
+from policies.base import Checkpoint, Item, Message
+from policies.outcome import CompactionPlan
 from policies.summary_prompt import checkpoint_block
 
 Summarize = Callable[[str | None, tuple[Item, ...]], str]

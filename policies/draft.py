@@ -28,9 +28,11 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig, TrimEntry
+from policies.base import Budget, Checkpoint, Item, Message
+from policies.config import PolicyConfig
 from policies.groups import Group, effective_boundary, last_index, synthetic_result
 from policies.history_index import HistoryIndex, index_items
+from policies.outcome import CompactionPlan, TrimEntry
 from policies.pins import provider_state, release_pins
 from policies.summary_prompt import checkpoint_block
 from policies.text import clone

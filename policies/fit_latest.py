@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from policies.base import Message, TrimEntry
+from policies.base import Message
 from policies.draft import CountFn, Draft, Slot, StepContext
+from policies.outcome import TrimEntry
 from policies.text import content_text, cut_text, non_text_parts, with_content
 from policies.trim_tool_results import recall_hint
 

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from operator import is_not
 
-from policies.base import Item, Message, PinsConfig
+from policies.base import Item, Message
+from policies.config import PinsConfig
 from policies.groups import Group, extend_groups, group_index_of
 from policies.pins import matches_rules, pinned_roles
 

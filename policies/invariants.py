@@ -31,9 +31,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from policies.base import Budget, Checkpoint, Item, Message, Projection, ProjectionRecord
+from policies.base import Budget, Checkpoint, Item, Message
 from policies.fit_latest import FIT_MARKER_START
 from policies.groups import group_items, last_index, split_prefix
+from policies.outcome import Projection, ProjectionRecord
 from policies.prune_groups import PRUNED_MARKER_START
 from policies.repeats import MARKER_STARTS, marker_event, reconstruct
 from policies.text import content_text, tool_call_ids

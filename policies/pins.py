@@ -36,7 +36,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from policies.base import Item, Message, PinsConfig
+from policies.base import Item, Message
+from policies.config import PinsConfig
 from policies.text import message_text
 
 PROVIDER_STATE = "_provider_state"

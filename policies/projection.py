@@ -41,8 +41,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from policies.base import Budget, Checkpoint, ContextOverflow, Item, Message, PolicyConfig, Projection, SettingError
+from policies.base import Budget, Checkpoint, ContextOverflow, Item, Message
+from policies.config import PolicyConfig, SettingError
 from policies.draft import CountFn, Draft, Inputs, StepContext, build_draft
+from policies.outcome import Projection
 from policies.projection_record import make_record
 from policies.prune_groups import prune_groups
 from policies.summary_tail import summary_tail

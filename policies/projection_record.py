@@ -21,9 +21,9 @@ from functools import partial
 from itertools import chain
 from operator import attrgetter, is_not
 
-from policies.base import ProjectionRecord, TrimEntry
 from policies.draft import Draft, Slot, StepContext
 from policies.history_index import index_items
+from policies.outcome import ProjectionRecord, TrimEntry
 
 _SEQS = attrgetter("seqs")
 _NOT_NONE = partial(is_not, None)

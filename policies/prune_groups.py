@@ -30,9 +30,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from policies.base import ContextOverflow, Message, TrimEntry, compact_ranges
+from policies.base import ContextOverflow, Message
 from policies.draft import Draft, Slot, StepContext
 from policies.fit_latest import fit_latest
+from policies.outcome import TrimEntry, compact_ranges
 from policies.trim_tool_results import cap_slot
 
 PRUNED_MARKER_START = "<pruned_history"

@@ -60,10 +60,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
-from policies.base import Budget, Checkpoint, CompactionPlan, Item, Message, PolicyConfig
+from policies.base import Budget, Checkpoint, Item, Message
+from policies.config import PolicyConfig
 from policies.draft import CountFn, Draft, Inputs, StepContext
 from policies.groups import Group, effective_boundary, group_items, last_index, normalize_boundary
 from policies.key_lines import split
+from policies.outcome import CompactionPlan
 from policies.pins import pinned_seqs
 from policies.shaping import shape_text
 from policies.summary_prompt import (

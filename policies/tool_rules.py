@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
-from policies.base import ToolResultsConfig, ToolRule
+from policies.config import ToolResultsConfig, ToolRule
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.base import Message, TrimEntry
+from policies.base import Message
 from policies.later import focus_of
+from policies.outcome import TrimEntry
 from policies.repeats import near_marker, near_repeat, repeat_marker
 from policies.shaping import Shaped, excerpt_budget, shape_text
 from policies.text import content_text, cut_text, non_text_parts, with_content

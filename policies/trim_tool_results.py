@@ -58,10 +58,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from policies.base import Message, ToolResultsConfig, TrimEntry
+from policies.base import Message
+from policies.config import ToolResultsConfig
 from policies.draft import PLAIN, CountFn, Draft, ShapeOne, Slot, StepContext
 from policies.groups import Group
 from policies.later import Later, call_of
+from policies.outcome import TrimEntry
 from policies.text import content_text
 from policies.tool_rules import floor_cap, treatment
 from policies.trim_result import Shaping, Trimmed, recall_hint, shape_message, trim_marker, trim_message

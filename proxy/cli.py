@@ -12,7 +12,8 @@ import logging
 import os
 import sys
 
-from .config import Config, load_config
+from .config import Config
+from .config_file import load_config
 from .credentials import resolve_keys
 from .describe import banner, describe
 from .errors import ConfigError, StoreError

@@ -1,45 +1,24 @@
-"""Configuration: one YAML file, validated once at start-up into frozen models.
+"""Configuration: the frozen models one YAML file is validated into once, at start-up.
 
-Secrets never live in the file itself. A route names the environment variable that holds its
-upstream key (`api_key_env`); `${NAME}` anywhere in a string value is replaced from the
-environment when the file is loaded, so the resolved config can be printed without leaking keys
-only if keys stay behind `*_env` names (which `check-config` relies on).
+`Config` is the whole file: the store, the clients and tenants, the server's limits and caches,
+the routes (`Route`: which requests, which `Upstream`, which policy) and the policies, whose
+settings are in `proxy/policy_settings.py`. Reading the file, putting the environment into it
+and reporting its problems is `proxy/config_file.py` (`load_config`, `parse_config`).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import (
-    AliasChoices,
-    ConfigDict,
-    Field,
-    StrictBool,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic.dataclasses import dataclass as validated_dataclass
-from pydantic_core import ErrorDetails
-
-from policies.base import PolicyConfig, SettingError
-from policies.key_lines import SHARE as KEY_LINES_SHARE
-from policies.projection import check_order
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from . import renderings
-from .errors import ConfigError
+from .policy_settings import Policy
 from .quota import Quota
-from .shadow.settings import Shadow
 from .store.urls import FORMS, scheme_of
 from .tool_settings import Frozen as _Frozen
-from .tool_settings import Memory, Recall
-
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class Timeouts(_Frozen):
@@ -135,95 +114,6 @@ class Client(_Frozen):
     @property
     def tenant_name(self) -> str:
         return self.tenant or self.name
-
-
-class Summarizer(_Frozen):
-    mode: Literal["text", "native", "shared"] = "text"
-    """`native`: the route's own provider compacts (`proxy/native_compaction.py`: the Responses
-    API's `/responses/compact`, Anthropic's server-side compaction), ctxproxy's own summarizer
-    only where it cannot; `shared`: the summary is asked of the branch's last request as it went
-    upstream, read from the provider's prompt cache (`proxy/shared_summary.py`). Both with the
-    route's own upstream only (no `model`)."""
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    timeout: float = Field(120.0, gt=0)
-    max_attempts: int = Field(2, ge=1, le=5)
-    max_tokens: int = Field(2048, ge=256)
-    """the summary reply's size asked for (capped by the summarizer's output reserve)"""
-    context_window: int | None = Field(None, gt=0)
-    """the summarizer model's window (default: litellm's model map for it; for a model it does not
-    know, the smallest window of the routes using the policy: `proxy/windows.py`)"""
-    summary_max_tokens: int | None = Field(None, ge=64)
-    """the summary length asked for (default: a tenth of the route's window, within the reply
-    reserve); a longer one is kept while it fits the room the plan left, else cut at a line"""
-    max_output_tokens: int | None = Field(None, gt=0)
-    """the summarizer's output reserve (default: `max_tokens`, capped at the model's max output
-    and a quarter of its window)"""
-    key_lines_share: float = Field(KEY_LINES_SHARE, ge=0, le=0.5)
-    """the share of `summary_max_tokens` given to the key lines of the tool results a checkpoint
-    covers, copied by ctxproxy after the summary (`policies/key_lines.py`; 0: none); the summary
-    is asked for the rest"""
-
-    @model_validator(mode="after")
-    def _native_own_route(self) -> Summarizer:
-        if self.mode == "native" and self.model:
-            raise ValueError("mode 'native' asks the route's own provider to compact: it takes no summarizer model")
-        if self.mode == "shared" and self.model:
-            raise ValueError("mode 'shared' reads the conversation's own prompt cache: it takes no summarizer model")
-        return self
-
-
-@validated_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
-class Policy(PolicyConfig):
-    """How a route's requests are rewritten: the policies' own `PolicyConfig` (trigger, target,
-    keep_recent_tokens, summary_chunk_tokens, order, tool_results, pins — validated by pydantic
-    from their annotations, bounded by their own checks) plus the settings only the proxy reads.
-    Windows default to litellm's model info. A `Policy` is what `policies.projection.project`
-    takes as its config."""
-
-    context_window: Annotated[int | None, Field(gt=0)] = None
-    max_output_tokens: Annotated[int | None, Field(gt=0)] = None
-    safety_margin: Annotated[float, Field(gt=0, lt=1)] = 0.02
-    """The least share of what is still estimated (`proxy.estimate`) kept free of the window;
-    above it the margin is what the estimate is measured to miss on this route and model."""
-    on_overflow: Literal["wait", "prune"] = "wait"
-    overflow_wait: Annotated[float, Field(ge=0)] = 30.0
-    rewrite: bool = True
-    store_failure: Literal["fail", "passthrough"] = "fail"
-    """When the store fails while identifying, ingesting or projecting a request: answer 503
-    (`fail`), or relay it unrewritten and unrecorded with `X-Ctxproxy-Degraded` (`passthrough`)."""
-    provider_context: Literal["defer", "combine"] = "defer"
-    """A request that asks the provider to compact its context (a `context_management` naming a
-    compaction: Responses `{"type": "compaction"}`, an Anthropic `compact_*` edit): `defer`
-    forwards it as sent (recorded and accounted, never trimmed or summarized: two compactors on
-    one window would undo each other); `combine` projects it as any other request, below the
-    provider's trigger (`Wire.provider_trigger`), so ctxproxy's trim and summary act first and the
-    provider's compaction applies to what ctxproxy cannot bring under it. Context editing alone (clearing old
-    thinking or tool uses) is always projected, the edits kept."""
-    summarizer: Summarizer = Summarizer()
-    recall: Recall = Recall()
-    memory: Memory = Memory()
-    shadow: Shadow = Shadow()
-    """Shadow pairs (`proxy/shadow/`): the client's own request sent again, unrewritten, after
-    its answer, to measure whether rewriting changed the agent's next step. Off by default."""
-    modes: tuple[Literal["passthrough", "observe"], ...] = ("passthrough", "observe")
-    """The values of the `X-Ctxproxy-Mode` request header a client may send on the routes using
-    this policy (proxy/modes.py); another value is a 400. Empty: no mode is allowed."""
-    prompt_cache_key: StrictBool = True
-    """On APIs that take one (OpenAI chat and Responses): a request without the client's own
-    `prompt_cache_key` gets one per conversation (`proxy/cache_key.py`), so its turns land on the
-    same prompt-cache machines; false sends the body without one, as the client sent it."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_order(self.order)
-        if self.context_window and self.max_output_tokens and self.max_output_tokens >= self.context_window:
-            raise ValueError("max_output_tokens must be smaller than context_window")
-        if len(set(self.modes)) != len(self.modes):
-            raise ValueError("modes lists a mode twice")
-        if self.memory.enabled is not False and self.memory.tool_name == self.recall.tool_name:
-            raise ValueError("memory.tool_name must differ from recall.tool_name")
 
 
 class Limits(_Frozen):
@@ -385,100 +275,3 @@ class Config(_Frozen):
 
     def policy_for(self, route: Route) -> Policy:
         return self.policies[route.policy]
-
-
-def _interpolate(value: Any, env: dict[str, str], where: str, problems: list[str]) -> Any:
-    if isinstance(value, str):
-
-        def sub(m: re.Match[str]) -> str:
-            name = m.group(1)
-            if name not in env:
-                problems.append(f"{where}: environment variable {name} is not set")
-                return ""
-            return env[name]
-
-        return _ENV_REF.sub(sub, value)
-    if isinstance(value, dict):
-        return {k: _interpolate(v, env, f"{where}.{k}" if where else str(k), problems) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_interpolate(v, env, f"{where}.{i}", problems) for i, v in enumerate(value)]
-    return value
-
-
-def _cross_references(data: dict[str, Any]) -> list[str]:
-    """Route names and policy references, checked on the raw document so that they are reported
-    even when field errors stop pydantic before its model validators run."""
-    problems: list[str] = []
-    policies = data.get("policies")
-    known = set(policies) if isinstance(policies, dict) else {"default"}
-    names: set[str] = set()
-    routes = data.get("routes")
-    for index, route in enumerate(routes if isinstance(routes, list) else []):
-        if not isinstance(route, dict):
-            continue
-        name = route.get("name")
-        if isinstance(name, str):
-            if name in names:
-                problems.append(f"routes.{index}.name: duplicate route name {name!r}")
-            names.add(name)
-        policy = route.get("policy", "default")
-        if isinstance(policy, str) and policy not in known:
-            defined = ", ".join(sorted(known)) or "none"
-            problems.append(f"routes.{index}.policy: unknown policy {policy!r} (defined: {defined})")
-    return problems
-
-
-def _located(err: ErrorDetails) -> tuple[str, str]:
-    """(where, what) of one validation error. A `SettingError` from a policy dataclass names
-    its field: it joins the location (`policies.default.pins.patterns: invalid regex ...`)."""
-    parts = [str(part) for part in err["loc"]]
-    msg = err["msg"].removeprefix("Value error, ")
-    error = err.get("ctx", {}).get("error")
-    if isinstance(error, SettingError) and error.field is not None:
-        parts.append(error.field)
-        head, sep, rest = msg.partition(": ")
-        if sep and head.rsplit(".", 1)[-1] == error.field:
-            msg = rest  # "pins.patterns: invalid regex ..." -> "invalid regex ..."
-        elif msg.startswith(error.field + " "):
-            msg = msg[len(error.field) + 1 :]  # "trigger must be within ..." -> "must be within ..."
-    elif err["type"] == "unexpected_keyword_argument":
-        msg = "Extra inputs are not permitted"  # a dataclass's wording of a model's extra="forbid"
-    return ".".join(parts) or "(top level)", msg
-
-
-def parse_config(data: Any, source: str = "<config>", env: dict[str, str] | None = None) -> Config:
-    """Validate a parsed YAML document; raise ConfigError with one line per problem."""
-    if not isinstance(data, dict):
-        raise ConfigError([f"{source}: the top level must be a mapping"])
-    problems: list[str] = []
-    data = _interpolate(data, dict(os.environ) if env is None else env, "", problems)
-    if problems:
-        raise ConfigError([f"{source}: {p}" for p in problems])
-    references = _cross_references(data)
-    try:
-        config = Config.model_validate(data)
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc, msg = _located(err)
-            if msg.startswith(("routes.", "duplicate")) and any(msg in r for r in references):
-                continue  # the same cross-reference problem, reported once below
-            lines.append(f"{source}: {loc}: {msg}")
-        raise ConfigError(lines + [f"{source}: {r}" for r in references]) from None
-    if references:
-        raise ConfigError([f"{source}: {r}" for r in references])
-    return config
-
-
-def load_config(path: str | Path) -> Config:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = str(exc).replace("<unicode string>", str(path))  # the mark names the file, not the text
-        raise ConfigError([f"{path}: invalid YAML: {where}"]) from None
-    return parse_config(data, str(path))

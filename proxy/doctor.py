@@ -24,10 +24,10 @@ from typing import Literal
 
 from .catalog import ModelCatalog
 from .config import Config, Route, Upstream
-from .config import Summarizer as SummarizerSettings
 from .credentials import Keys
 from .describe import store_url, target
 from .errors import ProxyError, StoreError
+from .policy_settings import Summarizer as SummarizerSettings
 from .projector import Projector
 from .protocols import DEFAULT, wire_for_path
 from .store import make_store, store_problem

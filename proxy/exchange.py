@@ -22,10 +22,11 @@ from typing import Any
 
 from . import record
 from .asgi import Incoming
-from .config import Policy, Route
+from .config import Route
 from .errors import ProxyError, StoreError
 from .estimate import Prediction
 from .ingest import Ingested
+from .policy_settings import Policy
 from .protocols.base import Wire
 from .relay import or_disconnect
 from .services import Services

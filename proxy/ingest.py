@@ -16,13 +16,10 @@ new messages, and the store resolves the conversation and appends. Resolution:
   and the rules decide then; the answer it carries then matches, and the conversation continues.
 * agent session (a configured session header, e.g. Claude Code's `x-claude-code-session-id`, and
   no accepted match): the history decides first, as above. When it matches nothing, the agent
-  rebuilt its history (its own compaction: "This session is being continued from a previous
-  conversation..."), and the request continues the session's conversation as a new branch
-  forked at its start -- if it is the session's main loop: the same tool definitions as the
-  session's last main call. A request with other tools or none (a title or classification side
-  call) resolves as if there were no header: its own conversation, so it never forks the main
-  line nor becomes it. The session's first request with tools founds the conversation (external
-  id `session:<digest>`, tenant-scoped); a side call never does.
+  rebuilt its history, and `proxy.session_start` says where the request starts: the line of the
+  compaction call its history continues, or the session's conversation as a new branch forked
+  at its start; a side call of the session (other tools or none) resolves as if there were no
+  header: its own conversation.
 * the agent's own compaction call (`proxy.side_calls`: its summary prompt as the newest user text)
   whose history before that prompt is all stored: a side call of the branch there, purpose
   `client_compaction`. Nothing is appended (neither the prompt nor the summary it gets), so the
@@ -58,11 +55,12 @@ import re
 import time
 from dataclasses import dataclass
 
-from . import identify, rebuilt, renderings, side_calls, stored_counts
+from . import identify, renderings, side_calls, stored_counts
 from .errors import BadRequest
 from .history_cache import HISTORY_PER_BODY_BYTE, Head, HistoryCache, Remembered
 from .protocols.base import Wire
 from .renderings import Transient
+from .session_start import session_start
 from .store.base import HashMatch, NewEvent, Position, Store
 from .token_counter import TokenCounter
 from .types import Identity, Message
@@ -325,18 +323,10 @@ async def _append_request(
         match = await store.find_longest(hashes, tenant, None)
         if match is not None and _answers_unstamped_first(match, history):
             match = await _first_stamped(store, tenant, history, hashes, match)
-        resumed = None
         if match is not None and (match.count >= 2 or match.system_hash == system_hash):
             start, matched = match.position, match.count
-        elif (
-            session is not None
-            and session.tools is not None
-            and rebuilt.is_rebuilt(history)
-            and (line := await rebuilt.continued(store, tenant, session.ref, history[0], time.time())) is not None
-        ):
-            (start, continues), matched = line, 0
-        elif session is not None and (resumed := await _session_start(store, tenant, session)) is not None:
-            start, created = resumed
+        elif session is not None and (begun := await session_start(store, tenant, session, history)) is not None:
+            start, created, continues = begun
             matched = 0
         else:
             conversation = await store.create_conversation(tenant, None)
@@ -433,19 +423,3 @@ def _events(
         )
         for i, (m, h) in enumerate(zip(history[matched:], hashes[matched:], strict=True))
     ]
-
-
-async def _session_start(store: Store, tenant: str, session: identify.Session) -> tuple[Position, bool] | None:
-    """Where a request of an agent session whose history matched nothing starts: the start of
-    the session's conversation (a new branch once appended), with whether it was just created;
-    None for a side call (see the module docstring)."""
-    if session.tools is None:
-        return None
-    conversation = await store.find_conversation(tenant, session.ref)
-    if conversation is None:
-        conversation = await store.create_conversation(tenant, session.ref)
-        return Position(conversation.id, conversation.main_branch_id, 0), True
-    last = await store.last_call(conversation.main_branch_id, "main")
-    if last is None or last.tools_hash != session.tools:
-        return None
-    return Position(conversation.id, conversation.main_branch_id, 0), False

@@ -32,8 +32,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .config import Policy, Route
+from .config import Route
 from .errors import BadRequest
+from .policy_settings import Policy
 
 MODE = "X-Ctxproxy-Mode"
 CONVERSATION = "X-Ctxproxy-Conversation"

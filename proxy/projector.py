@@ -27,20 +27,22 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from policies.base import Budget, ContextOverflow, Item, Projection
+from policies.base import Budget, ContextOverflow, Item
 from policies.draft import Inputs
 from policies.history_index import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
+from policies.outcome import Projection
 from policies.projection import project
 from policies.tokens import encoding_name_for_model
 
 from .catalog import ModelCatalog
-from .config import Caches, Policy, Route
+from .config import Caches, Route
 from .covered import checkpoint_of
 from .errors import ContextLengthExceeded
 from .estimate import Estimator, Key, Prediction
 from .eviction import Eviction
 from .history_cache import Remembered
+from .policy_settings import Policy
 from .protocols import DEFAULT, wire_named
 from .protocols.base import Wire
 from .store.base import StoredCheckpoint

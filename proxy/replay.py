@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from policies.base import Checkpoint, CompactionPlan, ContextOverflow, Item
+from policies.base import Checkpoint, ContextOverflow, Item
 from policies.compaction import fold_summaries, next_checkpoint
 from policies.key_lines import joined, key_lines_section, section_budget, split
+from policies.outcome import CompactionPlan
 from policies.pins import pinned_items
 from policies.projection import project
 from policies.shared_prompt import boundary_of, shared_ask
@@ -46,7 +47,7 @@ from policies.summary_prompt import SUMMARY_HEAD, build_summary_messages
 from policies.text import message_text
 
 from . import identify
-from .config import Policy
+from .policy_settings import Policy
 from .projector import Projector
 from .types import Message
 

@@ -25,18 +25,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from policies.base import CompactionPlan, Item
+from policies.base import Item
 from policies.key_lines import KeyLine, joined, key_lines_section, section_budget, split
+from policies.outcome import CompactionPlan
 from policies.pins import pinned_items
 from policies.summary_prompt import build_summary_messages, check_summary, fit_summary, summary_bound
 from policies.summary_tail import split_chunk
 from policies.text import message_text
 
 from . import record
-from .config import Policy, Route
+from .config import Route
 from .covered import Covered
 from .last_sent import SharedPrompt
 from .memory.access import Recollection
+from .policy_settings import Policy
 from .projector import Projector
 from .protocols.base import Wire
 from .record import Recorder

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .auth import Caller
-from .config import Config, Policy, Route
+from .config import Config, Route
 from .credentials import Keys
 from .errors import NotFound, Unauthorized
+from .policy_settings import Policy
 from .protocols import CREDENTIAL_HEADERS
 from .protocols.base import NO_QUERY, Wire
 from .upstream.base import upstream_request_headers

@@ -25,10 +25,11 @@ from typing import Any
 
 from policies.text import message_text
 
-from .config import Policy, Route, Timeouts, Upstream
-from .config import Summarizer as SummarizerSettings
+from .config import Route, Timeouts, Upstream
 from .credentials import Keys
 from .errors import ProxyError
+from .policy_settings import Policy
+from .policy_settings import Summarizer as SummarizerSettings
 from .protocols import DEFAULT, caller_key
 from .protocols.base import Compacted, NativeRequest, Wire
 from .types import Message

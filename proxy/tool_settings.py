@@ -1,6 +1,6 @@
 """The settings of the tools the proxy offers the model itself: recall and long-term memory.
 
-Part of a policy (`proxy.config.Policy.recall`, `.memory`), validated with the rest of the
+Part of a policy (`proxy.policy_settings.Policy.recall`, `.memory`), validated with the rest of the
 config at start-up into frozen models.
 """
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Policy
 from .memory import tool as memory_tool
 from .memory.access import Recollection
+from .policy_settings import Policy
 from .protocols.base import Wire
 from .recall.answer import recall as recall_tool
 from .recall.toolbox import ProxyTool, Toolbox

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from policies.base import Budget
 
 from .catalog import ModelCatalog
-from .config import Config, Policy
+from .config import Config
 from .errors import ContextLengthExceeded
 from .estimate import Estimator, Key
+from .policy_settings import Policy
 from .types import Json
 
 REPLY_PRIMING_TOKENS = 3

@@ -15,7 +15,7 @@ from bench.bodies import VENDORED
 from bench.money import PRICES, Request, chain, price_requests, with_summarizer_at
 from bench.savings import money_of, requests_of
 from proxy.catalog import ModelCatalog
-from proxy.config import Policy
+from proxy.policy_settings import Policy
 from proxy.projector import Projector
 from proxy.replay import load_transcript, replay
 

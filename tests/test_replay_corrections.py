@@ -9,7 +9,7 @@ from policies.base import Checkpoint
 from policies.projection import project
 from proxy import identify
 from proxy.catalog import ModelCatalog
-from proxy.config import Policy
+from proxy.policy_settings import Policy
 from proxy.projector import Projector
 from proxy.replay import extractive_summary, key_values, replay
 from tests.policies.helpers import assistant, items, user

@@ -25,11 +25,12 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from policies.base import Item, Message, TrimEntry
+from policies.base import Item, Message
 from policies.draft import CountFn, Renderer, ShapeSlot, Slot, StepContext, render_slot
 from policies.groups import Group
 from policies.history_index import HistoryIndex, SharedPrefix, index_items
 from policies.memo.tail import TailState
+from policies.outcome import TrimEntry
 from policies.trim_result import Shaping, Trimmed
 from policies.trim_tool_results import shape_one
 

@@ -48,11 +48,12 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
-from policies.base import Message, Projection, TrimEntry
+from policies.base import Message
 from policies.draft import Inputs, Slot, build_draft, layout
 from policies.history_index import HistoryIndex, SharedPrefix
 from policies.memo.cache import ProjectionCache
 from policies.memo.tail import NO_TRIM, TailState
+from policies.outcome import Projection, TrimEntry
 from policies.projection import run_steps
 from policies.projection_record import Sent, projection_record
 from policies.summary_tail import first_rewrite

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from policies.base import Message, PolicyConfig, TrimEntry
+from policies.base import Message
+from policies.config import PolicyConfig
 from policies.draft import CountFn, Slot
+from policies.outcome import TrimEntry
 from policies.text import clone
 
 _START = itemgetter(0)

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Policy
 from ..errors import StoreError
+from ..policy_settings import Policy
 from ..recall.toolbox import Count, ProxyTool, arguments_of
 from ..store.base import Store, StoredCheckpoint, StoredEvent
 from ..store.memories import Memory

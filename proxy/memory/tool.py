@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Policy
+from ..policy_settings import Policy
 from ..protocols.base import Wire
 from ..recall.memory import RejectedTool
 from ..recall.tool import offers

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Policy
+from ..policy_settings import Policy
 from ..protocols.base import Wire
 from ..tool_settings import Recall
 from ..types import Json

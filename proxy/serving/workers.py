@@ -19,7 +19,8 @@ import asyncio
 import logging
 import os
 
-from ..config import Config, load_config
+from ..config import Config
+from ..config_file import load_config
 from ..credentials import resolve_keys
 from ..errors import ConfigError
 from ..store import make_store

@@ -28,9 +28,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from .. import codec, record
-from ..config import Config, Policy, Route
+from ..config import Config, Route
 from ..errors import ProxyError
 from ..metrics import Metrics
+from ..policy_settings import Policy
 from ..projector import Projector
 from ..protocols.base import Wire
 from ..record import Recorder

@@ -1,6 +1,6 @@
 """A policy's `shadow:` section: how often, how costly and how close together shadow pairs may be.
 
-Part of a policy (`proxy.config.Policy.shadow`), validated with the rest of the config at
+Part of a policy (`proxy.policy_settings.Policy.shadow`), validated with the rest of the config at
 start-up. Off by default (`rate: 0`): a shadow call is a second upstream call the operator pays
 for, so a team turns it on on purpose, with a daily cap (`docs/shadow.md`).
 """

@@ -26,9 +26,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from policies.base import ContextOverflow, Item, Projection
+from policies.base import ContextOverflow, Item
 from policies.draft import Inputs
 from policies.memo import ProjectionCache, project_cached
+from policies.outcome import Projection
 
 from ..covered import checkpoint_of, readable
 from ..projector import recall_tool

@@ -431,7 +431,7 @@ def test_raw_routes_still_use_the_raw_hop(lite, upstream, api_key):
 
 
 def test_config_requires_base_url_or_model():
-    from proxy.config import parse_config
+    from proxy.config_file import parse_config
     from proxy.errors import ConfigError
 
     with pytest.raises(ConfigError) as info:

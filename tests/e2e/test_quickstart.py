@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import yaml
 
-from proxy.config import load_config
+from proxy.config_file import load_config
 from tests.support.proxy_process import REPO
 
 

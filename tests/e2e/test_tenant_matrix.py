@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from proxy.config import parse_config
+from proxy.config_file import parse_config
 from proxy.serving.app import create_app
 from proxy.serving.endpoints import EMBEDDINGS_PATHS
 from tests.support.e2e import user

@@ -15,7 +15,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from policies.base import Budget, Checkpoint, Item, Message, PinsConfig, PolicyConfig, ToolResultsConfig, ToolRule
+from policies.base import Budget, Checkpoint, Item, Message
+from policies.config import PinsConfig, PolicyConfig, ToolResultsConfig, ToolRule
 from policies.draft import pass_through_tokens
 from policies.fit_latest import cut_result
 from policies.groups import Group, effective_boundary, group_items, last_index, render_group

@@ -6,18 +6,9 @@ import json
 
 import pytest
 
-from policies.base import (
-    Budget,
-    CompactionPlan,
-    ContextOverflow,
-    Item,
-    PinsConfig,
-    PolicyConfig,
-    ProjectionRecord,
-    SettingError,
-    ToolResultsConfig,
-    TrimEntry,
-)
+from policies.base import Budget, ContextOverflow, Item
+from policies.config import PinsConfig, PolicyConfig, SettingError, ToolResultsConfig
+from policies.outcome import CompactionPlan, ProjectionRecord, TrimEntry
 
 
 def test_input_budget_is_window_minus_output() -> None:
@@ -123,7 +114,7 @@ def test_step_names_are_checked_against_the_one_registry() -> None:
     """`PolicyConfig` checks the order's shape; the names are the registry's (`STEPS`), checked
     when a config is loaded (`proxy.config.Policy`) and before a pipeline runs."""
     from policies.projection import check_order, project
-    from proxy.config import Policy
+    from proxy.policy_settings import Policy
 
     with pytest.raises(ValueError, match=r"unknown steps \['shrink'\]"):
         Policy(order=("shrink", "prune_groups"))

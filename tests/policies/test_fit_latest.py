@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.base import Budget, ContextOverflow, PolicyConfig, ToolResultsConfig
+from policies.base import Budget, ContextOverflow
+from policies.config import PolicyConfig, ToolResultsConfig
 from policies.fit_latest import Cut
 from policies.invariants import check_all, is_cut_to_fit, tool_pairing
 from policies.projection import project

@@ -11,10 +11,12 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from policies.base import Budget, Checkpoint, Item, Message, PolicyConfig, ProjectionRecord, ToolResultsConfig
+from policies.base import Budget, Checkpoint, Item, Message
+from policies.config import PolicyConfig, ToolResultsConfig
 from policies.draft import Inputs
 from policies.history_index import SharedPrefix
 from policies.memo import ProjectionCache, project_cached
+from policies.outcome import ProjectionRecord
 from policies.projection import project
 from policies.summary_prompt import summary_block
 from tests.policies.helpers import assistant, calls, items, result, user
@@ -320,7 +322,7 @@ def test_a_step_the_memo_does_not_know_is_computed_by_the_pipeline(
 
 
 def test_an_order_naming_an_unregistered_step_is_refused() -> None:
-    from policies.base import SettingError
+    from policies.config import SettingError
     from policies.projection import check_order
 
     with pytest.raises(SettingError, match=r"unknown steps \['stamp'\]"):

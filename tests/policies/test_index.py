@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.base import Budget, Checkpoint, ContextOverflow, Item, PinsConfig, PolicyConfig, Projection
+from policies.base import Budget, Checkpoint, ContextOverflow, Item
+from policies.config import PinsConfig, PolicyConfig
 from policies.draft import Inputs
 from policies.groups import group_index_of, group_items
 from policies.history_index import SharedPrefix, index_items
 from policies.memo import ProjectionCache, project_cached
+from policies.outcome import Projection
 from policies.pins import latest_user_seq, pinned_seqs
 from policies.projection import project
 from tests.policies.helpers import assistant, calls, items, result, user

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from policies.base import Budget, Checkpoint, ProjectionRecord
+from policies.base import Budget, Checkpoint
 from policies.invariants import coverage, latest_turn_verbatim, prefix_pinned, tool_pairing, within_budget
+from policies.outcome import ProjectionRecord
 from tests.policies.helpers import assistant, calls, items, result, user
 
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from policies.base import Budget, Item, PolicyConfig, SettingError, ToolResultsConfig, ToolRule
+from policies.base import Budget, Item
+from policies.config import PolicyConfig, SettingError, ToolResultsConfig, ToolRule
 from policies.draft import Inputs
 from policies.invariants import check_all, repeats_lossless
 from policies.memo import ProjectionCache, project_cached

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from policies.base import Budget, PinsConfig, PolicyConfig
+from policies.base import Budget
+from policies.config import PinsConfig, PolicyConfig
 from policies.pins import PROVIDER_STATE, latest_user_seq, pinned_seqs, pinned_texts, release_pins
 from policies.projection import project
 from tests.policies.helpers import assistant, calls, items, result, user

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from policies.base import Budget, Checkpoint, PinsConfig, PolicyConfig
+from policies.base import Budget, Checkpoint
+from policies.config import PinsConfig, PolicyConfig
 from policies.invariants import check_all
 from policies.projection import project
 from policies.summary_prompt import summary_block

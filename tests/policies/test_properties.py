@@ -11,11 +11,13 @@ from dataclasses import replace
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from policies.base import Budget, Checkpoint, ContextOverflow, PolicyConfig, Projection
+from policies.base import Budget, Checkpoint, ContextOverflow
 from policies.compaction import fold_summaries, next_checkpoint
+from policies.config import PolicyConfig
 from policies.draft import Inputs, build_draft
 from policies.groups import Group, group_items, normalize_boundary
 from policies.invariants import check_all, coverage, latest_turn_verbatim, prefix_pinned, tool_pairing
+from policies.outcome import Projection
 from policies.pins import pinned_seqs
 from policies.projection import STEPS, project
 from policies.projection_record import make_record

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policies.base import Budget, ContextOverflow, PinsConfig, PolicyConfig
+from policies.base import Budget, ContextOverflow
+from policies.config import PinsConfig, PolicyConfig
 from policies.draft import Inputs, build_draft
 from policies.invariants import check_all
 from policies.projection import project

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.config import Policy
+from proxy.policy_settings import Policy
 from proxy.protocols.anthropic.wire import WIRE as ANTHROPIC
 from proxy.protocols.openai_chat.wire import WIRE as CHAT
 from proxy.protocols.responses.wire import WIRE as RESPONSES

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.base import ProjectionRecord, TrimEntry
+from policies.outcome import ProjectionRecord, TrimEntry
 
 
 def test_summary_dict_counts_instead_of_listing() -> None:

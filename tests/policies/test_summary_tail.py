@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from policies.base import Budget, Checkpoint, CompactionPlan, Item, PolicyConfig, SettingError
+from policies.base import Budget, Checkpoint, Item
+from policies.config import PolicyConfig, SettingError
 from policies.draft import Inputs
 from policies.groups import group_items
+from policies.outcome import CompactionPlan
 from policies.projection import project
 from policies.summary_tail import Standing, chunk_limit, cut_message, make_chunks, plan_compaction
 from tests.policies.helpers import calls, items, result, user

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
-from policies.base import Budget, Checkpoint, ContextOverflow, Item, PolicyConfig, Projection
+from policies.base import Budget, Checkpoint, ContextOverflow, Item
 from policies.compaction import fold_summaries, next_checkpoint
+from policies.config import PolicyConfig
 from policies.groups import split_prefix
 from policies.invariants import check_all
+from policies.outcome import Projection
 from policies.pins import pinned_texts
 from policies.projection import project
 from policies.summary_tail import build_summary_messages, summary_block

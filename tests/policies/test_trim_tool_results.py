@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from policies.base import Budget, Item, PinsConfig, PolicyConfig, ToolResultsConfig
+from policies.base import Budget, Item
+from policies.config import PinsConfig, PolicyConfig, ToolResultsConfig
 from policies.draft import Draft, Inputs, StepContext, build_draft
 from policies.memo import ProjectionCache, project_cached
 from policies.projection import project

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from proxy import identify
-from proxy.config import Config, load_config
+from proxy.config import Config
+from proxy.config_file import load_config
 from proxy.errors import StoreError
 from proxy.store import make_store
 from proxy.store.base import CallRecord, CheckpointCandidate, NewEvent, Position

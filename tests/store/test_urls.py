@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import parse_config
+from proxy.config_file import parse_config
 from proxy.errors import ConfigError, StoreError
 from proxy.store import make_store
 from proxy.store.redis import RedisStore

@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from proxy.config import load_config
+from proxy.config_file import load_config
 
 OURS = tuple(str(Path(__file__).resolve().parents[2] / package) for package in ("proxy", "policies"))
 BIG = 10_000

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from policies.base import Item, PinsConfig
+from policies.base import Item
+from policies.config import PinsConfig
 from policies.history_index import index_items
 from policies.pins import pinned_seqs
 from proxy.errors import BadRequest

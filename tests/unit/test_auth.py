@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.auth import authenticate
-from proxy.config import parse_config
+from proxy.config_file import parse_config
 from proxy.credentials import resolve_keys
 from proxy.errors import ConfigError, Forbidden, Unauthorized
 from proxy.protocols import DEFAULT

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from proxy.catalog import ModelCatalog
-from proxy.config import Caches, parse_config
+from proxy.config import Caches
+from proxy.config_file import parse_config
 from proxy.errors import ConfigError
 from proxy.projector import Projector
 from proxy.services import history_cache

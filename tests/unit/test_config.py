@@ -11,7 +11,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from proxy.config import Config, parse_config
+from proxy.config import Config
+from proxy.config_file import parse_config
 from proxy.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -414,7 +415,7 @@ def test_per_tool_rules_load_and_the_documented_ones_are_valid() -> None:
 
     import yaml
 
-    from policies.base import ToolRule
+    from policies.config import ToolRule
 
     page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     block = re.search(r"## Per-tool rules.*?```yaml\n(.*?)```", page, re.S)

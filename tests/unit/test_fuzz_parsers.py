@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.config import parse_config
+from proxy.config_file import parse_config
 from proxy.errors import ConfigError, ProxyError
 from proxy.protocols import ANTHROPIC, GEMINI, OPENAI_CHAT, OPENAI_RESPONSES
 from proxy.protocols.anthropic.usage import from_anthropic

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from proxy import errors
-from proxy.config import parse_config
+from proxy.config_file import parse_config
 from proxy.protocols import ANTHROPIC, DEFAULT, GEMINI
 from proxy.protocols.gemini.wire import usage_of
 from proxy.upstream.litellm import LitellmHop, usage_from_litellm

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from proxy import codec, identify
 from proxy.catalog import ModelCatalog
-from proxy.config import Policy
 from proxy.history_cache import Head, HistoryCache, Remembered
+from proxy.policy_settings import Policy
 from proxy.projector import Asked, Projector
 from proxy.protocols.openai_chat.encode import encode_body
 from proxy.store.base import Position

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from proxy.config import Policy
 from proxy.memory import actions, evidence, render
 from proxy.memory.access import recollect
 from proxy.memory.scopes import Scopes, scopes_of
 from proxy.memory.tool import definition, offered
+from proxy.policy_settings import Policy
 from proxy.protocols import WIRES
 from proxy.recall.memory import RejectedTool
 from proxy.store.memories import Memory, MemoryQuery, new_memory_id

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.config import parse_config
+from proxy.config_file import parse_config
 from proxy.errors import BadRequest, ConfigError
 from proxy.modes import call_headers, mode_of
 from proxy.upstream.base import relayed_response_headers, upstream_request_headers

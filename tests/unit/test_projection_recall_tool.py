@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.config import Policy
+from proxy.policy_settings import Policy
 from proxy.projector import recall_tool
 from proxy.tool_settings import Recall
 

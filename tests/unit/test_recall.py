@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.config import Policy
+from proxy.policy_settings import Policy
 from proxy.protocols import DEFAULT
 from proxy.protocols import WIRES as REGISTERED
 from proxy.recall.answer import answer, recall

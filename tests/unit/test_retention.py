@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from proxy import identify
-from proxy.config import Retention, parse_config
+from proxy.config import Retention
+from proxy.config_file import parse_config
 from proxy.errors import ConfigError
 from proxy.retention import DAY, enabled, purge_once
 from proxy.store.base import CallRecord, CheckpointCandidate, NewEvent, Position

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from proxy.config import load_config
+from proxy.config_file import load_config
 from proxy.protocols import WIRES
 from tests.support.proxy_process import REPO
 

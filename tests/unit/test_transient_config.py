@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy import identify, renderings
-from proxy.config import parse_config
+from proxy.config_file import parse_config
 from proxy.errors import ConfigError
 from proxy.renderings import Transient
 from proxy.services import history_cache

@@ -20,7 +20,7 @@ import pytest
 from policies.text import call_arguments, call_name, message_text, tool_call_ids, tool_calls
 from proxy import codec, errors, identify, routing
 from proxy.auth import Caller
-from proxy.config import parse_config
+from proxy.config_file import parse_config
 from proxy.credentials import redact_query, resolve_keys
 from proxy.protocols import CREDENTIAL_HEADERS, WIRES, wire_for_path, wire_for_request
 from proxy.protocols.base import Target, Wire
