@@ -10,10 +10,18 @@ from bench.active import section as active_section
 from bench.targets import row_where
 from bench.team_report import section as team_section
 
-CLOSING_NOTE = Path(__file__).resolve().parent / "optimisations.md"
-CONTINUITY = Path(__file__).resolve().parent / "continuity" / "RESULTS.md"
-LOSSLESS = Path(__file__).resolve().parent / "LOSSLESS.md"
-"""The last recorded `python -m bench.continuity --record` (a run of its own, not of `python -m bench`)."""
+HERE = Path(__file__).resolve().parent
+CLOSING_NOTE = HERE / "optimisations.md"
+"""What was optimised and what each step measured (hand-written)."""
+RECORDED = (
+    HERE / "LOSSLESS.md",
+    HERE / "continuity" / "RESULTS.md",
+    HERE / "memory" / "RESULTS.md",
+    HERE / "POSTGRES.md",
+)
+"""Sections measured by runs of their own, not by `python -m bench`, kept in BENCHMARKS.md as last
+recorded: `python -m bench.lossless --record`, `python -m bench.continuity --record`, `python -m
+bench.memory` and the PostgreSQL runs of docs/storage.md (the last two written in by hand)."""
 
 
 def _f(v: Any, digits: int = 2) -> str:
@@ -323,10 +331,7 @@ def render(report: dict[str, Any]) -> str:
         lines += _table(native.get("top_symbols", []), [("name", "shared object and symbol"), ("pct", "% samples")])
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
-    if LOSSLESS.exists():  # `python -m bench.lossless --record`
-        lines += ["", LOSSLESS.read_text().rstrip()]
-    if CONTINUITY.exists():
-        lines += ["", CONTINUITY.read_text().rstrip()]
-    if CLOSING_NOTE.exists():  # what was optimised and what each step measured (hand-written)
+    lines += ["\n" + path.read_text().rstrip() for path in RECORDED if path.exists()]
+    if CLOSING_NOTE.exists():
         lines += ["", CLOSING_NOTE.read_text().rstrip()]
     return "\n".join(lines) + "\n"
