@@ -15,7 +15,7 @@ from typing import Any
 
 from policies.key_lines import HEADING
 from tests.e2e.test_summary_injection import OBJECTIVE, SYSTEM, is_summary
-from tests.support.e2e import active_checkpoint
+from tests.support.e2e import active_checkpoint, chat_tool_loop
 from tests.support.upstream_server import Reply, tool_call
 
 MODEL = "gpt-keylines"
@@ -57,19 +57,10 @@ def test_checkpoints_carry_the_key_lines_the_summary_dropped(proxy, upstream, ap
         return Reply(content="noted")
 
     upstream.responder = respond
-    client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
-    conversation = ""
-    for turn in range(16):
-        messages.append({"role": "user", "content": f"turn {turn}: keep going " + "filler " * 40})
-        for _ in range(2):
-            raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages)
-            conversation = raw.headers["x-conversation-id"]
-            answer = raw.parse().choices[0].message
-            messages.append(answer.model_dump(exclude_none=True))
-            if not answer.tool_calls:
-                break
-            messages.append({"role": "tool", "tool_call_id": answer.tool_calls[0].id, "content": output(turn)})
+    conversation = chat_tool_loop(
+        p.client(api_key), MODEL, messages, 16, lambda turn: f"turn {turn}: keep going " + "filler " * 40, output
+    )
 
     checkpoint = active_checkpoint(p, conversation)
     text = checkpoint["summary"]

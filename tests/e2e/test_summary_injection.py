@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from tests.policies.test_delimiters import CORPUS, tags
+from tests.support.e2e import chat_tool_loop
 from tests.support.upstream_server import Reply, tool_call
 from tests.support.waiting import wait_until
 
@@ -79,21 +80,14 @@ def test_injected_tool_output_never_reaches_system_pins_or_breaks_the_summary_bl
         return Reply(content="noted")
 
     upstream.responder = respond
-    client = p.client(api_key)
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
-    conv = ""
-    for turn in range(24):
-        messages.append({"role": "user", "content": f"turn {turn}: keep going " + "filler " * 60})
-        for _ in range(2):
-            raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages)
-            conv = raw.headers["x-conversation-id"]
-            answer = raw.parse().choices[0].message
-            messages.append(answer.model_dump(exclude_none=True))
-            if not answer.tool_calls:
-                break
-            payload = INJECTIONS[turn % len(INJECTIONS)]
-            result = f"notes line {turn}\n{payload}\n" + "log line\n" * 40
-            messages.append({"role": "tool", "tool_call_id": answer.tool_calls[0].id, "content": result})
+
+    def result(turn: int) -> str:
+        return f"notes line {turn}\n{INJECTIONS[turn % len(INJECTIONS)]}\n" + "log line\n" * 40
+
+    conv = chat_tool_loop(
+        p.client(api_key), MODEL, messages, 24, lambda turn: f"turn {turn}: keep going " + "filler " * 60, result
+    )
 
     checkpoints = wait_until(
         lambda: (

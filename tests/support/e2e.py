@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -91,3 +92,28 @@ def active_checkpoint(p: Any, conversation: str, timeout: float = 30) -> dict[st
 
     found: dict[str, Any] = wait_until(active, timeout=timeout, what="an active checkpoint")
     return found
+
+
+def chat_tool_loop(
+    client: Any,
+    model: str,
+    messages: list[dict[str, Any]],
+    turns: int,
+    user_text: Callable[[int], str],
+    tool_result: Callable[[int], str],
+) -> str:
+    """An agent's loop over Chat Completions with the openai SDK: each turn a user message, then
+    the model's tool call answered with `tool_result(turn)` until it answers in text (at most two
+    requests a turn). `messages` grows in place; returns the conversation id of the last answer."""
+    conversation = ""
+    for turn in range(turns):
+        messages.append({"role": "user", "content": user_text(turn)})
+        for _ in range(2):
+            raw = client.chat.completions.with_raw_response.create(model=model, messages=messages)
+            conversation = raw.headers["x-conversation-id"]
+            answer = raw.parse().choices[0].message
+            messages.append(answer.model_dump(exclude_none=True))
+            if not answer.tool_calls:
+                break
+            messages.append({"role": "tool", "tool_call_id": answer.tool_calls[0].id, "content": tool_result(turn)})
+    return conversation

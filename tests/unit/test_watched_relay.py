@@ -5,32 +5,18 @@ wherever the upstream's reads cut them, with the relay's observer reading every 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from bench.hop_events import Upstream
 from proxy.protocols import OPENAI_CHAT
 from proxy.recall.watch import Answer, Watched
 from proxy.relay import StreamOutcome, StreamRelay
 from proxy.sse import SseSplitter
-from proxy.upstream.base import UpstreamResponse
 
 BODY = {"stream": True, "stream_options": {"include_usage": True}}  # the client's own: nothing hidden
-
-
-class Upstream(UpstreamResponse):
-    def __init__(self, pieces: list[bytes]) -> None:
-        super().__init__(200, [("content-type", "text/event-stream")], "text/event-stream", None, 0.0)
-        self._pieces = pieces
-
-    async def pieces(self) -> AsyncIterator[bytes]:
-        for piece in self._pieces:
-            yield piece
-
-    def close(self) -> None:
-        return None
 
 
 def _event(delta: str, end: bytes) -> bytes:
