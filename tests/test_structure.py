@@ -38,6 +38,8 @@ def _modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     for package in packages:
         for path in sorted((REPO / package).rglob("*.py")):
             parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if any(part.startswith(".") for part in parts):
+                continue  # a hidden directory is an install, not the project's (bench/.venv-litellm)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = path
