@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply, estimate_tokens, sign
+from tests.support.e2e import anthropic_reply
 from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.waiting import wait_until
 
@@ -440,14 +441,8 @@ def test_long_tool_session_with_thinking_trimming_and_summaries(proxied, claude_
             "thinking": {"type": "enabled", "budget_tokens": 1024},
             "messages": with_moving_marker(messages),
         }
-        if i % 2:
-            with client.messages.stream(**kwargs) as stream:
-                reply = stream.get_final_message()
-                convs.add(stream.response.headers["x-conversation-id"])
-        else:
-            raw = client.messages.with_raw_response.create(**kwargs)
-            reply = raw.parse()
-            convs.add(raw.headers["x-conversation-id"])
+        reply, conversation = anthropic_reply(client, bool(i % 2), **kwargs)
+        convs.add(conversation)
         messages.append({"role": "assistant", "content": reply.content})
         if reply.stop_reason == "tool_use":
             messages.append(

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
+from tests.support.e2e import scripted_route
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -40,14 +41,9 @@ TOOLS = [
 
 
 def _start(proxy: Any, server: AnthropicUpstream, policy: dict[str, Any]) -> Any:
-    timeouts = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
-    route = {
-        "name": "claude",
-        "match": {"model": "claude-*", "path": "/v1/messages"},
-        "upstream": {"base_url": server.url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
-        "policy": "default",
-    }
-    return proxy(routes=[route], policies={"default": policy})
+    return proxy(
+        routes=[scripted_route("claude", "claude-*", "/v1/messages", server.url)], policies={"default": policy}
+    )
 
 
 def _is_summary(body: dict[str, Any]) -> bool:

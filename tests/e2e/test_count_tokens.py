@@ -9,7 +9,6 @@ from a rewritten call on each of the three wires is the projection's bill, not i
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,11 +16,12 @@ import anthropic
 import httpx
 import pytest
 
+from tests.agents.harness import wait_idle
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply, estimate_tokens
+from tests.support.e2e import stored_snapshot
 from tests.support.proxy_process import UPSTREAM_KEY
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, count_input_tokens
 from tests.support.upstream_server import UpstreamServer, count_prompt_tokens
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -93,27 +93,6 @@ def _history(groups: int) -> list[dict[str, Any]]:
     return messages
 
 
-def _stored(p: Any) -> str:
-    """Everything the proxy stores, as one string: conversations, branches, events, checkpoints, calls."""
-    out = []
-    for conv in p.admin_json("conversations", params={"limit": 1000})["data"]:
-        branches = p.conversation(conv["id"])["branches"]
-        events = [p.events(conv["id"], branch=b["id"]) for b in branches]
-        checkpoints = p.admin_json(f"conversations/{conv['id']}/checkpoints")["data"]
-        calls = p.calls(conv["id"])
-        out.append(json.dumps([conv, branches, events, checkpoints, calls], sort_keys=True))
-    return "\n".join(out)
-
-
-def _idle(p: Any) -> None:
-    def idle() -> bool:
-        text = httpx.get(f"{p.url}/metrics", timeout=10).text
-        match = re.search(r"^ctxproxy_compactions_running (\d+)$", text, re.M)
-        return match is not None and match.group(1) == "0"
-
-    wait_until(idle, timeout=60, interval=0.1, what="no compaction running")
-
-
 def _billed(usage: Any) -> int:
     return int(usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0))
 
@@ -126,7 +105,7 @@ def test_count_tokens_is_the_projection(proxy, counting_upstream, api_key):
     # the agent holds this history; the proxy answered it within the window (summary + tail)
     answer = client.messages.create(max_tokens=OUTPUT, messages=history, **args)
     history.append({"role": "assistant", "content": answer.content[0].text})  # type: ignore[union-attr]
-    _idle(p)
+    wait_idle(p, timeout=60)
     whole = httpx.post(
         f"{counting_upstream.url}/v1/messages/count_tokens",
         headers={"x-api-key": UPSTREAM_KEY, "anthropic-version": "2023-06-01"},
@@ -139,16 +118,16 @@ def test_count_tokens_is_the_projection(proxy, counting_upstream, api_key):
     for step in range(3):
         notes = " ".join(f"note {step}.{n}: shelf {n % 5} holds item {n * 11}." for n in range(40))
         history.append({"role": "user", "content": f"Batch {step} notes: {notes} Continue."})
-        before = _stored(p)
+        before = stored_snapshot(p)
         counted = client.messages.with_raw_response.count_tokens(messages=history, **args)
-        assert _stored(p) == before, "count_tokens changed the stored history"
+        assert stored_snapshot(p) == before, "count_tokens changed the stored history"
         tokens = counted.parse().input_tokens
         source = counted.headers["x-ctxproxy-count"]
         answer = client.messages.create(max_tokens=OUTPUT, messages=history, **args)
         billed = _billed(answer.usage)
         rows.append((source, tokens, billed, f"{abs(tokens - billed) / billed:.2%}"))
         history.append({"role": "assistant", "content": answer.content[0].text})  # type: ignore[union-attr]
-        _idle(p)
+        wait_idle(p, timeout=60)
     print(f"[count_tokens] whole history {whole}; (source, count, billed, error): {rows}")
     for _source, tokens, billed, _ in rows:
         assert tokens <= WINDOW - OUTPUT, rows
@@ -206,20 +185,20 @@ def test_responses_input_tokens_is_the_projection(proxy, api_key):
         history = _responses_history(GROUPS)
         answer = client.responses.create(input=history, max_output_tokens=OUTPUT, **args)
         history.append({"role": "assistant", "content": answer.output_text})
-        _idle(p)
+        wait_idle(p, timeout=60)
         whole = count_input_tokens(SYSTEM, history, FUNCTION_TOOLS, server.counting)
         rows = []
         for step in range(2):
             history.append({"role": "user", "content": f"Batch {step} is done. Continue."})
-            before = _stored(p)
+            before = stored_snapshot(p)
             counted = client.responses.input_tokens.count(input=history, **{k: args[k] for k in args if k != "store"})
-            assert _stored(p) == before, "input_tokens changed the stored history"
+            assert stored_snapshot(p) == before, "input_tokens changed the stored history"
             assert counted.object == "response.input_tokens"
             answer = client.responses.create(input=history, max_output_tokens=OUTPUT, **args)
             billed = answer.usage.input_tokens if answer.usage else 0
             rows.append((counted.input_tokens, billed))
             history.append({"role": "assistant", "content": answer.output_text})
-            _idle(p)
+            wait_idle(p, timeout=60)
         print(f"[input_tokens] whole history {whole}; (count, billed): {rows}")
         assert whole > 2 * WINDOW, whole
         for tokens, billed in rows:

@@ -17,6 +17,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from tests.agents.harness import outcome, wait_idle
+from tests.support.e2e import SCRIPTED_TIMEOUTS, scripted_route
 from tests.support.gemini_rules import SKIP_SIGNATURE, sign
 from tests.support.gemini_upstream import GeminiUpstream, Reply
 from tests.support.proxy_process import ADMIN_TOKEN, UPSTREAM_KEY
@@ -24,7 +25,6 @@ from tests.support.proxy_process import ADMIN_TOKEN, UPSTREAM_KEY
 MODEL = "gemini-3-flash"
 SMALL = "gemini-3-small"
 WINDOW = 6000
-TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
 SMALL_POLICY = {
     "context_window": WINDOW,
     "max_output_tokens": 800,
@@ -65,14 +65,7 @@ def gup(gemini_server: GeminiUpstream) -> Iterator[GeminiUpstream]:
 
 def _config(server: GeminiUpstream, policy: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
-        "routes": [
-            {
-                "name": "gemini",
-                "match": {"model": "gemini-*", "path": "/v1beta/models"},
-                "upstream": {"base_url": server.url, "api_key_env": "UPSTREAM_KEY", "timeouts": TIMEOUTS},
-                "policy": "default",
-            }
-        ],
+        "routes": [scripted_route("gemini", "gemini-*", "/v1beta/models", server.url)],
         "policies": {"default": policy or {"context_window": 200000, "max_output_tokens": 4096}},
     }
 
@@ -429,7 +422,7 @@ def test_without_a_route_key_the_callers_own_key_goes_upstream_as_a_header(proxy
         route = {
             "name": "gemini",
             "match": {"model": "gemini-*", "path": "/v1beta/models"},
-            "upstream": {"base_url": own.url, "timeouts": TIMEOUTS},  # no api_key_env: the caller's
+            "upstream": {"base_url": own.url, "timeouts": SCRIPTED_TIMEOUTS},  # no api_key_env: the caller's
             "policy": "default",
         }
         p = proxy(routes=[route], policies={"default": {"context_window": 200000, "max_output_tokens": 4096}})

@@ -22,6 +22,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from tests.agents.harness import wait_idle
+from tests.support.e2e import scripted_route, stored_snapshot
 from tests.support.gemini_rules import GEMINI_COUNTING, estimate_tokens
 from tests.support.gemini_upstream import GeminiUpstream, Reply
 from tests.support.proxy_process import UPSTREAM_KEY
@@ -45,7 +46,6 @@ SUMMARY = (
 )
 SYSTEM = "You are a careful auditor. Read every batch of notes you are given."
 QUESTION = "How many tokens is this question, roughly?"
-TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
 
 
 def _responder(body: dict[str, Any]) -> Reply:
@@ -70,12 +70,7 @@ def gup(gemini_server: GeminiUpstream) -> Iterator[GeminiUpstream]:
 
 
 def _start(proxy: Any, server: GeminiUpstream, policy: dict[str, Any] | None = None) -> Any:
-    route = {
-        "name": "gemini",
-        "match": {"model": "gemini-*", "path": "/v1beta/models"},
-        "upstream": {"base_url": server.url, "api_key_env": "UPSTREAM_KEY", "timeouts": TIMEOUTS},
-        "policy": "count",
-    }
+    route = scripted_route("gemini", "gemini-*", "/v1beta/models", server.url, policy="count")
     return proxy(fresh=True, routes=[route], policies={"count": policy or {"context_window": 200000}})
 
 
@@ -97,17 +92,6 @@ def _history(batches: int) -> list[Any]:
         )
         contents += [{"role": "model", "parts": [{"text": f"Ready for batch {i}."}]}, _user(rows)]
     return contents
-
-
-def _stored(p: Any) -> str:
-    """Everything the proxy stores, as one string: conversations, branches, events, checkpoints, calls."""
-    out = []
-    for conv in p.admin_json("conversations", params={"limit": 1000})["data"]:
-        branches = p.conversation(conv["id"])["branches"]
-        events = [p.events(conv["id"], branch=b["id"]) for b in branches]
-        checkpoints = p.admin_json(f"conversations/{conv['id']}/checkpoints")["data"]
-        out.append(json.dumps([conv, branches, events, checkpoints, p.calls(conv["id"])], sort_keys=True))
-    return "\n".join(out)
 
 
 def _counts(server: GeminiUpstream) -> list[Any]:
@@ -149,9 +133,9 @@ def test_count_tokens_is_the_projection(proxy: Any, gup: GeminiUpstream, api_key
     rows: list[tuple[str, int, int]] = []
     for step in range(3):
         history.append(_user(f"Batch {step} of the day is done; a note: shelf {step} is full. Continue."))
-        before, asked = _stored(p), len(_counts(gup))
+        before, asked = stored_snapshot(p), len(_counts(gup))
         counted = c.models.count_tokens(model=MODEL, contents=history)
-        assert _stored(p) == before, "countTokens changed the stored history"
+        assert stored_snapshot(p) == before, "countTokens changed the stored history"
         assert counted.total_tokens is not None and counted.sdk_http_response is not None
         source = (counted.sdk_http_response.headers or {})["x-ctxproxy-count"]
         for sent in _counts(gup)[asked:]:  # the projection, as a whole model call, with the route's key

@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as AnthropicReply
+from tests.support.e2e import anthropic_reply, scripted_route
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 from tests.support.upstream_server import Reply, tool_call
 
@@ -80,14 +81,7 @@ def _forks(p: Any) -> int:
 
 
 def _claude(proxy: Any, server: Any) -> Any:
-    timeouts = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
-    route = {
-        "name": "claude",
-        "match": {"model": "claude-*", "path": "/v1/messages"},
-        "upstream": {"base_url": server.url, "api_key_env": "UPSTREAM_KEY", "timeouts": timeouts},
-        "policy": "default",
-    }
-    return proxy(routes=[route])
+    return proxy(routes=[scripted_route("claude", "claude-*", "/v1/messages", server.url)])
 
 
 def _anthropic_post(p: Any, api_key: str, body: dict[str, Any]) -> httpx.Response:
@@ -157,14 +151,8 @@ def test_anthropic_sdk_answer_resent_as_string_or_blocks(
     for turn in range(TURNS):
         messages.append({"role": "user", "content": f"question {turn}"})
         args: dict[str, Any] = {"model": "claude-test-1", "max_tokens": 100, "messages": messages}
-        if turn % 2:
-            with client.messages.stream(**args) as stream:
-                reply = stream.get_final_message()
-                conversations.add(stream.response.headers["x-conversation-id"])
-        else:
-            raw = client.messages.with_raw_response.create(**args)
-            reply = raw.parse()
-            conversations.add(raw.headers["x-conversation-id"])
+        reply, conversation = anthropic_reply(client, bool(turn % 2), **args)
+        conversations.add(conversation)
         assert [b.type for b in reply.content] == ["text"]
         text = reply.content[0].text  # type: ignore[union-attr]
         assert text == f"ok: question {turn}"
@@ -197,14 +185,8 @@ def test_anthropic_sdk_text_and_tool_use_answers_resent_as_blocks(
     conversations = set()
     for turn in range(TURNS):
         args: dict[str, Any] = {"model": "claude-test-1", "max_tokens": 100, "messages": messages, "tools": tools}
-        if turn % 2:
-            with client.messages.stream(**args) as stream:
-                reply = stream.get_final_message()
-                conversations.add(stream.response.headers["x-conversation-id"])
-        else:
-            raw = client.messages.with_raw_response.create(**args)
-            reply = raw.parse()
-            conversations.add(raw.headers["x-conversation-id"])
+        reply, conversation = anthropic_reply(client, bool(turn % 2), **args)
+        conversations.add(conversation)
         assert [b.type for b in reply.content] == ["text", "tool_use"]
         result = {"type": "tool_result", "tool_use_id": f"toolu_{turn:02d}", "content": f"files of dir{turn}"}
         messages += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": [result]}]

@@ -117,3 +117,40 @@ def chat_tool_loop(
                 break
             messages.append({"role": "tool", "tool_call_id": answer.tool_calls[0].id, "content": tool_result(turn)})
     return conversation
+
+
+def stored_snapshot(p: Any) -> str:
+    """Everything the proxy stores, as one string: conversations, branches, events, checkpoints,
+    calls (to show that a request stored nothing, or changed nothing stored)."""
+    out = []
+    for conv in p.admin_json("conversations", params={"limit": 1000})["data"]:
+        branches = p.conversation(conv["id"])["branches"]
+        events = [p.events(conv["id"], branch=b["id"]) for b in branches]
+        checkpoints = p.admin_json(f"conversations/{conv['id']}/checkpoints")["data"]
+        out.append(json.dumps([conv, branches, events, checkpoints, p.calls(conv["id"])], sort_keys=True))
+    return "\n".join(out)
+
+
+SCRIPTED_TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
+"""A route's deadlines against a scripted upstream on 127.0.0.1."""
+
+
+def scripted_route(name: str, model: str, path: str, base_url: str, policy: str = "default") -> dict[str, Any]:
+    """A route to a scripted upstream: requests for `model` (a glob) on `path`, the upstream key
+    from `UPSTREAM_KEY`, `policy` by name."""
+    return {
+        "name": name,
+        "match": {"model": model, "path": path},
+        "upstream": {"base_url": base_url, "api_key_env": "UPSTREAM_KEY", "timeouts": SCRIPTED_TIMEOUTS},
+        "policy": policy,
+    }
+
+
+def anthropic_reply(client: Any, streamed: bool, **args: Any) -> tuple[Any, str]:
+    """One Messages call with the anthropic SDK, streamed or not: the final message and the
+    conversation id ctxproxy answered with."""
+    if streamed:
+        with client.messages.stream(**args) as stream:
+            return stream.get_final_message(), stream.response.headers["x-conversation-id"]
+    raw = client.messages.with_raw_response.create(**args)
+    return raw.parse(), raw.headers["x-conversation-id"]
