@@ -39,15 +39,22 @@ horizon (`context_horizon`): the groups the history held when the boundary last 
 past the one that made it old, so an old result's bytes never change again and a recent one's
 change only when the boundary moves.
 
-Small windows: at most one recent group per `RECENT_GROUP_TOKENS` of input budget (and the
-quantum no larger than that), so a 16k-window model keeps one recent group whole, not four:
-four recent results of 8,000 chars would fill the room between the compaction's landing point
-and its trigger, and the proxy would compact on nearly every request (each a summarizer call
-and a rewritten prefix). A 32k window keeps two (seed 002's "last two turns"): the recent groups
-follow the boundary, so each of its moves writes them to the prompt cache again (Anthropic bills
-a cache write at 1.25x input, a read at 0.1x), and a third whole result there cost more in
-those writes and in earlier compactions than it saved. From a 48k input budget on, the
-configured values apply.
+Small windows: at most one recent group per `RECENT_GROUP_TOKENS` of input budget, so a
+16k-window model keeps one recent group whole, not four: four recent results of 8,000 chars
+would fill the room between the compaction's landing point and its trigger, and the proxy would
+compact on nearly every request (each a summarizer call and a rewritten prefix). A 32k window
+keeps two (seed 002's "last two turns"): the recent groups follow the boundary, so each of its
+moves writes them to the prompt cache again (Anthropic bills a cache write at 1.25x input, a
+read at 0.1x), and a third whole result there cost more in those writes and in earlier
+compactions than it saved. From a 48k input budget on, the configured values apply.
+
+The quantum stays `clear_at_least` however few groups are kept whole, down to two: a move
+costs a cache write of everything after the boundary, and the results left whole a little
+longer in between cost only cache reads (at 32k, Claude's replayed bill 0.447 -> 0.439 of the
+client's in `summarizer.mode: shared`, its last run dearer than without ctxproxy 1.001 ->
+0.996). Where one group is kept whole (16k) the boundary moves every group: there the results
+waiting to be trimmed fill the little room left and bring the next compaction closer (a
+quantum of 2 there: 0.504 -> 0.547).
 
 Example: keep_recent_groups=4, clear_at_least=4 (a 128k window): with 10 groups the raw boundary is 6, trimmed
 boundary 4 (groups 0-3 old); with 11 groups still 4; with 12 groups 8.
@@ -94,11 +101,12 @@ REPEAT_MIN_CHARS = 200
 
 
 def recent_groups(config: ToolResultsConfig, input_budget: int | None = None) -> tuple[int, int]:
-    """(recent groups kept, quantum of the boundary) for a model's input budget (None: as configured)."""
+    """(recent groups kept, quantum of the boundary) for a model's input budget (None: as
+    configured): the quantum is `clear_at_least`, or 1 where at most one group is kept whole."""
     keep = config.keep_recent_groups
     if input_budget is not None:
         keep = min(keep, input_budget // RECENT_GROUP_TOKENS)
-    return keep, min(config.clear_at_least, max(1, keep))
+    return keep, config.clear_at_least if keep >= 2 else 1
 
 
 def trim_boundary(n_groups: int, config: ToolResultsConfig, input_budget: int | None = None) -> int:

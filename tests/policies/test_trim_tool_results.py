@@ -232,7 +232,7 @@ def test_the_recent_groups_follow_the_windows_size_not_a_learned_budget() -> Non
 
 @pytest.mark.parametrize(
     ("input_budget", "expected"),
-    [(6_000, (0, 1)), (12_000, (1, 1)), (24_000, (2, 2)), (36_000, (3, 3)), (48_000, (4, 4)), (120_000, (4, 4))],
+    [(6_000, (0, 1)), (12_000, (1, 1)), (24_000, (2, 4)), (36_000, (3, 4)), (48_000, (4, 4)), (120_000, (4, 4))],
 )
 def test_one_recent_group_per_12000_tokens_of_input_budget(input_budget: int, expected: tuple[int, int]) -> None:
     """(recent groups, quantum) for the default four: a 32k window (24k budget) keeps two whole,
