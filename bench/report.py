@@ -245,18 +245,20 @@ def render(report: dict[str, Any]) -> str:
                 "with ctxproxy, its own on the summary block, on the last tool result trimmed as old (the cache "
                 "point) and on the previous point when it is more than 16 blocks back, the oldest of its own "
                 "dropped over the API's 4, never the client's; 20-block lookback, cache writes 1.25x, reads "
-                "0.1x). Output "
-                "and the summarizer's calls (same model, plain input) are included. 'without' is the client's "
-                "own requests: for a run that outgrows the window the client cannot send it at all ('over "
-                "window' runs: cannot run from the request listed below), so its bill is that of the uncapped "
-                "history, what a larger window would cost. 'runs dearer that fit the window': of the runs "
-                "the client can send whole, those that cost more with ctxproxy (a request that fits goes as "
-                "sent before the first summary: `late_trim`). 'ratio with it': the same runs with the summarizer's "
-                "calls priced at the provider's small model, which a route can name as `summarizer.model` "
-                "(gpt-4.1-mini, Claude Haiku 4.5); the bench's stand-in summaries are the same, a real small "
-                "model's are not. 'shared': the same runs with `summarizer.mode: shared`, each compaction one "
-                "call that repeats the last request answered before it (read from the cache as that request "
-                "was) plus the ask, or the own summarizer's calls where that request does not hold the range.",
+                "0.1x). Output and the summary calls are included. 'bill with', 'ratio', 'worst run' and 'runs "
+                "dearer' are the default's, `summarizer.mode: auto`, which is `shared` for this policy (no "
+                "`summarizer.model`): each compaction one call of the route's model that repeats the last "
+                "request answered before it (read from the cache as that request was) plus the ask, or the own "
+                "summarizer's calls where that request does not hold the range. 'without' is the client's own "
+                "requests: for a run that outgrows the window the client cannot send it at all ('over window' "
+                "runs: cannot run from the request listed below), so its bill is that of the uncapped history, "
+                "what a larger window would cost. 'runs dearer that fit the window': of the runs the client can "
+                "send whole, those that cost more with ctxproxy (a request that fits goes as sent before the "
+                "first summary: `late_trim`). 'mode: text': the same runs with ctxproxy's own summarizer "
+                "requests (same model, plain input). 'ratio with it': text mode with the summarizer's calls "
+                "priced at the provider's small model, which a route can name as `summarizer.model` (then "
+                "`auto` is text; gpt-4.1-mini, Claude Haiku 4.5); the bench's stand-in summaries are the same, "
+                "a real small model's are not.",
                 "",
             ]
             lines += _table(
@@ -267,7 +269,7 @@ def render(report: dict[str, Any]) -> str:
                     ("runs", "runs"),
                     ("runs_over_window", "client over window"),
                     ("bill_without", "bill without $"),
-                    ("bill_with", "bill with $"),
+                    ("bill_with", "bill with (auto) $"),
                     ("bill_ratio", "ratio"),
                     ("worst_run_bill_ratio", "worst run"),
                     ("runs_dearer", "runs dearer"),
@@ -279,12 +281,12 @@ def render(report: dict[str, Any]) -> str:
                     ("reuse_ratio", "reuse ratio"),
                     ("compactions", "compactions"),
                     ("summarizer_share", "summarizer share of bill"),
+                    ("bill_ratio_text", "ratio mode: text"),
+                    ("worst_run_text", "worst run text"),
+                    ("runs_dearer_text", "runs dearer text"),
                     ("small_summarizer", "summarizer.model small"),
                     ("bill_ratio_small_summarizer", "ratio with it"),
                     ("runs_dearer_small_summarizer", "runs dearer with it"),
-                    ("bill_ratio_shared", "ratio shared"),
-                    ("worst_run_shared", "worst run shared"),
-                    ("runs_dearer_shared", "runs dearer shared"),
                 ],
             )
         long_runs = [d for d in sv.get("runs", []) if d["longer_than_4x_window"]]

@@ -1,5 +1,10 @@
 """Savings: offline replay (proxy.replay) of every transcript and generated sessions per window,
-in tokens and in money (`bench.money`: list prices with each provider's prompt caching)."""
+in tokens and in money (`bench.money`: list prices with each provider's prompt caching).
+
+The bill with ctxproxy is the default's, `summarizer.mode: auto`: `shared` (the compaction asks
+the conversation's own model, repeating its last request, read from the prompt cache) where the
+policy names no `summarizer.model`, as the bench's does; `mode: text` (ctxproxy's own summarizer
+requests) and text with a small `summarizer.model` are priced beside it as variants."""
 
 from __future__ import annotations
 
@@ -76,24 +81,40 @@ def _shared_call(repeated: Any, points: tuple[int, ...], ask: int, summary: int)
 
 
 def money_of(report: Any) -> dict[str, Any]:
-    """Per model: the bill with ctxproxy, without (the uncapped history) and when the client's
-    own requests stop fitting the window (`baseline_over_from`: 1-based request, None: never)."""
+    """Per model: the bill with ctxproxy in `summarizer.mode: auto`, the default (`with`), in
+    `mode: text` (`with_text`), with the text mode's summarizer calls at the provider's small model
+    (`with_small_summarizer`: a route that names `summarizer.model`, which `auto` serves in text
+    mode), and without ctxproxy (the uncapped history); and when the client's own requests stop
+    fitting the window (`baseline_over_from`: 1-based request, None: never). The bench's policy
+    names no summarizer model, so `auto` is `shared` as the replay models it (`requests_of`)."""
     over = next((t.turn for t in report.turns if t.client_tokens + report.max_output > report.window), None)
     out: dict[str, Any] = {"baseline_over_from": over}
-    with_proxy, without = requests_of(report, True), requests_of(report, False)
-    with_shared = requests_of(report, True, shared=True)
+    auto, text, without = requests_of(report, True, shared=True), requests_of(report, True), requests_of(report, False)
     for model in MONEY_MODELS:
         price = PRICES[model]
-        a, b = price_requests(with_proxy, price), price_requests(without, price)
-        small = round(with_summarizer_at(a, PRICES[SMALL_SUMMARIZER[model]]), 6)
-        shared = round(price_requests(with_shared, price).dollars, 6)
+        text_bill = price_requests(text, price)
         out[model] = {
-            "with": a.to_dict(),
-            "without": b.to_dict(),
-            "with_small_summarizer": small,
-            "with_shared": shared,
+            "with": price_requests(auto, price).to_dict(),
+            "with_text": text_bill.to_dict(),
+            "with_small_summarizer": round(with_summarizer_at(text_bill, PRICES[SMALL_SUMMARIZER[model]]), 6),
+            "without": price_requests(without, price).to_dict(),
         }
     return out
+
+
+def replay_inputs(files_limit: int | None, sessions: list[tuple[int, int]]) -> list[tuple[str, list[Any], Any]]:
+    """(name, messages, tools) of every transcript (the first `files_limit`) and generated session
+    (turns, min tool-result chars) the savings phase replays."""
+    from proxy.replay import load_transcript
+
+    inputs: list[tuple[str, list[Any], Any]] = []
+    for path in transcript_files()[:files_limit]:
+        messages, tools, _ = load_transcript(str(path))
+        inputs.append((path.stem, messages, tools))
+    for turns, min_chars in sessions:
+        s = generated_session(turns, min_chars)
+        inputs.append((s["name"], s["messages"], s["tools"]))
+    return inputs
 
 
 def run_savings(
@@ -102,16 +123,10 @@ def run_savings(
     from proxy.catalog import ModelCatalog
     from proxy.policy_settings import Policy
     from proxy.projector import Projector
-    from proxy.replay import load_transcript, replay
+    from proxy.replay import replay
 
     projector = Projector(ModelCatalog())
-    inputs: list[tuple[str, list[Any], Any]] = []
-    for path in transcript_files()[:files_limit]:
-        messages, tools, title = load_transcript(str(path))
-        inputs.append((path.stem, messages, tools))
-    for turns, min_chars in sessions:
-        s = generated_session(turns, min_chars)
-        inputs.append((s["name"], s["messages"], s["tools"]))
+    inputs = replay_inputs(files_limit, sessions)
     runs = []
     t0 = time.perf_counter()
     for window in windows:
@@ -182,9 +197,16 @@ def _bill_ratios(runs: list[dict[str, Any]], model: str, bill: Callable[[dict[st
     ]
 
 
+def _dearer(ratios: list[float]) -> int:
+    return sum(1 for x in ratios if x > 1.0 + 1e-9)
+
+
 def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[str, Any]]:
     """Per window and model: bills with / without ctxproxy (all runs; and the runs the client
-    could send at all), prefix reuse with / without, compactions, the summarizer's share."""
+    could send at all), prefix reuse with / without, compactions, the summarizer's share. The
+    bill with ctxproxy is the default's (`summarizer.mode: auto`, run bills' `with`); `_text`
+    keys are the same runs in `mode: text`, `_small_summarizer` ones in text mode with the
+    summarizer at the provider's small model."""
     rows = []
     for window in windows:
         sel = [d for d in runs if d["window"] == window]
@@ -196,12 +218,13 @@ def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[s
         for model in MONEY_MODELS:
             w = [d["money"][model]["with"] for d in sel]
             wo = [d["money"][model]["without"] for d in sel]
-            fit_ratios = _bill_ratios(fits, model, lambda bills: bills["with"]["dollars"])
             ratios = _bill_ratios(sel, model, lambda bills: bills["with"]["dollars"])
-            small = [d["money"][model]["with_small_summarizer"] for d in sel]
+            fit_ratios = _bill_ratios(fits, model, lambda bills: bills["with"]["dollars"])
+            text = _total([d["money"][model]["with_text"] for d in sel], "dollars")
+            text_ratios = _bill_ratios(sel, model, lambda bills: bills["with_text"]["dollars"])
+            fit_text_ratios = _bill_ratios(fits, model, lambda bills: bills["with_text"]["dollars"])
+            small = sum(d["money"][model]["with_small_summarizer"] for d in sel)
             small_ratios = _bill_ratios(sel, model, lambda bills: bills["with_small_summarizer"])
-            shared = [d["money"][model]["with_shared"] for d in sel]
-            shared_ratios = _bill_ratios(sel, model, lambda bills: bills["with_shared"])
             with_d, without_d = _total(w, "dollars"), _total(wo, "dollars")
             rows.append(
                 {
@@ -214,8 +237,8 @@ def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[s
                     "bill_ratio": r(with_d / without_d, 3) if without_d else None,
                     "worst_run_bill_ratio": r(max(ratios), 3) if ratios else None,
                     "worst_fitting_run_bill_ratio": r(max(fit_ratios), 3) if fit_ratios else None,
-                    "runs_dearer": sum(1 for x in ratios if x > 1.0 + 1e-9),
-                    "fitting_runs_dearer": sum(1 for x in fit_ratios if x > 1.0 + 1e-9),
+                    "runs_dearer": _dearer(ratios),
+                    "fitting_runs_dearer": _dearer(fit_ratios),
                     "cache_read_share_with": r(_total(w, "cache_read") / max(1, sum(_input(b) for b in w)), 3),
                     "cache_read_share_without": r(_total(wo, "cache_read") / max(1, sum(_input(b) for b in wo)), 3),
                     "prefix_reuse": r(reuse, 4),
@@ -223,12 +246,14 @@ def money_summary(runs: list[dict[str, Any]], windows: list[int]) -> list[dict[s
                     "reuse_ratio": r(reuse / base, 3) if base else None,
                     "compactions": sum(d["compactions"] for d in sel),
                     "summarizer_share": r(_total(w, "summarizer_dollars") / with_d, 4) if with_d else 0.0,
+                    "bill_with_text": r(text, 2),
+                    "bill_ratio_text": r(text / without_d, 3) if without_d else None,
+                    "worst_run_text": r(max(text_ratios), 3) if text_ratios else None,
+                    "runs_dearer_text": _dearer(text_ratios),
+                    "fitting_runs_dearer_text": _dearer(fit_text_ratios),
                     "small_summarizer": SMALL_SUMMARIZER[model],
-                    "bill_ratio_small_summarizer": r(sum(small) / without_d, 3) if without_d else None,
-                    "runs_dearer_small_summarizer": sum(1 for x in small_ratios if x > 1.0 + 1e-9),
-                    "bill_ratio_shared": r(sum(shared) / without_d, 3) if without_d else None,
-                    "worst_run_shared": r(max(shared_ratios), 3) if shared_ratios else None,
-                    "runs_dearer_shared": sum(1 for x in shared_ratios if x > 1.0 + 1e-9),
+                    "bill_ratio_small_summarizer": r(small / without_d, 3) if without_d else None,
+                    "runs_dearer_small_summarizer": _dearer(small_ratios),
                 }
             )
     return rows

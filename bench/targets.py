@@ -12,6 +12,12 @@ def row_where(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any] | None
     return None
 
 
+def _mode(money_row: dict[str, Any]) -> str:
+    """What the bill with ctxproxy prices: the default mode, from reports that have the text
+    variant beside it (`bench.savings.money_summary`); nothing for older reports (text mode)."""
+    return "summarizer.mode auto: " if "bill_ratio_text" in money_row else ""
+
+
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target of the issue: met / missed / n/a, with the numbers behind it."""
     out: list[dict[str, Any]] = []
@@ -134,7 +140,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         add(
             f"bill with ctxproxy <= without ({model}, {w:,})",
             m["runs_dearer"] == 0,
-            f"${m['bill_with']:.2f} vs ${m['bill_without']:.2f} ({m['bill_ratio']:.3f}x); worst run "
+            f"{_mode(m)}${m['bill_with']:.2f} vs ${m['bill_without']:.2f} ({m['bill_ratio']:.3f}x); worst run "
             f"{m['worst_run_bill_ratio']:.3f}x; {m['runs_dearer']} of {m['runs']} runs dearer",
         )
     for m in money:
@@ -144,7 +150,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         add(
             f"bill with ctxproxy <= without, runs the client can send ({m['model']}, {m['window']:,})",
             m["fitting_runs_dearer"] == 0,
-            f"{m['fitting_runs_dearer']} of {fitting} runs that fit the window dearer; worst "
+            f"{_mode(m)}{m['fitting_runs_dearer']} of {fitting} runs that fit the window dearer; worst "
             f"{m['worst_fitting_run_bill_ratio'] or 0:.3f}x",
         )
     for m in money:

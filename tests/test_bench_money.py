@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from bench.bodies import VENDORED
-from bench.money import PRICES, Request, chain, price_requests, with_summarizer_at
-from bench.savings import money_of, requests_of
+from bench.money import PRICES, SMALL_SUMMARIZER, Request, chain, price_requests, with_summarizer_at
+from bench.savings import MONEY_MODELS, money_of, requests_of
 from proxy.catalog import ModelCatalog
 from proxy.policy_settings import Policy
 from proxy.projector import Projector
@@ -161,3 +161,26 @@ def test_a_run_that_fits_the_window_costs_the_same_with_ctxproxy(name):
     for model in ("gpt-4.1", "claude-sonnet-4"):
         assert money[model]["with"]["dollars"] == pytest.approx(money[model]["without"]["dollars"]), model
         assert money[model]["with"]["dollars"] > 0
+
+
+def test_the_bill_with_ctxproxy_is_the_defaults_and_text_mode_a_variant():
+    """`summarizer.mode: auto`, the default, is `shared` where the policy names no summarizer
+    model (the bench's): `with` prices each compaction the run could share as one call that
+    repeats a request already cached; `with_text` as ctxproxy's own summarizer requests; the
+    small model reprices text mode's calls (a route that names one runs in text mode)."""
+    messages, tools, _ = load_transcript(str(VENDORED / "swe-agent__ctf__crypto__katy.json"))
+    report = replay(messages, tools, Policy(context_window=8000), "gpt-4o", Projector(ModelCatalog()))
+    assert any(t.shared_calls for t in report.turns)  # a compaction that could be shared
+    money = money_of(report)
+    for model in MONEY_MODELS:
+        auto = price_requests(requests_of(report, True, shared=True), PRICES[model])
+        text = price_requests(requests_of(report, True), PRICES[model])
+        bills = money[model]
+        assert bills["with"]["dollars"] == pytest.approx(auto.dollars, abs=1e-6), model
+        assert bills["with"]["shared_dollars"] > 0, model
+        assert bills["with_text"]["dollars"] == pytest.approx(text.dollars, abs=1e-6), model
+        assert bills["with_text"]["shared_dollars"] == 0, model
+        small = with_summarizer_at(text, PRICES[SMALL_SUMMARIZER[model]])
+        assert bills["with_small_summarizer"] == pytest.approx(small, abs=1e-6), model
+    claude = money["claude-sonnet-4"]
+    assert claude["with"]["dollars"] < claude["with_text"]["dollars"]  # the history read from the cache

@@ -66,6 +66,7 @@ def test_bench_quick_runs_and_reports(tmp_path: Path) -> None:
     money = report["savings"]["money"]
     assert {r["model"] for r in money} == {"gpt-4.1", "claude-sonnet-4"}
     assert all(r["bill_with"] > 0 and r["bill_without"] > 0 and r["reuse_ratio"] for r in money), money
+    assert all(r["bill_with_text"] > 0 and r["bill_ratio_text"] for r in money), money  # the text-mode variant
     workers = report["workers"]["rows"]
     assert {r["target"] for r in workers} == {"ctxproxy", "ctxproxy-2w"}
     assert all(r["requests"] > 0 and r["errors"] == 0 for r in workers), workers
