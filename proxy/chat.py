@@ -236,11 +236,11 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
 
 def _keep_shared(exchange: Exchange, call: CallRecord) -> None:
     """An answered request, as it went upstream, becomes its branch's prompt for a shared summary
-    (`summarizer.mode: shared`): the provider has cached it. A request with recall rounds is not
-    one: its last round's messages were not these."""
+    (`summarizer.mode: shared`, and `auto` where it resolves to it): the provider has cached it.
+    A request with recall rounds is not one: its last round's messages were not these."""
     billed = call.usage.get("input_total") if call.usage else None
     if (
-        exchange.policy.summarizer.mode != "shared"
+        exchange.policy.summarizer.resolved(litellm=bool(exchange.route.upstream.model)) != "shared"
         or exchange.sent is None
         or call.status != "complete"
         or "recall_rounds" in (call.projection or {})

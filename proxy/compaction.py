@@ -174,7 +174,7 @@ class Compactor:
 
     async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
-        kind = {"native": NativeRolling, "shared": SharedRolling}.get(job.policy.summarizer.mode, Rolling)
+        kind = {"native": NativeRolling, "shared": SharedRolling}.get(job.mode, Rolling)
         rolling = kind(job, self.summarizer, self.projector, self.recorder, lambda: self._closing)
         previous = covered_of(job.previous) if job.previous else Covered()
         covered = previous

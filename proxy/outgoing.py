@@ -144,6 +144,8 @@ class Outgoing:
         plan = projected.projection.record.compaction
         if plan is None or not compact:
             return projected
+        extracting = self.memory if self.memory is not None and policy.memory.extraction else None
+        mode = policy.summarizer.resolved(litellm=bool(route.upstream.model), extraction=extracting is not None)
         job = CompactionJob(
             tenant=identity.tenant,
             conversation_id=identity.conversation_id,
@@ -158,8 +160,9 @@ class Outgoing:
             previous=checkpoint,
             client_auth=self.credentials or {},
             wire=exchange.wire,
-            memory=self.memory if self.memory is not None and policy.memory.extraction else None,
-            shared=services.compactor.shared.get(branch) if policy.summarizer.mode == "shared" else None,
+            memory=extracting,
+            mode=mode,
+            shared=services.compactor.shared.get(branch) if mode == "shared" else None,
         )
         task = services.compactor.request(job)
         overflowing = bool(projected.projection.record.pruned_seqs) and policy.on_overflow == "wait"

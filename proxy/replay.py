@@ -7,10 +7,13 @@ the proxy's background job would), or at once when the request could only be ser
 (`on_overflow: wait`) or is the branch's first rewrite (`first_rewrite: compact`). The report
 compares what the client sent with what ctxproxy would send.
 
-Each compaction is also priced as `summarizer.mode: shared` would make it (`TurnStat.shared_calls`):
+Each compaction is priced both ways: as ctxproxy's own summarizer makes it (`mode: text`,
+`TurnStat.summarizer_calls`) and as `summarizer.mode: shared` makes it (`TurnStat.shared_calls`):
 one call that repeats the last request answered before it plus the ask (`policies.shared_prompt`),
 where that request holds the plan's range and leaves room for the ask, else the own summarizer's
-calls as the fallback (`shared_fallback`). The summary is the same either way.
+calls as the fallback (`shared_fallback`). `ReplayReport.mode` says which of the two the policy
+makes (`Summarizer.resolved`: the default, `auto`, is `shared` unless the policy names a
+summarizer model; a replay has no litellm route and no memory). The summary is the same either way.
 
 The summarizer is a deterministic stand-in by default (`extractive_summary`: the first line of
 each event with its event id, bounded by the route's `summary_max_tokens` as the proxy bounds a
@@ -47,7 +50,7 @@ from policies.summary_prompt import SUMMARY_HEAD, build_summary_messages
 from policies.text import message_text
 
 from . import identify
-from .policy_settings import Policy
+from .policy_settings import Policy, SummaryMode
 from .projector import Projector
 from .types import Message
 
@@ -183,6 +186,10 @@ class ReplayReport:
     """the client's whole conversation as `TurnStat.blocks`; request k (its `events`) sent the
     first `prefix_blocks + events` of them"""
     prefix_blocks: int = 0
+    mode: SummaryMode = "text"
+    """how the policy's compactions ask for their summary (`Summarizer.resolved`): `shared`, each
+    turn's `shared_calls` and `shared_fallback` are what the proxy would send; `text`, its
+    `summarizer_calls`"""
 
     @property
     def client_total(self) -> int:
@@ -234,6 +241,7 @@ class ReplayReport:
             "requests_over_window": self.over_window,
             "requests_refused": self.refused,
             "compactions": self.compactions,
+            "summarizer_mode": self.mode,
             "prefix_reuse": round(self.reuse_share, 4),
             "baseline_prefix_reuse": round(self.baseline_reuse_share, 4),
         }
@@ -289,7 +297,7 @@ def replay(
         body["tools"] = tools
     config = policy
     budget, _ = projector.budget(policy, model, body, counter)
-    report = ReplayReport(name, budget.context_window, budget.max_output_tokens)
+    report = ReplayReport(name, budget.context_window, budget.max_output_tokens, mode=policy.summarizer.resolved())
     hashes = identify.chain("replay", history)
     items = projector.items(history, hashes, counter)
     pinned = tuple(pinned_items(items, policy.pins))
@@ -414,7 +422,7 @@ def render_report(report: ReplayReport, per_turn: bool) -> str:
         f"{report.name}: {d['turns']} requests, client {d['client_tokens']:,} tokens -> sent {d['sent_tokens']:,} "
         f"({d['savings']:.1%} saved); max request {d['max_request']:,} of window {report.window:,} "
         f"(output reserve {report.max_output:,}); {d['requests_over_window']} over window; "
-        f"{d['compactions']} compactions; prefix reuse {d['prefix_reuse']:.1%} "
+        f"{d['compactions']} compactions ({report.mode} summaries); prefix reuse {d['prefix_reuse']:.1%} "
         f"(without ctxproxy {d['baseline_prefix_reuse']:.1%})"
     )
     return "\n".join(lines)

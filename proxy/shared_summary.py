@@ -20,6 +20,11 @@ large to take the ask, an error answer, an answer that calls a tool, says nothin
 `## Goal` (the model went on with the task), a summary the checks (`check_summary`) refuse. The
 failed call is recorded like every summarizer call.
 
+`mode: auto` (the default) is this mode where it can apply: a litellm route or memory's
+extraction make the job ctxproxy's own summarizer from the start, quietly
+(`Summarizer.resolved`); the fallbacks at run time are counted as above, logged at info (a
+warning with an explicit `mode: shared`, which was asked for).
+
 What each branch last sent is kept by `proxy.last_sent`.
 """
 
@@ -61,7 +66,13 @@ class SharedRolling(Rolling):
             self.whole, why = await self._shared(covered)
             if self.whole is None:
                 self.fallback = why
-                log.warning("shared summary of branch %s fell back to the own summarizer: %s", self.job.branch_id, why)
+                asked = self.job.policy.summarizer.mode == "shared"  # `auto` expects a fallback now and then
+                log.log(
+                    logging.WARNING if asked else logging.INFO,
+                    "shared summary of branch %s fell back to the own summarizer: %s",
+                    self.job.branch_id,
+                    why,
+                )
                 self.recorder.metrics.observe_compaction("shared_fallback")
         if self.whole is not None:
             return self.whole, None  # the one call covered every chunk of the plan
