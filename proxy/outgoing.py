@@ -94,7 +94,9 @@ class Outgoing:
         outgoing = self.sent if self.recalling or self.sent is not self.messages else None
         stream = self.exchange.call.stream  # the wire's reading (Gemini's is in the path, not the body)
         encoded, ingested.remembered.encoded = wire.encode(self.body, outgoing, stream, known)
-        return self.raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
+        payload = self.raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
+        exchange.sent_bytes = len(payload)
+        return payload
 
     async def count(self) -> None:
         """A request sent as the client sent it: the record says so with its count (client and

@@ -10,7 +10,8 @@ compares what the client sent with what ctxproxy would send.
 Each compaction is priced both ways: as ctxproxy's own summarizer makes it (`mode: text`,
 `TurnStat.summarizer_calls`) and as `summarizer.mode: shared` makes it (`TurnStat.shared_calls`):
 one call that repeats the last request answered before it plus the ask (`policies.shared_prompt`),
-where that request holds the plan's range and leaves room for the ask, else the own summarizer's
+where that request holds the plan's range, leaves room for the ask and was near enough to its
+compaction trigger for the proxy to keep it (`proxy.last_sent.NEAR`), else the own summarizer's
 calls as the fallback (`shared_fallback`). `ReplayReport.mode` says which of the two the policy
 makes (`Summarizer.resolved`: the default, `auto`, is `shared` unless the policy names a
 summarizer model; a replay has no litellm route and no memory). The summary is the same either way.
@@ -50,6 +51,7 @@ from policies.summary_prompt import SUMMARY_HEAD, build_summary_messages
 from policies.text import message_text
 
 from . import identify
+from .last_sent import near_trigger
 from .policy_settings import Policy, SummaryMode
 from .projector import Projector
 from .types import Message
@@ -171,6 +173,8 @@ class TurnStat:
     request repeated, the ask's tokens, the summary's tokens) per shared call"""
     shared_fallback: tuple[tuple[int, int], ...] = ()
     """... and the own summarizer's calls of those that could not be shared"""
+    kept: dict[str, Any] = field(default_factory=dict)
+    """what `proxy.last_sent.near_trigger` reads of its projection's record"""
 
 
 @dataclass
@@ -341,6 +345,7 @@ def replay(
             and last is not None
             and plan.through_seq <= last.events
             and last.sent_tokens + ask <= room
+            and near_trigger(last.kept)  # the proxy kept it (`proxy.last_sent`)
         ):
             shared.append((answered, ask, counter.count_text(summary)))
         else:
@@ -389,6 +394,13 @@ def replay(
         stat.point_at = None if projection.cache_point is None else projection.cache_point + 1  # after tools
         stat.previous_at = None if projection.previous_point is None else projection.previous_point + 1
         stat.output_tokens = counter.count(message)
+        record = projection.record
+        stat.kept = {
+            "sent_tokens": record.sent_tokens,
+            "client_tokens": record.client_tokens,
+            "trigger_tokens": record.trigger_tokens,
+            "checkpoint_generation": record.checkpoint_generation,
+        }
         report.turns.append(stat)
         previous_sent, previous_client = sent, client
         if plan is not None:  # the background job lands before the next request
