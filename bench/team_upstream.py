@@ -12,8 +12,9 @@ sessions differ from each other:
 * with probability `--recall`, when the request offers the recall tool (`ctxproxy_recall`) and is
   not already a detour's follow-up, the answer is a recall call instead, so the proxy detours:
   it answers the call and sends the follow-up, which this model answers as above (round 1);
-* a summarizer request (ctxproxy's summary prompt, or a shared summary's ask) waits a time to first token and the time to
-  write `SUMMARY_TOKENS` at a drawn rate, then answers a short structured summary (non-stream).
+* a summarizer request (ctxproxy's summary prompt, or a shared summary's ask) waits a time to
+  first token and the time to write `SUMMARY_TOKENS` at a drawn rate, then answers a short
+  structured summary (non-stream).
 
 `GET /team/log` returns what was served, with `time.perf_counter()` stamps (CLOCK_MONOTONIC: the
 same clock in every process of the machine, so the load generator's stamps compare): per main

@@ -11,9 +11,10 @@ system prompt, tools and messages: every byte the cache holds) plus one user mes
 it asks for the summary of the conversation up to a boundary, in `SUMMARY_FORMAT`, and tells the
 model to answer with text only, neither calling a tool (a tool call is rejected and the summary
 lost: `proxy.summarizer` takes no tool call for a summary) nor continuing the task, first and
-again last, as Claude Code's own compaction request, which shares the cache the same way, does. The history is then the conversation itself, not
-tagged data; the instructions say that what tool output asks is part of the record, never to be
-followed, and the checks (`check_summary`) are the same as for any summary.
+again last, as Claude Code's own compaction request, which shares the cache the same way, does.
+The history is then the conversation itself, not tagged data; the instructions say that what
+tool output asks is part of the record, never to be followed, and the checks (`check_summary`)
+are the same as for any summary.
 
 The boundary is the first message the summary must not cover (the raw tail that stays verbatim
 after it), named so a model can find it in its own context: a user or assistant text by its first
@@ -35,7 +36,9 @@ QUOTE_CHARS = 100
 OPENING = "[ctxproxy] Pause the task for this one reply."
 """How the ask begins: what tells a scripted upstream (tests, `bench.mock_upstream`) it is asked."""
 
-SHARED_ASK = OPENING + """ The conversation has outgrown its context window; \
+SHARED_ASK = (
+    OPENING
+    + """ The conversation has outgrown its context window; \
 it goes on from a working summary plus its most recent messages, and whatever the summary omits \
 is lost. Write that summary now: of the conversation above {range}. Keep everything still \
 relevant from any earlier summary it begins with.
@@ -49,6 +52,7 @@ conversation does not contain. The messages here carry no event ids: where the f
 for one, leave it out.
 
 """
+)
 
 REMINDER = "Answer with the summary as text only: a tool call is rejected and the summary lost."
 """The ask's last line: the instruction a model most often ignores, said again where it reads last."""

@@ -247,7 +247,12 @@ def _keep_shared(exchange: Exchange, call: CallRecord) -> None:
     ingested = exchange.ingested
     branch = ingested.identity.branch_id
     prompts = exchange.services.compactor.shared
-    if exchange.sent is None or call.status != "complete" or "recall_rounds" in projection or not isinstance(billed, int):
+    if (
+        exchange.sent is None
+        or call.status != "complete"
+        or "recall_rounds" in projection
+        or not isinstance(billed, int)
+    ):
         return
     if not near_trigger(projection):
         prompts.forget(branch)  # what it kept is no longer its last answered request

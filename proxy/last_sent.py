@@ -8,8 +8,9 @@ restart or another replica has none, and the compaction falls back to the own su
 
 Only a request that may be the one a compaction asks is kept: one whose projection reached
 `NEAR` of its compaction trigger, or whose history did before the branch's first checkpoint (a
-compaction starts beside the request that goes over it, with the one answered before). A branch further from its trigger keeps nothing, and its older request
-is dropped (it is no longer the last one). What is kept is bounded by the memory it holds
+compaction starts beside the request that goes over it, with the one answered before). A branch
+further from its trigger keeps nothing, and its older request is dropped (it is no longer the
+last one). What is kept is bounded by the memory it holds
 (`caches.shared_prompts_mb`), estimated as `PER_BYTE` times the bytes the request went upstream
 with; the least recently answered branches go first. So 1,024 conversations in use hold nothing
 while they are far from their windows, and at most the bound when all of them near it.
@@ -95,3 +96,11 @@ class SharedPrompts:
 
     def __len__(self) -> int:
         return len(self._prompts)
+
+    def sizes(self) -> dict[str, int]:
+        """Entries held now (`ctxproxy_cache_entries`)."""
+        return {"shared_prompts": len(self._prompts)}
+
+    def lookups(self) -> dict[tuple[str, ...], float]:
+        """None counted: a miss is a `shared_fallback` (`ctxproxy_compactions_total`)."""
+        return {}

@@ -23,7 +23,6 @@ from .shadow.settings import Shadow
 from .tool_settings import Frozen as _Frozen
 from .tool_settings import Memory, Recall
 
-
 SummaryMode = Literal["text", "native", "shared"]
 """How a compaction asks for its summary, once `auto` is resolved (`Summarizer.resolved`)."""
 

@@ -17,15 +17,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
 import httpx
 import pytest
 
 from policies.shared_prompt import OPENING
 from tests.e2e.test_rewriting import OBJECTIVE, SMALL_POLICY, SUMMARY, SYSTEM, WINDOW, drive, is_summary_request
-from tests.e2e.test_shared_summary import CLAUDE, POLICY, TOOLS
+from tests.e2e.test_shared_summary import POLICY, _asks, _next_step, _own_summary, _run
 from tests.e2e.test_shared_summary import SUMMARY as CLAUDE_SUMMARY
-from tests.e2e.test_shared_summary import _asks, _messages, _next_step, _own_summary, _run
 from tests.support.anthropic_upstream import AnthropicUpstream
 from tests.support.anthropic_upstream import Reply as AnthropicReply
 from tests.support.e2e import SCRIPTED_TIMEOUTS, active_checkpoint, event_views, view
