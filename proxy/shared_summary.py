@@ -30,6 +30,7 @@ What each branch last sent is kept by `proxy.last_sent`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 
@@ -41,7 +42,8 @@ from policies.summary_prompt import check_summary, fit_summary, summary_bound
 from .covered import Covered
 from .last_sent import SharedPrompt
 from .protocols.base import Wire
-from .rolling import Rolling
+from .rolling import CUT_OFF, Rolling
+from .summarizer import SummaryResult
 from .types import Message
 
 log = logging.getLogger("ctxproxy.compaction")
@@ -105,8 +107,14 @@ class SharedRolling(Rolling):
         if self.closing():
             return None, "the proxy is shutting down"
         request = _request(job.wire, job.model, prompt, ask)
-        result = await self.summarizer.shared(job.wire, job.route, job.policy, job.model, request)
-        await self.record(result, tuple(i for i in source if i.seq <= through), needed, shared=True)
+        covers = tuple(i for i in source if i.seq <= through)
+        try:
+            result = await self.summarizer.shared(job.wire, job.route, job.policy, job.model, request)
+        except asyncio.CancelledError:  # cut off by the drain: the upstream may bill it, so it is recorded
+            cut = SummaryResult(None, job.model, error=CUT_OFF)
+            await asyncio.shield(self.record(cut, covers, needed, shared=True))
+            raise
+        await asyncio.shield(self.record(result, covers, needed, shared=True))
         if result.text is None:
             return None, result.error or "the model answered no summary"
         if not GOAL.search(result.text):

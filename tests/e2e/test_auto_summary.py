@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from policies.shared_prompt import OPENING
-from tests.e2e.test_rewriting import OBJECTIVE, SMALL_POLICY, SUMMARY, SYSTEM, WINDOW, drive, is_summary_request
+from tests.e2e.test_rewriting import OBJECTIVE, SMALL_POLICY, SUMMARY, SYSTEM, WINDOW, drive, is_own_summary_request
 from tests.e2e.test_shared_summary import POLICY, _asks, _next_step, _own_summary, _run
 from tests.e2e.test_shared_summary import SUMMARY as CLAUDE_SUMMARY
 from tests.support.anthropic_upstream import AnthropicUpstream
@@ -82,7 +82,7 @@ def test_the_default_compacts_on_chat_completions_with_the_last_request_and_the_
     conversation = drive(p.client(api_key), model, [SYSTEM, OBJECTIVE], 20, words=150)
     assert active_checkpoint(p, conversation)["summary"] == SUMMARY
     requests = upstream.chat_requests
-    assert not [r for r in requests if is_summary_request(r.body)]  # the own summarizer never ran
+    assert not [r for r in requests if is_own_summary_request(r.body)]  # the own summarizer never ran
     index = next(i for i, r in enumerate(requests) if _asked(r.body))
     shared = requests[index]
     # An earlier answered request, to the byte, with the ask after its messages.
@@ -130,14 +130,14 @@ def test_a_tool_call_for_an_answer_falls_back_to_the_own_summarizer(proxy, upstr
     def answer(body: dict[str, Any]) -> Reply | None:
         if _asked(body):  # the model ignores the instruction and goes on with the task
             return Reply(tool_calls=[tool_call("bash", '{"cmd": "ls config"}', "call_shared_1")])
-        return Reply(content=own) if is_summary_request(body) else None
+        return Reply(content=own) if is_own_summary_request(body) else None
 
     upstream.responder = answer
     messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
     conversation = drive(p.client(api_key), model, messages, 20, words=150)
     assert "own summary" in active_checkpoint(p, conversation)["summary"]
     bodies = [r.body for r in upstream.chat_requests]
-    assert [b for b in bodies if _asked(b)] and [b for b in bodies if is_summary_request(b)]
+    assert [b for b in bodies if _asked(b)] and [b for b in bodies if is_own_summary_request(b)]
 
     # The shared call's answer is no turn of the conversation: what is stored is what the client sent.
     stored = event_views(p.events(conversation))
@@ -159,12 +159,12 @@ def test_a_summarizer_model_means_the_own_summarizer(proxy, upstream, api_key, m
     monkeypatch.setitem(upstream.context_windows, model, WINDOW)
     summarizer = {"model": "openai/gpt-summarizer", "base_url": upstream.base_url, "api_key_env": "UPSTREAM_KEY"}
     p = proxy(policies={"default": {**DEFAULT, "summarizer": summarizer}}, fresh=True)
-    upstream.responder = lambda body: Reply(content=SUMMARY) if is_summary_request(body) else None
+    upstream.responder = lambda body: Reply(content=SUMMARY) if is_own_summary_request(body) else None
     conversation = drive(p.client(api_key), model, [SYSTEM, OBJECTIVE], 20, words=150)
     assert active_checkpoint(p, conversation)["model"] == "openai/gpt-summarizer"
     bodies = [r.body for r in upstream.chat_requests]
     assert not [b for b in bodies if _asked(b)]
-    assert [b for b in bodies if is_summary_request(b) and b["model"] == "gpt-summarizer"]
+    assert [b for b in bodies if is_own_summary_request(b) and b["model"] == "gpt-summarizer"]
     assert FALLBACK not in httpx.get(p.url + "/metrics", timeout=10).text
 
 
@@ -183,10 +183,10 @@ def test_a_litellm_route_goes_to_the_own_summarizer_quietly(proxy, upstream, api
     }
     upstream.context_windows["gpt-lite"] = WINDOW
     p = proxy(routes=[route], policies={"default": {**DEFAULT, "context_window": WINDOW}}, fresh=True)
-    upstream.responder = lambda body: Reply(content=SUMMARY) if is_summary_request(body) else None
+    upstream.responder = lambda body: Reply(content=SUMMARY) if is_own_summary_request(body) else None
     conversation = drive(p.client(api_key), "lite-auto", [SYSTEM, OBJECTIVE], 20, words=150)
     assert active_checkpoint(p, conversation)["summary"] == SUMMARY
     bodies = [r.body for r in upstream.chat_requests]
-    assert not [b for b in bodies if _asked(b)] and [b for b in bodies if is_summary_request(b)]
+    assert not [b for b in bodies if _asked(b)] and [b for b in bodies if is_own_summary_request(b)]
     assert FALLBACK not in httpx.get(p.url + "/metrics", timeout=10).text
     assert "fell back" not in p.stderr()
