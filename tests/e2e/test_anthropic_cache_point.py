@@ -249,7 +249,8 @@ def test_the_first_rewrite_is_the_compaction(proxy, anthropic_upstream, api_key,
 
     assert anthropic_upstream.rejections == []
     log = anthropic_upstream.message_requests
-    agent = [i for i, r in enumerate(log) if r.body.get("system") == SYSTEM]
+    # the agent's turns (a shared summary request, the default mode's, repeats one plus the ask)
+    agent = [i for i, r in enumerate(log) if r.body.get("system") == SYSTEM and not asks_shared_summary(r.body)]
     first = agent[-1]  # the first rewritten request
     carries = "<conversation_summary" in json.dumps(log[first].body)
     records = sorted((c for c in p.calls(conversation) if c["purpose"] == "main"), key=lambda c: c["started_at"])

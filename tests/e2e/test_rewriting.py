@@ -390,7 +390,8 @@ def test_a_correction_of_the_pinned_objective_survives_compaction(proxy, upstrea
     after it, the summary block saying the budget is now 120 and what it replaces."""
     model = "gpt-rewrite-correction"
     monkeypatch.setitem(upstream.context_windows, model, WINDOW)
-    p = proxy(policies={"default": SMALL_POLICY})
+    # how ctxproxy's own summarizer is shown the pins (tagged, with event ids): its mode, not the default's
+    p = proxy(policies={"default": {**SMALL_POLICY, "summarizer": {**SMALL_POLICY["summarizer"], "mode": "text"}}})
     objective = {"role": "user", "content": "Objective: plan the team offsite. Constraint: budget 150 per person."}
     correction = {"role": "user", "content": "Correction: budget 120 per person, not 150."}
     corrected = (
