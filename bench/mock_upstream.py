@@ -9,8 +9,9 @@
   chunks, as the real API does), then `data: [DONE]`. Events are written back to back, or with
   `--gap-ms` between them; a request whose model contains "paced" uses `--paced-gap-ms`.
 * `--delay-ms` before the response starts (time to first token).
-* summarizer requests (the body holds ctxproxy's summary prompt) wait `--summary-delay-ms` and
-  answer a short structured summary.
+* summarizer requests (the body holds ctxproxy's summary prompt, or ends with the ask of a shared
+  summary, `policies.shared_prompt`, as the default `summarizer.mode: auto` sends) wait
+  `--summary-delay-ms` and answer a short structured summary.
 HTTP/1.1 keep-alive, Content-Length or chunked request bodies; GET /v1/models and /health too.
 """
 
@@ -20,6 +21,8 @@ import argparse
 import asyncio
 import json
 import re
+
+from policies.shared_prompt import OPENING
 
 REPLY_TEXT = "Understood. I ran the command and the output looks as expected; continuing with the next step."
 SUMMARY_TEXT = (
@@ -32,6 +35,14 @@ USAGE = {
     "total_tokens": 1020,
     "prompt_tokens_details": {"cached_tokens": 0},
 }
+
+SHARED_MARK = OPENING.encode()
+
+
+def is_summary(body: bytes) -> bool:
+    """A summarizer request: ctxproxy's own (its system prompt) or a shared one (its ask)."""
+    return b"You compress the history" in body or SHARED_MARK in body
+
 
 _STREAM_RE = re.compile(rb'"stream"\s*:\s*true')
 _MODEL_RE = re.compile(rb'"model"\s*:\s*"([^"]*)"')
@@ -169,7 +180,7 @@ class Mock(asyncio.Protocol):
                 else:
                     self.transport.write(_http("200 OK", "application/json", b'{"status":"ok"}'))
                 continue
-            if b"You compress the history" in body:
+            if is_summary(body):
                 await asyncio.sleep(self.opts.summary_delay_ms / 1000)
                 self.transport.write(self.cache["summary"])  # type: ignore[arg-type]
                 continue

@@ -12,8 +12,9 @@ sessions differ from each other:
 * with probability `--recall`, when the request offers the recall tool (`ctxproxy_recall`) and is
   not already a detour's follow-up, the answer is a recall call instead, so the proxy detours:
   it answers the call and sends the follow-up, which this model answers as above (round 1);
-* a summarizer request (ctxproxy's summary prompt) waits a time to first token and the time to
-  write `SUMMARY_TOKENS` at a drawn rate, then answers a short structured summary (non-stream).
+* a summarizer request (ctxproxy's summary prompt, or a shared summary's ask) waits a time to
+  first token and the time to write `SUMMARY_TOKENS` at a drawn rate, then answers a short
+  structured summary (non-stream).
 
 `GET /team/log` returns what was served, with `time.perf_counter()` stamps (CLOCK_MONOTONIC: the
 same clock in every process of the machine, so the load generator's stamps compare): per main
@@ -32,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.mock_upstream import SUMMARY_TEXT, completion
+from bench.mock_upstream import SUMMARY_TEXT, completion, is_summary
 
 RECALL_TOOL = "ctxproxy_recall"
 SUMMARY_TOKENS = 300
@@ -148,7 +149,7 @@ class Team:
             data = json.dumps(self.log if path.startswith("/team/log") else {"status": "ok"}).encode()
             writer.write(_whole(data))
             return
-        if b"You compress the history" in body:
+        if is_summary(body):
             await self.summary(body, writer, arrival)
             return
         found = [(int(t), int(s)) for s, t in MARKER.findall(body)]

@@ -24,7 +24,7 @@ from .config import Route
 from .errors import ConversationGone, ProxyError, StoreError
 from .exchange import Exchange, retract
 from .ingest import Arrival, Ingested, ingest
-from .last_sent import SharedPrompt
+from .last_sent import SharedPrompt, near_trigger
 from .memory.access import recollect
 from .outgoing import Outgoing
 from .overflow import recover
@@ -236,21 +236,32 @@ async def _close_call(exchange: Exchange, error_kind: str | None) -> None:
 
 def _keep_shared(exchange: Exchange, call: CallRecord) -> None:
     """An answered request, as it went upstream, becomes its branch's prompt for a shared summary
-    (`summarizer.mode: shared`): the provider has cached it. A request with recall rounds is not
-    one: its last round's messages were not these."""
+    (`summarizer.mode: shared`, and `auto` where it resolves to it): the provider has cached it.
+    A request with recall rounds is not one: its last round's messages were not these. Nor is one
+    far from its compaction trigger (`proxy.last_sent.NEAR`): no compaction will ask it, so the
+    branch keeps none."""
+    if exchange.policy.summarizer.resolved(litellm=bool(exchange.route.upstream.model)) != "shared":
+        return
     billed = call.usage.get("input_total") if call.usage else None
+    projection = call.projection or {}
+    ingested = exchange.ingested
+    branch = ingested.identity.branch_id
+    prompts = exchange.services.compactor.shared
     if (
-        exchange.policy.summarizer.mode != "shared"
-        or exchange.sent is None
+        exchange.sent is None
         or call.status != "complete"
-        or "recall_rounds" in (call.projection or {})
+        or "recall_rounds" in projection
         or not isinstance(billed, int)
     ):
         return
+    if not near_trigger(projection):
+        prompts.forget(branch)  # what it kept is no longer its last answered request
+        return
     body, messages = exchange.sent
-    ingested = exchange.ingested
-    prompt = SharedPrompt(exchange.wire.name, body, messages, exchange.headers, billed, ingested.position.seq)
-    exchange.services.compactor.shared.remember(ingested.identity.branch_id, prompt)
+    size = exchange.sent_bytes
+    prompts.remember(
+        branch, SharedPrompt(exchange.wire.name, body, messages, exchange.headers, billed, ingested.position.seq, size)
+    )
 
 
 def _sample(

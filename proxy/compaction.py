@@ -39,7 +39,7 @@ from policies.summary_prompt import durable_facts
 
 from .covered import Covered, checkpoint_of, covered_of
 from .errors import ConversationGone, StoreError
-from .last_sent import SharedPrompts
+from .last_sent import CAPACITY_MB, SharedPrompts
 from .memory.actions import extract
 from .native_compaction import NativeRolling
 from .projector import Projector
@@ -56,7 +56,14 @@ STORE_RETRY = 5.0
 
 
 class Compactor:
-    def __init__(self, store: Store, summarizer: Summarizer, projector: Projector, recorder: Recorder) -> None:
+    def __init__(
+        self,
+        store: Store,
+        summarizer: Summarizer,
+        projector: Projector,
+        recorder: Recorder,
+        shared_prompts_mb: float = CAPACITY_MB,
+    ) -> None:
         self.store = store
         self.summarizer = summarizer
         self.projector = projector
@@ -70,7 +77,7 @@ class Compactor:
         self.lease_ttl = LEASE_TTL
         self.store_retry = STORE_RETRY
         """Seconds a branch waits after the store failed its job (no escalation)."""
-        self.shared = SharedPrompts()
+        self.shared = SharedPrompts(shared_prompts_mb)
         """Each branch's last answered request, for `summarizer.mode: shared`."""
         self._closing = False
         """Set by `drain`: no job starts, and no job starts another summarizer call."""
@@ -174,7 +181,7 @@ class Compactor:
 
     async def _compact(self, job: CompactionJob, token: int) -> StoredCheckpoint | None:
         plan = job.plan
-        kind = {"native": NativeRolling, "shared": SharedRolling}.get(job.policy.summarizer.mode, Rolling)
+        kind = {"native": NativeRolling, "shared": SharedRolling}.get(job.mode, Rolling)
         rolling = kind(job, self.summarizer, self.projector, self.recorder, lambda: self._closing)
         previous = covered_of(job.previous) if job.previous else Covered()
         covered = previous

@@ -166,6 +166,12 @@ class Caches(_Frozen):
     has already counted: `proxy.estimate`). Each holds that call's messages, a whole history of
     its own once the history cache dropped the branch's: 10,000 held 130 MB with 1,024
     conversations of 500 messages in use (`python -m bench --only active`)."""
+    shared_prompts_mb: float = Field(64.0, ge=0)
+    """The last answered requests kept for a shared summary (`proxy/last_sent.py`; `summarizer.mode`
+    `auto` or `shared`), of the branches near a compaction only, by the approximate memory they
+    hold (3x their bytes as sent: `PER_BYTE`), the least recently answered dropped first: 64 MB
+    holds about 300 requests of 80 kB. A compaction of a branch not kept asks ctxproxy's own
+    summarizer instead (a `shared_fallback`). 0: none kept."""
 
 
 class Server(_Frozen):

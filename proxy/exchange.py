@@ -75,6 +75,8 @@ class Exchange:
         """the request's shadow pair to start once it is answered (None: not sampled)"""
         self.sent: tuple[dict[str, Any], list[Message]] | None = None
         """the body and messages the attempt under way was encoded from (None: not rewritable)"""
+        self.sent_bytes = 0
+        """the bytes the attempt under way went upstream with"""
 
     @property
     def call(self) -> CallRecord:

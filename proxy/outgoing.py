@@ -94,7 +94,9 @@ class Outgoing:
         outgoing = self.sent if self.recalling or self.sent is not self.messages else None
         stream = self.exchange.call.stream  # the wire's reading (Gemini's is in the path, not the body)
         encoded, ingested.remembered.encoded = wire.encode(self.body, outgoing, stream, known)
-        return self.raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
+        payload = self.raw if encoded is None else encoded  # None: the client's bytes go upstream as they are
+        exchange.sent_bytes = len(payload)
+        return payload
 
     async def count(self) -> None:
         """A request sent as the client sent it: the record says so with its count (client and
@@ -144,6 +146,8 @@ class Outgoing:
         plan = projected.projection.record.compaction
         if plan is None or not compact:
             return projected
+        extracting = self.memory if self.memory is not None and policy.memory.extraction else None
+        mode = policy.summarizer.resolved(litellm=bool(route.upstream.model), extraction=extracting is not None)
         job = CompactionJob(
             tenant=identity.tenant,
             conversation_id=identity.conversation_id,
@@ -158,8 +162,9 @@ class Outgoing:
             previous=checkpoint,
             client_auth=self.credentials or {},
             wire=exchange.wire,
-            memory=self.memory if self.memory is not None and policy.memory.extraction else None,
-            shared=services.compactor.shared.get(branch) if policy.summarizer.mode == "shared" else None,
+            memory=extracting,
+            mode=mode,
+            shared=services.compactor.shared.get(branch) if mode == "shared" else None,
         )
         task = services.compactor.request(job)
         overflowing = bool(projected.projection.record.pruned_seqs) and policy.on_overflow == "wait"

@@ -23,14 +23,20 @@ from .shadow.settings import Shadow
 from .tool_settings import Frozen as _Frozen
 from .tool_settings import Memory, Recall
 
+SummaryMode = Literal["text", "native", "shared"]
+"""How a compaction asks for its summary, once `auto` is resolved (`Summarizer.resolved`)."""
+
 
 class Summarizer(_Frozen):
-    mode: Literal["text", "native", "shared"] = "text"
-    """`native`: the route's own provider compacts (`proxy/native_compaction.py`: the Responses
-    API's `/responses/compact`, Anthropic's server-side compaction), ctxproxy's own summarizer
-    only where it cannot; `shared`: the summary is asked of the branch's last request as it went
-    upstream, read from the provider's prompt cache (`proxy/shared_summary.py`). Both with the
-    route's own upstream only (no `model`)."""
+    mode: Literal["auto", "text", "native", "shared"] = "auto"
+    """`text`: ctxproxy's own summarizer request (`proxy/rolling.py`: the history as tagged data
+    under its own system prompt); `native`: the route's own provider compacts
+    (`proxy/native_compaction.py`: the Responses API's `/responses/compact`, Anthropic's
+    server-side compaction), ctxproxy's own summarizer only where it cannot; `shared`: the summary
+    is asked of the branch's last request as it went upstream, read from the provider's prompt
+    cache (`proxy/shared_summary.py`), ctxproxy's own summarizer where that fails. `native` and
+    `shared` with the route's own upstream only (no `model`). `auto` (the default): `shared`
+    where it can apply, else `text` (`resolved`)."""
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
@@ -59,6 +65,17 @@ class Summarizer(_Frozen):
         if self.mode == "shared" and self.model:
             raise ValueError("mode 'shared' reads the conversation's own prompt cache: it takes no summarizer model")
         return self
+
+    def resolved(self, *, litellm: bool = False, extraction: bool = False) -> SummaryMode:
+        """The mode a compaction (and what it keeps for one) uses. `auto` is `shared` where the
+        summary can be asked of the conversation's own cached request: the summarizer is the
+        route's own model (no `model`), the route is no litellm route (`litellm`: it reads no
+        cache of the client's provider) and long-term memory does not extract at compaction
+        (`extraction`: that needs the event ids the conversation does not show); else `text`.
+        An explicit mode is kept as it is: `shared` then falls back at run time, counted."""
+        if self.mode != "auto":
+            return self.mode
+        return "text" if self.model or litellm or extraction else "shared"
 
 
 @validated_dataclass(frozen=True, config=ConfigDict(extra="forbid"))

@@ -7,10 +7,14 @@ the proxy's background job would), or at once when the request could only be ser
 (`on_overflow: wait`) or is the branch's first rewrite (`first_rewrite: compact`). The report
 compares what the client sent with what ctxproxy would send.
 
-Each compaction is also priced as `summarizer.mode: shared` would make it (`TurnStat.shared_calls`):
+Each compaction is priced both ways: as ctxproxy's own summarizer makes it (`mode: text`,
+`TurnStat.summarizer_calls`) and as `summarizer.mode: shared` makes it (`TurnStat.shared_calls`):
 one call that repeats the last request answered before it plus the ask (`policies.shared_prompt`),
-where that request holds the plan's range and leaves room for the ask, else the own summarizer's
-calls as the fallback (`shared_fallback`). The summary is the same either way.
+where that request holds the plan's range, leaves room for the ask and was near enough to its
+compaction trigger for the proxy to keep it (`proxy.last_sent.NEAR`), else the own summarizer's
+calls as the fallback (`shared_fallback`). `ReplayReport.mode` says which of the two the policy
+makes (`Summarizer.resolved`: the default, `auto`, is `shared` unless the policy names a
+summarizer model; a replay has no litellm route and no memory). The summary is the same either way.
 
 The summarizer is a deterministic stand-in by default (`extractive_summary`: the first line of
 each event with its event id, bounded by the route's `summary_max_tokens` as the proxy bounds a
@@ -47,7 +51,8 @@ from policies.summary_prompt import SUMMARY_HEAD, build_summary_messages
 from policies.text import message_text
 
 from . import identify
-from .policy_settings import Policy
+from .last_sent import near_trigger
+from .policy_settings import Policy, SummaryMode
 from .projector import Projector
 from .types import Message
 
@@ -168,6 +173,8 @@ class TurnStat:
     request repeated, the ask's tokens, the summary's tokens) per shared call"""
     shared_fallback: tuple[tuple[int, int], ...] = ()
     """... and the own summarizer's calls of those that could not be shared"""
+    kept: dict[str, Any] = field(default_factory=dict)
+    """what `proxy.last_sent.near_trigger` reads of its projection's record"""
 
 
 @dataclass
@@ -183,6 +190,10 @@ class ReplayReport:
     """the client's whole conversation as `TurnStat.blocks`; request k (its `events`) sent the
     first `prefix_blocks + events` of them"""
     prefix_blocks: int = 0
+    mode: SummaryMode = "text"
+    """how the policy's compactions ask for their summary (`Summarizer.resolved`): `shared`, each
+    turn's `shared_calls` and `shared_fallback` are what the proxy would send; `text`, its
+    `summarizer_calls`"""
 
     @property
     def client_total(self) -> int:
@@ -234,6 +245,7 @@ class ReplayReport:
             "requests_over_window": self.over_window,
             "requests_refused": self.refused,
             "compactions": self.compactions,
+            "summarizer_mode": self.mode,
             "prefix_reuse": round(self.reuse_share, 4),
             "baseline_prefix_reuse": round(self.baseline_reuse_share, 4),
         }
@@ -289,7 +301,7 @@ def replay(
         body["tools"] = tools
     config = policy
     budget, _ = projector.budget(policy, model, body, counter)
-    report = ReplayReport(name, budget.context_window, budget.max_output_tokens)
+    report = ReplayReport(name, budget.context_window, budget.max_output_tokens, mode=policy.summarizer.resolved())
     hashes = identify.chain("replay", history)
     items = projector.items(history, hashes, counter)
     pinned = tuple(pinned_items(items, policy.pins))
@@ -333,6 +345,7 @@ def replay(
             and last is not None
             and plan.through_seq <= last.events
             and last.sent_tokens + ask <= room
+            and near_trigger(last.kept)  # the proxy kept it (`proxy.last_sent`)
         ):
             shared.append((answered, ask, counter.count_text(summary)))
         else:
@@ -381,6 +394,13 @@ def replay(
         stat.point_at = None if projection.cache_point is None else projection.cache_point + 1  # after tools
         stat.previous_at = None if projection.previous_point is None else projection.previous_point + 1
         stat.output_tokens = counter.count(message)
+        record = projection.record
+        stat.kept = {
+            "sent_tokens": record.sent_tokens,
+            "client_tokens": record.client_tokens,
+            "trigger_tokens": record.trigger_tokens,
+            "checkpoint_generation": record.checkpoint_generation,
+        }
         report.turns.append(stat)
         previous_sent, previous_client = sent, client
         if plan is not None:  # the background job lands before the next request
@@ -414,7 +434,7 @@ def render_report(report: ReplayReport, per_turn: bool) -> str:
         f"{report.name}: {d['turns']} requests, client {d['client_tokens']:,} tokens -> sent {d['sent_tokens']:,} "
         f"({d['savings']:.1%} saved); max request {d['max_request']:,} of window {report.window:,} "
         f"(output reserve {report.max_output:,}); {d['requests_over_window']} over window; "
-        f"{d['compactions']} compactions; prefix reuse {d['prefix_reuse']:.1%} "
+        f"{d['compactions']} compactions ({report.mode} summaries); prefix reuse {d['prefix_reuse']:.1%} "
         f"(without ctxproxy {d['baseline_prefix_reuse']:.1%})"
     )
     return "\n".join(lines)

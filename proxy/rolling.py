@@ -38,7 +38,7 @@ from .config import Route
 from .covered import Covered
 from .last_sent import SharedPrompt
 from .memory.access import Recollection
-from .policy_settings import Policy
+from .policy_settings import Policy, SummaryMode
 from .projector import Projector
 from .protocols.base import Wire
 from .record import Recorder
@@ -74,8 +74,11 @@ class CompactionJob:
     wire: Wire
     memory: Recollection | None = None
     """the request's long-term memory when its policy extracts durable facts at compaction"""
+    mode: SummaryMode = "text"
+    """how the job asks for its summary: the policy's `summarizer.mode` resolved for this route
+    and request (`Summarizer.resolved`)"""
     shared: SharedPrompt | None = None
-    """the branch's last answered request, in `summarizer.mode: shared` (`proxy.shared_summary`)"""
+    """the branch's last answered request, in `shared` mode (`proxy.shared_summary`)"""
 
 
 class Rolling:

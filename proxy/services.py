@@ -49,6 +49,7 @@ class Services:
         self.metrics.watch(self.history.sizes, self.history.lookups)
         self.history.on_evicted(self.projector.forget)
         self.metrics.watch_compactions(self.compactor.running_jobs)
+        self.metrics.watch(self.compactor.shared.sizes, self.compactor.shared.lookups)
         self.metrics.watch_rejected(self.recalls_rejected.pairs)
 
     def clock(self) -> float:

@@ -20,11 +20,17 @@ large to take the ask, an error answer, an answer that calls a tool, says nothin
 `## Goal` (the model went on with the task), a summary the checks (`check_summary`) refuse. The
 failed call is recorded like every summarizer call.
 
+`mode: auto` (the default) is this mode where it can apply: a litellm route or memory's
+extraction make the job ctxproxy's own summarizer from the start, quietly
+(`Summarizer.resolved`); the fallbacks at run time are counted as above, logged at info (a
+warning with an explicit `mode: shared`, which was asked for).
+
 What each branch last sent is kept by `proxy.last_sent`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 
@@ -36,7 +42,8 @@ from policies.summary_prompt import check_summary, fit_summary, summary_bound
 from .covered import Covered
 from .last_sent import SharedPrompt
 from .protocols.base import Wire
-from .rolling import Rolling
+from .rolling import CUT_OFF, Rolling
+from .summarizer import SummaryResult
 from .types import Message
 
 log = logging.getLogger("ctxproxy.compaction")
@@ -61,7 +68,13 @@ class SharedRolling(Rolling):
             self.whole, why = await self._shared(covered)
             if self.whole is None:
                 self.fallback = why
-                log.warning("shared summary of branch %s fell back to the own summarizer: %s", self.job.branch_id, why)
+                asked = self.job.policy.summarizer.mode == "shared"  # `auto` expects a fallback now and then
+                log.log(
+                    logging.WARNING if asked else logging.INFO,
+                    "shared summary of branch %s fell back to the own summarizer: %s",
+                    self.job.branch_id,
+                    why,
+                )
                 self.recorder.metrics.observe_compaction("shared_fallback")
         if self.whole is not None:
             return self.whole, None  # the one call covered every chunk of the plan
@@ -94,8 +107,14 @@ class SharedRolling(Rolling):
         if self.closing():
             return None, "the proxy is shutting down"
         request = _request(job.wire, job.model, prompt, ask)
-        result = await self.summarizer.shared(job.wire, job.route, job.policy, job.model, request)
-        await self.record(result, tuple(i for i in source if i.seq <= through), needed, shared=True)
+        covers = tuple(i for i in source if i.seq <= through)
+        try:
+            result = await self.summarizer.shared(job.wire, job.route, job.policy, job.model, request)
+        except asyncio.CancelledError:  # cut off by the drain: the upstream may bill it, so it is recorded
+            cut = SummaryResult(None, job.model, error=CUT_OFF)
+            await asyncio.shield(self.record(cut, covers, needed, shared=True))
+            raise
+        await asyncio.shield(self.record(result, covers, needed, shared=True))
         if result.text is None:
             return None, result.error or "the model answered no summary"
         if not GOAL.search(result.text):

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.e2e import asks_shared_summary
 from tests.support.waiting import wait_until
 
 AGENTS_DIR = Path(__file__).resolve().parent
@@ -67,7 +68,7 @@ def is_summary(body: dict[str, Any]) -> bool:
     heads = [body.get("instructions"), body.get("system")]
     if messages and isinstance(messages[0], dict) and messages[0].get("role") == "system":
         heads.append(messages[0].get("content"))
-    return any(isinstance(h, str) and h.startswith(SUMMARIZER_MARK) for h in heads)
+    return any(isinstance(h, str) and h.startswith(SUMMARIZER_MARK) for h in heads) or asks_shared_summary(body)
 
 
 def next_step(body: dict[str, Any]) -> int:

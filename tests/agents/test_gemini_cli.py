@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.agents import harness
+from tests.support.e2e import asks_shared_summary
 from tests.support.gemini_upstream import GeminiUpstream, Reply
 from tests.support.proxy_process import UPSTREAM_KEY
 
@@ -45,10 +46,12 @@ POLICY = {
 
 
 def _is_summary(body: dict[str, Any]) -> bool:
-    """The proxy's summarizer call: its instructions are the system instruction."""
+    """The proxy's summarizer call: its instructions are the system instruction, or (a shared
+    summary, the default mode's) its ask is the last content."""
     system = body.get("systemInstruction") or {}
     texts = [p.get("text", "") for p in system.get("parts") or []]
-    return any(isinstance(t, str) and t.startswith(harness.SUMMARIZER_MARK) for t in texts)
+    own = any(isinstance(t, str) and t.startswith(harness.SUMMARIZER_MARK) for t in texts)
+    return own or asks_shared_summary(body)
 
 
 def _respond(body: dict[str, Any]) -> Reply:

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.support.anthropic_upstream import AnthropicUpstream, Reply
+from tests.support.e2e import asks_shared_summary
 from tests.unit.test_ledger import parse_metrics
 
 pytestmark = pytest.mark.slow
@@ -168,7 +169,7 @@ def test_the_cap_of_4_drops_the_proxys_own_breakpoints_never_the_clients(
     client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=30)
 
     def respond(body: dict[str, Any]) -> Reply:
-        if str(body.get("system", "")).startswith("You compress the history"):
+        if str(body.get("system", "")).startswith("You compress the history") or asks_shared_summary(body):
             return Reply(text=SUMMARY)
         return Reply(text="next", tool_uses=[{"name": "bash", "input": {"cmd": "make"}}])
 
@@ -188,7 +189,9 @@ def test_the_cap_of_4_drops_the_proxys_own_breakpoints_never_the_clients(
         )
 
     assert anthropic_upstream.rejections == []
-    agent = [r.body for r in anthropic_upstream.message_requests if r.body.get("system") == SYSTEM]
+    # the agent's turns (a shared summary request, the default mode's, repeats one plus the ask)
+    bodies = [r.body for r in anthropic_upstream.message_requests if r.body.get("system") == SYSTEM]
+    agent = [body for body in bodies if not asks_shared_summary(body)]
     assert len(agent) == 40
     own_seen = set()
     for body in agent:
@@ -223,7 +226,7 @@ def test_the_first_rewrite_is_the_compaction(proxy, anthropic_upstream, api_key,
     reasoning = "I will build the next module, then check its warnings before going on. " * 30
 
     def respond(body: dict[str, Any]) -> Reply:
-        if str(body.get("system", "")).startswith("You compress the history"):
+        if str(body.get("system", "")).startswith("You compress the history") or asks_shared_summary(body):
             return Reply(text=SUMMARY)
         return Reply(text=reasoning, tool_uses=[{"name": "bash", "input": {"cmd": "make"}}])
 
@@ -246,7 +249,8 @@ def test_the_first_rewrite_is_the_compaction(proxy, anthropic_upstream, api_key,
 
     assert anthropic_upstream.rejections == []
     log = anthropic_upstream.message_requests
-    agent = [i for i, r in enumerate(log) if r.body.get("system") == SYSTEM]
+    # the agent's turns (a shared summary request, the default mode's, repeats one plus the ask)
+    agent = [i for i, r in enumerate(log) if r.body.get("system") == SYSTEM and not asks_shared_summary(r.body)]
     first = agent[-1]  # the first rewritten request
     carries = "<conversation_summary" in json.dumps(log[first].body)
     records = sorted((c for c in p.calls(conversation) if c["purpose"] == "main"), key=lambda c: c["started_at"])

@@ -17,6 +17,7 @@ import anthropic
 import pytest
 
 from tests.support.anthropic_upstream import Reply as ClaudeReply
+from tests.support.e2e import asks_shared_summary
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer
 from tests.support.upstream_server import Reply, UpstreamServer
 from tests.support.waiting import wait_until
@@ -42,7 +43,7 @@ TIMEOUTS = {"connect": 5, "first_byte": 30, "idle": 30, "total": 120}
 
 def _is_summary(body: dict[str, Any]) -> bool:
     text = json.dumps(body.get("instructions") or (body.get("messages") or [{}])[0].get("content") or "")
-    return "You compress the history" in text
+    return "You compress the history" in text or asks_shared_summary(body)
 
 
 def _keys(bodies: list[dict[str, Any]]) -> list[Any]:
@@ -85,7 +86,11 @@ def test_chat_one_key_per_conversation_across_turns_and_a_compaction(proxy, upst
     keys = _keys(agent)
     assert len(set(keys)) == 1 and keys[0].startswith("ctxproxy-") and len(keys[0]) <= 64
     assert conv not in keys[0] and api_key not in keys[0]  # a hash: names neither
-    assert all("prompt_cache_key" not in b for b in _chat(upstream, model) if _is_summary(b))
+    summaries = [b for b in _chat(upstream, model) if _is_summary(b)]
+    # ctxproxy's own summarizer request is no turn of the conversation: no key; a shared one (the
+    # default mode) is the conversation's own request plus the ask: its key, to reach its cache
+    assert all("prompt_cache_key" not in b for b in summaries if not asks_shared_summary(b))
+    assert all(b["prompt_cache_key"] == keys[0] for b in summaries if asks_shared_summary(b))
 
 
 def test_chat_tenants_get_different_keys_and_a_clients_own_key_is_kept(proxy, upstream):

@@ -50,6 +50,8 @@ def test_default_bounds_are_reported(proxy, api_key):
     assert "# TYPE ctxproxy_cache_entries gauge" in text
     for cache in BOUNDS:
         assert f'ctxproxy_cache_entries{{cache="{cache}"}} ' in text, cache
+    # the requests kept for shared summaries (`caches.shared_prompts_mb`): none before any answer
+    assert 'ctxproxy_cache_entries{cache="shared_prompts"} 0' in text
 
 
 def lookups(url: str) -> dict[tuple[str, str], float]:

@@ -17,7 +17,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from tests.agents.harness import outcome, wait_idle
-from tests.support.e2e import SCRIPTED_TIMEOUTS, scripted_route
+from tests.support.e2e import SCRIPTED_TIMEOUTS, asks_shared_summary, scripted_route
 from tests.support.gemini_rules import SKIP_SIGNATURE, sign
 from tests.support.gemini_upstream import GeminiUpstream, Reply
 from tests.support.proxy_process import ADMIN_TOKEN, UPSTREAM_KEY
@@ -172,7 +172,7 @@ def _chat_turns(chat: Any, gup: GeminiUpstream, n: int, stream: bool) -> str:
 
 
 def _is_summary(body: Any) -> bool:
-    return isinstance(body, dict) and "tools" not in body
+    return isinstance(body, dict) and ("tools" not in body or asks_shared_summary(body))
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

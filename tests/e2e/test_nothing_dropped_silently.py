@@ -85,6 +85,8 @@ def test_a_chunk_that_fails_keeps_the_chunks_summarized_before_it(proxy, upstrea
     model = "gpt-silent-partial"
     monkeypatch.setitem(upstream.context_windows, model, 16_000)
     policy = {**SMALL_POLICY, "context_window": 16_000, "summary_chunk_tokens": 600, "keep_recent_tokens": 1000}
+    # ctxproxy's own summarizer, chunk by chunk (a shared summary is one call for the whole plan)
+    policy["summarizer"] = {**SMALL_POLICY["summarizer"], "mode": "text"}
     p = proxy(policies={"default": policy}, fresh=True)
     seen = {"summaries": 0}
 

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.e2e import assert_openai_error
+from tests.support.e2e import asks_shared_summary, assert_openai_error
 from tests.support.responses_upstream import ResponsesReply, ResponsesServer, fcall
 from tests.support.waiting import wait_until
 
@@ -72,7 +72,7 @@ def routes(server: ResponsesServer) -> list[dict[str, Any]]:
 
 
 def is_summary(body: dict[str, Any]) -> bool:
-    return str(body.get("instructions") or "").startswith("You compress the history")
+    return str(body.get("instructions") or "").startswith("You compress the history") or asks_shared_summary(body)
 
 
 def agent_bodies(server: ResponsesServer) -> list[dict[str, Any]]:

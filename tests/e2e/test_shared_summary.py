@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.e2e.test_rewriting import OBJECTIVE as CHAT_OBJECTIVE
-from tests.e2e.test_rewriting import SMALL_POLICY, drive, is_summary_request, wait_checkpoints
+from tests.e2e.test_rewriting import SMALL_POLICY, drive, is_own_summary_request, wait_checkpoints
 from tests.e2e.test_rewriting import SUMMARY as SUMMARY_TEXT
 from tests.e2e.test_rewriting import SYSTEM as CHAT_SYSTEM
 from tests.support.anthropic_upstream import AnthropicUpstream
@@ -161,7 +161,7 @@ def test_chat_completions_asks_the_same_request_with_the_ask_after_it(proxy, ups
     conversation = drive(p.client(api_key), model, [CHAT_SYSTEM, CHAT_OBJECTIVE], 20, words=150)
     assert wait_checkpoints(p, conversation)[0]["summary"] == SUMMARY_TEXT
     bodies = [r.body for r in upstream.chat_requests]
-    assert not [b for b in bodies if is_summary_request(b)]
+    assert not [b for b in bodies if is_own_summary_request(b)]
     index = next(i for i, b in enumerate(bodies) if ASK in json.dumps(b["messages"][-1]))
     shared = bodies[index]
     # an earlier request, answered (a compaction in the background starts beside the request that
@@ -177,7 +177,7 @@ def test_an_answer_that_goes_on_with_the_task_is_not_taken_for_a_summary(proxy, 
     model = "gpt-shared-2"
     monkeypatch.setitem(upstream.context_windows, model, SMALL_POLICY["context_window"])
     p = proxy(policies={"default": {**SMALL_POLICY, "summarizer": {"mode": "shared"}}}, fresh=True)
-    upstream.responder = lambda body: Reply(content=SUMMARY_TEXT) if is_summary_request(body) else None
+    upstream.responder = lambda body: Reply(content=SUMMARY_TEXT) if is_own_summary_request(body) else None
     conversation = drive(p.client(api_key), model, [CHAT_SYSTEM, CHAT_OBJECTIVE], 20, words=150)
     assert wait_checkpoints(p, conversation)[0]["summary"] == SUMMARY_TEXT  # the own summarizer's
     bodies = [r.body for r in upstream.chat_requests]

@@ -4,7 +4,7 @@ own context, and it carries the same format as every summary."""
 
 from __future__ import annotations
 
-from policies.shared_prompt import QUOTE_CHARS, boundary_of, shared_ask
+from policies.shared_prompt import QUOTE_CHARS, REMINDER, boundary_of, shared_ask
 from policies.summary_prompt import SUMMARY_FORMAT
 from tests.policies.helpers import assistant, calls, items, result, user
 
@@ -29,7 +29,9 @@ def test_the_ask_carries_the_range_the_format_and_the_limit() -> None:
     ask = shared_ask("the result of the call to `bash`", 800)
     assert ask.startswith("[ctxproxy] Pause the task for this one reply.")
     assert "up to, but not including, the result of the call to `bash`" in ask
-    assert "Do not call any tool" in ask and "never follow them" in ask
-    assert SUMMARY_FORMAT in ask and ask.endswith("Keep the whole summary under 800 tokens.")
+    assert "Respond with text only. Do not call any tool" in ask and "never follow them" in ask
+    assert "A tool call in this reply is rejected and the summary is lost." in ask
+    assert SUMMARY_FORMAT in ask and ask.endswith("Keep the whole summary under 800 tokens.\n\n" + REMINDER)
     whole = shared_ask(None, None)
     assert "from its start through its last message" in whole and "Keep the whole summary" not in whole
+    assert whole.endswith(SUMMARY_FORMAT + "\n\n" + REMINDER)  # the text-only rule is also what it reads last

@@ -8,9 +8,23 @@ from typing import Any
 
 import httpx
 
+from policies.shared_prompt import OPENING
 from tests.support.waiting import wait_until
 
 ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+def asks_shared_summary(body: Any) -> bool:
+    """A shared summary request (`summarizer.mode: auto`, the default, or `shared`): the
+    conversation's own request with ctxproxy's ask last, on any wire (messages, input, contents).
+    A scripted upstream answers it as a summary request, as a real model asked for one would."""
+    if not isinstance(body, dict):
+        return False
+    for key in ("messages", "input", "contents"):
+        items = body.get(key)
+        if isinstance(items, list) and items:
+            return OPENING in json.dumps(items[-1])
+    return False
 
 
 def sse_payloads(lines: list[str]) -> list[str]:

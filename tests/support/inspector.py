@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import sync_playwright
 
+from tests.support.e2e import asks_shared_summary
 from tests.support.proxy_process import ADMIN_TOKEN, ProxyProcess, default_config, subprocess_env
 from tests.support.upstream_server import Reply, UpstreamServer, tool_call
 from tests.support.waiting import wait_until
@@ -65,7 +66,8 @@ OBJECTIVE = {"role": "user", "content": "Objective: migrate billing to the new q
 
 def is_summary_request(body: dict[str, Any]) -> bool:
     messages = body.get("messages") or []
-    return bool(messages) and str(messages[0].get("content", "")).startswith("You compress the history")
+    own = bool(messages) and str(messages[0].get("content", "")).startswith("You compress the history")
+    return own or asks_shared_summary(body)
 
 
 def respond(body: dict[str, Any]) -> Reply:

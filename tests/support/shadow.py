@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests.support.e2e import asks_shared_summary
 from tests.support.proxy_process import ProxyProcess
 from tests.support.upstream_server import Reply, tool_call
 from tests.support.waiting import wait_until
@@ -26,7 +27,8 @@ TOOLS = [
 
 def summary_request(body: dict[str, Any]) -> bool:
     messages = body.get("messages") or []
-    return bool(messages) and str(messages[0].get("content", "")).startswith("You compress the history")
+    own = bool(messages) and str(messages[0].get("content", "")).startswith("You compress the history")
+    return own or asks_shared_summary(body)
 
 
 def context_of(body: dict[str, Any]) -> str:

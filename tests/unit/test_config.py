@@ -101,9 +101,9 @@ def test_prompt_cache_key_setting() -> None:
 
 
 def test_summarizer_mode() -> None:
-    """`text` by default; `native` asks the route's own provider, so it takes no summarizer model."""
+    """`auto` by default; `native` asks the route's own provider, so it takes no summarizer model."""
     config = parse_config({"routes": [route("r")]}, "cfg.yaml", {})
-    assert config.policy_for(config.routes[0]).summarizer.mode == "text"
+    assert config.policy_for(config.routes[0]).summarizer.mode == "auto"
     native = {"summarizer": {"mode": "native"}}
     config = parse_config({"routes": [route("r")], "policies": {"default": native}}, "cfg.yaml", {})
     assert config.policy_for(config.routes[0]).summarizer.mode == "native"
@@ -120,6 +120,23 @@ def test_summarizer_mode() -> None:
         {"routes": [route("r")], "policies": {"default": {"summarizer": {"mode": "shared", "model": "x/y"}}}}
     )
     assert len(found) == 1 and "takes no summarizer model" in found[0], found
+
+
+def test_auto_is_shared_where_the_conversation_s_own_cache_can_serve_the_summary() -> None:
+    """`auto` resolves once (`Summarizer.resolved`): `shared` for the route's own model on a
+    provider route without memory extraction, else ctxproxy's own summarizer (`text`); with a
+    summarizer model it is valid (unlike an explicit `shared`) and means `text`."""
+    config = parse_config({"routes": [route("r")]}, "cfg.yaml", {})
+    auto = config.policy_for(config.routes[0]).summarizer
+    assert auto.resolved() == "shared"
+    assert auto.resolved(litellm=True) == "text" and auto.resolved(extraction=True) == "text"
+    small = {"summarizer": {"model": "openai/gpt-4o-mini"}}
+    config = parse_config({"routes": [route("r")], "policies": {"default": small}}, "cfg.yaml", {})
+    assert config.policy_for(config.routes[0]).summarizer.resolved() == "text"
+    for mode in ("text", "native", "shared"):  # an explicit mode stays what it says, fallbacks counted at run time
+        explicit = {"summarizer": {"mode": mode}}
+        config = parse_config({"routes": [route("r")], "policies": {"default": explicit}}, "cfg.yaml", {})
+        assert config.policy_for(config.routes[0]).summarizer.resolved(litellm=True, extraction=True) == mode
 
 
 def test_memory_setting() -> None:
