@@ -85,11 +85,13 @@ def money_of(report: Any) -> dict[str, Any]:
     `mode: text` (`with_text`), with the text mode's summarizer calls at the provider's small model
     (`with_small_summarizer`: a route that names `summarizer.model`, which `auto` serves in text
     mode), and without ctxproxy (the uncapped history); and when the client's own requests stop
-    fitting the window (`baseline_over_from`: 1-based request, None: never). The bench's policy
-    names no summarizer model, so `auto` is `shared` as the replay models it (`requests_of`)."""
+    fitting the window (`baseline_over_from`: 1-based request, None: never). `with` follows the
+    mode the replayed policy resolves to (`ReplayReport.mode`): the bench's policy names no
+    summarizer model, so `auto` is `shared` as the replay models it (`requests_of`)."""
     over = next((t.turn for t in report.turns if t.client_tokens + report.max_output > report.window), None)
     out: dict[str, Any] = {"baseline_over_from": over}
-    auto, text, without = requests_of(report, True, shared=True), requests_of(report, True), requests_of(report, False)
+    auto = requests_of(report, True, shared=report.mode == "shared")
+    text, without = requests_of(report, True), requests_of(report, False)
     for model in MONEY_MODELS:
         price = PRICES[model]
         text_bill = price_requests(text, price)
