@@ -16,9 +16,10 @@ Any reason it cannot be used falls back to ctxproxy's own summarizer for the res
 logged and counted (`ctxproxy_compactions_total{result="shared_fallback"}`): no request of the
 branch answered in this process yet (a restart, another replica), a litellm route, long-term
 memory's extraction (which needs event ids), a plan reaching past that request, a request too
-large to take the ask, an error answer, an answer that calls a tool, says nothing or has no
-`## Goal` (the model went on with the task), a summary the checks (`check_summary`) refuse. The
-failed call is recorded like every summarizer call.
+large to take the ask, a request whose tool choice forces a tool call (no call is made), an
+error answer, an answer that calls a tool, says nothing or has no `## Goal` (the model went on
+with the task), a summary the checks (`check_summary`) refuse. The failed call is recorded like
+every summarizer call.
 
 `mode: auto` (the default) is this mode where it can apply: a litellm route or memory's
 extraction make the job ctxproxy's own summarizer from the start, quietly
@@ -92,6 +93,8 @@ class SharedRolling(Rolling):
             return None, "long-term memory's extraction needs event ids, which the conversation does not show"
         if prompt.wire != job.wire.name or prompt.last_seq < through:
             return None, f"the branch's last answered request ends at e{prompt.last_seq}, before e{through}"
+        if not job.wire.answers_in_text(prompt.body):
+            return None, "the request it would repeat forces a tool call (its tool choice): no text answer can come"
         source = tuple(item for item in job.items if job.plan.from_seq <= item.seq <= prompt.last_seq)
         previous, carried = split(covered.text)
         section, reserved = self.key_lines(carried, tuple(item for item in source if item.seq <= through))

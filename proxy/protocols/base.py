@@ -180,6 +180,10 @@ class Wire(ChatRendering, Counting, Protocol):
         """Whether the proxy may add tools of its own: the request's tool choice leaves the model
         free to call them, and a detour can append a turn (no assistant prefill to continue)."""
 
+    def answers_in_text(self, body: Json) -> bool:
+        """Whether the request's tool choice lets the model answer with text alone (none that
+        forces a tool call): a shared summary repeats the request and needs a text answer."""
+
     def tool_definition(self, name: str, description: str, parameters: Json) -> Json:
         """A function tool of the proxy's own, as the API declares tools."""
 
@@ -352,6 +356,16 @@ class BaseWire(ChatDefaults, CountDefaults):
     def room_for_tools(self, body: Json) -> bool:
         """A `tool_choice` that leaves the model free to call the proxy's tools (`OPEN_CHOICES`)."""
         return body.get("tool_choice") in OPEN_CHOICES
+
+    def answers_in_text(self, body: Json) -> bool:
+        """No tool choice, `auto` or `none` (OpenAI's strings, Anthropic's `{"type": ...}`), or an
+        `allowed_tools` list in `auto` mode; not `required`, Anthropic's `any`, a named tool."""
+        choice = body.get("tool_choice")
+        if not isinstance(choice, Mapping):
+            return choice in (None, "auto", "none")
+        listed = choice.get("allowed_tools")  # Chat Completions nests the list, Responses does not
+        mode = listed.get("mode") if isinstance(listed, Mapping) else choice.get("mode")
+        return choice.get("type") in ("auto", "none") or (choice.get("type") == "allowed_tools" and mode == "auto")
 
     def tool_definition(self, name: str, description: str, parameters: Json) -> Json:
         """A chat-completions function tool."""

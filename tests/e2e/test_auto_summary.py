@@ -190,3 +190,36 @@ def test_a_litellm_route_goes_to_the_own_summarizer_quietly(proxy, upstream, api
     assert not [b for b in bodies if _asked(b)] and [b for b in bodies if is_own_summary_request(b)]
     assert FALLBACK not in httpx.get(p.url + "/metrics", timeout=10).text
     assert "fell back" not in p.stderr()
+
+
+def test_a_request_that_forces_a_tool_call_is_not_repeated_for_a_summary(proxy, upstream, api_key, monkeypatch):
+    """An agent that sends `tool_choice: "required"` on every request: a repeat of it could only
+    be answered with a tool call, so no shared call is made (it would be paid for nothing) and the
+    own summarizer writes the summary; the fallback is counted."""
+    model = "gpt-auto-4"
+    monkeypatch.setitem(upstream.context_windows, model, WINDOW)
+    p = proxy(policies={"default": DEFAULT}, fresh=True)
+    bash = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if is_own_summary_request(body):
+            return Reply(content=SUMMARY)
+        assert body["tool_choice"] == "required"  # ... and so never the ask
+        return Reply(tool_calls=[tool_call("bash", {"cmd": "ls"}, f"call_{len(body['messages'])}")])
+
+    upstream.responder = answer
+    client = p.client(api_key)
+    messages: list[dict[str, Any]] = [SYSTEM, OBJECTIVE]
+    conversation = ""
+    for _ in range(40):
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=messages, tools=[bash], tool_choice="required"
+        )
+        conversation = raw.headers["x-conversation-id"]
+        turn = raw.parse().choices[0].message.model_dump(exclude_none=True)
+        messages += [turn, {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"], "content": "file " * 200}]
+    assert active_checkpoint(p, conversation)["summary"] == SUMMARY
+    assert not [r for r in upstream.chat_requests if _asked(r.body)]
+    calls = p.wait_calls(conversation, 1, until=lambda cs: any(c["purpose"] == "summary" for c in cs))
+    assert all(c["status"] == "complete" for c in calls if c["purpose"] == "summary")  # none failed: none was made
+    assert FALLBACK in httpx.get(p.url + "/metrics", timeout=10).text

@@ -182,6 +182,12 @@ class GeminiWire(BaseWire):
             return name if isinstance(name, str) else None
         return None
 
+    def answers_in_text(self, body: Json) -> bool:
+        """`toolConfig.functionCallingConfig`: any mode but `ANY` (which forces a function call)."""
+        config = body.get("toolConfig")
+        calling = config.get("functionCallingConfig") if isinstance(config, Mapping) else None
+        return not isinstance(calling, Mapping) or calling.get("mode") != "ANY"
+
     def room_for_tools(self, body: Json) -> bool:
         """`toolConfig.functionCallingConfig`: no mode, `AUTO` or `VALIDATED`, or `ANY` with no
         list of allowed functions, leaves the model free to call the proxy's tools."""
