@@ -36,7 +36,9 @@ TOOLS = [
         "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
     }
 ]
-POLICY = {"context_window": 25_000, "max_output_tokens": 1_000}  # 2 recent groups, a move every 2
+POLICY = {"context_window": 25_000, "max_output_tokens": 1_000}  # 2 recent groups, a move every 4
+LONGER = {**POLICY, "tool_results": {"old_max_chars": 200}}
+# ... old results short enough that the 48 turns it takes to see 5 moves need no compaction
 WIDER = {
     "context_window": 40_000,
     "max_output_tokens": 1_000,
@@ -78,12 +80,14 @@ def _marked_results(body: dict[str, Any]) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    ("parallel", "policy", "lines"), [(1, POLICY, 60), (3, WIDER, 40)], ids=["one-call", "three-parallel-calls"]
+    ("parallel", "policy", "lines", "steps"),
+    [(1, LONGER, 60, 48), (3, WIDER, 40, 40)],
+    ids=["one-call", "three-parallel-calls"],
 )
 def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(
-    proxy, anthropic_upstream, api_key, parallel, policy, lines
+    proxy, anthropic_upstream, api_key, parallel, policy, lines, steps
 ):
-    # one call per group: 3 blocks a group, 6 between two points; three: 7 a group, 28 between
+    # one call per group: 3 blocks a group, 12 between two points; three: 7 a group, 28 between
     p = proxy(routes=[_route(anthropic_upstream)], policies={"default": policy})
     client = anthropic.Anthropic(base_url=p.url, api_key=api_key, max_retries=0, timeout=30)
     anthropic_upstream.responder = lambda body: Reply(
@@ -91,7 +95,7 @@ def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(
     )
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Build every module."}]}]
     usages = []
-    for step in range(40):
+    for step in range(steps):
         newest = copy.deepcopy(messages[-1])
         newest["content"][-1]["cache_control"] = CC  # Claude Code's moving breakpoint
         reply = client.messages.create(
@@ -106,7 +110,7 @@ def test_a_trim_boundary_move_reads_the_old_results_from_the_cache(
 
     assert anthropic_upstream.rejections == []
     sent = anthropic_upstream.message_requests
-    assert len(sent) == 40
+    assert len(sent) == steps
     moves = crossings = 0
     system_prompt = usages[0].input_tokens + (usages[0].cache_creation_input_tokens or 0)  # and the task
     for before, after, usage in zip(sent[:-1], sent[1:], usages[1:], strict=True):
