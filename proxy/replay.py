@@ -173,8 +173,9 @@ class TurnStat:
     request repeated, the ask's tokens, the summary's tokens) per shared call"""
     shared_fallback: tuple[tuple[int, int], ...] = ()
     """... and the own summarizer's calls of those that could not be shared"""
-    kept: dict[str, Any] = field(default_factory=dict)
-    """what `proxy.last_sent.near_trigger` reads of its projection's record"""
+    kept: bool = False
+    """whether the proxy would keep this request for a shared summary (`proxy.last_sent.near_trigger`
+    on the projection record its call record carries)"""
 
 
 @dataclass
@@ -345,7 +346,7 @@ def replay(
             and last is not None
             and plan.through_seq <= last.events
             and last.sent_tokens + ask <= room
-            and near_trigger(last.kept)  # the proxy kept it (`proxy.last_sent`)
+            and last.kept  # the proxy kept it (`proxy.last_sent`)
         ):
             shared.append((answered, ask, counter.count_text(summary)))
         else:
@@ -394,13 +395,7 @@ def replay(
         stat.point_at = None if projection.cache_point is None else projection.cache_point + 1  # after tools
         stat.previous_at = None if projection.previous_point is None else projection.previous_point + 1
         stat.output_tokens = counter.count(message)
-        record = projection.record
-        stat.kept = {
-            "sent_tokens": record.sent_tokens,
-            "client_tokens": record.client_tokens,
-            "trigger_tokens": record.trigger_tokens,
-            "checkpoint_generation": record.checkpoint_generation,
-        }
+        stat.kept = near_trigger(projection.record.summary_dict())
         report.turns.append(stat)
         previous_sent, previous_client = sent, client
         if plan is not None:  # the background job lands before the next request
